@@ -1,0 +1,1 @@
+"""The core's Hydra configs, installed as the package ``xirang_conf``."""

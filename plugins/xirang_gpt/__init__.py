@@ -1,0 +1,23 @@
+"""The GPT model family (``model=gpt_tiny|gpt_small|gpt_125m``): a decoder-only transformer."""
+
+from pathlib import Path
+
+from xirang import hookimpl
+from xirang.specs import ModelSpec
+
+
+@hookimpl
+def xirang_models() -> list[ModelSpec]:
+    return [
+        ModelSpec(
+            name="gpt",
+            target="xirang_gpt.model:GPT",
+            schema="xirang_gpt.model:GPTConfig",
+            description="decoder-only transformer (pre-norm, tied embeddings, causal SDPA)",
+        )
+    ]
+
+
+@hookimpl
+def xirang_config_search_paths() -> list[str]:
+    return [f"file://{Path(__file__).parent / 'conf'}"]

@@ -1,0 +1,124 @@
+"""A complete GPT in one file, in the manner of nanoGPT, plus what xirang asks of a model:
+its parameter count, FLOPs per token (for MFU), and sampling."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+@dataclass
+class GPTConfig:
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    max_seq_len: int = 256
+    vocab_size: int = 256
+    dropout: float = 0.0
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False)
+        self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
+        self.dropout = cfg.dropout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, seq, dim = x.shape
+        q, k, v = self.qkv(x).split(dim, dim=2)
+        q, k, v = (t.view(batch, seq, self.n_head, -1).transpose(1, 2) for t in (q, k, v))
+        dropout = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
+        return self.proj(y.transpose(1, 2).reshape(batch, seq, dim))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.up = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=False)
+        self.down = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.gelu(self.up(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.n_embd)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln2 = nn.LayerNorm(cfg.n_embd)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        if cfg.n_embd % cfg.n_head:
+            raise ValueError(f"n_embd={cfg.n_embd} must be a multiple of n_head={cfg.n_head}")
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.pos_emb = nn.Embedding(cfg.max_seq_len, cfg.n_embd)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.n_embd)
+        self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.head.weight = self.tok_emb.weight  # tied: fewer parameters, better small models
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():  # GPT-2's scaled init of residual projections
+            if name.endswith(("proj.weight", "down.weight")):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @classmethod
+    def from_config(cls, settings: dict) -> GPT:
+        return cls(GPTConfig(**settings))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits, or the mean cross-entropy against ``targets`` when given."""
+        seq = idx.shape[1]
+        pos = torch.arange(seq, device=idx.device)
+        x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.ln_f(x))
+        if targets is None:
+            return logits
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+
+    def num_params(self, non_embedding: bool = True) -> int:
+        """Parameters; position embeddings excluded by default, as PaLM's FLOP count does."""
+        n = sum(p.numel() for p in self.parameters())
+        return n - self.pos_emb.weight.numel() if non_embedding else n
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """Training FLOPs per token: 6N + 12·L·h·s (PaLM, appendix B)."""
+        return 6 * self.num_params() + 12 * self.cfg.n_layer * self.cfg.n_embd * seq_len
+
+    @torch.no_grad()
+    def generate(
+        self, idx: torch.Tensor, new_tokens: int, temperature: float = 0.8, top_k: int = 40
+    ) -> torch.Tensor:
+        """Append ``new_tokens`` sampled tokens to ``idx`` (batch, seq)."""
+        for _ in range(new_tokens):
+            context = idx[:, -self.cfg.max_seq_len :]
+            logits = self(context)[:, -1, :] / max(temperature, 1e-5)
+            if top_k:
+                kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1, None]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            idx = torch.cat([idx, torch.multinomial(F.softmax(logits, dim=-1), 1)], dim=1)
+        return idx

@@ -1,0 +1,23 @@
+"""The local scheduler (``scheduler=local``): this machine's devices, one process or N workers
+through torch's elastic launcher (the engine behind torchrun)."""
+
+from pathlib import Path
+
+from xirang import hookimpl
+from xirang.specs import SchedulerSpec
+
+
+@hookimpl
+def xirang_schedulers() -> list[SchedulerSpec]:
+    return [
+        SchedulerSpec(
+            name="local",
+            target="xirang_local.scheduler:LocalScheduler",
+            description="run here: in-process for one worker, elastic launcher for several",
+        )
+    ]
+
+
+@hookimpl
+def xirang_config_search_paths() -> list[str]:
+    return [f"file://{Path(__file__).parent / 'conf'}"]

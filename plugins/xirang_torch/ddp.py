@@ -1,0 +1,29 @@
+"""Data parallel through torch's DistributedDataParallel."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as TorchDDP
+
+
+@dataclass
+class DDPConfig:
+    bucket_cap_mb: int = 25
+    static_graph: bool = False
+
+
+class DistributedDataParallel:
+    def __init__(self, **settings: Any) -> None:
+        self.config = DDPConfig(**settings)
+
+    def wrap(self, model: nn.Module, ctx: Any) -> nn.Module:
+        device_ids = [ctx.device] if ctx.device.type not in ("cpu", "meta") else None
+        return TorchDDP(
+            model,
+            device_ids=device_ids,
+            bucket_cap_mb=self.config.bucket_cap_mb,
+            static_graph=self.config.static_graph,
+        )

@@ -1,0 +1,88 @@
+"""The ``xirang`` command line: Hydra overrides train; a first word names a subcommand.
+
+    xirang [hydra overrides]        train (``python -m xirang`` is the same)
+    xirang plugins [--json]         what is installed and available
+    xirang <command> ...            any command a plugin registers (``xirang --commands``)
+
+Start-up stays light: torch and Hydra are imported only when a run needs them.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from xirang_core.errors import XirangError
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args == ["--commands"]:
+            return _list_commands()
+        if args and _looks_like_command(args[0]):
+            return _run_command(args[0], args[1:])
+        return _train(args)
+    except XirangError as exc:
+        report_error(exc)
+        return exc.exit_code
+
+
+def report_error(exc: BaseException) -> None:
+    """One line on stderr: what is wrong and what would be valid."""
+    from rich.console import Console
+
+    Console(stderr=True, highlight=False).print(f"[bold red]xirang error:[/] {exc}", soft_wrap=True)
+
+
+def _looks_like_command(word: str) -> bool:
+    return not word.startswith("-") and "=" not in word and not word.startswith("+")
+
+
+def _run_command(name: str, argv: list[str]) -> int:
+    from xirang_core.errors import ConfigError
+    from xirang_core.plugins import get_registry
+
+    registry = get_registry()
+    if name not in registry.names("command"):
+        raise ConfigError(
+            f"unknown command '{name}'. Commands: {', '.join(registry.names('command'))}; "
+            f"or give Hydra overrides (key=value, group=option) to train."
+        )
+    return int(registry.load("command", name)(argv) or 0)
+
+
+def _list_commands() -> int:
+    from xirang_core.plugins import get_registry
+
+    registry = get_registry()
+    for name in registry.names("command"):
+        print(f"{name:12s} {registry.spec('command', name).description}")
+    return 0
+
+
+def _train(args: list[str]) -> int:
+    import hydra
+
+    from xirang_core.config import register_with_hydra
+    from xirang_core.plugins import get_registry
+
+    register_with_hydra(get_registry())
+
+    @hydra.main(version_base="1.3", config_path="pkg://xirang_conf", config_name="config")
+    def app(cfg: Any) -> dict[str, Any]:
+        from xirang_core.run import launch
+
+        try:
+            return launch(cfg)
+        except XirangError as exc:  # inside Hydra: report plainly instead of its traceback
+            report_error(exc)
+            raise SystemExit(exc.exit_code) from None
+
+    saved = sys.argv
+    sys.argv = [saved[0] if saved else "xirang", *args]
+    try:
+        app()
+    finally:
+        sys.argv = saved
+    return 0

@@ -1,0 +1,78 @@
+"""``xirang plugins``: every plugin, its version, what it registers, and what is usable here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from xirang_core.plugins import Registry, get_registry
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="xirang plugins", description=__doc__)
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    args = parser.parse_args(argv)
+    registry = get_registry()
+    rows = describe(registry)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        _print_table(rows)
+    return 1 if any(r["status"] == "failed" for r in rows) else 0
+
+
+def describe(registry: Registry) -> list[dict[str, Any]]:
+    """One record per plugin, with one entry per implementation it registers."""
+    rows = []
+    for record in registry.plugins.values():
+        rows.append(
+            {
+                "plugin": record.name,
+                "module": record.module,
+                "distribution": record.distribution,
+                "version": record.version,
+                "status": record.status,
+                "error": record.error,
+                "registers": [_describe_spec(registry, record.name, s) for s in record.registers],
+            }
+        )
+    return rows
+
+
+def _describe_spec(registry: Registry, plugin: str, spec: Any) -> dict[str, Any]:
+    missing = spec.missing()
+    conflict = registry.conflicts.get((spec.kind, spec.name))
+    reason = ""
+    if missing:
+        reason = f"needs {', '.join(missing)}" + (f"; install: {spec.install}" if spec.install else "")
+    elif conflict:
+        reason = f"also registered by {' and '.join(p for p in conflict if p != plugin)}"
+    return {
+        "kind": spec.kind,
+        "name": spec.name,
+        "description": spec.description,
+        "available": not missing and not conflict,
+        "reason": reason,
+    }
+
+
+def _print_table(rows: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="xirang plugins", show_lines=False)
+    for column in ("plugin", "version", "kind", "name", "available", "notes"):
+        table.add_column(column)
+    for row in rows:
+        version = row["version"] or "-"
+        if row["status"] != "loaded" or not row["registers"]:
+            style = "red" if row["status"] == "failed" else "yellow"
+            table.add_row(row["plugin"], version, "-", "-", row["status"], row["error"], style=style)
+        for item in row["registers"]:
+            notes = item["reason"] or item["description"]
+            table.add_row(
+                row["plugin"], version, item["kind"], item["name"],
+                "yes" if item["available"] else "[red]no[/]", notes,
+            )
+    Console().print(table)

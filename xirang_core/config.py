@@ -1,0 +1,185 @@
+"""Hydra wiring and validation of the composed config.
+
+Plugins add config groups through the ``xirang_config_search_paths`` hook; the core feeds those
+folders to Hydra through a search-path plugin it registers itself, because Hydra's own
+``hydra_plugins`` namespace discovery breaks under editable installs. Every composed config is
+validated here, before anything starts, into one clear :class:`ConfigError`.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+
+from xirang_core.errors import ConfigError
+from xirang_core.plugins import Registry
+
+#: config groups whose option is a registry name, and the registry kind it names
+PLUGIN_GROUPS: dict[str, str] = {
+    "device": "device",
+    "parallel": "parallel",
+    "comm": "comm",
+    "storage": "storage",
+    "scheduler": "scheduler",
+    "cost": "cost",
+}
+#: group options resolved by the core rather than a plugin
+AUTO = "auto"
+
+_RUN_UID = secrets.token_hex(3)
+
+
+@dataclass
+class TrainerConfig:
+    max_steps: int = 300
+    nproc: int = 1
+    global_batch: int = 16
+    micro_batch: int = 0
+    log_every: int = 10
+    grad_clip: float = 1.0
+    max_restarts: int = 0
+    threads: int = 0
+    sample_tokens: int = 200
+    sample_prompt: str = "def "
+
+
+@dataclass
+class OptimConfig:
+    name: str = "adamw"
+    lr: float = 3e-3
+    min_lr: float = 3e-4
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    warmup_steps: int = 20
+
+
+CORE_SCHEMAS: dict[str, type] = {"trainer": TrainerConfig, "optim": OptimConfig}
+
+
+def register_with_hydra(registry: Registry) -> None:
+    """Put every plugin's config folders on Hydra's search path and add xirang's resolvers."""
+    from hydra.core.config_search_path import ConfigSearchPath
+    from hydra.core.plugins import Plugins
+    from hydra.plugins.search_path_plugin import SearchPathPlugin
+
+    class XirangSearchPath(SearchPathPlugin):
+        paths: ClassVar[list[str]] = registry.config_search_paths()
+
+        def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
+            for path in self.paths:
+                search_path.append(provider="xirang-plugin", path=path)
+
+    Plugins.instance().register(XirangSearchPath)
+    if not OmegaConf.has_resolver("xirang_uid"):
+        OmegaConf.register_new_resolver("xirang_uid", lambda: _RUN_UID)
+
+
+def validate(cfg: DictConfig, registry: Registry) -> dict[str, Any]:
+    """The composed config as plain data, checked; ``auto`` choices are resolved to names."""
+    data = _to_container(cfg)
+    for section, schema in CORE_SCHEMAS.items():
+        data[section] = _check_schema(section, data.get(section) or {}, schema)
+    for group, kind in PLUGIN_GROUPS.items():
+        data[group] = _check_plugin_group(group, kind, data.get(group), registry)
+    data["model"] = _check_model(data.get("model"), registry)
+    _check_batch(data["trainer"])
+    _check_strategy(data, registry)
+    return data
+
+
+def _to_container(cfg: DictConfig) -> dict[str, Any]:
+    try:
+        data = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    except MissingMandatoryValue as exc:
+        key = exc.full_key or "?"
+        raise ConfigError(f"{key}: a value is required (it is '???'); set it with {key}=<value>")
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"{exc.full_key or 'config'}: {exc.msg}") from None
+    assert isinstance(data, dict)
+    return data
+
+
+def _check_schema(section: str, values: Any, schema: type) -> dict[str, Any]:
+    """Typed values for ``section``; names the key, the bad value and the accepted keys."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"{section}: expected a mapping of settings, got {values!r}")
+    known = {f.name for f in fields(schema)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(
+            f"{section}.{unknown[0]}: no such setting. Valid keys of {section}: "
+            f"{', '.join(sorted(known))}"
+        )
+    try:
+        typed = OmegaConf.merge(OmegaConf.structured(schema), values)
+    except OmegaConfBaseException as exc:
+        key = f"{section}.{exc.full_key}" if exc.full_key else section
+        raise ConfigError(f"{key}: {_first_line(exc.msg)}") from None
+    return OmegaConf.to_container(typed)  # type: ignore[return-value]
+
+
+def _check_plugin_group(group: str, kind: str, values: Any, registry: Registry) -> dict[str, Any]:
+    if not isinstance(values, dict) or "name" not in values:
+        valid = ", ".join([AUTO, *registry.names(kind)] if group in ("device", "comm") else
+                          registry.names(kind))
+        raise ConfigError(f"{group}: choose an option with {group}=<name>; valid: {valid}")
+    name = values["name"]
+    if name == AUTO and group in ("device", "comm"):
+        return values
+    spec = registry.spec(kind, name)
+    schema = spec.load_schema() if spec.schema else None
+    if schema is None:
+        return values
+    settings = {k: v for k, v in values.items() if k != "name"}
+    return {"name": name, **_check_schema(group, settings, schema)}
+
+
+def _check_model(values: Any, registry: Registry) -> dict[str, Any]:
+    if not isinstance(values, dict) or "family" not in values:
+        raise ConfigError("model: choose one with model=<option> (each option names a family)")
+    spec = registry.spec("model", values["family"])
+    schema = spec.load_schema() if spec.schema else None
+    settings = {k: v for k, v in values.items() if k not in ("family", "name")}
+    checked = _check_schema("model", settings, schema) if schema else settings
+    return {"family": values["family"], "name": values.get("name", values["family"]), **checked}
+
+
+def _check_batch(trainer: dict[str, Any]) -> None:
+    for key in ("max_steps", "nproc", "global_batch", "log_every"):
+        if trainer[key] < 1:
+            raise ConfigError(f"trainer.{key}={trainer[key]}: must be at least 1")
+    nproc, global_batch = trainer["nproc"], trainer["global_batch"]
+    if global_batch % nproc:
+        fits = [n for n in range(1, global_batch + 1) if global_batch % n == 0]
+        raise ConfigError(
+            f"trainer.global_batch={global_batch} does not divide over trainer.nproc={nproc} "
+            f"workers. Use an nproc in {fits} or a global_batch that is a multiple of {nproc}."
+        )
+    per_worker = global_batch // nproc
+    micro = trainer["micro_batch"] or per_worker
+    if micro < 1 or per_worker % micro:
+        raise ConfigError(
+            f"trainer.micro_batch={micro} does not divide the {per_worker} sequences each worker "
+            f"takes per step (global_batch / nproc). Use a divisor of {per_worker}, or 0."
+        )
+    trainer["micro_batch"] = micro
+
+
+def _check_strategy(data: dict[str, Any], registry: Registry) -> None:
+    name, nproc = data["parallel"]["name"], data["trainer"]["nproc"]
+    spec = registry.spec("parallel", name)
+    if nproc > 1 and not getattr(spec, "multi_process", True):
+        multi = [n for n in registry.names("parallel") if registry.spec("parallel", n).multi_process]
+        raise ConfigError(
+            f"parallel={name} runs a single process but trainer.nproc={nproc}. "
+            f"Choose a multi-process strategy ({', '.join(multi)}) or trainer.nproc=1."
+        )
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else text

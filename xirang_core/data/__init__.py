@@ -1,0 +1,1 @@
+"""Data: corpora packed into shards, and the batches a worker trains on."""

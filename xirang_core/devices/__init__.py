@@ -1,0 +1,1 @@
+"""Device-independent helpers every device backend reuses: calibration and its cache."""

@@ -1,0 +1,97 @@
+"""Measure a device's matmul throughput and memory bandwidth once, and cache the result.
+
+The numbers are the device's performance baseline: model FLOPs utilisation is reported against
+them, the pool converts logical cards with them, and the planner predicts step time from them.
+Vendor datasheet peaks overstate what a framework reaches, so xirang measures.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+from xirang_core.paths import xirang_home
+from xirang_core.specs import Calibration
+
+
+def cache_path(key: str) -> Path:
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", key).strip("_")
+    return xirang_home() / "calibration" / f"{slug}.json"
+
+
+def cached_calibration(key: str, measure: Callable[[], Calibration], refresh: bool) -> Calibration:
+    """The calibration stored under ``key``, measuring (and storing) it when absent or asked."""
+    path = cache_path(key)
+    if path.exists() and not refresh:
+        try:
+            return Calibration(**json.loads(path.read_text()))
+        except (ValueError, TypeError):
+            pass  # an unreadable cache entry is measured again, not trusted
+    result = measure()
+    result = Calibration(**{**asdict(result), "key": key, "measured_at": _now()})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(result), indent=2))
+    tmp.replace(path)
+    return result
+
+
+def measure_matmul_tflops(
+    device: object, dtypes: Iterable[str], size: int = 1024, seconds: float = 0.3
+) -> dict[str, float]:
+    """Sustained FLOP/s of square matmuls per dtype (2·n³ FLOPs each), in TFLOP/s."""
+    import torch
+
+    out: dict[str, float] = {}
+    for name in dtypes:
+        dtype = getattr(torch, name)
+        a = torch.randn(size, size, device=device).to(dtype)
+        b = torch.randn(size, size, device=device).to(dtype)
+        count, elapsed = _timed_iterations(lambda a=a, b=b: torch.mm(a, b), device, seconds)
+        out[name] = round(2 * size**3 * count / elapsed / 1e12, 4)
+    return out
+
+
+def measure_memory_bandwidth_gbps(device: object, mbytes: int = 128, seconds: float = 0.3) -> float:
+    """Copy bandwidth (read + write) of a large buffer, in GB/s."""
+    import torch
+
+    n = mbytes * 2**20 // 4
+    src = torch.empty(n, dtype=torch.float32, device=device).fill_(1.0)
+    dst = torch.empty_like(src)
+    count, elapsed = _timed_iterations(lambda: dst.copy_(src), device, seconds)
+    return round(2 * src.numel() * 4 * count / elapsed / 1e9, 2)
+
+
+def _timed_iterations(fn: Callable[[], object], device: object, seconds: float) -> tuple[int, float]:
+    """Run ``fn`` repeatedly for about ``seconds`` after a warm-up; (iterations, elapsed)."""
+    sync = _synchronizer(device)
+    fn()
+    sync()
+    count, start = 0, time.perf_counter()
+    while True:
+        fn()
+        count += 1
+        if count % 4 == 0:
+            sync()
+            elapsed = time.perf_counter() - start
+            if elapsed >= seconds:
+                return count, elapsed
+
+
+def _synchronizer(device: object) -> Callable[[], None]:
+    import torch
+
+    kind = torch.device(device).type
+    module = getattr(torch, kind, None)
+    sync = getattr(module, "synchronize", None) if kind != "cpu" else None
+    return sync if callable(sync) else (lambda: None)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,114 @@
+"""Every hook a xirang plugin can implement, grouped by phase.
+
+Registration hooks return lists of frozen specs (see :mod:`xirang_core.specs`) that name an
+implementation by import path; the core imports it only when a run selects it. Implementations may
+accept a subset of a hook's arguments, so hooks can grow arguments without breaking plugins.
+Always call hooks with keyword arguments.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pluggy
+
+from xirang_core.specs import (
+    CommandSpec,
+    CommBackendSpec,
+    CostPolicySpec,
+    DeviceBackendSpec,
+    ModelSpec,
+    SchedulerSpec,
+    StorageTierSpec,
+    StrategySpec,
+)
+
+PROJECT = "xirang"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+# --- registration: what a plugin offers -------------------------------------------------------
+
+
+@hookspec
+def xirang_device_backends() -> list[DeviceBackendSpec]:
+    """Device families this plugin drives (``device=<name>``).
+
+    The target class implements :class:`xirang_core.specs.DeviceBackend`: detection that never
+    raises when hardware is absent, inventory, topology, health probes, calibration, the torch
+    device string and the default collective backend.
+    """
+
+
+@hookspec
+def xirang_parallel_strategies() -> list[StrategySpec]:
+    """Parallel strategies (``parallel=<name>``) implementing :class:`~xirang_core.specs.Strategy`."""
+
+
+@hookspec
+def xirang_storage_tiers() -> list[StorageTierSpec]:
+    """Storage tiers (``storage=<name>``): fsspec-backed places to read and write shards and
+    checkpoints."""
+
+
+@hookspec
+def xirang_comm_backends() -> list[CommBackendSpec]:
+    """Collective backends and gradient-sync options (``comm=<name>``)."""
+
+
+@hookspec
+def xirang_schedulers() -> list[SchedulerSpec]:
+    """Schedulers (``scheduler=<name>``): place a job and run it through an executor."""
+
+
+@hookspec
+def xirang_cost_policies() -> list[CostPolicySpec]:
+    """Cost policies (``cost=<name>``): price device time, enforce budgets."""
+
+
+@hookspec
+def xirang_models() -> list[ModelSpec]:
+    """Model families (the ``family`` key of a ``model=`` option) and how they may be split."""
+
+
+@hookspec
+def xirang_commands() -> list[CommandSpec]:
+    """Subcommands of the ``xirang`` command line (``xirang <name> ...``)."""
+
+
+@hookspec
+def xirang_config_search_paths() -> list[str]:
+    """Folders of Hydra config groups this plugin adds, as ``pkg://package.conf`` or
+    ``file:///abs/path``; each holds group folders (``device/``, ``parallel/`` ...) whose option
+    files carry ``name:``, the registry key the option selects."""
+
+
+# --- run events: observers --------------------------------------------------------------------
+
+
+@hookspec
+def xirang_on_run_start(ctx: Any, config: Any) -> None:
+    """A worker is about to train; ``ctx`` is its :class:`~xirang_core.specs.WorkerContext`."""
+
+
+@hookspec
+def xirang_on_step_end(ctx: Any, step: int, metrics: dict[str, float]) -> None:
+    """A logged optimizer step finished on the main worker; ``metrics`` are that step's figures.
+
+    Called only at logging steps so observers never force a device synchronisation."""
+
+
+@hookspec
+def xirang_on_checkpoint(ctx: Any, step: int, path: str) -> None:
+    """A checkpoint for ``step`` was committed at ``path``."""
+
+
+@hookspec
+def xirang_on_fault(ctx: Any, error: BaseException) -> None:
+    """A worker is failing with ``error``; observers record it before the process exits."""
+
+
+@hookspec
+def xirang_on_run_end(ctx: Any, summary: dict[str, Any]) -> None:
+    """Training finished on the main worker; ``summary`` is what ``summary.json`` holds."""

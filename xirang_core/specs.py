@@ -1,0 +1,327 @@
+"""Frozen data exchanged between the core and plugins.
+
+Registration hooks return *specs*: small frozen records that name an implementation by import
+path instead of holding it. The core can then list every option cheaply (``xirang plugins`` never
+imports torch or a vendor library) and import an implementation only when a run selects it. A spec
+whose ``requires`` modules are missing stays listed, marked unavailable with the install hint.
+
+The behaviour an implementation provides is described by the Protocols at the end of this module;
+plugins implement them, the core calls them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "SPEC_KINDS",
+    "Calibration",
+    "CommBackend",
+    "CommBackendSpec",
+    "CommandSpec",
+    "CostPolicy",
+    "CostPolicySpec",
+    "CostQuote",
+    "DeviceBackend",
+    "DeviceBackendSpec",
+    "DeviceInfo",
+    "HealthFinding",
+    "ImplSpec",
+    "InterconnectGroup",
+    "JobSpec",
+    "ModelSpec",
+    "Scheduler",
+    "SchedulerSpec",
+    "StorageTierSpec",
+    "Strategy",
+    "StrategySpec",
+    "Topology",
+    "WorkerContext",
+    "import_target",
+]
+
+
+@dataclass(frozen=True)
+class ImplSpec:
+    """One named implementation a plugin offers.
+
+    ``target`` is ``"package.module:Attribute"``; ``schema`` (optional, same form) is a dataclass
+    whose fields the config group option is validated against; ``requires`` lists importable
+    module names without which the implementation cannot run, and ``install`` tells the user how
+    to get them.
+    """
+
+    kind: ClassVar[str] = "implementation"
+
+    name: str
+    target: str
+    description: str = ""
+    schema: str | None = None
+    requires: tuple[str, ...] = ()
+    install: str = ""
+
+    def missing(self) -> list[str]:
+        """The required modules that cannot be found, without importing anything."""
+        return [mod for mod in self.requires if not _module_exists(mod)]
+
+    def load(self) -> Any:
+        """Import and return the implementation (a class or factory)."""
+        return import_target(self.target)
+
+    def load_schema(self) -> type | None:
+        return import_target(self.schema) if self.schema else None
+
+
+@dataclass(frozen=True)
+class DeviceBackendSpec(ImplSpec):
+    """A device family (cpu, cuda, rocm, ascend). Higher ``priority`` wins for ``device=auto``."""
+
+    kind: ClassVar[str] = "device"
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class StrategySpec(ImplSpec):
+    """A parallel strategy. ``multi_process`` says whether it needs a process group."""
+
+    kind: ClassVar[str] = "parallel"
+    multi_process: bool = True
+
+
+@dataclass(frozen=True)
+class StorageTierSpec(ImplSpec):
+    """A storage tier; ``protocols`` are the fsspec URL schemes it serves (``file``, ``s3``)."""
+
+    kind: ClassVar[str] = "storage"
+    protocols: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CommBackendSpec(ImplSpec):
+    """A collective backend or gradient-sync option; ``device_types`` it can serve."""
+
+    kind: ClassVar[str] = "comm"
+    device_types: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SchedulerSpec(ImplSpec):
+    """A scheduler: places a job and runs it through an executor."""
+
+    kind: ClassVar[str] = "scheduler"
+
+
+@dataclass(frozen=True)
+class CostPolicySpec(ImplSpec):
+    """A cost policy: prices device time and enforces budgets."""
+
+    kind: ClassVar[str] = "cost"
+
+
+@dataclass(frozen=True)
+class ModelSpec(ImplSpec):
+    """A model family; ``target`` builds the module from its config section."""
+
+    kind: ClassVar[str] = "model"
+
+
+@dataclass(frozen=True)
+class CommandSpec(ImplSpec):
+    """A ``xirang <name>`` subcommand; ``target`` is a ``main(argv: list[str]) -> int``."""
+
+    kind: ClassVar[str] = "command"
+
+
+SPEC_KINDS: tuple[type[ImplSpec], ...] = (
+    DeviceBackendSpec,
+    StrategySpec,
+    StorageTierSpec,
+    CommBackendSpec,
+    SchedulerSpec,
+    CostPolicySpec,
+    ModelSpec,
+    CommandSpec,
+)
+
+
+# --- data describing hardware and runs -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """One accelerator (or the host CPU as a whole) as inventory reports it."""
+
+    type: str
+    index: int
+    model: str
+    memory_bytes: int
+    driver: str = ""
+    runtime: str = ""
+    pci_bus_id: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class InterconnectGroup:
+    """Devices that share one link class (``nvlink``, ``xgmi``, ``hccs``, ``pcie``, ``node``)."""
+
+    name: str
+    link: str
+    devices: tuple[int, ...]
+    bandwidth_gbps: float | None = None
+
+
+@dataclass(frozen=True)
+class Topology:
+    """How a node's devices are linked; the planner, comm hooks and pool read the groups."""
+
+    groups: tuple[InterconnectGroup, ...] = ()
+
+    def group_of(self, device: int) -> InterconnectGroup | None:
+        """The fastest-link group holding ``device`` (groups are listed fastest first)."""
+        return next((g for g in self.groups if device in g.devices), None)
+
+
+@dataclass(frozen=True)
+class HealthFinding:
+    """One health probe result; ``severity`` is ``ok``, ``warn`` or ``drain``."""
+
+    device: int | None
+    check: str
+    severity: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Measured performance of one device: the baseline for MFU, logical cards and the planner."""
+
+    device_model: str
+    matmul_tflops: Mapping[str, float]
+    memory_bandwidth_gbps: float
+    link_bandwidth_gbps: float | None = None
+    measured_at: str = ""
+    key: str = ""
+
+    def peak_flops(self, dtype: str = "float32") -> float:
+        """Measured FLOP/s for ``dtype``; falls back to the best dtype measured."""
+        tflops = self.matmul_tflops.get(dtype) or max(self.matmul_tflops.values(), default=0.0)
+        return tflops * 1e12
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What a scheduler needs to run one training job: the run directory holds the config."""
+
+    run_dir: str
+    nproc: int
+    project: str = "default"
+    max_restarts: int = 0
+
+
+@dataclass(frozen=True)
+class CostQuote:
+    """The price of device time under a policy, in the policy's currency."""
+
+    device_type: str
+    devices: int
+    seconds: float
+    amount: float
+    currency: str = "USD"
+
+
+# --- behaviour plugins implement ---------------------------------------------------------------
+
+
+@runtime_checkable
+class DeviceBackend(Protocol):
+    """What the core needs from a device family."""
+
+    type: str
+
+    def detect(self) -> tuple[bool, str]:
+        """Whether devices of this family are usable here, and why not when they are not."""
+
+    def inventory(self) -> list[DeviceInfo]: ...
+
+    def topology(self) -> Topology: ...
+
+    def health(self) -> list[HealthFinding]: ...
+
+    def calibrate(self, refresh: bool = False) -> Calibration:
+        """Measured performance, cached per device model; ``refresh`` measures again."""
+
+    def torch_device(self, local_rank: int) -> torch.device: ...
+
+    def collective_backend(self) -> str:
+        """The torch.distributed backend name this device family uses by default."""
+
+
+@runtime_checkable
+class Strategy(Protocol):
+    """Wraps a model for a parallel plan and says how its state is saved."""
+
+    def wrap(self, model: torch.nn.Module, ctx: WorkerContext) -> torch.nn.Module: ...
+
+
+@runtime_checkable
+class CommBackend(Protocol):
+    """Opens the process group for a device family and installs gradient hooks."""
+
+    def backend_for(self, device_type: str) -> str: ...
+
+    def install_hooks(self, model: torch.nn.Module, ctx: WorkerContext) -> None: ...
+
+
+@runtime_checkable
+class Scheduler(Protocol):
+    """Runs a placed job; returns the exit status of the job."""
+
+    def launch(self, job: JobSpec, entrypoint: Any) -> None: ...
+
+
+@runtime_checkable
+class CostPolicy(Protocol):
+    def quote(self, device_type: str, devices: int, seconds: float) -> CostQuote: ...
+
+
+@dataclass
+class WorkerContext:
+    """What one worker process knows about itself; handed to strategies and hooks."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    device: Any
+    run_dir: str
+    config: Any = None
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def import_target(target: str) -> Any:
+    """Import ``"module:attr.sub"`` and return the attribute."""
+    module_name, _, attr = target.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in filter(None, attr.split(".")):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _module_exists(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False

@@ -1,0 +1,57 @@
+"""A storage tier is an fsspec filesystem plus a root; keys are ``/``-separated relative paths."""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Any
+
+
+class FsspecTier:
+    """Read, write, list, size and evict objects under ``root`` of an fsspec filesystem.
+
+    Writes go to a temporary key first and are moved into place, so a reader never sees a
+    partial object on filesystems that move atomically (local, memory, most shared ones).
+    """
+
+    def __init__(self, fs: Any, root: str) -> None:
+        self.fs = fs
+        self.root = root.rstrip("/")
+
+    def path(self, key: str) -> str:
+        return posixpath.join(self.root, key) if key else self.root
+
+    def read(self, key: str) -> bytes:
+        return self.fs.cat_file(self.path(key))
+
+    def write(self, key: str, data: bytes) -> None:
+        target = self.path(key)
+        self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
+        tmp = f"{target}.partial"
+        self.fs.pipe_file(tmp, data)
+        self.fs.mv(tmp, target)
+
+    def put_file(self, local_path: str, key: str) -> None:
+        target = self.path(key)
+        self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
+        self.fs.put_file(local_path, target)
+
+    def get_file(self, key: str, local_path: str) -> None:
+        self.fs.get_file(self.path(key), local_path)
+
+    def exists(self, key: str) -> bool:
+        return bool(self.fs.exists(self.path(key)))
+
+    def list(self, prefix: str = "") -> list[str]:
+        base = self.path(prefix)
+        if not self.fs.exists(base):
+            return []
+        found = self.fs.find(base)
+        root = self.fs._strip_protocol(self.root)
+        return sorted(posixpath.relpath(self.fs._strip_protocol(p), root) for p in found)
+
+    def size(self, key: str) -> int:
+        return int(self.fs.size(self.path(key)))
+
+    def evict(self, key: str) -> None:
+        if self.fs.exists(self.path(key)):
+            self.fs.rm(self.path(key), recursive=True)

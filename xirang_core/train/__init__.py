@@ -1,0 +1,1 @@
+"""Training: one worker's assembly and its loop."""

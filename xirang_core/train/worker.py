@@ -1,0 +1,188 @@
+"""One worker: read the run's resolved config, assemble the parts from the registry, train.
+
+Every worker (one in-process, or N under the elastic launcher) starts here with the run
+directory that the launching process created and filled with ``config.yaml``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import yaml
+
+from xirang_core.data.stdlib_corpus import ensure_packed
+from xirang_core.data.tokens import TokenBatches, TokenShards
+from xirang_core.errors import ConfigError
+from xirang_core.plugins import Registry, get_registry
+from xirang_core.specs import WorkerContext
+from xirang_core.train import report
+from xirang_core.train.loop import LoopSettings, Trainer, evaluate
+from xirang_core.train.optim import build_optimizer
+
+CONFIG_FILE = "config.yaml"
+EVAL_BATCHES = 8
+
+
+@dataclass
+class Assembly:
+    """The parts of one worker, built from the config; the overhead benchmark reuses it."""
+
+    ctx: WorkerContext
+    model: torch.nn.Module
+    wrapped: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    train: TokenBatches
+    val: TokenBatches
+    settings: LoopSettings
+
+
+def main(run_dir: str) -> None:
+    """Entry point of every worker process."""
+    config = yaml.safe_load((Path(run_dir) / CONFIG_FILE).read_text())
+    registry = get_registry()
+    ctx = open_worker(config, run_dir, registry)
+    try:
+        parts = assemble(config, ctx, registry)
+        registry.hook.xirang_on_run_start(ctx=ctx, config=config)
+        train_and_report(config, parts, registry)
+    except BaseException as exc:
+        registry.hook.xirang_on_fault(ctx=ctx, error=exc)
+        raise
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def open_worker(config: dict[str, Any], run_dir: str, registry: Registry) -> WorkerContext:
+    """Rank, device and process group for this process."""
+    rank = int(os.environ.get("RANK", 0))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    threads = config["trainer"]["threads"]
+    torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // world_size))
+    backend = registry.create("device", config["device"])
+    device = backend.torch_device(local_rank)
+    ctx = WorkerContext(rank, local_rank, world_size, device, run_dir, config)
+    if world_size > 1:
+        dist.init_process_group(backend=config["runtime"]["collective_backend"])
+    return ctx
+
+
+def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> Assembly:
+    trainer, data = config["trainer"], config["data"]
+    torch.manual_seed(config["seed"])
+    model_settings = {k: v for k, v in config["model"].items() if k not in ("family", "name")}
+    model = registry.load("model", config["model"]["family"]).from_config(model_settings)
+    model = model.to(ctx.device)
+    wrapped = registry.create("parallel", config["parallel"]).wrap(model, ctx)
+    comm = config["comm"]
+    if comm["name"] != "auto":
+        registry.create("comm", comm).install_hooks(wrapped, ctx)
+    shards = TokenShards.open(dataset_folder(data), data["val_fraction"])
+    micro = trainer["micro_batch"]
+    seq_len = data["seq_len"]
+    max_len = model_settings.get("max_seq_len", seq_len)
+    if seq_len > max_len:
+        raise ConfigError(f"data.seq_len={seq_len} exceeds model.max_seq_len={max_len}")
+    settings = LoopSettings(
+        max_steps=trainer["max_steps"],
+        accum_steps=trainer["global_batch"] // ctx.world_size // micro,
+        micro_batch=micro,
+        seq_len=seq_len,
+        log_every=trainer["log_every"],
+        grad_clip=trainer["grad_clip"],
+        optim=config["optim"],
+        flops_per_token=model.flops_per_token(seq_len),
+        peak_flops=config["runtime"]["peak_flops_per_worker"] * ctx.world_size,
+    )
+    seed = config["seed"]
+    return Assembly(
+        ctx=ctx,
+        model=model,
+        wrapped=wrapped,
+        optimizer=build_optimizer(model, config["optim"]),
+        train=TokenBatches(shards, seq_len, micro, seed, ctx.rank, "train"),
+        val=TokenBatches(shards, seq_len, micro, seed, ctx.rank, "val"),
+        settings=settings,
+    )
+
+
+def dataset_folder(data: dict[str, Any]) -> Path:
+    if data["name"] == "stdlib":
+        return ensure_packed()
+    raise ConfigError(f"data={data['name']}: unknown data source. Valid: stdlib")
+
+
+def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry) -> None:
+    ctx = parts.ctx
+    run_dir = Path(ctx.run_dir)
+    metrics = report.MetricsLog(run_dir) if ctx.is_main else None
+    started = time.perf_counter()
+    trainer = Trainer(
+        parts.wrapped, parts.optimizer, parts.train, parts.settings, ctx, registry.hook, metrics
+    )
+    records = trainer.fit()
+    wall = time.perf_counter() - started
+    if not ctx.is_main:
+        return
+    val_loss = evaluate(parts.model, parts.val, ctx.device, EVAL_BATCHES)
+    records[-1]["val_loss"] = round(val_loss, 5)
+    summary = summarize(config, parts, records, wall, registry)
+    summary["sample"] = sample_text(parts.model, config["trainer"], ctx.device)
+    report.plot_loss(records, run_dir / report.PLOT_FILE, f"{config['model']['name']} loss")
+    report.write_summary(run_dir, summary)
+    registry.hook.xirang_on_run_end(ctx=ctx, summary=summary)
+
+
+def summarize(
+    config: dict[str, Any],
+    parts: Assembly,
+    records: list[dict[str, Any]],
+    wall: float,
+    registry: Registry,
+) -> dict[str, Any]:
+    first, last = records[0], records[-1]
+    runtime = config["runtime"]
+    tokens = last["tokens"]
+    tokens_per_s = tokens / wall
+    peak = parts.settings.peak_flops
+    quote = registry.create("cost", config["cost"]).quote(
+        runtime["device_type"], runtime["devices"], wall
+    )
+    return {
+        "run_dir": parts.ctx.run_dir,
+        "project": config["project"],
+        "model": config["model"]["name"],
+        "params": parts.model.num_params(),
+        "steps": last["step"],
+        "tokens": tokens,
+        "first_loss": first["loss"],
+        "final_loss": last["loss"],
+        "val_loss": last["val_loss"],
+        "loss_drop_pct": round(100 * (1 - last["loss"] / first["loss"]), 2),
+        "tokens_per_s": round(tokens_per_s, 1),
+        "mfu": round(tokens_per_s * parts.settings.flops_per_token / peak, 5) if peak else 0.0,
+        "peak_tflops": round(peak / 1e12, 4),
+        "wall_time_s": round(wall, 3),
+        "world_size": parts.ctx.world_size,
+        "device": runtime["device_model"],
+        "cost": {"amount": quote.amount, "currency": quote.currency, "policy": config["cost"]["name"]},
+        "tokens_per_cost": round(tokens / quote.amount, 1) if quote.amount else None,
+    }
+
+
+def sample_text(model: torch.nn.Module, trainer: dict[str, Any], device: Any) -> str:
+    """A short continuation of ``trainer.sample_prompt``; tokens are bytes (ids over 255 are
+    not text in the embedded corpus and are dropped)."""
+    if trainer["sample_tokens"] <= 0:
+        return ""
+    torch.manual_seed(0)
+    prompt = torch.tensor([list(trainer["sample_prompt"].encode())], device=device)
+    out = model.generate(prompt, trainer["sample_tokens"])
+    return bytes(t for t in out[0].tolist() if t < 256).decode("utf-8", errors="replace")
