@@ -1,0 +1,44 @@
+"""Shared fixtures: an isolated XIRANG_HOME, and running the real command line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+#: a fast configuration of the embedded run for tests that train end to end
+QUICK = ("trainer.max_steps=6", "trainer.log_every=2", "trainer.sample_tokens=16")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def xirang_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every test shares one cache folder of its own, never the user's ~/.cache/xirang."""
+    home = tmp_path_factory.mktemp("xirang-home")
+    os.environ["XIRANG_HOME"] = str(home)
+    return home
+
+
+@pytest.fixture
+def run_xirang(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run ``python -m xirang ARGS`` in a fresh working folder; outputs land under it."""
+
+    def run(*args: str, env: dict[str, str] | None = None, timeout: float = 300):
+        return subprocess.run(
+            [sys.executable, "-m", "xirang", *args],
+            cwd=tmp_path,
+            env={**os.environ, "COLUMNS": "200", **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    return run
+
+
+def run_dirs(root: Path) -> list[Path]:
+    """Run directories (those holding a config.yaml) under ``root``, oldest first."""
+    return sorted(p.parent for p in root.rglob("config.yaml") if p.parent.name != ".hydra")
