@@ -64,10 +64,12 @@ def _list_commands() -> int:
 def _train(args: list[str]) -> int:
     import hydra
 
-    from xirang_core.config import register_with_hydra
+    from xirang_core.config import check_overrides, register_with_hydra
     from xirang_core.plugins import get_registry
 
-    register_with_hydra(get_registry())
+    registry = get_registry()
+    check_overrides(args, registry)
+    register_with_hydra(registry)
 
     @hydra.main(version_base="1.3", config_path="pkg://xirang_conf", config_name="config")
     def app(cfg: Any) -> dict[str, Any]:

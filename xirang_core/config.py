@@ -8,8 +8,10 @@ validated here, before anything starts, into one clear :class:`ConfigError`.
 
 from __future__ import annotations
 
+import re
 import secrets
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any, ClassVar
 
 from omegaconf import DictConfig, OmegaConf
@@ -77,6 +79,38 @@ def register_with_hydra(registry: Registry) -> None:
     Plugins.instance().register(XirangSearchPath)
     if not OmegaConf.has_resolver("xirang_uid"):
         OmegaConf.register_new_resolver("xirang_uid", lambda: _RUN_UID)
+
+
+def group_options(registry: Registry) -> dict[str, set[str]]:
+    """Every config group and its options, from the core's folder and each plugin's."""
+    from importlib.resources import files
+
+    folders = [Path(str(files("xirang_conf")))]
+    for path in registry.config_search_paths():
+        if path.startswith("file://"):
+            folders.append(Path(path.removeprefix("file://")))
+        elif path.startswith("pkg://"):
+            folders.append(Path(str(files(path.removeprefix("pkg://")))))
+    options: dict[str, set[str]] = {}
+    for folder in folders:
+        for option in folder.glob("*/*.yaml"):
+            options.setdefault(option.parent.name, set()).add(option.stem)
+    return options
+
+
+def check_overrides(args: list[str], registry: Registry) -> None:
+    """Reject ``group=option`` overrides naming an option that does not exist, listing the valid
+    ones, before Hydra prints its search path at the user."""
+    options = group_options(registry)
+    for arg in args:
+        match = re.fullmatch(r"([A-Za-z_][\w]*)=([\w.,-]+)", arg)
+        if not match or match.group(1) not in options:
+            continue
+        group, values = match.groups()
+        for value in values.split(","):
+            if value not in options[group]:
+                valid = ", ".join(sorted(options[group]))
+                raise ConfigError(f"{group}={value}: no such option. Valid {group} options: {valid}")
 
 
 def validate(cfg: DictConfig, registry: Registry) -> dict[str, Any]:

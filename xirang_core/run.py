@@ -65,6 +65,7 @@ def resolve_runtime(config: dict[str, Any], registry: Registry) -> dict[str, Any
         if comm["name"] == AUTO
         else registry.create("comm", comm).backend_for(backend.type)
     )
+    registry.create("cost", config["cost"]).quote(backend.type, 1, 0.0)  # can it price us?
     threads = config["trainer"]["threads"] or max(1, (os.cpu_count() or 1) // nproc)
     with _torch_threads(threads):
         calibration = backend.calibrate()

@@ -1,0 +1,23 @@
+"""Price device time by energy drawn (``cost=energy``)."""
+
+from pathlib import Path
+
+from xirang import hookimpl
+from xirang.specs import CostPolicySpec
+
+
+@hookimpl
+def xirang_cost_policies() -> list[CostPolicySpec]:
+    return [
+        CostPolicySpec(
+            name="energy",
+            target="xirang_energy_cost.policy:EnergyPrice",
+            schema="xirang_energy_cost.policy:EnergyConfig",
+            description="watts per device type x hours x price per kWh",
+        )
+    ]
+
+
+@hookimpl
+def xirang_config_search_paths() -> list[str]:
+    return [f"file://{Path(__file__).parent / 'conf'}"]

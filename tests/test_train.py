@@ -1,0 +1,85 @@
+"""The embedded run end to end, as ``python -m xirang`` does it."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import QUICK, run_dirs
+
+pytestmark = pytest.mark.slow
+
+
+def read_summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def test_default_run_learns_and_leaves_its_artefacts(run_xirang, tmp_path):
+    """The headline promise: no arguments, and the loss falls by at least 40%."""
+    result = run_xirang()
+    assert result.returncode == 0, result.stderr[-3000:]
+    [run_dir] = run_dirs(tmp_path)
+    summary = read_summary(run_dir)
+    assert summary["steps"] == 300
+    assert summary["final_loss"] <= 0.6 * summary["first_loss"]
+    assert 0 < summary["mfu"] < 1 and summary["tokens_per_s"] > 0 and summary["wall_time_s"] > 0
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert records[0]["step"] == 1 and records[-1]["step"] == 300
+    assert (run_dir / "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["device"]["name"] == "cpu"  # device=auto resolved and recorded
+    assert summary["sample"].startswith("def ") and summary["sample"] in result.stdout
+
+
+def test_two_ddp_workers_share_one_run_directory(run_xirang, tmp_path):
+    result = run_xirang("trainer.nproc=2", "parallel=ddp", *QUICK)
+    assert result.returncode == 0, result.stderr[-3000:]
+    [run_dir] = run_dirs(tmp_path)
+    summary = read_summary(run_dir)
+    assert summary["world_size"] == 2 and summary["steps"] == 6
+    assert summary["tokens"] == 6 * 16 * 128
+
+
+def test_sweep_runs_each_job_and_tabulates_final_losses(run_xirang, tmp_path):
+    result = run_xirang("-m", "optim.lr=1e-3,3e-3", *QUICK)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(run_dirs(tmp_path)) == 2
+    [table] = list(tmp_path.rglob("sweep_results.csv"))
+    rows = list(csv.DictReader(table.open()))
+    assert sorted(r["overrides"].split()[0] for r in rows) == ["optim.lr=0.001", "optim.lr=0.003"]
+    assert all(float(r["final_loss"]) > 0 for r in rows)
+    assert "sweep results" in result.stdout
+
+
+def test_overrides_reach_the_run(run_xirang, tmp_path):
+    result = run_xirang("model=gpt_small", "trainer.max_steps=2", "optim.lr=1e-3",
+                        "trainer.sample_tokens=0", "trainer.global_batch=4")
+    assert result.returncode == 0, result.stderr[-3000:]
+    [run_dir] = run_dirs(tmp_path)
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["model"]["name"] == "gpt_small" and config["optim"]["lr"] == 1e-3
+    assert read_summary(run_dir)["params"] > 5_000_000
+
+
+def test_the_corpus_is_packed_once_and_a_failed_start_leaves_it_intact(
+    run_xirang, tmp_path, xirang_home
+):
+    assert run_xirang(*QUICK).returncode == 0
+    before = _fingerprint(xirang_home / "datasets")
+    failed = run_xirang("trainer.nproc=3", "parallel=ddp")
+    assert failed.returncode != 0
+    assert run_xirang(*QUICK).returncode == 0
+    assert _fingerprint(xirang_home / "datasets") == before
+
+
+def _fingerprint(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
