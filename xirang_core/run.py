@@ -30,7 +30,7 @@ def launch(cfg: DictConfig) -> dict[str, Any]:
     config = validate(cfg, registry)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     config["runtime"] = resolve_runtime(config, registry)
-    worker.dataset_folder(config["data"])  # pack once here, not once per worker
+    worker.dataset_folder(config["data"], config["storage"])  # pin once, not per worker
     (run_dir / worker.CONFIG_FILE).write_text(yaml.safe_dump(config, sort_keys=False))
     trainer = config["trainer"]
     job = JobSpec(str(run_dir), trainer["nproc"], config["project"], trainer["max_restarts"])
@@ -38,6 +38,23 @@ def launch(cfg: DictConfig) -> dict[str, Any]:
     summary = report.read_summary(run_dir)
     report.print_summary(summary)
     return summary
+
+
+def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """A run's validated, resolved config from overrides, without Hydra's command line: for
+    benchmarks, notebooks and tests that assemble a worker in-process."""
+    from hydra import compose, initialize_config_module
+
+    from xirang_core.config import check_overrides, register_with_hydra
+
+    registry = get_registry()
+    check_overrides(list(overrides), registry)
+    register_with_hydra(registry)
+    with initialize_config_module("xirang_conf", version_base="1.3"):
+        cfg = compose("config", overrides=list(overrides))
+    config = validate(cfg, registry)
+    config["runtime"] = resolve_runtime(config, registry)
+    return config
 
 
 def resolve_runtime(config: dict[str, Any], registry: Registry) -> dict[str, Any]:

@@ -1,72 +1,106 @@
-"""Batches of token windows drawn from byte shards.
+"""Batches of token windows for the training run, drawn from a snapshot through the reader.
 
-The draw for (step, micro-batch, rank) depends on nothing else, so a run resumes at any step, on
-any number of workers, with exactly the batches it would have seen; ranks never overlap.
+Each sample (a document) starts one window of ``seq_len + 1`` tokens per epoch, at a seeded
+offset inside it, running on into the next stored documents when it is short. Which documents
+a (step, micro-batch, rank) reads comes from the reader's order and partition, so the draw
+depends on nothing else: a run resumes at any step, on any number of workers, with exactly the
+batches it would have seen; ranks never overlap, and each epoch sees every document once.
+Tokens come from the feature cache, computed once per (snapshot, tokeniser).
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from functools import lru_cache
 
 import numpy as np
+import pyarrow as pa
 import torch
 
+from xirang_core.data.features import Features, cached, utf8_bytes
+from xirang_core.data.order import EpochOrder, Partition
+from xirang_core.data.reader import ShardReader
 from xirang_core.errors import DataError
 
 
 @dataclass
-class TokenShards:
-    """Memory-mapped shards, split into a training part and a held-out tail for validation."""
+class TokenCorpus:
+    """A snapshot's documents as token arrays, split into training and held-out samples."""
 
-    arrays: list[np.ndarray]
-    val_fraction: float
+    features: Features
+    train_ids: np.ndarray
+    val_ids: np.ndarray
+    order: EpochOrder
+    snapshot: str
+    from_cache: bool
 
     @classmethod
-    def open(cls, folder: Path, val_fraction: float) -> TokenShards:
-        index_path = folder / "index.json"
-        if not index_path.exists():
-            raise DataError(f"{folder} has no index.json; it is not a packed dataset")
-        index = json.loads(index_path.read_text())
-        arrays = []
-        for shard in index["shards"]:
-            path = folder / shard["name"]
-            if not path.exists() or path.stat().st_size != shard["bytes"]:
-                raise DataError(f"shard {path} is missing or truncated; delete {folder} to repack")
-            arrays.append(np.memmap(path, dtype=np.uint8, mode="r"))
-        return cls(arrays, val_fraction)
+    def open(cls, reader: ShardReader, root, val_fraction: float) -> TokenCorpus:
+        transform, apply = utf8_bytes()
+        snap = reader.snap
+        features, hit = cached(root, snap.id, transform, lambda: _all_tables(reader), apply)
+        n = len(features.offsets) - 1
+        n_val = round(n * val_fraction) if val_fraction else 0
+        if n - n_val < 1:
+            raise DataError(f"snapshot {snap.id} has {n} samples; none left for training")
+        ids = np.arange(n)
+        return cls(features, ids[: n - n_val], ids[n - n_val :], reader.order(), snap.id, hit)
 
-    def split_point(self, array: np.ndarray) -> int:
-        return int(len(array) * (1 - self.val_fraction))
+
+def _all_tables(reader: ShardReader) -> Iterator[pa.Table]:
+    """Every shard in index order, through the reader's tiers (checksums included)."""
+    fetcher = reader.fetcher
+    for shard in range(len(reader.snap.shards)):
+        yield fetcher.table(shard, lambda s: float(s), {shard})
 
 
 class TokenBatches:
-    """Deterministic random windows of ``seq_len + 1`` tokens; ``split`` is train or val."""
+    """Deterministic windows for (step, micro-batch, rank); ``split`` is train or val."""
 
     def __init__(
-        self, shards: TokenShards, seq_len: int, batch: int, seed: int, rank: int, split: str
+        self, corpus: TokenCorpus, seq_len: int, part: Partition, accum: int, seed: int, split: str
     ) -> None:
-        self.shards, self.seq_len, self.batch = shards, seq_len, batch
-        self.seed, self.rank, self.split = seed, rank, split
-        spans = [self._span(a) for a in shards.arrays]
-        self.spans = [(i, lo, hi) for i, (lo, hi) in enumerate(spans) if hi - lo > seq_len + 1]
-        if not self.spans:
-            raise DataError(f"no shard holds a {split} window of {seq_len + 1} tokens")
-        weights = np.array([hi - lo for _, lo, hi in self.spans], dtype=np.float64)
-        self.weights = weights / weights.sum()
+        self.corpus, self.seq_len, self.part = corpus, seq_len, part
+        self.accum, self.seed, self.split = accum, seed, split
+        self.ids = corpus.train_ids if split == "train" else corpus.val_ids
+        if split == "val" and len(self.ids) == 0:
+            self.ids = corpus.train_ids  # no held-out part: evaluate on training documents
+        if len(corpus.features.tokens) <= seq_len + 1:
+            raise DataError(f"the corpus holds fewer than {seq_len + 1} tokens; lower data.seq_len")
 
-    def _span(self, array: np.ndarray) -> tuple[int, int]:
-        cut = self.shards.split_point(array)
-        return (0, cut) if self.split == "train" else (cut, len(array))
+    @lru_cache(maxsize=4)  # noqa: B019 - a few epochs' orders, owned by this object
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """This split's documents in the reader's order for ``epoch``."""
+        if self.split != "train":
+            return self.ids
+        order = EpochOrder(
+            self.corpus.order.shard_samples,
+            self.seed,
+            epoch,
+            self.corpus.order.shuffle,
+            self.corpus.order.block_shards,
+        ).samples
+        return order[np.isin(order, self.ids, assume_unique=True)]
+
+    def documents(self, step: int, micro: int) -> np.ndarray:
+        """Document ids of this rank's rows for (step, micro); positions run on across epochs."""
+        batch = (step - 1) * self.accum + micro if self.split == "train" else step
+        positions = self.part.positions(batch)
+        n = len(self.ids)
+        docs = np.empty(len(positions), dtype=np.int64)
+        for epoch in np.unique(positions // n):
+            mask = positions // n == epoch
+            docs[mask] = self.epoch_order(int(epoch))[positions[mask] % n]
+        return docs
 
     def get(self, step: int, micro: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        rng = np.random.default_rng([self.seed, step, micro, self.rank, self.split == "val"])
-        picks = rng.choice(len(self.spans), size=self.batch, p=self.weights)
-        rows = np.empty((self.batch, self.seq_len + 1), dtype=np.int64)
-        for row, pick in enumerate(picks):
-            shard, lo, hi = self.spans[pick]
-            start = int(rng.integers(lo, hi - self.seq_len - 1))
-            rows[row] = self.shards.arrays[shard][start : start + self.seq_len + 1]
-        tokens = torch.from_numpy(rows)
+        docs = self.documents(step, micro)
+        feats = self.corpus.features
+        span = self.seq_len + 1
+        room = np.maximum(feats.lengths()[docs] - span, 0)
+        rng = np.random.default_rng([self.seed, step, micro, self.part.rank, self.split == "val"])
+        starts = feats.offsets[docs] + (rng.random(len(docs)) * (room + 1)).astype(np.int64)
+        index = (starts[:, None] + np.arange(span)) % len(feats.tokens)
+        tokens = torch.from_numpy(np.asarray(feats.tokens[index], dtype=np.int64))
         return tokens[:, :-1], tokens[:, 1:]

@@ -16,8 +16,8 @@ import torch
 import torch.distributed as dist
 import yaml
 
-from xirang_core.data.stdlib_corpus import ensure_packed
-from xirang_core.data.tokens import TokenBatches, TokenShards
+from xirang_core.data.tokens import TokenBatches
+from xirang_core.data.training import resolve_dataset, run_batches
 from xirang_core.errors import ConfigError
 from xirang_core.plugins import Registry, get_registry
 from xirang_core.specs import WorkerContext
@@ -40,6 +40,7 @@ class Assembly:
     train: TokenBatches
     val: TokenBatches
     settings: LoopSettings
+    comm: Any = None  # the comm option's hooks, when one is installed: they report bytes/overlap
 
 
 def main(run_dir: str) -> None:
@@ -80,11 +81,15 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
     model_settings = {k: v for k, v in config["model"].items() if k not in ("family", "name")}
     model = registry.load("model", config["model"]["family"]).from_config(model_settings)
     model = model.to(ctx.device)
-    wrapped = registry.create("parallel", config["parallel"]).wrap(model, ctx)
-    comm = config["comm"]
+    flops_per_token = model.flops_per_token(data["seq_len"])  # of the whole model, before a split
+    strategy = registry.create("parallel", config["parallel"])
+    if hasattr(strategy, "build_mesh"):
+        ctx.mesh = strategy.build_mesh(ctx)
+    wrapped = strategy.wrap(model, ctx)
+    comm, sync = config["comm"], None
     if comm["name"] != "auto":
-        registry.create("comm", comm).install_hooks(wrapped, ctx)
-    shards = TokenShards.open(dataset_folder(data), data["val_fraction"])
+        sync = registry.create("comm", comm)
+        sync.install_hooks(wrapped, ctx)
     micro = trainer["micro_batch"]
     seq_len = data["seq_len"]
     max_len = model_settings.get("max_seq_len", seq_len)
@@ -92,31 +97,32 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
         raise ConfigError(f"data.seq_len={seq_len} exceeds model.max_seq_len={max_len}")
     settings = LoopSettings(
         max_steps=trainer["max_steps"],
-        accum_steps=trainer["global_batch"] // ctx.world_size // micro,
+        accum_steps=trainer["global_batch"] // ctx.data_world // micro,
         micro_batch=micro,
         seq_len=seq_len,
         log_every=trainer["log_every"],
         grad_clip=trainer["grad_clip"],
         optim=config["optim"],
-        flops_per_token=model.flops_per_token(seq_len),
+        flops_per_token=flops_per_token,
         peak_flops=config["runtime"]["peak_flops_per_worker"] * ctx.world_size,
     )
-    seed = config["seed"]
+    train, val = run_batches(config, ctx.data_rank, ctx.data_world, micro, settings.accum_steps)
     return Assembly(
         ctx=ctx,
         model=model,
         wrapped=wrapped,
         optimizer=build_optimizer(model, config["optim"]),
-        train=TokenBatches(shards, seq_len, micro, seed, ctx.rank, "train"),
-        val=TokenBatches(shards, seq_len, micro, seed, ctx.rank, "val"),
+        train=train,
+        val=val,
         settings=settings,
+        comm=sync,
     )
 
 
-def dataset_folder(data: dict[str, Any]) -> Path:
-    if data["name"] == "stdlib":
-        return ensure_packed()
-    raise ConfigError(f"data={data['name']}: unknown data source. Valid: stdlib")
+def dataset_folder(data: dict[str, Any], storage: dict[str, Any] | None = None) -> str:
+    """Pin the run's dataset snapshot into ``data`` (preparing the embedded corpus if needed);
+    returns the snapshot id."""
+    return resolve_dataset(data, storage)
 
 
 def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry) -> None:
@@ -129,12 +135,19 @@ def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry
     )
     records = trainer.fit()
     wall = time.perf_counter() - started
+    # a split model evaluates and samples on every worker together (their forwards exchange
+    # shards); a replicated one only on the main worker
+    if not ctx.is_main and ctx.mesh is None:
+        return
+    evaluated = parts.wrapped if ctx.mesh is not None else parts.model
+    val_loss = evaluate(evaluated, parts.val, ctx.device, EVAL_BATCHES)
+    pipelined = hasattr(parts.wrapped, "xirang_step")
+    sample = "" if pipelined else sample_text(parts.model, config["trainer"], ctx.device)
     if not ctx.is_main:
         return
-    val_loss = evaluate(parts.model, parts.val, ctx.device, EVAL_BATCHES)
     records[-1]["val_loss"] = round(val_loss, 5)
     summary = summarize(config, parts, records, wall, registry)
-    summary["sample"] = sample_text(parts.model, config["trainer"], ctx.device)
+    summary["sample"] = sample
     report.plot_loss(records, run_dir / report.PLOT_FILE, f"{config['model']['name']} loss")
     report.write_summary(run_dir, summary)
     registry.hook.xirang_on_run_end(ctx=ctx, summary=summary)
@@ -171,10 +184,18 @@ def summarize(
         "peak_tflops": round(peak / 1e12, 4),
         "wall_time_s": round(wall, 3),
         "world_size": parts.ctx.world_size,
+        "data_snapshot": config["data"].get("snapshot", ""),
         "device": runtime["device_model"],
         "cost": {"amount": quote.amount, "currency": quote.currency, "policy": config["cost"]["name"]},
         "tokens_per_cost": round(tokens / quote.amount, 1) if quote.amount else None,
+        **comm_report(parts, last["step"]),
     }
+
+
+def comm_report(parts: Assembly, steps: int) -> dict[str, Any]:
+    """The comm option's bytes on the wire and hidden communication (main worker's view)."""
+    report_of = getattr(parts.comm, "report", None)
+    return {"comm": report_of(steps)} if report_of and parts.ctx.world_size > 1 else {}
 
 
 def sample_text(model: torch.nn.Module, trainer: dict[str, Any], device: Any) -> str:

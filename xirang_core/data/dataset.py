@@ -1,0 +1,90 @@
+"""A run's dataset: the ``data`` config group resolved to one pinned snapshot and its tiers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from xirang_core.data.fetch import TierSettings
+from xirang_core.data.reader import ReadSettings, ShardReader
+from xirang_core.data.snapshot import Snapshot, load
+from xirang_core.errors import ConfigError
+from xirang_core.paths import xirang_home
+from xirang_core.storage.cache import check_separate
+from xirang_core.storage.retry import RetryPolicy
+from xirang_core.storage.tier import FsspecTier
+
+
+@dataclass
+class DataConfig:
+    """Every ``data.*`` key; ``conf/data/*.yaml`` documents them."""
+
+    name: str = "stdlib"
+    uri: str = ""
+    snapshot: str = ""
+    seq_len: int = 128
+    val_fraction: float = 0.01
+    shuffle: bool = True
+    shuffle_block: int = 4
+    cache_dir: str = ""
+    cache_limit_bytes: int = 8 * 2**30
+    memory_limit_bytes: int = 2 * 2**30
+    prefetch_shards: int = 4
+    origin_concurrency: int = 8
+    origin_deadline_s: float = 300.0
+
+
+def check(data: dict[str, Any]) -> DataConfig:
+    """``data`` as a :class:`DataConfig`; unknown keys name the valid ones."""
+    known = {f.name for f in fields(DataConfig)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"data.{unknown[0]}: no such setting. Valid: {', '.join(sorted(known))}")
+    cfg = DataConfig(**data)
+    if not 0 <= cfg.val_fraction < 1:
+        raise ConfigError(f"data.val_fraction={cfg.val_fraction}: must be in [0, 1)")
+    if cfg.name != "stdlib" and not cfg.uri:
+        raise ConfigError(f"data={cfg.name} needs data.uri=<dataset root, folder or s3://...>")
+    return cfg
+
+
+def resolve(data: dict[str, Any], storage: dict[str, Any] | None) -> tuple[FsspecTier, Snapshot]:
+    """The origin tier and the pinned snapshot; records ``uri`` and ``snapshot`` in ``data`` so
+    the run's config.yaml names exactly the bytes it trains on."""
+    from xirang_core.data.stdlib_corpus import ensure_prepared
+    from xirang_core.storage.locate import tier_for
+
+    cfg = check(data)
+    uri = cfg.uri or str(ensure_prepared())
+    tier = tier_for(uri, storage)
+    snap = load(tier, cfg.snapshot)
+    data.update(uri=uri, snapshot=snap.id)
+    return tier, snap
+
+
+def tier_settings(cfg: DataConfig, origin_root: str) -> TierSettings:
+    """Cache and origin limits; local origins are read in place, remote ones cached on disk."""
+    remote = "://" in origin_root and not origin_root.startswith("file://")
+    cache_dir = cfg.cache_dir or (str(xirang_home() / "cache" / "shards") if remote else "")
+    if cache_dir:
+        check_separate(cache_dir, origin_root)
+    return TierSettings(
+        cache_dir=cache_dir,
+        cache_limit_bytes=cfg.cache_limit_bytes,
+        memory_limit_bytes=cfg.memory_limit_bytes,
+        prefetch_shards=cfg.prefetch_shards,
+        retry=RetryPolicy(max_concurrency=cfg.origin_concurrency, deadline_s=cfg.origin_deadline_s),
+    )
+
+
+def open_reader(
+    data: dict[str, Any], storage: dict[str, Any] | None, read: ReadSettings
+) -> ShardReader:
+    """A reader over the run's pinned snapshot."""
+    tier, snap = resolve(data, storage)
+    return ShardReader(snap, tier, read, tier_settings(check(data), tier.root))
+
+
+def feature_root() -> Path:
+    return xirang_home() / "features"

@@ -1,0 +1,125 @@
+"""Shards from the origin through the tiers: decoded in memory, bytes on local disk, origin.
+
+Every shard is checked against its index checksum wherever it came from. A bad copy is dropped
+and fetched once more straight from the origin; a second bad copy is an error naming the shard,
+never silently read. Memory holds decoded shards up to a byte budget and, like the disk cache,
+evicts the one needed furthest in the future.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from xirang_core.data import shards
+from xirang_core.data.shards import ShardInfo
+from xirang_core.errors import DataError
+from xirang_core.storage.cache import DiskCache, NextUse, furthest_first
+from xirang_core.storage.retry import RetryPolicy, Throttle
+from xirang_core.storage.tier import FsspecTier
+
+
+@dataclass(frozen=True)
+class TierSettings:
+    """Byte budgets and origin limits (``data.cache_*`` and ``data.origin_*``)."""
+
+    cache_dir: str = ""  # empty: no disk tier, read the origin directly
+    cache_limit_bytes: int = 8 * 2**30
+    memory_limit_bytes: int = 2 * 2**30
+    prefetch_shards: int = 4
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+
+class ShardFetcher:
+    """Decoded shards by index position, through memory, the disk cache and the origin."""
+
+    def __init__(self, origin: FsspecTier, infos: tuple[ShardInfo, ...], settings: TierSettings):
+        self.origin, self.infos, self.settings = origin, infos, settings
+        self.throttle = Throttle(settings.retry)
+        self.disk = (
+            DiskCache(settings.cache_dir, settings.cache_limit_bytes)
+            if settings.cache_dir
+            else None
+        )
+        self.memory: dict[int, pa.Table] = {}
+        self.lock = threading.Lock()
+        self.pool = ThreadPoolExecutor(max_workers=max(1, settings.retry.max_concurrency))
+        self.inflight: dict[int, Future[pa.Table]] = {}
+        self.origin_bytes = 0
+
+    def table(self, shard: int, next_use: Callable[[int], float], protect: set[int]) -> pa.Table:
+        """Shard ``shard`` decoded; waits for its prefetch if one is running."""
+        with self.lock:
+            if shard in self.memory:
+                return self.memory[shard]
+            future = self.inflight.get(shard)
+        table = future.result() if future else self._load(shard, next_use, protect)
+        self._remember(shard, table, next_use, protect)
+        return table
+
+    def prefetch(
+        self, shards_ahead: list[int], next_use: Callable[[int], float], protect: set[int]
+    ):
+        """Start loading upcoming shards in exactly the order they will be read."""
+        for shard in shards_ahead[: self.settings.prefetch_shards]:
+            with self.lock:
+                if shard in self.memory or shard in self.inflight:
+                    continue
+                future = self.pool.submit(self._load, shard, next_use, protect)
+                self.inflight[shard] = future
+            future.add_done_callback(lambda f, s=shard: self._prefetched(s, f, next_use, protect))
+
+    def _prefetched(self, shard: int, future: Future, next_use, protect) -> None:
+        if future.exception() is None:
+            self._remember(shard, future.result(), next_use, protect)
+        with self.lock:
+            self.inflight.pop(shard, None)
+
+    def _remember(self, shard: int, table: pa.Table, next_use, protect: set[int]) -> None:
+        """Keep a decoded shard in memory, evicting furthest-in-future ones over the budget."""
+        with self.lock:
+            self.memory[shard] = table
+            used = sum(t.nbytes for t in self.memory.values())
+            keys = [str(k) for k in self.memory if k not in protect and k != shard]
+            for victim in furthest_first(keys, lambda k: next_use(int(k))):
+                if used <= self.settings.memory_limit_bytes:
+                    break
+                used -= self.memory.pop(int(victim)).nbytes
+
+    def _load(self, shard: int, next_use: Callable[[int], float], protect: set[int]) -> pa.Table:
+        info = self.infos[shard]
+        data = self._bytes(info, self._key_use(next_use), {self.infos[p].key for p in protect})
+        if not shards.checksum_ok(data, info):
+            if self.disk:
+                self.disk.evict(info.key)
+            data = self._from_origin(info)
+            if not shards.checksum_ok(data, info):
+                raise DataError(
+                    f"shard {info.key} is corrupt or truncated at the origin {self.origin.root} "
+                    f"({len(data)} bytes, expected {info.bytes} with sha256 {info.sha256[:12]}…); "
+                    "re-run `xirang data prepare` or `xirang data sync` for this snapshot"
+                )
+            if self.disk:
+                self.disk.store(info.key, data, self._key_use(next_use), set())
+        return shards.decode(data, info.key)
+
+    def _bytes(self, info: ShardInfo, next_use: NextUse, protect: set[str]) -> bytes:
+        if self.disk is None:
+            return self._from_origin(info)
+        return self.disk.get(info.key, lambda: self._from_origin(info), next_use, protect)
+
+    def _from_origin(self, info: ShardInfo) -> bytes:
+        data = self.throttle.call(lambda: self.origin.read(info.key))
+        self.origin_bytes += len(data)
+        return data
+
+    def _key_use(self, next_use: Callable[[int], float]) -> NextUse:
+        index = {info.key: i for i, info in enumerate(self.infos)}
+        return lambda key: next_use(index[key]) if key in index else float("inf")
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)

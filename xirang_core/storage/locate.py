@@ -1,0 +1,33 @@
+"""The storage tier for a URL: the registered tier plugin whose protocols serve its scheme."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import fsspec
+
+from xirang_core.errors import ConfigError
+from xirang_core.storage.tier import FsspecTier
+
+
+def protocol_of(url: str) -> str:
+    proto = fsspec.utils.get_protocol(url)
+    return "file" if proto in ("file", "local") else proto
+
+
+def tier_for(url: str, storage: dict[str, Any] | None = None) -> FsspecTier:
+    """A tier rooted at ``url``; ``storage`` (the run's storage option) supplies settings such as
+    an S3 endpoint when its tier serves the URL's scheme."""
+    from xirang_core.plugins import get_registry
+
+    registry = get_registry()
+    proto = protocol_of(url)
+    names = registry.names("storage")
+    served = [n for n in names if proto in getattr(registry.spec("storage", n), "protocols", ())]
+    if not served:
+        raise ConfigError(
+            f"no storage tier serves {proto}:// (for {url}); installed tiers: {', '.join(names)}"
+        )
+    chosen = storage if storage and storage.get("name") in served else {"name": served[0]}
+    root = url if proto != "file" else fsspec.utils.stringify_path(url).removeprefix("file://")
+    return registry.create("storage", {**chosen, "root": root})
