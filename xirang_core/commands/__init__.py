@@ -17,4 +17,9 @@ def xirang_commands() -> list[CommandSpec]:
             target="xirang_core.commands.devices:main",
             description="inventory, topology, health and calibration of this machine's devices",
         ),
+        CommandSpec(
+            name="data",
+            target="xirang_core.data.cli:main",
+            description="prepare, list, sync and verify dataset snapshots",
+        ),
     ]

@@ -82,7 +82,7 @@ class Gate:
         if isinstance(value, bytes):
             return "not_utf8"
         size = len(value)
-        if size == 0:
+        if size == 0 or (isinstance(value, str) and not value.strip()):
             return "empty"
         if size < self.rules.min_chars:
             return "too_short"
