@@ -1,0 +1,1 @@
+"""Built-in pool policies: FIFO, priority with quotas (default), heterogeneity-aware."""

@@ -1,0 +1,306 @@
+"""The pool's state machine: submit, schedule, preempt, complete, drain.
+
+One engine serves both the REST service and the simulator: they differ only in where time comes
+from and who consumes the :class:`Event` records it emits. A scheduling pass walks the queue in
+the policy's order and, for each job, tries the device types the policy allows, placing the whole
+gang or nothing. Jobs that would run on borrowed capacity are tried after those that fit in
+their project's guarantee, so one pass does not lend capacity it must reclaim at once. A job
+that cannot be placed may preempt running jobs the policy allows; preempted jobs are told (a
+``preempted`` event), lose their devices and are requeued with their attained service kept.
+
+Costs are bounded for large pools: queue and running sets are sorted containers kept up to date
+incrementally, the pass stops once nothing is free, backfill looks at most ``max_scan`` jobs and
+at most ``preempt_scan`` jobs may try preemption per pass.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sortedcontainers import SortedList
+
+from xirang_core.pool.cards import DEFAULT_CLASS, Throughputs
+from xirang_core.pool.cluster import Cluster
+from xirang_core.pool.errors import PoolError
+from xirang_core.pool.jobs import Job, JobState, check_cards
+from xirang_core.pool.placement import place
+from xirang_core.pool.policy import Policy
+from xirang_core.pool.quota import QuotaBook
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something that happened to a job or node; executors and stores consume these."""
+
+    time: float
+    kind: str
+    job: int | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class PoolEngine:
+    def __init__(
+        self,
+        cluster: Cluster,
+        throughputs: Throughputs,
+        policy: Policy,
+        quotas: QuotaBook | None = None,
+        max_scan: int = 2000,
+        preempt_scan: int = 4,
+    ) -> None:
+        self.cluster = cluster
+        self.throughputs = throughputs
+        self.policy = policy
+        self.quotas = quotas or QuotaBook()
+        self.max_scan = max_scan
+        self.preempt_scan = preempt_scan
+        self.jobs: dict[int, Job] = {}
+        self.queue: SortedList = SortedList()
+        self.running: SortedList = SortedList()
+        self._keys: dict[int, tuple[Any, ...]] = {}
+        self._demotions: list[tuple[float, int, float]] = []
+        self.events: list[Event] = []
+        self.next_id = 1
+
+    # --- requests ---------------------------------------------------------------------------
+
+    def submit(
+        self,
+        project: str,
+        cards: int,
+        now: float,
+        job_class: str = DEFAULT_CLASS,
+        priority: int = 1,
+        **extra: Any,
+    ) -> Job:
+        """Queue a new job; validates the project, the size and that some device type fits it."""
+        self.quotas.project(project)
+        job = Job(self.next_id, project, check_cards(cards), job_class, priority, **extra)
+        job.submitted = now
+        if not self._fits_somewhere(job):
+            raise PoolError(
+                f"{cards} cards of class '{job_class}' can never fit this pool "
+                f"(healthy capacity by type: {self._capacity_text()})"
+            )
+        self.next_id += 1
+        self.jobs[job.id] = job
+        self._enqueue(job)
+        self._emit(now, "submitted", job)
+        return job
+
+    def cancel(self, job_id: int, now: float) -> Job:
+        job = self.job(job_id)
+        if job.state.finished:
+            raise PoolError(f"job {job_id} already ended ({job.state.value})", 409)
+        self._end(job, JobState.CANCELLED, now)
+        return job
+
+    def complete(self, job_id: int, now: float, ok: bool = True) -> Job:
+        """The executor reports a running job ended (``ok``: exit status 0)."""
+        job = self.job(job_id)
+        if job.state is not JobState.RUNNING:
+            raise PoolError(f"job {job_id} is not running ({job.state.value})", 409)
+        self._end(job, JobState.DONE if ok else JobState.FAILED, now)
+        return job
+
+    def drain(self, node_name: str, now: float, reason: str = "health probe failed") -> list[Job]:
+        """Take a failing node out of service; its jobs are requeued (not failed)."""
+        node = self.cluster.node(node_name)
+        victims = [self.jobs[i] for _, i in self.running if self._on_node(self.jobs[i], node.id)]
+        for job in victims:
+            self._stop(job, now)
+            job.requeues += 1
+            self._emit(now, "requeued", job, reason=f"node {node_name} drained: {reason}")
+        self.cluster.set_health(node_name, False)
+        self.events.append(Event(now, "node_drained", None, {"node": node_name, "reason": reason}))
+        return victims
+
+    def restore(self, node_name: str, now: float) -> None:
+        self.cluster.set_health(node_name, True)
+        self.events.append(Event(now, "node_restored", None, {"node": node_name}))
+
+    def job(self, job_id: int) -> Job:
+        try:
+            return self.jobs[job_id]
+        except KeyError:
+            raise PoolError(f"no job {job_id}", 404) from None
+
+    # --- the scheduling pass ----------------------------------------------------------------
+
+    def schedule(self, now: float) -> list[Event]:
+        """One pass: place what fits, preempt what the policy allows; returns new events."""
+        start = len(self.events)
+        self._apply_demotions(now)
+        deferred: list[Job] = []
+        tries = {"scan": 0, "preempt": 0}
+        for _, job_id in list(self.queue):
+            if self._exhausted(tries):
+                break
+            job = self.jobs[job_id]
+            if not self.quotas.within_guarantee(job):
+                deferred.append(job)
+                continue
+            if not self._try(job, now, tries) and self.policy.blocking:
+                break
+        else:
+            for job in deferred:
+                if self._exhausted(tries):
+                    break
+                if not self._try(job, now, tries) and self.policy.blocking:
+                    break
+        return self.events[start:]
+
+    def _exhausted(self, tries: dict[str, int]) -> bool:
+        nothing_free = self.cluster.free_devices() == 0
+        no_preemption = not self.policy.preempts or tries["preempt"] >= self.preempt_scan
+        return tries["scan"] >= self.max_scan or (nothing_free and no_preemption)
+
+    def _try(self, job: Job, now: float, tries: dict[str, int]) -> bool:
+        """Place ``job`` on free devices, else by preemption; True when it started."""
+        tries["scan"] += 1
+        if not self.quotas.may_borrow(job):
+            return False
+        types = self.policy.device_types(job, self)
+        for device_type in types:
+            need = self.throughputs.devices_for(job.job_class, job.cards, device_type)
+            devices = place(self.cluster, device_type, need) if need else None
+            if devices:
+                self._start(job, device_type, devices, now)
+                return True
+        if self.policy.preempts and tries["preempt"] < self.preempt_scan:
+            tries["preempt"] += 1
+            return self._preempt_for(job, types, now)
+        return False
+
+    def _preempt_for(self, job: Job, types: list[str], now: float) -> bool:
+        """Preempt the fewest worst-ranked allowed victims on one device type, then place."""
+        for device_type in types:
+            need = self.throughputs.devices_for(job.job_class, job.cards, device_type) or 0
+            victims = self._victims(job, device_type, need, now)
+            if victims is None:
+                continue
+            for victim in victims:
+                self._stop(victim, now)
+                victim.preemptions += 1
+                self._emit(now, "preempted", victim, by=job.id)
+            devices = place(self.cluster, device_type, need)
+            if devices:
+                self._start(job, device_type, devices, now)
+                return True
+        return False
+
+    def _victims(self, job: Job, device_type: str, need: int, now: float) -> list[Job] | None:
+        short = need - self.cluster.type_free.get(device_type, 0)
+        if short <= 0:
+            return None  # free capacity exists but is fragmented: preemption would not help
+        chosen: list[Job] = []
+        depth = self.policy.rank_depth
+        reclaim = self._may_reclaim(job)
+        for victim_key, victim_id in reversed(self.running):
+            outranked = victim_key[:depth] > self._keys[job.id][:depth]
+            if not (reclaim or outranked):
+                break  # every victim from here on ranks as high as the waiting job
+            victim = self.jobs[victim_id]
+            if victim.device_type != device_type:
+                continue
+            if not outranked and not (victim.borrowed and victim.project != job.project):
+                continue  # only reclaim could take it, and it is not borrowed from elsewhere
+            if not self.policy.may_preempt(job, victim, self, now):
+                continue
+            chosen.append(victim)
+            short -= self._healthy_devices(victim)
+            if short <= 0:
+                return chosen
+        return None
+
+    def _may_reclaim(self, job: Job) -> bool:
+        """Whether ``job`` may take back its guarantee from other projects' borrowed jobs."""
+        others = self.quotas.total_borrowed() - self.quotas.borrowed[job.project]
+        return others > 0 and self.quotas.within_guarantee(job)
+
+    # --- state changes ----------------------------------------------------------------------
+
+    def _start(self, job: Job, device_type: str, devices: list[int], now: float) -> None:
+        self.queue.remove((self._keys[job.id], job.id))
+        self.cluster.take(devices)
+        self.quotas.admit(job)
+        job.state, job.started = JobState.RUNNING, now
+        job.devices, job.device_type = tuple(devices), device_type
+        self._index_running(job, now)
+        self._emit(now, "started", job, devices=list(devices), device_type=device_type)
+
+    def _stop(self, job: Job, now: float) -> None:
+        """Take a running job off its devices and back into the queue."""
+        self._release(job, now)
+        job.state = JobState.QUEUED
+        self._enqueue(job)
+
+    def _release(self, job: Job, now: float) -> None:
+        self.running.remove((self._keys[job.id], job.id))
+        job.attained = job.attained_at(now)
+        self.cluster.release(job.devices)
+        self.quotas.release(job)
+        job.devices, job.started = (), None
+
+    def _end(self, job: Job, state: JobState, now: float) -> None:
+        if job.state is JobState.RUNNING:
+            self._release(job, now)
+        elif job.state is JobState.QUEUED:
+            self.queue.remove((self._keys[job.id], job.id))
+        job.state, job.finished = state, now
+        self._keys.pop(job.id, None)
+        self._emit(now, state.value, job)
+
+    def _enqueue(self, job: Job) -> None:
+        key = self.policy.rank(job, self.policy.level(job.attained))
+        self._keys[job.id] = key
+        self.queue.add((key, job.id))
+
+    def _index_running(self, job: Job, now: float) -> None:
+        attained = job.attained_at(now)
+        key = self.policy.rank(job, self.policy.level(attained))
+        self._keys[job.id] = key
+        self.running.add((key, job.id))
+        threshold = self.policy.next_threshold(attained)
+        if threshold is not None:
+            at = now + (threshold - attained) / job.cards
+            heapq.heappush(self._demotions, (at, job.id, job.started or 0.0))
+
+    def _apply_demotions(self, now: float) -> None:
+        """Re-rank running jobs whose attained service crossed a level since the last pass."""
+        while self._demotions and self._demotions[0][0] <= now:
+            _, job_id, started = heapq.heappop(self._demotions)
+            job = self.jobs[job_id]
+            if job.state is JobState.RUNNING and job.started == started:
+                self.running.remove((self._keys[job.id], job.id))
+                self._index_running(job, now)
+
+    # --- helpers ----------------------------------------------------------------------------
+
+    def _emit(self, now: float, kind: str, job: Job, **detail: Any) -> None:
+        self.events.append(Event(now, kind, job.id, detail))
+
+    def _fits_somewhere(self, job: Job) -> bool:
+        for device_type in self.cluster.types:
+            need = self.throughputs.devices_for(job.job_class, job.cards, device_type)
+            if need and need <= self.cluster.capacity(device_type):
+                return True
+        return False
+
+    def _capacity_text(self) -> str:
+        return ", ".join(f"{t}={self.cluster.capacity(t)}" for t in self.cluster.types)
+
+    def _on_node(self, job: Job, node_id: int) -> bool:
+        return any(self.cluster.device_node[d] == node_id for d in job.devices)
+
+    def _healthy_devices(self, job: Job) -> int:
+        return sum(1 for d in job.devices if self.cluster.node_of(d).healthy)
+
+    def running_jobs(self) -> Iterable[Job]:
+        return (self.jobs[jid] for _, jid in self.running)
+
+    def queued_jobs(self) -> Iterable[Job]:
+        return (self.jobs[jid] for _, jid in self.queue)

@@ -1,0 +1,85 @@
+"""Jobs as the pool sees them: a gang of logical cards of one job class, for one project."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from xirang_core.pool.cards import DEFAULT_CLASS
+from xirang_core.pool.errors import PoolError
+
+#: priority classes by name; a higher value is served (and protected) first
+PRIORITIES: dict[str, int] = {"low": 0, "normal": 1, "high": 2, "critical": 3}
+#: the most cards one job may ask for: anything larger is a typo, not a workload
+MAX_CARDS = 100_000
+
+
+class JobState(str, Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
+
+
+@dataclass
+class Job:
+    """One gang job. ``attained`` is card-seconds of service so far (Tiresias' attained service).
+
+    ``work`` is the job's size in reference card-seconds, known only to the simulator; the
+    service never predicts durations. ``borrowed`` is set at admission: the job runs on capacity
+    beyond its project's guaranteed share and may be reclaimed.
+    """
+
+    id: int
+    project: str
+    cards: int
+    job_class: str = DEFAULT_CLASS
+    priority: int = PRIORITIES["normal"]
+    name: str = ""
+    allow_mixing: bool = False
+    submitted: float = 0.0
+    state: JobState = JobState.QUEUED
+    started: float | None = None
+    finished: float | None = None
+    attained: float = 0.0
+    devices: tuple[int, ...] = ()
+    device_type: str = ""
+    borrowed: bool = False
+    preemptions: int = 0
+    requeues: int = 0
+    work: float = 0.0
+    payload: dict[str, Any] = field(default_factory=dict)
+
+    def attained_at(self, now: float) -> float:
+        """Attained service including the current run, in card-seconds."""
+        if self.state is JobState.RUNNING and self.started is not None:
+            return self.attained + self.cards * max(0.0, now - self.started)
+        return self.attained
+
+
+def parse_priority(value: Any) -> int:
+    """A priority name (low/normal/high/critical) or an integer 0..3, else a clear error."""
+    if isinstance(value, str) and value in PRIORITIES:
+        return PRIORITIES[value]
+    if isinstance(value, int) and not isinstance(value, bool) and value in PRIORITIES.values():
+        return value
+    raise PoolError(f"priority {value!r} is not valid; use one of {', '.join(PRIORITIES)}")
+
+
+def check_cards(value: Any) -> int:
+    """A card count between 1 and MAX_CARDS, else a clear error."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PoolError(f"cards must be a whole number, got {value!r}")
+    if not 1 <= value <= MAX_CARDS:
+        raise PoolError(f"cards must be between 1 and {MAX_CARDS}, got {value}")
+    return value
+
+
+def priority_name(value: int) -> str:
+    return next((k for k, v in PRIORITIES.items() if v == value), str(value))

@@ -1,0 +1,85 @@
+"""Topology- and fragmentation-aware placement of one gang of devices.
+
+A job's replicas go to the fewest, closest interconnect groups: one NVLink domain if it fits,
+else one node, else one leaf switch, else one spine, else across spines. At every level the
+tightest group that still fits is chosen (best fit), so large free blocks stay whole for the
+large jobs that need them; inside the chosen group the fullest members are used first, so a gang
+spans as few nodes as possible. Placement is all or nothing (gang admission).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from xirang_core.pool.cluster import Cluster, Node
+
+
+def place(cluster: Cluster, device_type: str, count: int) -> list[int] | None:
+    """``count`` free healthy devices of ``device_type`` as close together as possible."""
+    if count <= 0 or cluster.type_free.get(device_type, 0) < count:
+        return None
+    if count <= cluster.max_size[device_type]:
+        for node_id in cluster.nodes_with_free(device_type, count):
+            return _within_node(cluster.nodes[node_id], count)
+    for level, index in (("leaf", cluster.leaf_free), ("spine", cluster.spine_free)):
+        group = _tightest(index, device_type, count)
+        if group is not None:
+            return _across(_members(cluster, device_type, level, group), count)
+    return _across(_members(cluster, device_type, None, None), count)
+
+
+def _tightest(index: dict[tuple[str, str], int], device_type: str, count: int) -> str | None:
+    """The group of ``device_type`` with the fewest free devices that still holds ``count``."""
+    fits = [(free, name) for (t, name), free in index.items() if t == device_type and free >= count]
+    return min(fits)[1] if fits else None
+
+
+def _members(
+    cluster: Cluster, device_type: str, level: str | None, group: str | None
+) -> list[Node]:
+    return [
+        n
+        for n in cluster.nodes
+        if n.type == device_type
+        and n.healthy
+        and n.free
+        and (level is None or getattr(n, level) == group)
+    ]
+
+
+def _across(nodes: Iterable[Node], count: int) -> list[int]:
+    """Fill from the nodes with the most free devices first: the fewest nodes for the gang."""
+    chosen: list[int] = []
+    ranked = sorted(nodes, key=lambda n: (-len(n.free), n.leaf, n.id))
+    for node in ranked:
+        take = min(count - len(chosen), len(node.free))
+        chosen.extend(_within_node(node, take))
+        if len(chosen) == count:
+            return chosen
+    raise AssertionError("free-device index disagrees with the nodes")  # indices are exact
+
+
+def _within_node(node: Node, count: int) -> list[int]:
+    """``count`` free devices of ``node``, from the tightest NVLink domain that fits."""
+    domains: dict[int, list[int]] = {}
+    for device in sorted(node.free):
+        domains.setdefault(node.domain_of(device), []).append(device)
+    fitting = [d for d in domains.values() if len(d) >= count]
+    if fitting:
+        return min(fitting, key=len)[:count]
+    chosen: list[int] = []
+    for devices in sorted(domains.values(), key=len, reverse=True):
+        chosen.extend(devices[: count - len(chosen)])
+        if len(chosen) == count:
+            break
+    return chosen
+
+
+def span(cluster: Cluster, devices: Iterable[int]) -> dict[str, int]:
+    """How many nodes, leaves and spines a placement touches (1/1/1 is ideal)."""
+    nodes = [cluster.nodes[i] for i in {cluster.device_node[d] for d in devices}]
+    return {
+        "nodes": len(nodes),
+        "leaves": len({n.leaf for n in nodes}),
+        "spines": len({n.spine for n in nodes}),
+    }

@@ -1,0 +1,103 @@
+"""Scheduling policies: the plug-in point of the pool.
+
+A policy decides three things and nothing else: the order of the queue (:meth:`Policy.rank`),
+which device types a job may take and in which preference (:meth:`Policy.device_types`), and
+which running job a waiting job may preempt (:meth:`Policy.may_preempt`). The engine does the
+rest (quota accounting, gang placement, requeues), identically for the service and the
+simulator. Policies are registered through the ``xirang_schedulers`` hook as
+:class:`PoolPolicySpec` entries named ``pool-<policy>``; :func:`load_policy` finds them.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from xirang_core.pool.errors import PoolError
+from xirang_core.specs import SchedulerSpec
+
+if TYPE_CHECKING:
+    from xirang_core.pool.engine import PoolEngine
+    from xirang_core.pool.jobs import Job
+
+#: registry names of pool policies start with this, so ``scheduler=`` options stay distinct
+POLICY_PREFIX = "pool-"
+
+
+@dataclass(frozen=True)
+class PoolPolicySpec(SchedulerSpec):
+    """A pool scheduling policy, registered through ``xirang_schedulers``."""
+
+
+class Policy:
+    """The neutral policy every built-in one refines.
+
+    ``blocking``: stop at the first waiting job that does not fit (strict FIFO order), instead
+    of backfilling smaller jobs behind it. ``preempts``: the engine asks :meth:`may_preempt`.
+    ``las_thresholds``: attained-service levels in card-hours (Tiresias' discretised queues).
+    """
+
+    name: ClassVar[str] = "base"
+    blocking: ClassVar[bool] = False
+    preempts: ClassVar[bool] = False
+    #: leading rank components a victim must be strictly worse in (unless it is reclaimed)
+    rank_depth: ClassVar[int] = 2
+
+    def __init__(self, las_thresholds: tuple[float, ...] = (), preempt_grace_s: float = 0.0):
+        self.las_seconds = tuple(sorted(t * 3600.0 for t in las_thresholds))
+        self.preempt_grace_s = preempt_grace_s
+        self._types: dict[str, list[str]] = {}
+
+    def level(self, attained: float) -> int:
+        """The attained-service level of a job (0 = least served)."""
+        return bisect.bisect_right(self.las_seconds, attained)
+
+    def next_threshold(self, attained: float) -> float | None:
+        """The attained service at which a running job drops one level; None at the last."""
+        i = bisect.bisect_right(self.las_seconds, attained)
+        return self.las_seconds[i] if i < len(self.las_seconds) else None
+
+    def rank(self, job: Job, level: int) -> tuple[Any, ...]:
+        """Sort key of the queue; smaller is served first."""
+        return (job.submitted, job.id)
+
+    def device_types(self, job: Job, engine: PoolEngine) -> list[str]:
+        """Device types ``job`` may use, preferred first (memoised per job class)."""
+        if job.job_class not in self._types:
+            self._types[job.job_class] = self.prefer_types(job.job_class, engine)
+        return self._types[job.job_class]
+
+    def prefer_types(self, job_class: str, engine: PoolEngine) -> list[str]:
+        """The eligible types for ``job_class``, fastest first; policies may reorder."""
+        cards = engine.throughputs
+        eligible = [t for t in engine.cluster.types if cards.devices_for(job_class, 1, t)]
+        return sorted(eligible, key=lambda t: (-cards.relative(job_class, t), t))
+
+    def may_preempt(self, waiting: Job, victim: Job, engine: PoolEngine, now: float) -> bool:
+        return False
+
+
+def load_policy(name: str, **settings: Any) -> Policy:
+    """The policy plugin registered as ``pool-<name>``, created with ``settings``."""
+    from xirang_core.plugins import get_registry
+
+    registry = get_registry()
+    names = policy_names()
+    if name not in names:
+        raise PoolError(f"unknown pool policy '{name}'; policies: {', '.join(names) or 'none'}")
+    policy = registry.create("scheduler", {"name": POLICY_PREFIX + name, **settings})
+    assert isinstance(policy, Policy)
+    return policy
+
+
+def policy_names() -> list[str]:
+    """Names of the installed pool policies (without the prefix)."""
+    from xirang_core.plugins import get_registry
+
+    registry = get_registry()
+    return [
+        n[len(POLICY_PREFIX) :]
+        for n in registry.names("scheduler")
+        if n.startswith(POLICY_PREFIX) and isinstance(registry.spec("scheduler", n), PoolPolicySpec)
+    ]
