@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
+from xirang_core.checkpoint.config import CheckpointConfig
 from xirang_core.errors import ConfigError
 from xirang_core.plugins import Registry
 
@@ -60,7 +61,11 @@ class OptimConfig:
     warmup_steps: int = 20
 
 
-CORE_SCHEMAS: dict[str, type] = {"trainer": TrainerConfig, "optim": OptimConfig}
+CORE_SCHEMAS: dict[str, type] = {
+    "trainer": TrainerConfig,
+    "optim": OptimConfig,
+    "checkpoint": CheckpointConfig,
+}
 
 
 def register_with_hydra(registry: Registry) -> None:

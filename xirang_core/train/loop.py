@@ -10,7 +10,7 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,8 +80,12 @@ class Trainer:
         no_sync = getattr(self.model, "no_sync", None)
         return contextlib.nullcontext() if last or no_sync is None else no_sync()
 
-    def fit(self, start_step: int = 1) -> list[dict[str, Any]]:
-        """Train to ``max_steps``; returns the logged records (main worker) or an empty list."""
+    def fit(
+        self, start_step: int = 1, on_step_end: Callable[[int], None] | None = None
+    ) -> list[dict[str, Any]]:
+        """Train from ``start_step`` to ``max_steps``; returns the logged records (main worker)
+        or an empty list. ``on_step_end(step)`` runs after every optimizer step (checkpoints,
+        heartbeat); it must stay cheap, as it runs every step."""
         s = self.settings
         self.model.train()
         records: list[dict[str, Any]] = []
@@ -90,6 +94,8 @@ class Trainer:
         with self._progress() as advance:
             for step in range(start_step, s.max_steps + 1):
                 loss = self.train_step(step)
+                if on_step_end is not None:
+                    on_step_end(step)
                 if step % s.log_every and step not in (1, s.max_steps):
                     advance(step, None)
                     continue

@@ -19,6 +19,7 @@ import yaml
 from xirang_core.data.tokens import TokenBatches
 from xirang_core.data.training import resolve_dataset, run_batches
 from xirang_core.errors import ConfigError
+from xirang_core.faults import RunGuard
 from xirang_core.plugins import Registry, get_registry
 from xirang_core.specs import WorkerContext
 from xirang_core.train import report
@@ -41,6 +42,7 @@ class Assembly:
     val: TokenBatches
     settings: LoopSettings
     comm: Any = None  # the comm option's hooks, when one is installed: they report bytes/overlap
+    strategy: Any = None  # the parallel strategy; it may say how its state is checkpointed
 
 
 def main(run_dir: str) -> None:
@@ -116,6 +118,7 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
         val=val,
         settings=settings,
         comm=sync,
+        strategy=strategy,
     )
 
 
@@ -133,7 +136,9 @@ def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry
     trainer = Trainer(
         parts.wrapped, parts.optimizer, parts.train, parts.settings, ctx, registry.hook, metrics
     )
-    records = trainer.fit()
+    guard = RunGuard.open(config, parts, registry)  # resumes from the latest checkpoint
+    records = trainer.fit(guard.start_step, on_step_end=guard.on_step_end)
+    guard.finish(parts.settings.max_steps)
     wall = time.perf_counter() - started
     # a split model evaluates and samples on every worker together (their forwards exchange
     # shards); a replicated one only on the main worker
@@ -145,6 +150,7 @@ def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry
     sample = "" if pipelined else sample_text(parts.model, config["trainer"], ctx.device)
     if not ctx.is_main:
         return
+    records = records or report.read_metrics(run_dir)[-1:]  # resumed from the final checkpoint
     records[-1]["val_loss"] = round(val_loss, 5)
     summary = summarize(config, parts, records, wall, registry)
     summary["sample"] = sample

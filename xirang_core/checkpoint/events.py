@@ -1,0 +1,27 @@
+"""``checkpoint_events.jsonl`` in the run directory: saves, restores, skips and faults, one JSON
+object a line, so a person (or ``xirang drill``) can tell what happened across restarts."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+EVENTS_FILE = "checkpoint_events.jsonl"
+
+
+def record_event(run_dir: str | Path, kind: str, **fields: Any) -> None:
+    """Append one event; a single short write in append mode, so concurrent ranks never
+    interleave within a line."""
+    line = json.dumps({"event": kind, "time": round(time.time(), 3), "pid": os.getpid(), **fields})
+    with open(Path(run_dir) / EVENTS_FILE, "a") as f:
+        f.write(line + "\n")
+
+
+def read_events(run_dir: str | Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / EVENTS_FILE
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

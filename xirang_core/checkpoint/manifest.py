@@ -1,0 +1,103 @@
+"""The manifest: the commit record of one checkpoint, written last.
+
+A checkpoint exists only once ``step-<N>/manifest.json`` is in place. It lists every file with
+its chunk digests and a checksum, holds the small global state (step, learning-rate schedule,
+resolved config, dataset snapshot id), and carries a checksum of itself, so a torn or edited
+manifest is caught as surely as a corrupt chunk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from xirang_core.checkpoint.chunks import CorruptCheckpoint, FileRecord
+
+FORMAT = 1
+MANIFEST_FILE = "manifest.json"
+STEP_PREFIX = "step-"
+
+
+def step_dir(step: int) -> str:
+    """Zero-padded so names sort in step order everywhere, object stores included."""
+    return f"{STEP_PREFIX}{step:09d}"
+
+
+def parse_step_dir(name: str) -> int | None:
+    """The step of a ``step-<N>`` folder name, or None for anything else."""
+    tail = name.rstrip("/").rsplit("/", 1)[-1]
+    if not tail.startswith(STEP_PREFIX) or not tail[len(STEP_PREFIX) :].isdigit():
+        return None
+    return int(tail[len(STEP_PREFIX) :])
+
+
+@dataclass
+class Manifest:
+    """What one checkpoint holds and how to check it."""
+
+    step: int
+    files: dict[str, FileRecord]
+    world_size: int
+    bytes_new: int
+    trainer: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    dataset_snapshot: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat())
+
+    @property
+    def bytes_total(self) -> int:
+        return sum(f.bytes for f in self.files.values())
+
+    def chunks(self) -> set[str]:
+        return {d for f in self.files.values() for d in f.chunks}
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "step": self.step,
+            "created": self.created,
+            "world_size": self.world_size,
+            "bytes_total": self.bytes_total,
+            "bytes_new": self.bytes_new,
+            "trainer": self.trainer,
+            "dataset_snapshot": self.dataset_snapshot,
+            "timings": self.timings,
+            "files": {name: rec.to_json() for name, rec in sorted(self.files.items())},
+            "config": self.config,
+        }
+
+    def to_bytes(self) -> bytes:
+        body = self.body()
+        return json.dumps({**body, "checksum": _checksum(body)}, indent=1).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, where: str) -> Manifest:
+        """Parse and check; a torn, edited or foreign manifest raises CorruptCheckpoint."""
+        try:
+            doc = json.loads(data)
+            checksum = doc.pop("checksum")
+        except (ValueError, KeyError, AttributeError, TypeError):
+            raise CorruptCheckpoint(f"{where}: manifest is not valid JSON (torn write?)") from None
+        if checksum != _checksum(doc):
+            raise CorruptCheckpoint(f"{where}: manifest fails its checksum")
+        if doc.get("format") != FORMAT:
+            raise CorruptCheckpoint(f"{where}: manifest format {doc.get('format')}, need {FORMAT}")
+        return cls(
+            step=int(doc["step"]),
+            files={n: FileRecord.from_json(r) for n, r in doc["files"].items()},
+            world_size=int(doc["world_size"]),
+            bytes_new=int(doc["bytes_new"]),
+            trainer=doc.get("trainer") or {},
+            config=doc.get("config") or {},
+            dataset_snapshot=doc.get("dataset_snapshot"),
+            timings=doc.get("timings") or {},
+            created=doc.get("created", ""),
+        )
+
+
+def _checksum(body: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()

@@ -1,0 +1,194 @@
+"""A checkpoint in flight: the state taken at a step, and how it becomes chunks and a manifest.
+
+Taking the snapshot is the only part that blocks training (a copy out of device memory); the
+rest runs on a background thread: DCP serialises the tensors into memory, every rank stores its
+files as chunks, rank 0 gathers the file lists and commits the manifest last. Collectives use a
+dedicated gloo group so they never interleave with the training loop's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+
+from xirang_core.checkpoint.chunks import FileRecord
+from xirang_core.checkpoint.manifest import Manifest
+from xirang_core.checkpoint.memfs import MemoryFileSystem, memory_reader, memory_writer
+from xirang_core.checkpoint.store import CheckpointStore
+from xirang_core.errors import XirangError
+
+DCP_PREFIX = "dcp/"
+
+
+class SaveFailed(XirangError):
+    """A checkpoint could not be written; the previous one stays the latest."""
+
+    exit_code = 1
+
+
+def rank_file(rank: int) -> str:
+    return f"rank{rank}.json"
+
+
+@dataclass
+class Snapshot:
+    """Everything one rank saves for one step, already detached from the live training state."""
+
+    step: int
+    tensors: dict[str, Any]
+    rank_state: dict[str, Any]
+    trainer: dict[str, Any]
+    stall_s: float = 0.0
+
+
+@dataclass
+class SaveResult:
+    """What a committed save reports (the same on every rank)."""
+
+    step: int
+    location: str
+    bytes_total: int
+    bytes_new: int
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Collective:
+    """The ranks of a run as the checkpoint code sees them; ``group`` None means one process."""
+
+    rank: int = 0
+    world_size: int = 1
+    group: Any = None
+
+    @property
+    def distributed(self) -> bool:
+        return self.group is not None
+
+    def gather(self, obj: Any) -> list[Any]:
+        if not self.distributed:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj, group=self.group)
+        return out
+
+    def broadcast(self, obj: Any) -> Any:
+        if not self.distributed:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=0, group=self.group)
+        return box[0]
+
+
+def write_snapshot(
+    snap: Snapshot,
+    store: CheckpointStore,
+    peers: Collective,
+    manifest_extra: dict[str, Any],
+    retain: Callable[[], Any] | None = None,
+    fail_chunk: Callable[[int], None] | None = None,
+) -> SaveResult:
+    """Serialise, store as chunks, commit; returns on every rank once the commit is decided.
+    Raises SaveFailed on every rank when any rank failed, without writing a manifest.
+
+    ``retain`` runs on rank 0 after the commit and before the other ranks are released, so no
+    rank can be storing the next checkpoint's chunks while old ones are collected."""
+    started = time.perf_counter()
+    fs = MemoryFileSystem()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.save(
+            snap.tensors,
+            storage_writer=memory_writer(fs),
+            process_group=peers.group,
+            no_dist=not peers.distributed,
+        )
+    files = {DCP_PREFIX + name: data for name, data in fs.files().items()}
+    files[rank_file(peers.rank)] = json.dumps(snap.rank_state).encode()
+    serialised = time.perf_counter()
+    local: dict[str, Any] = {"files": {}, "new": 0, "error": ""}
+    try:
+        for name, data in files.items():
+            record, new = store.chunks.put(data, fail_chunk)
+            local["files"][name] = record.to_json()
+            local["new"] += new
+    except Exception as exc:  # reported to every rank below, never left half-committed
+        local["error"] = f"rank {peers.rank}: {type(exc).__name__}: {exc}"
+    stored = time.perf_counter()
+    timings = {
+        "stall_s": round(snap.stall_s, 4),
+        "serialise_s": round(serialised - started, 4),
+        "store_s": round(stored - serialised, 4),
+    }
+    parts = peers.gather(local)
+    outcome = None
+    if peers.rank == 0:
+        outcome = _commit(snap, store, parts, peers.world_size, manifest_extra, timings)
+        if retain is not None and not isinstance(outcome, str):
+            _retain_safely(retain)
+    outcome = peers.broadcast(outcome)
+    if isinstance(outcome, str):
+        raise SaveFailed(outcome)
+    return outcome
+
+
+def _commit(
+    snap: Snapshot,
+    store: CheckpointStore,
+    parts: list[dict[str, Any]],
+    world_size: int,
+    extra: dict[str, Any],
+    timings: dict[str, float],
+) -> SaveResult | str:
+    """Rank 0: write the manifest once every rank stored its files; an error text otherwise."""
+    errors = [p["error"] for p in parts if p["error"]]
+    if errors:
+        return f"checkpoint step {snap.step} not committed: {'; '.join(errors)}"
+    try:
+        files = {n: FileRecord.from_json(r) for p in parts for n, r in p["files"].items()}
+        manifest = Manifest(
+            step=snap.step,
+            files=files,
+            world_size=world_size,
+            bytes_new=sum(p["new"] for p in parts),
+            trainer=snap.trainer,
+            timings=timings,
+            **extra,
+        )
+        location = store.commit(manifest)
+    except Exception as exc:
+        return f"checkpoint step {snap.step} not committed: {type(exc).__name__}: {exc}"
+    return SaveResult(snap.step, location, manifest.bytes_total, manifest.bytes_new, timings)
+
+
+def _retain_safely(retain: Callable[[], Any]) -> None:
+    """Retention is housekeeping: a failure is logged, never turned into a failed save."""
+    try:
+        retain()
+    except Exception as exc:
+        logging.getLogger("xirang.checkpoint").warning("checkpoint retention failed: %s", exc)
+
+
+def load_tensors(
+    files: dict[str, bytes], template: dict[str, Any], peers: Collective
+) -> dict[str, Any]:
+    """Fill ``template`` (this rank's state-dict layout) from a checkpoint's DCP files; DCP
+    reshards when the checkpoint was written by another world size or strategy."""
+    dcp_files = {n[len(DCP_PREFIX) :]: d for n, d in files.items() if n.startswith(DCP_PREFIX)}
+    fs = MemoryFileSystem(dcp_files)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.load(
+            template,
+            storage_reader=memory_reader(fs),
+            process_group=peers.group,
+            no_dist=not peers.distributed,
+        )
+    return template

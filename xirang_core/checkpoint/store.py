@@ -1,0 +1,141 @@
+"""The checkpoints of one run in a storage tier: list, read, verify, commit, retain.
+
+Layout under the checkpoint root (a folder or an object-store prefix)::
+
+    chunks/ab/ab12...        content-addressed chunks, shared by every checkpoint
+    step-000000100/
+      manifest.json          the commit marker, written last
+      KEEP                   present when the checkpoint is marked to keep
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+
+from xirang_core.checkpoint.chunks import ChunkStore, CorruptCheckpoint
+from xirang_core.checkpoint.manifest import MANIFEST_FILE, Manifest, parse_step_dir, step_dir
+from xirang_core.storage.tier import FsspecTier
+
+log = logging.getLogger("xirang.checkpoint")
+KEEP_FILE = "KEEP"
+
+
+@dataclass
+class Candidate:
+    """A step folder and what is wrong with it, if anything (``problem`` is empty when valid)."""
+
+    step: int
+    manifest: Manifest | None
+    problem: str = ""
+
+
+class CheckpointStore:
+    """One run's checkpoints in ``tier``."""
+
+    def __init__(self, tier: FsspecTier, chunk_bytes: int = 4 << 20) -> None:
+        self.tier = tier
+        self.chunks = ChunkStore(tier, chunk_bytes)
+
+    @classmethod
+    def at(cls, uri: str, chunk_bytes: int = 4 << 20, tier: FsspecTier | None = None) -> Any:
+        """The store at a path or URL (``/runs/x/checkpoints``, ``s3://bucket/run``)."""
+        if tier is None:
+            fs, root = fsspec.core.url_to_fs(uri)
+            tier = FsspecTier(fs, root)
+        return cls(tier, chunk_bytes)
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def steps(self) -> list[int]:
+        """Every step folder, committed or not, oldest first."""
+        fs, root = self.tier.fs, self.tier.root
+        if not fs.exists(root):
+            return []
+        found = (parse_step_dir(p) for p in fs.ls(root, detail=False))
+        return sorted(s for s in found if s is not None)
+
+    def manifest(self, step: int) -> Manifest:
+        """The committed manifest of ``step``; CorruptCheckpoint when missing, torn or edited."""
+        key = f"{step_dir(step)}/{MANIFEST_FILE}"
+        if not self.tier.exists(key):
+            raise CorruptCheckpoint(f"step {step}: no manifest (save never committed: torn)")
+        return Manifest.from_bytes(self.tier.read(key), f"step {step}")
+
+    def candidates(self) -> Iterator[Candidate]:
+        """Step folders newest first, each with its manifest or the reason it has none."""
+        for step in reversed(self.steps()):
+            try:
+                yield Candidate(step, self.manifest(step))
+            except CorruptCheckpoint as exc:
+                yield Candidate(step, None, str(exc))
+
+    def verify(self, manifest: Manifest) -> None:
+        """Read every chunk of every file and check it; raises CorruptCheckpoint."""
+        for name, record in manifest.files.items():
+            self.chunks.verify(f"step {manifest.step} {name}", record)
+
+    def read_files(self, manifest: Manifest, names: list[str] | None = None) -> dict[str, bytes]:
+        """Verified bytes of the checkpoint's files (all, or ``names``)."""
+        wanted = manifest.files if names is None else {n: manifest.files[n] for n in names}
+        return {n: self.chunks.get(f"step {manifest.step} {n}", r) for n, r in wanted.items()}
+
+    def load_latest(
+        self, load: Callable[[Manifest, dict[str, bytes]], Any], report: Callable[[str], None]
+    ) -> tuple[Manifest, Any] | None:
+        """Newest checkpoint that reads back intact, passed through ``load``; each skipped one
+        is reported with its reason. None when no checkpoint is usable."""
+        for cand in self.candidates():
+            if cand.manifest is None:
+                report(f"skipping checkpoint step {cand.step}: {cand.problem}")
+                continue
+            try:
+                return cand.manifest, load(cand.manifest, self.read_files(cand.manifest))
+            except CorruptCheckpoint as exc:
+                report(f"skipping checkpoint step {cand.step}: {exc}")
+        return None
+
+    def is_kept(self, step: int) -> bool:
+        return self.tier.exists(f"{step_dir(step)}/{KEEP_FILE}")
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def commit(self, manifest: Manifest) -> str:
+        """Write the manifest, the last act of a save; returns the checkpoint's location."""
+        self.tier.write(f"{step_dir(manifest.step)}/{MANIFEST_FILE}", manifest.to_bytes())
+        return self.tier.path(step_dir(manifest.step))
+
+    def mark(self, step: int, keep: bool = True) -> None:
+        """Exempt ``step`` from retention (or lift that)."""
+        self.manifest(step)  # refuse to mark what is not a committed checkpoint
+        key = f"{step_dir(step)}/{KEEP_FILE}"
+        if keep:
+            self.tier.write(key, b"kept\n")
+        else:
+            self.tier.evict(key)
+
+    def retain(self, keep_last: int, keep_every: int = 0) -> list[int]:
+        """Delete committed checkpoints beyond the newest ``keep_last`` (except kept ones and
+        multiples of ``keep_every``), torn folders older than the newest commit, and chunks
+        nothing references any more. Returns the steps deleted."""
+        committed, torn = [], []
+        for cand in self.candidates():
+            (committed if cand.manifest is not None else torn).append(cand)
+        newest = committed[0].step if committed else None
+        doomed = [
+            c.step
+            for c in committed[keep_last:]
+            if not self.is_kept(c.step) and not (keep_every and c.step % keep_every == 0)
+        ]
+        doomed += [c.step for c in torn if newest is not None and c.step < newest]
+        for step in doomed:
+            self.tier.evict(step_dir(step))
+        if doomed:
+            live = set().union(*(c.manifest.chunks() for c in committed if c.step not in doomed))
+            removed = self.chunks.collect_garbage(live)
+            log.debug("retention removed steps %s and %d chunks", doomed, removed)
+        return doomed

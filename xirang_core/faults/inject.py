@@ -1,0 +1,81 @@
+"""Faults injected on purpose by ``xirang drill`` (the run's ``drill`` config section).
+
+    drill:
+      kill: [[step, rank], ...]    SIGKILL that worker at the end of that step
+      fail_save: [step, ...]       that step's save fails midway through writing its chunks
+      storage_down: [from, to]     every save in those steps fails: the origin is unreachable
+
+Each fault fires once per run, whatever the restarts: a marker under ``<run dir>/drill/`` is
+written before it fires, so a restarted worker that passes the same step again trains on.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from xirang_core.checkpoint.events import record_event
+
+DRILL_DIR = "drill"
+
+
+class InjectedFault(OSError):
+    """The error an injected storage fault raises; never seen outside a drill."""
+
+
+class FaultInjector:
+    def __init__(self, drill: dict[str, Any], run_dir: str, rank: int) -> None:
+        self.kills = {(int(s), int(r)) for s, r in drill.get("kill", [])}
+        self.fail_saves = {int(s) for s in drill.get("fail_save", [])}
+        down = drill.get("storage_down") or []
+        self.down = range(int(down[0]), int(down[1]) + 1) if down else range(0)
+        self.run_dir, self.rank = run_dir, rank
+        self.folder = Path(run_dir) / DRILL_DIR
+
+    @property
+    def active(self) -> bool:
+        return bool(self.kills or self.fail_saves or self.down)
+
+    def _once(self, name: str) -> bool:
+        """True the first time ``name`` is claimed in this run (across restarts)."""
+        self.folder.mkdir(exist_ok=True)
+        try:
+            (self.folder / name).open("x").close()
+        except FileExistsError:
+            return False
+        return True
+
+    def on_step_end(self, step: int) -> None:
+        if (step, self.rank) in self.kills and self._once(f"kill-{step}-{self.rank}"):
+            record_event(self.run_dir, "kill", step=step, rank=self.rank)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def fail_hook(self, step: int) -> Callable[[int], None] | None:
+        """For the save at ``step``: a callable that breaks chunk writes, or None."""
+        if self.rank != 0:
+            return None
+        if step in self.down:
+            record_event(self.run_dir, "storage_down", step=step)
+            return _always_fail
+        if step in self.fail_saves and self._once(f"fail-save-{step}"):
+            record_event(self.run_dir, "fail_save", step=step)
+            return _fail_after(1)
+        return None
+
+
+def _always_fail(index: int) -> None:
+    raise InjectedFault("storage origin unreachable (drill)")
+
+
+def _fail_after(writes: int) -> Callable[[int], None]:
+    """Lets ``writes`` chunk writes through, then fails every later one: a save torn midway."""
+    count = iter(range(1 << 62))
+
+    def fail(index: int) -> None:
+        if next(count) >= writes:
+            raise InjectedFault("save failed midway (drill)")
+
+    return fail
