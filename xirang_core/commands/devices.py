@@ -37,34 +37,68 @@ def survey(calibrate: bool = False) -> list[dict[str, Any]]:
             report.append(entry)
             continue
         entry.update(present=present, reason=why)
-        if present:
-            entry["devices"] = [asdict(d) for d in backend.inventory()]
-            entry["topology"] = asdict(backend.topology())
-            entry["health"] = [asdict(h) for h in backend.health()]
-            entry["calibration"] = asdict(backend.calibrate(refresh=calibrate))
+        entry.update(_describe(backend, present, calibrate))
         report.append(entry)
     return report
 
 
+def _describe(backend: Any, present: bool, calibrate: bool) -> dict[str, Any]:
+    """Inventory, topology, health and (when usable) calibration; a failing probe is reported
+    under ``errors`` instead of ending the listing. Hardware that is found but not usable (say,
+    GPUs next to a CPU-only torch) is still listed, so the reason sits beside what it blocks."""
+    probes: dict[str, Any] = {
+        "devices": lambda: [asdict(d) for d in backend.inventory()],
+        "topology": lambda: asdict(backend.topology()),
+        "health": lambda: [asdict(h) for h in backend.health()],
+    }
+    if present:
+        probes["calibration"] = lambda: asdict(backend.calibrate(refresh=calibrate))
+    out: dict[str, Any] = {}
+    for key, probe in probes.items():
+        try:
+            out[key] = probe()
+        except Exception as exc:  # one broken probe must not hide the others
+            out.setdefault("errors", {})[key] = f"{type(exc).__name__}: {exc}"
+        if key == "devices" and not present and not out.get("devices"):
+            return {}  # nothing of this family here: the reason says it all
+    return out
+
+
 def _print(report: list[dict[str, Any]]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console()
     for entry in report:
         if not entry["present"]:
-            console.print(f"[yellow]{entry['backend']}[/]: not available — {entry['reason']}")
-            continue
+            reason = escape(entry["reason"])
+            console.print(f"[yellow]{entry['backend']}[/]: not available — {reason}")
+            if not entry.get("devices"):
+                continue
         table = Table(title=f"{entry['backend']} devices")
         for column in ("index", "model", "memory GiB", "driver", "runtime"):
             table.add_column(column)
-        for d in entry["devices"]:
+        for d in entry.get("devices", []):
             table.add_row(str(d["index"]), d["model"], f"{d['memory_bytes'] / 2**30:.1f}",
                           d["driver"] or "-", d["runtime"] or "-")
         console.print(table)
-        cal = entry["calibration"]
-        flops = ", ".join(f"{k} {v:.3f} TFLOP/s" for k, v in cal["matmul_tflops"].items())
-        console.print(f"  calibration: {flops}; memory {cal['memory_bandwidth_gbps']} GB/s "
-                      f"(measured {cal['measured_at']})")
-        for h in entry["health"]:
-            console.print(f"  health [{h['severity']}] {h['check']}: {h['message']}")
+        if entry.get("calibration"):
+            _print_calibration(console, entry["calibration"])
+        for group in entry.get("topology", {}).get("groups", []):
+            devices = ",".join(map(str, group["devices"]))
+            console.print(f"  link {group['name']} ({group['link']}): devices {devices}")
+        for h in entry.get("health", []):
+            where = "" if h["device"] is None else f" device {h['device']}"
+            line = f"[{h['severity']}]{where} {h['check']}: {h['message']}"
+            console.print(f"  health {escape(line)}")
+        for key, error in entry.get("errors", {}).items():
+            console.print(f"  [red]{key} failed[/]: {escape(error)}")
+
+
+def _print_calibration(console: Any, cal: dict[str, Any]) -> None:
+    flops = ", ".join(f"{k} {v:.3f} TFLOP/s" for k, v in cal["matmul_tflops"].items())
+    link = cal.get("link_bandwidth_gbps")
+    between = f"; device-to-device {link} GB/s" if link else ""
+    console.print(f"  calibration: {flops}; memory {cal['memory_bandwidth_gbps']} GB/s{between} "
+                  f"(measured {cal['measured_at']})")

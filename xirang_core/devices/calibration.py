@@ -52,7 +52,9 @@ def measure_matmul_tflops(
         dtype = getattr(torch, name)
         a = torch.randn(size, size, device=device).to(dtype)
         b = torch.randn(size, size, device=device).to(dtype)
-        count, elapsed = _timed_iterations(lambda a=a, b=b: torch.mm(a, b), device, seconds)
+        count, elapsed = _timed_iterations(
+            lambda a=a, b=b: torch.mm(a, b), _synchronizer(device), seconds
+        )
         out[name] = round(2 * size**3 * count / elapsed / 1e12, 4)
     return out
 
@@ -64,13 +66,34 @@ def measure_memory_bandwidth_gbps(device: object, mbytes: int = 128, seconds: fl
     n = mbytes * 2**20 // 4
     src = torch.empty(n, dtype=torch.float32, device=device).fill_(1.0)
     dst = torch.empty_like(src)
-    count, elapsed = _timed_iterations(lambda: dst.copy_(src), device, seconds)
+    count, elapsed = _timed_iterations(lambda: dst.copy_(src), _synchronizer(device), seconds)
     return round(2 * src.numel() * 4 * count / elapsed / 1e9, 2)
 
 
-def _timed_iterations(fn: Callable[[], object], device: object, seconds: float) -> tuple[int, float]:
+def measure_device_to_device_gbps(
+    src: object, dst: object, mbytes: int = 256, seconds: float = 0.3
+) -> float:
+    """One-way copy bandwidth from device ``src`` to device ``dst``, in GB/s.
+
+    Run between two devices of one node this measures their link (NVLink, xGMI, HCCS or PCIe
+    through the host), the figure the planner weighs tensor- and pipeline-parallel traffic by.
+    """
+    import torch
+
+    n = mbytes * 2**20 // 4
+    source = torch.empty(n, dtype=torch.float32, device=src).fill_(1.0)
+    target = torch.empty(n, dtype=torch.float32, device=dst)
+    sync = _synchronizer(src, dst)
+    count, elapsed = _timed_iterations(
+        lambda: target.copy_(source, non_blocking=True), sync, seconds
+    )
+    return round(source.numel() * 4 * count / elapsed / 1e9, 2)
+
+
+def _timed_iterations(
+    fn: Callable[[], object], sync: Callable[[], None], seconds: float
+) -> tuple[int, float]:
     """Run ``fn`` repeatedly for about ``seconds`` after a warm-up; (iterations, elapsed)."""
-    sync = _synchronizer(device)
     fn()
     sync()
     count, start = 0, time.perf_counter()
@@ -84,13 +107,22 @@ def _timed_iterations(fn: Callable[[], object], device: object, seconds: float) 
                 return count, elapsed
 
 
-def _synchronizer(device: object) -> Callable[[], None]:
+def _synchronizer(*devices: object) -> Callable[[], None]:
+    """Waits for the queued work of every one of ``devices`` (a no-op for the CPU)."""
     import torch
 
-    kind = torch.device(device).type
-    module = getattr(torch, kind, None)
-    sync = getattr(module, "synchronize", None) if kind != "cpu" else None
-    return sync if callable(sync) else (lambda: None)
+    waits = []
+    for device in map(torch.device, devices):
+        module = getattr(torch, device.type, None)
+        sync = getattr(module, "synchronize", None) if device.type != "cpu" else None
+        if callable(sync):
+            waits.append(lambda sync=sync, device=device: sync(device))
+
+    def wait_all() -> None:
+        for wait in waits:
+            wait()
+
+    return wait_all
 
 
 def _now() -> str:

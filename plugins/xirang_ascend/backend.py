@@ -1,0 +1,110 @@
+"""Huawei Ascend NPUs: npu-smi for inventory and health, torch_npu to train, HCCL to talk.
+
+npu-smi is read first because it alone reports bus ids, temperatures and alarm levels; when it is
+absent (a container without the driver tools mounted) torch_npu still gives the inventory.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import TYPE_CHECKING
+
+from xirang_ascend import compat, smi, topo
+from xirang_core.devices import compat as shared
+from xirang_core.devices.accelerator import AcceleratorBackend
+from xirang_core.devices.health import DRAIN, OK, WARN
+from xirang_core.devices.reading import DeviceReading, NodeReading
+from xirang_core.specs import HealthFinding, Topology
+
+if TYPE_CHECKING:
+    import torch
+
+#: npu-smi's Health column mapped onto the shared severities (minor, major, critical alarm)
+HEALTH_LEVELS = {"OK": OK, "WARNING": WARN, "ALARM": DRAIN, "CRITICAL": DRAIN}
+
+
+class AscendBackend(AcceleratorBackend):
+    """``device=ascend``: ``npu:<local_rank>`` through torch_npu, HCCL process groups."""
+
+    type = "ascend"
+    torch_type = "npu"
+    collective = "hccl"
+    vendor = "Ascend"
+    pci_vendor_id = 0x19E5
+
+    def read(self) -> NodeReading:
+        result = self.run(smi.COMMAND)
+        node = smi.read(result.stdout, result.error)
+        if node.devices:
+            return node
+        from_torch = _read_torch_npu()
+        if from_torch.devices:
+            return from_torch
+        return NodeReading(
+            "npu-smi", problem=f"no Ascend driver found ({node.problem}; {from_torch.problem})"
+        )
+
+    def topology(self) -> Topology:
+        return topo.topology(self.run(topo.COMMAND).stdout)
+
+    def events(self, node: NodeReading) -> list[HealthFinding]:
+        """npu-smi's alarm level per chip, where it is not OK."""
+        findings = []
+        for device in node.devices:
+            level = str(device.extra.get("health", "OK"))
+            severity = HEALTH_LEVELS.get(level.upper(), WARN)
+            if severity != OK:
+                findings.append(
+                    HealthFinding(device.index, "alarm", severity, f"npu-smi health is {level}")
+                )
+        return findings
+
+    def compatibility(self, node: NodeReading) -> list[HealthFinding]:
+        cann = os.environ.get("ASCEND_TOOLKIT_HOME") or os.environ.get("ASCEND_HOME_PATH", "")
+        return compat.check(node, shared.torch_build(), torch_npu_view(), cann)
+
+    def torch_device(self, local_rank: int) -> torch.device:
+        importlib.import_module("torch_npu")  # registers torch.npu
+        return super().torch_device(local_rank)
+
+    def visible_devices_variable(self) -> str:
+        return "ASCEND_RT_VISIBLE_DEVICES"
+
+
+def torch_npu_view() -> compat.TorchNpu:
+    """torch_npu's version and what it sees, or why it cannot be imported."""
+    try:
+        module = importlib.import_module("torch_npu")
+    except Exception as exc:  # missing, or CANN libraries not on the loader path
+        return compat.TorchNpu(import_error=f"{type(exc).__name__}: {exc}")
+    npu = module.npu
+    available = bool(npu.is_available())
+    return compat.TorchNpu(
+        str(getattr(module, "__version__", "")),
+        "",
+        available,
+        npu.device_count() if available else 0,
+    )
+
+
+def _read_torch_npu() -> NodeReading:
+    """Inventory from torch_npu alone: names and memory, without bus ids or health counters."""
+    view = torch_npu_view()
+    if not view.available:
+        missing = "No module named" in view.import_error
+        why = (
+            "torch_npu not installed" if missing else view.import_error or "torch_npu sees no NPUs"
+        )
+        return NodeReading("torch_npu", problem=why)
+    import torch
+
+    devices = tuple(
+        DeviceReading(
+            index=i,
+            model=torch.npu.get_device_name(i),
+            memory_bytes=int(torch.npu.get_device_properties(i).total_memory),
+        )
+        for i in range(view.count)
+    )
+    return NodeReading("torch_npu", devices)

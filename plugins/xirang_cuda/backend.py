@@ -1,0 +1,66 @@
+"""NVIDIA GPUs: NVML when nvidia-ml-py is installed, else nvidia-smi; NCCL for collectives."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from xirang_core.devices import compat as shared
+from xirang_core.devices.accelerator import AcceleratorBackend
+from xirang_core.devices.reading import DeviceReading, NodeReading, bus_key
+from xirang_core.devices.tools import import_optional, kernel_log
+from xirang_core.specs import DeviceInfo, HealthFinding, InterconnectGroup, Topology
+from xirang_cuda import compat, nvml, smi, topo, xid
+
+
+class CudaBackend(AcceleratorBackend):
+    """``device=cuda``: one device per GPU, ``cuda:<local_rank>``, NCCL process groups."""
+
+    type = "cuda"
+    torch_type = "cuda"
+    collective = "nccl"
+    vendor = "NVIDIA"
+    pci_vendor_id = 0x10DE
+    #: the Python binding of NVML (from the nvidia-ml-py distribution); optional
+    library = "pynvml"
+
+    def read(self) -> NodeReading:
+        """NVML first (exact thresholds, no subprocess), nvidia-smi when NVML is absent or fails."""
+        module = import_optional(self.library)
+        if module is not None:
+            node = nvml.read(module)
+            if node.devices:
+                return node
+        node = smi.read(self.run)
+        if node.devices or module is not None:
+            return node
+        return NodeReading(
+            "nvidia-smi",
+            problem=f"no NVIDIA driver found ({node.problem}; {self.library} not installed)",
+        )
+
+    def inventory(self) -> list[DeviceInfo]:
+        """Devices plus each GPU's nearest NIC and CPU/NUMA affinity from the topology matrix."""
+        devices = super().inventory()
+        facts = topo.affinity(self.run(topo.COMMAND).stdout)
+        return [
+            dataclasses.replace(d, extra={**d.extra, **facts.get(d.index, {})}) for d in devices
+        ]
+
+    def topology(self) -> Topology:
+        result = self.run(topo.COMMAND)
+        if result.stdout.strip():
+            return topo.topology(result.stdout)
+        return _isolated(self.read().usable)
+
+    def events(self, node: NodeReading) -> list[HealthFinding]:
+        index_by_bus = {bus_key(d.pci_bus_id): d.index for d in node.devices if d.pci_bus_id}
+        return xid.xid_findings(kernel_log(self.run), index_by_bus)
+
+    def compatibility(self, node: NodeReading) -> list[HealthFinding]:
+        return compat.check(node, shared.torch_build(), compat.torch_cuda())
+
+
+def _isolated(devices: tuple[DeviceReading, ...]) -> Topology:
+    """Without a link matrix, all that is known is that the GPUs share one node."""
+    members = tuple(d.index for d in devices)
+    return Topology(groups=(InterconnectGroup("node", "node", members),) if members else ())

@@ -1,0 +1,80 @@
+"""Read NVIDIA GPUs through NVML (``pip install nvidia-ml-py``, imported as ``pynvml``).
+
+NVML is what nvidia-smi itself calls; the library gives exact temperature thresholds per GPU and
+avoids a subprocess. Any call a GPU does not support (``NVMLError_NotSupported``) is left ``None``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from xirang_core.devices.reading import DeviceReading, NodeReading
+from xirang_cuda.smi import THROTTLE_BITS
+
+
+def read(nvml: Any) -> NodeReading:
+    """The node as NVML reports it; a GPU whose handle fails is kept as lost, with NVML's words."""
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return NodeReading("nvml", problem=f"NVML could not start: {exc}")
+    try:
+        count = nvml.nvmlDeviceGetCount()
+        devices = tuple(_device(nvml, i) for i in range(count))
+        cuda = _optional(nvml.nvmlSystemGetCudaDriverVersion)
+        return NodeReading(
+            "nvml",
+            devices,
+            driver=_text(nvml.nvmlSystemGetDriverVersion()),
+            runtime=f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else "",
+            problem="" if count else "NVML lists no GPUs",
+        )
+    finally:
+        _optional(nvml.nvmlShutdown)
+
+
+def _device(nvml: Any, index: int) -> DeviceReading:
+    try:
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        name = _text(nvml.nvmlDeviceGetName(handle))
+    except Exception as exc:  # NVMLError_GpuIsLost, NVMLError_Unknown
+        return DeviceReading(index=index, lost=str(exc) or type(exc).__name__)
+
+    def call(fn: str, *args: Any) -> Any:
+        return _optional(getattr(nvml, fn), handle, *args)
+
+    ecc = (nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)
+    memory = call("nvmlDeviceGetMemoryInfo")
+    pci = call("nvmlDeviceGetPciInfo")
+    reasons = call("nvmlDeviceGetCurrentClocksThrottleReasons") or 0
+    return DeviceReading(
+        index=index,
+        model=name,
+        memory_bytes=int(memory.total) if memory else 0,
+        pci_bus_id=_text(pci.busId) if pci else "",
+        uuid=_text(call("nvmlDeviceGetUUID") or ""),
+        temperature_c=call("nvmlDeviceGetTemperature", nvml.NVML_TEMPERATURE_GPU),
+        temperature_slowdown_c=call(
+            "nvmlDeviceGetTemperatureThreshold", nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
+        ),
+        temperature_shutdown_c=call(
+            "nvmlDeviceGetTemperatureThreshold", nvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN
+        ),
+        ecc_corrected=call("nvmlDeviceGetTotalEccErrors", ecc[0], nvml.NVML_VOLATILE_ECC),
+        ecc_uncorrected=call("nvmlDeviceGetTotalEccErrors", ecc[1], nvml.NVML_VOLATILE_ECC),
+        throttle=tuple(reason for bit, reason in THROTTLE_BITS.items() if reasons & bit),
+    )
+
+
+def _optional(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, or None where the GPU or driver does not support the query."""
+    try:
+        return fn(*args)
+    except Exception:
+        return None
+
+
+def _text(value: Any) -> str:
+    """NVML returns bytes in older bindings and str in newer ones."""
+    return value.decode() if isinstance(value, bytes) else str(value)

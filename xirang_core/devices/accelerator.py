@@ -1,0 +1,169 @@
+"""The part of a device backend that is the same for every accelerator vendor.
+
+A vendor backend subclasses :class:`AcceleratorBackend` and supplies four things: how to read
+the node (:meth:`read`: its Python library, else its command-line tool), how to read the link
+matrix (:meth:`topology`), which driver/runtime/torch combinations work (:meth:`compatibility`)
+and, optionally, vendor events (:meth:`events`: XID, RAS). Detection, inventory, the common health
+rules, calibration through torch and the torch device follow from those here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from xirang_core.devices.calibration import (
+    cached_calibration,
+    measure_device_to_device_gbps,
+    measure_matmul_tflops,
+    measure_memory_bandwidth_gbps,
+)
+from xirang_core.devices.health import DRAIN, HealthLimits, assess, missing_from_driver
+from xirang_core.devices.pci import SYSFS_PCI, pci_devices
+from xirang_core.devices.reading import NodeReading
+from xirang_core.devices.tools import ToolRunner, run_tool
+from xirang_core.errors import ConfigError
+from xirang_core.specs import Calibration, DeviceInfo, HealthFinding, Topology
+
+if TYPE_CHECKING:
+    import torch
+
+#: matmul edge for calibration: large enough to reach a data-centre GPU's sustained rate
+CALIBRATION_MATMUL_SIZE = 4096
+CALIBRATION_BUFFER_MB = 512
+
+
+class AcceleratorBackend:
+    """Implements :class:`xirang_core.specs.DeviceBackend` from a few vendor-specific methods."""
+
+    type = ""
+    #: the torch module and device type (``cuda`` also serves ROCm; Ascend's is ``npu``)
+    torch_type = "cuda"
+    collective = "nccl"
+    vendor = ""
+    pci_vendor_id = 0
+
+    def __init__(
+        self,
+        runner: ToolRunner = run_tool,
+        sysfs_pci: Path = SYSFS_PCI,
+        limits: HealthLimits | None = None,
+    ) -> None:
+        self.run = runner
+        self.sysfs_pci = Path(sysfs_pci)
+        self.limits = limits or HealthLimits()
+
+    # --- what a vendor supplies -------------------------------------------------------------
+
+    def read(self) -> NodeReading:
+        """This node's devices from the vendor library, else the vendor tool."""
+        raise NotImplementedError
+
+    def topology(self) -> Topology:
+        raise NotImplementedError
+
+    def compatibility(self, node: NodeReading) -> list[HealthFinding]:
+        """Driver vs runtime vs torch build; ``drain`` findings make the family unusable."""
+        raise NotImplementedError
+
+    def events(self, node: NodeReading) -> list[HealthFinding]:
+        """Vendor error events (XID, RAS, alarms) already classified by severity."""
+        return []
+
+    # --- the DeviceBackend protocol -----------------------------------------------------------
+
+    def detect(self) -> tuple[bool, str]:
+        """Usable here, or why not; never raises (a broken driver must not stop other backends)."""
+        try:
+            return self._detect()
+        except Exception as exc:
+            return False, f"{self.vendor} detection failed: {type(exc).__name__}: {exc}"
+
+    def _detect(self) -> tuple[bool, str]:
+        node = self.read()
+        if not node.devices:
+            return False, node.problem or f"no {self.vendor} devices found"
+        if not node.usable:
+            return False, f"all {len(node.devices)} {self.vendor} devices are lost"
+        blockers = [f.message for f in self.compatibility(node) if f.severity == DRAIN]
+        if blockers:
+            return False, "; ".join(blockers)
+        first = node.usable[0]
+        return True, (
+            f"{len(node.usable)} x {first.model} (driver {node.driver or '?'}, "
+            f"read with {node.source})"
+        )
+
+    def inventory(self) -> list[DeviceInfo]:
+        node = self.read()
+        return [d.info(self.type, node.driver, node.runtime) for d in node.usable]
+
+    def health(self) -> list[HealthFinding]:
+        """Common rules, devices missing from the driver, vendor events, compatibility issues."""
+        node = self.read()
+        if not node.devices:
+            return [HealthFinding(None, "driver", DRAIN, node.problem or "no devices listed")]
+        findings = assess(node.devices, self.limits)
+        if all(d.pci_bus_id for d in node.devices):
+            on_bus = pci_devices(self.pci_vendor_id, self.sysfs_pci)
+            findings += missing_from_driver(on_bus, node.devices, self.vendor)
+        findings += self.events(node)
+        findings += [f for f in self.compatibility(node) if f.severity != "ok"]
+        return findings
+
+    def calibrate(self, refresh: bool = False) -> Calibration:
+        """Measured once per (device model, driver, torch), then cached; ``refresh`` remeasures."""
+        import torch
+
+        node = self.read()
+        if not node.usable:
+            raise ConfigError(f"device={self.type}: nothing to calibrate: {self.detect()[1]}")
+        model = node.usable[0].model
+        key = f"{self.type}-{model}-driver{node.driver}-torch{torch.__version__}"
+        return cached_calibration(key, lambda: self._measure(model, len(node.usable)), refresh)
+
+    def _measure(self, model: str, count: int) -> Calibration:
+        first = self.torch_device(0)
+        second = self.torch_device(1) if count > 1 else None
+        self.torch_device(0)  # leave device 0 current for the caller
+        return Calibration(
+            device_model=model,
+            matmul_tflops=measure_matmul_tflops(
+                first, self.calibration_dtypes(), size=CALIBRATION_MATMUL_SIZE
+            ),
+            memory_bandwidth_gbps=measure_memory_bandwidth_gbps(first, CALIBRATION_BUFFER_MB),
+            link_bandwidth_gbps=(
+                measure_device_to_device_gbps(first, second, CALIBRATION_BUFFER_MB)
+                if second is not None
+                else None
+            ),
+        )
+
+    def calibration_dtypes(self) -> list[str]:
+        """Matmul dtypes worth measuring on this device; bf16 only where the device has it."""
+        import torch
+
+        module = getattr(torch, self.torch_type)
+        has_bf16 = getattr(module, "is_bf16_supported", lambda: True)()
+        return ["float32", "float16", *(["bfloat16"] if has_bf16 else [])]
+
+    def torch_device(self, local_rank: int) -> torch.device:
+        """``<torch_type>:<local_rank>``, made current so collectives and kernels land on it."""
+        import torch
+
+        module = getattr(torch, self.torch_type, None)
+        count = module.device_count() if module is not None else 0
+        if local_rank >= count:
+            raise ConfigError(
+                f"worker with local rank {local_rank} needs {self.torch_type}:{local_rank}, but "
+                f"torch sees {count} {self.vendor} device(s) here; lower trainer.nproc or check "
+                f"the visible-devices variable ({self.visible_devices_variable()})"
+            )
+        module.set_device(local_rank)
+        return torch.device(self.torch_type, local_rank)
+
+    def visible_devices_variable(self) -> str:
+        return "CUDA_VISIBLE_DEVICES"
+
+    def collective_backend(self) -> str:
+        return self.collective
