@@ -1,0 +1,172 @@
+"""``xirang ckpt ls|verify|export|keep RUN``: look after a run's checkpoints.
+
+RUN is a run directory (its ``config.yaml`` says where the checkpoints are, ``s3://`` included)
+or a checkpoint root path/URL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from xirang_core.checkpoint.chunks import CorruptCheckpoint
+from xirang_core.checkpoint.store import CheckpointStore
+from xirang_core.errors import ConfigError
+
+CONFIG_FILE = "config.yaml"
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    store = open_store(args.run)
+    return int(args.action(store, args) or 0)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="xirang ckpt", description=__doc__)
+    sub = parser.add_subparsers(required=True, metavar="{ls,verify,export,keep}")
+    ls = sub.add_parser("ls", help="list checkpoints: step, size, new bytes, kept, state")
+    ls.add_argument("--json", action="store_true", help="machine-readable output")
+    ls.set_defaults(action=cmd_ls)
+    verify = sub.add_parser("verify", help="read every chunk and check it against the manifest")
+    verify.add_argument("--step", type=int, help="only this step (default: all)")
+    verify.set_defaults(action=cmd_verify)
+    export = sub.add_parser("export", help="write the model weights as safetensors")
+    export.add_argument("--step", type=int, help="this step (default: newest valid)")
+    export.add_argument("-o", "--output", type=Path, help="file (default: RUN/model-<step>...)")
+    export.set_defaults(action=cmd_export)
+    keep = sub.add_parser("keep", help="exempt a checkpoint from retention (--undo lifts it)")
+    keep.add_argument("step", type=int)
+    keep.add_argument("--undo", action="store_true")
+    keep.set_defaults(action=cmd_keep)
+    for p in (ls, verify, export, keep):
+        p.add_argument("run", help="run directory, or checkpoint root path/URL")
+    return parser
+
+
+def open_store(run: str) -> CheckpointStore:
+    """The checkpoints of a run directory, or of a checkpoint root given directly."""
+    from xirang_core.checkpoint.config import CheckpointConfig
+    from xirang_core.checkpoint.tiers import checkpoint_uri, open_tier
+
+    config_path = Path(run) / CONFIG_FILE
+    if config_path.is_file():
+        config: dict[str, Any] = yaml.safe_load(config_path.read_text()) or {}
+        settings = CheckpointConfig(**(config.get("checkpoint") or {}))
+        uri = checkpoint_uri(settings.uri, run)
+        return CheckpointStore(open_tier(uri, config.get("storage"), _registry()))
+    if "://" not in run and not Path(run).is_dir():
+        raise ConfigError(f"{run}: not a run directory (no {CONFIG_FILE}) nor a checkpoint folder")
+    return CheckpointStore(open_tier(run, None, _registry()))
+
+
+def _registry() -> Any:
+    from xirang_core.plugins import get_registry
+
+    return get_registry()
+
+
+def listing(store: CheckpointStore) -> list[dict[str, Any]]:
+    """One row per step folder, newest first; torn or unreadable ones say why."""
+    rows = []
+    for cand in store.candidates():
+        row: dict[str, Any] = {"step": cand.step, "kept": store.is_kept(cand.step)}
+        if cand.manifest is None:
+            row.update(state="unusable", reason=cand.problem)
+        else:
+            m = cand.manifest
+            row.update(
+                state="committed",
+                created=m.created,
+                world_size=m.world_size,
+                files=len(m.files),
+                bytes_total=m.bytes_total,
+                bytes_new=m.bytes_new,
+                dataset_snapshot=m.dataset_snapshot,
+            )
+        rows.append(row)
+    return rows
+
+
+def cmd_ls(store: CheckpointStore, args: argparse.Namespace) -> int:
+    rows = listing(store)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"checkpoints in {store.tier.path('')}")
+    for column in ("step", "state", "created", "workers", "size MB", "new MB", "kept"):
+        table.add_column(column)
+    for r in rows:
+        if r["state"] != "committed":
+            table.add_row(str(r["step"]), f"[red]{r['reason']}[/]", "", "", "", "", "")
+            continue
+        table.add_row(
+            str(r["step"]),
+            r["state"],
+            r["created"][:19],
+            str(r["world_size"]),
+            f"{r['bytes_total'] / 1e6:.2f}",
+            f"{r['bytes_new'] / 1e6:.2f}",
+            "yes" if r["kept"] else "",
+        )
+    Console().print(table if rows else "no checkpoints yet")
+    return 0
+
+
+def cmd_verify(store: CheckpointStore, args: argparse.Namespace) -> int:
+    """Exit status 1 when any checked checkpoint is unusable."""
+    bad = 0
+    for cand in store.candidates():
+        if args.step is not None and cand.step != args.step:
+            continue
+        problem = cand.problem
+        if cand.manifest is not None:
+            try:
+                store.verify(cand.manifest)
+            except CorruptCheckpoint as exc:
+                problem = str(exc)
+        bad += bool(problem)
+        print(f"step {cand.step}: " + (f"CORRUPT: {problem}" if problem else "ok"))
+    return 1 if bad else 0
+
+
+def cmd_export(store: CheckpointStore, args: argparse.Namespace) -> int:
+    from xirang_core.checkpoint.export import export_safetensors
+
+    manifest = _pick(store, args.step)
+    out = args.output or Path(args.run) / f"model-step{manifest.step}.safetensors"
+    count = export_safetensors(store, manifest, out)
+    print(f"wrote {count} tensors of step {manifest.step} to {out}")
+    return 0
+
+
+def cmd_keep(store: CheckpointStore, args: argparse.Namespace) -> int:
+    try:
+        store.mark(args.step, keep=not args.undo)
+    except CorruptCheckpoint as exc:
+        raise ConfigError(f"cannot mark step {args.step}: {exc}") from None
+    print(f"step {args.step}: {'no longer kept' if args.undo else 'kept'}")
+    return 0
+
+
+def _pick(store: CheckpointStore, step: int | None) -> Any:
+    """The manifest of ``step``, or of the newest checkpoint that verifies."""
+    for cand in store.candidates():
+        if step is not None and cand.step != step:
+            continue
+        if cand.manifest is None:
+            continue
+        try:
+            store.verify(cand.manifest)
+        except CorruptCheckpoint:
+            continue
+        return cand.manifest
+    where = f"step {step}" if step is not None else "any step"
+    raise ConfigError(f"no valid checkpoint for {where} in {store.tier.path('')}")
