@@ -83,10 +83,10 @@ class ShardReader(torch.utils.data.IterableDataset):
         order, part = self.order(), self.partition()
         start = self.consumed
         for g in range(part.batches_in(self.snap.samples, start)):
-            positions = part.positions(g, start)
-            if part.mine(g):
-                yield self.take(order, positions)
+            batch = self.take(order, part.positions(g, start)) if part.mine(g) else None
             self.consumed = min(self.snap.samples, start + (g + 1) * part.global_batch)
+            if batch is not None:
+                yield batch  # counted as consumed once the caller holds it
         self.epoch, self.consumed = self.epoch + 1, 0
 
     def take(self, order: EpochOrder, positions: np.ndarray) -> pa.Table:

@@ -1,0 +1,80 @@
+"""The training run's batches: from the pinned snapshot, deterministic per step and rank."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from tests.conftest import QUICK, run_dirs
+from tests.data.conftest import Make
+from xirang_core.data import features
+from xirang_core.data.training import resolve_dataset, run_batches
+from xirang_core.errors import ConfigError, DataError
+
+
+def config(uri: str, **data) -> dict:
+    return {
+        "seed": 7,
+        "storage": {"name": "local", "root": ""},
+        "data": {"name": "snapshot", "uri": uri, "seq_len": 16, "val_fraction": 0.1, **data},
+    }
+
+
+def test_batches_depend_only_on_step_and_rank(make_dataset: Make) -> None:
+    tier, _ = make_dataset(n=120, per_shard=20)
+    cfg = config(tier.root)
+    train, _ = run_batches(cfg, rank=0, world=2, micro=4, accum=2)
+    again, _ = run_batches(config(tier.root), rank=0, world=2, micro=4, accum=2)
+    x, y = train.get(5, 1)
+    assert x.shape == (4, 16) and torch.equal(x[:, 1:], y[:, :-1])
+    assert torch.equal(x, again.get(5, 1)[0])
+    assert not torch.equal(x, train.get(6, 1)[0])
+
+
+def test_ranks_read_different_documents(make_dataset: Make) -> None:
+    tier, _ = make_dataset(n=120, per_shard=20)
+    ranks = [run_batches(config(tier.root), r, 3, 4, 1)[0] for r in range(3)]
+    docs = [set(b.documents(s, 0).tolist()) for b in ranks for s in range(1, 9)]
+    assert sum(len(d) for d in docs) == len(set().union(*docs))  # 3 ranks x 8 steps x 4 = 96
+
+
+def test_an_epoch_of_training_windows_starts_at_every_document_once(make_dataset: Make) -> None:
+    tier, _ = make_dataset(n=100, per_shard=20)
+    train, val = run_batches(config(tier.root), 0, 1, 9, 1)
+    seen = np.concatenate([train.documents(s, 0) for s in range(1, 11)])
+    assert sorted(seen.tolist()) == train.ids.tolist()
+    assert not set(train.ids.tolist()) & set(val.ids.tolist())
+
+
+def test_tokenised_features_are_reused(make_dataset: Make, monkeypatch) -> None:
+    tier, _ = make_dataset(n=60, per_shard=20)
+    run_batches(config(tier.root), 0, 1, 2, 1)
+    calls = []
+    real = features._compute
+    monkeypatch.setattr(features, "_compute", lambda *a: calls.append(1) or real(*a))
+    run_batches(config(tier.root), 0, 1, 2, 1)
+    assert calls == []
+
+
+def test_the_config_records_the_snapshot_and_a_pin_is_enforced(make_dataset: Make) -> None:
+    tier, snap = make_dataset(n=30)
+    data = config(tier.root)["data"]
+    assert resolve_dataset(data) == snap.id and data["snapshot"] == snap.id
+    with pytest.raises(DataError, match="not in"):
+        resolve_dataset(config(tier.root, snapshot="fedcba9876543210")["data"])
+    with pytest.raises(ConfigError, match="data.bogus"):
+        resolve_dataset(config(tier.root, bogus=1)["data"])
+
+
+@pytest.mark.slow
+def test_the_embedded_run_records_its_snapshot(run_xirang, tmp_path: Path) -> None:
+    done = run_xirang(*QUICK)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run = run_dirs(tmp_path)[-1]
+    summary = yaml.safe_load((run / "summary.json").read_text())
+    pinned = yaml.safe_load((run / "config.yaml").read_text())["data"]["snapshot"]
+    assert summary["data_snapshot"] == pinned and len(pinned) == 16
