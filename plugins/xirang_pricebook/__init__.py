@@ -1,0 +1,56 @@
+"""Price-book cost policies (``cost=pricebook|offpeak|energy_aware``), the ``xirang cost``
+command and the observer that meters every training run into the cost store."""
+
+from pathlib import Path
+
+from xirang import hookimpl
+from xirang.specs import CommandSpec, CostPolicySpec
+
+_SCHEMA = "xirang_pricebook.policy:PriceBookConfig"
+
+
+@hookimpl
+def xirang_cost_policies() -> list[CostPolicySpec]:
+    return [
+        CostPolicySpec(
+            name="pricebook",
+            target="xirang_pricebook.policy:PriceBookPolicy",
+            schema=_SCHEMA,
+            description="price per device-hour by type, time window and capacity class",
+        ),
+        CostPolicySpec(
+            name="offpeak",
+            target="xirang_pricebook.policy:OffPeakPolicy",
+            schema=_SCHEMA,
+            description="price book on spot capacity; interruptible jobs wait for cheap windows",
+        ),
+        CostPolicySpec(
+            name="energy_aware",
+            target="xirang_pricebook.policy:EnergyAwarePolicy",
+            schema=_SCHEMA,
+            description="price book plus energy (watts x kWh price); prefers efficient types",
+        ),
+    ]
+
+
+@hookimpl
+def xirang_commands() -> list[CommandSpec]:
+    return [
+        CommandSpec(
+            name="cost",
+            target="xirang_core.cost.cli:main",
+            description="cost reports by team/project/device, findings and budgets",
+        )
+    ]
+
+
+@hookimpl
+def xirang_on_run_end(ctx, summary) -> None:  # type: ignore[no-untyped-def]
+    from xirang_pricebook.observer import record_run
+
+    record_run(ctx, summary)
+
+
+@hookimpl
+def xirang_config_search_paths() -> list[str]:
+    return [f"file://{Path(__file__).parent / 'conf'}"]

@@ -1,0 +1,98 @@
+"""``xirang console``: serve the web console over a running pool's state store.
+
+    xirang console --state pool.db [--prices prices.yaml] [--port 8080] [--interval 30]
+
+``--state`` is the file ``xirang pool serve --state`` writes; the console only reads it.
+``--prices`` (a YAML price book: prices, windows, classes, watts, price_per_kwh) turns metering
+of pool jobs on; without it the cost pages show what was metered elsewhere (training runs).
+The operator token is the pool's (``XIRANG_POOL_OPERATOR_TOKEN`` or the file beside the state).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import threading
+from pathlib import Path
+
+import yaml
+
+from xirang_core.console.metrics_store import MetricsStore
+from xirang_core.console.server import Sampler, serve
+from xirang_core.console.source import ConsoleSource
+from xirang_core.console.state import operator_token
+from xirang_core.cost.errors import CostError
+from xirang_core.cost.meter import Meter
+from xirang_core.cost.pricebook import PriceBook
+from xirang_core.cost.store import CostStore
+from xirang_core.errors import ConfigError
+from xirang_core.paths import xirang_home
+from xirang_core.pool.store import PoolStore
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    source = build_source(args.state, args.prices, args.cost_db, args.metrics_db)
+    if not source.operator_token:
+        print("note: no operator token found; only project tokens can log in", flush=True)
+    server = serve(source, args.host, args.port)
+    sampler = Sampler(source, args.interval)
+    sampler.start()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host, port = server.server_address[:2]
+    print(f"xirang console: http://{host}:{port} (pool state {args.state})", flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with contextlib.suppress(KeyboardInterrupt):
+        stop.wait()
+    sampler.stop()
+    server.shutdown()
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="xirang console", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--state", required=True, help="the pool's state file (pool serve --state)")
+    parser.add_argument("--prices", help="price book YAML; meters pool jobs into the cost store")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--interval", type=float, default=30.0, help="seconds between samples")
+    parser.add_argument("--cost-db", help="cost database (default XIRANG_HOME/cost/cost.db)")
+    parser.add_argument("--metrics-db", help="metrics database (default XIRANG_HOME/console/)")
+    return parser
+
+
+def build_source(
+    state: str | Path,
+    prices: str | Path | None = None,
+    cost_db: str | Path | None = None,
+    metrics_db: str | Path | None = None,
+) -> ConsoleSource:
+    """A console source over the pool state at ``state`` (which must already exist)."""
+    if not Path(state).is_file():
+        raise ConfigError(
+            f"--state {state}: no pool state there; start the pool with "
+            f"`xirang pool serve --state {state} --cluster FILE` first"
+        )
+    meter = Meter(load_pricebook(prices)) if prices else None
+    metrics = MetricsStore(metrics_db or xirang_home() / "console" / "metrics.db")
+    return ConsoleSource(
+        PoolStore(state), CostStore(cost_db), metrics, meter, operator_token(state)
+    )
+
+
+def load_pricebook(path: str | Path) -> PriceBook:
+    """A price book from YAML (the same keys as the ``cost=pricebook`` option, ``name`` ignored)."""
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise CostError(f"--prices {path}: cannot read a price book: {exc}") from None
+    if not isinstance(data, dict) or not data.get("prices"):
+        raise CostError(f"--prices {path}: expected a mapping with 'prices: {{type: per hour}}'")
+    data.pop("name", None)
+    data.pop("capacity_class", None)
+    try:
+        return PriceBook.from_settings(data)
+    except TypeError as exc:
+        raise CostError(f"--prices {path}: {exc}") from None

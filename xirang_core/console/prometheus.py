@@ -1,0 +1,126 @@
+"""The Prometheus ``/metrics`` exposition: the console's figures with standard names and labels.
+
+Gauges for capacity, allocation, water level, queue and quota; counters (``_total``) for cost in
+currency units. A project token gets its own project's series only; the operator gets all.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from xirang_core.console.source import ConsoleSource
+from xirang_core.cost.money import from_micro
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+Sample = tuple[dict[str, str], float]
+
+
+def exposition(source: ConsoleSource, who: str) -> str:
+    """The whole exposition text for ``who``."""
+    snap = source.snapshot()
+    families = [
+        *_capacity_families(snap.capacity, snap.nodes),
+        *_job_families(source.jobs_for(who)),
+        _quota_family(source.quotas_for(who)),
+        *_cost_families(source, who),
+    ]
+    return "".join(_family(*f) for f in families)
+
+
+def _capacity_families(capacity: dict[str, Any], nodes: list[dict[str, Any]]) -> list[tuple]:
+    types, groups = capacity["types"], capacity["groups"]
+
+    def per_type(key: str) -> list[Sample]:
+        return [({"device_type": r["device_type"]}, r[key]) for r in types]
+
+    drained = sum(1 for n in nodes if not n["healthy"])
+    return [
+        ("xirang_pool_devices", "gauge", "Devices in the pool.", per_type("total")),
+        ("xirang_pool_devices_healthy", "gauge", "Devices on healthy nodes.", per_type("healthy")),
+        ("xirang_pool_devices_allocated", "gauge", "Devices held by jobs.", per_type("allocated")),
+        (
+            "xirang_pool_utilisation_ratio",
+            "gauge",
+            "Allocated share of healthy devices (water level).",
+            per_type("water_level"),
+        ),
+        (
+            "xirang_pool_group_utilisation_ratio",
+            "gauge",
+            "Water level per interconnect group.",
+            [
+                ({"device_type": r["device_type"], "group": r["group"]}, r["water_level"])
+                for r in groups
+            ],
+        ),
+        ("xirang_pool_nodes_drained", "gauge", "Nodes out of service.", [({}, drained)]),
+    ]
+
+
+def _job_families(jobs: list[dict[str, Any]]) -> list[tuple]:
+    queued: dict[str, int] = defaultdict(int)
+    running: dict[str, int] = defaultdict(int)
+    for job in jobs:
+        (queued if job["state"] == "queued" else running)[job["project"]] += 1
+    return [
+        ("xirang_pool_queue_length", "gauge", "Queued jobs.", _by("project", queued)),
+        ("xirang_pool_jobs_running", "gauge", "Running jobs.", _by("project", running)),
+    ]
+
+
+def _quota_family(quotas: list[dict[str, Any]]) -> tuple:
+    samples = [
+        ({"project": q["project"], "kind": kind}, q[kind])
+        for q in quotas
+        for kind in ("guaranteed", "in_guarantee", "borrowed", "lent")
+    ]
+    return ("xirang_pool_quota_cards", "gauge", "Quota use in logical cards.", samples)
+
+
+def _cost_families(source: ConsoleSource, who: str) -> list[tuple]:
+    amount: dict[tuple[str, ...], int] = defaultdict(int)
+    idle: dict[tuple[str, ...], int] = defaultdict(int)
+    for c in source.charges_for(who):
+        key = (c.team, c.project, c.device_type, c.currency)
+        amount[key] += c.amount_micro
+        idle[key] += c.idle_micro
+    names = ("team", "project", "device_type", "currency")
+
+    def samples(table: dict[tuple[str, ...], int]) -> list[Sample]:
+        rows = sorted(table.items())
+        return [(dict(zip(names, k, strict=True)), float(from_micro(v))) for k, v in rows]
+
+    budgets = [
+        ({"scope": b["scope"], "name": b["name"]}, b["used"]) for b in source.budgets_for(who)
+    ]
+    return [
+        ("xirang_cost", "counter", "Metered cost in currency units.", samples(amount)),
+        ("xirang_cost_idle", "counter", "Cost of idle time inside allocations.", samples(idle)),
+        ("xirang_budget_used_ratio", "gauge", "Share of each budget spent.", budgets),
+    ]
+
+
+def _by(label: str, table: dict[str, int]) -> list[Sample]:
+    return [({label: k}, v) for k, v in sorted(table.items())]
+
+
+def _family(name: str, kind: str, help_text: str, samples: Iterable[Sample]) -> str:
+    suffix = "_total" if kind == "counter" else ""
+    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+    for labels, value in samples:
+        lines.append(f"{name}{suffix}{_labels(labels)} {float(value)!r}")
+    return "\n".join(lines) + "\n"
+
+
+def _labels(labels: dict[str, str]) -> str:
+    if not labels:
+        return ""
+    body = ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items())
+    return "{" + body + "}"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')

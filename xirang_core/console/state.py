@@ -1,0 +1,62 @@
+"""A consistent read of the pool's state from its SQLite store (the pool's read API).
+
+The console and the cost meter never keep their own copy of the pool: they read the store the
+pool service writes through (``xirang pool serve --state FILE``; WAL mode lets other processes
+read while it writes). One :func:`read_state` is one snapshot; the console caches it briefly.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xirang_core.pool.jobs import Job
+from xirang_core.pool.quota import Project
+from xirang_core.pool.store import PoolStore
+
+#: the environment variable the pool service reads its operator token from
+OPERATOR_TOKEN_ENV = "XIRANG_POOL_OPERATOR_TOKEN"
+
+
+@dataclass
+class PoolState:
+    """Nodes (with use, health and drain reason), jobs, projects and closed usage segments."""
+
+    nodes: list[dict[str, Any]]
+    jobs: list[Job]
+    projects: list[Project]
+    segments: list[dict[str, Any]] = field(default_factory=list)
+    read_at: float = 0.0
+
+    def live_jobs(self) -> list[Job]:
+        return [j for j in self.jobs if not j.state.finished]
+
+
+def read_state(store: PoolStore, now: float | None = None) -> PoolState:
+    """Everything the console shows, read in one go from the pool's store."""
+    return PoolState(
+        nodes=store.nodes(),
+        jobs=store.jobs(),
+        projects=store.projects(),
+        segments=usage_segments(store),
+        read_at=time.time() if now is None else now,
+    )
+
+
+def usage_segments(store: PoolStore) -> list[dict[str, Any]]:
+    """The raw usage rows (one per stretch a job held devices), which metering charges one by
+    one; the pool's own ``usage()`` sums them into buckets, losing the job each belongs to."""
+    rows = store.db.execute("SELECT * FROM usage ORDER BY start, job_id")
+    return [dict(r) for r in rows]
+
+
+def operator_token(state_path: str | Path) -> str:
+    """The pool's operator token: its environment variable, else the file the service keeps
+    beside its state (read only; empty when neither exists)."""
+    if os.environ.get(OPERATOR_TOKEN_ENV):
+        return os.environ[OPERATOR_TOKEN_ENV]
+    path = Path(f"{state_path}.operator-token")
+    return path.read_text().strip() if path.exists() else ""

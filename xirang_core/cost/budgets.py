@@ -1,0 +1,106 @@
+"""Budgets per project and per job: a warning at a threshold, an action at the limit.
+
+The actions are what an operator can ask of the pool once money runs out:
+
+* ``stop_submissions`` - new jobs of the project are refused (running ones continue);
+* ``lower_priority`` - new and queued jobs drop to the lowest priority class, so they run only
+  on capacity nobody else wants;
+* ``checkpoint_stop`` - a running job is asked to save a checkpoint and stop (the pool's
+  ``preempted`` path), and nothing new starts.
+
+The pool consults :class:`Governor` before admitting a job and the console shows each status.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from xirang_core.cost.errors import BudgetExceeded, CostError
+
+if TYPE_CHECKING:
+    from xirang_core.cost.store import CostStore
+
+ACTIONS = ("stop_submissions", "lower_priority", "checkpoint_stop")
+SCOPES = ("project", "job")
+LOWEST_PRIORITY = 0
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A limit in micro-units for one project or one job ref; ``warn_at`` is a fraction."""
+
+    scope: str
+    name: str
+    limit_micro: int
+    warn_at: float = 0.8
+    action: str = "stop_submissions"
+
+    def __post_init__(self) -> None:
+        if self.scope not in SCOPES:
+            raise CostError(f"budget scope '{self.scope}' is unknown; valid: {', '.join(SCOPES)}")
+        if self.action not in ACTIONS:
+            valid = ", ".join(ACTIONS)
+            raise CostError(f"budget action '{self.action}' is unknown; valid: {valid}")
+        if self.limit_micro <= 0:
+            raise CostError(f"budget for {self.scope} '{self.name}': the limit must be > 0")
+        if not 0 < self.warn_at <= 1:
+            raise CostError(f"budget warn_at={self.warn_at}: use a fraction in (0, 1]")
+
+
+@dataclass(frozen=True)
+class BudgetStatus:
+    """Where spending stands against a budget: ``ok``, ``warn`` or ``limit``."""
+
+    budget: Budget
+    spent_micro: int
+
+    @property
+    def fraction(self) -> float:
+        return self.spent_micro / self.budget.limit_micro
+
+    @property
+    def state(self) -> str:
+        if self.spent_micro >= self.budget.limit_micro:
+            return "limit"
+        return "warn" if self.fraction >= self.budget.warn_at else "ok"
+
+    @property
+    def action(self) -> str | None:
+        """The limit action in force, or None while under the limit."""
+        return self.budget.action if self.state == "limit" else None
+
+
+class Governor:
+    """Applies budgets to pool requests, from what the cost store has metered."""
+
+    def __init__(self, store: CostStore) -> None:
+        self.store = store
+
+    def statuses(self) -> list[BudgetStatus]:
+        spent = self.store.spent_micro
+        return [BudgetStatus(b, spent(b.scope, b.name)) for b in self.store.budgets()]
+
+    def status(self, scope: str, name: str) -> BudgetStatus | None:
+        budget = self.store.budget(scope, name)
+        return BudgetStatus(budget, self.store.spent_micro(scope, name)) if budget else None
+
+    def admit(self, project: str, priority: int) -> int:
+        """The priority a new job of ``project`` may be queued at; raises when refused."""
+        status = self.status("project", project)
+        if status is None or status.action is None:
+            return priority
+        if status.action == "lower_priority":
+            return LOWEST_PRIORITY
+        raise BudgetExceeded(
+            f"project '{project}' spent {status.fraction:.0%} of its budget "
+            f"(action {status.action}): new jobs are refused until the budget is raised with "
+            f"`xirang cost budget set project {project} <amount>`"
+        )
+
+    def should_stop(self, project: str, job_ref: str) -> bool:
+        """Whether a running job must checkpoint and stop (its own or its project's budget)."""
+        for status in (self.status("job", job_ref), self.status("project", project)):
+            if status is not None and status.action == "checkpoint_stop":
+                return True
+        return False
