@@ -47,10 +47,8 @@ class CudaBackend(AcceleratorBackend):
         ]
 
     def topology(self) -> Topology:
-        result = self.run(topo.COMMAND)
-        if result.stdout.strip():
-            return topo.topology(result.stdout)
-        return _isolated(self.read().usable)
+        topology = topo.topology(self.run(topo.COMMAND).stdout)
+        return topology if topology.groups else _isolated(self.read().usable)
 
     def events(self, node: NodeReading) -> list[HealthFinding]:
         index_by_bus = {bus_key(d.pci_bus_id): d.index for d in node.devices if d.pci_bus_id}

@@ -56,7 +56,7 @@ def parse_link_table(text: str) -> LinkTable:
             continue
         if not columns:
             first = _LABEL.match(cells[0])
-            if first and first[2] == "0" and len(cells) > 1 and _LABEL.match(cells[1]):
+            if first and first[2] == "0":  # a one-device table has GPU0 and then CPU Affinity
                 columns = tuple(cells)
             continue
         if _is_row(cells[0], columns):

@@ -1,0 +1,47 @@
+"""Recorded nvidia-smi / kernel-log outputs of three NVIDIA boxes, replayed into the backend.
+
+fixtures/dgx_h100: 8 x H100 on NVSwitch (NV18 between every pair), one rail NIC per GPU plus
+storage NICs, as in a multi-node DGX cluster. fixtures/mixed_pcie_nvlink: 8 x RTX A6000, NVLink
+bridges on three pairs, the rest PCIe within a socket and SMP across. fixtures/failed_node:
+8 x A100 SXM4 where GPU 2 fell off the bus (XID 79, "GPU is lost"), GPU 5 has uncorrectable ECC
+errors and GPU 6 runs hot and throttled.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from xirang_cuda import compat, smi, topo
+from xirang_cuda.backend import CudaBackend
+
+from xirang_core.devices.compat import TorchBuild
+from xirang_core.devices.replay import ReplayRunner
+
+FIXTURES = Path(__file__).parent / "fixtures"
+FILES = {
+    smi.QUERY: "query.csv",
+    smi.HEADER: "smi.txt",
+    topo.COMMAND: "topo.txt",
+    ("dmesg",): "dmesg.txt",
+}
+CUDA_BUILD = TorchBuild("2.5.1+cu124", "12.4", None)
+
+
+def replay(box: str) -> ReplayRunner:
+    return ReplayRunner.from_folder(FIXTURES / box, FILES)
+
+
+def backend(box: str, sysfs: Path | None = None) -> CudaBackend:
+    """The backend reading ``box``'s recordings; no sysfs unless given (no bus cross-check)."""
+    return CudaBackend(runner=replay(box), sysfs_pci=sysfs or FIXTURES / "no-sysfs")
+
+
+def as_cuda_host(
+    monkeypatch, build: TorchBuild = CUDA_BUILD, gpus: int = 8, arch=("sm_80", "sm_90")
+):
+    """Pretend torch is a CUDA build that sees ``gpus`` GPUs of compute capability 9.0."""
+    import xirang_core.devices.compat as shared
+
+    seen = compat.TorchCuda(True, gpus, ((9, 0),) * gpus, tuple(arch))
+    monkeypatch.setattr(shared, "torch_build", lambda: build)
+    monkeypatch.setattr(compat, "torch_cuda", lambda: seen)
