@@ -1,19 +1,114 @@
-"""The gloo collective backend (``comm=gloo``): CPU tensors, any machine."""
+"""The communication plugin (``comm=<option>``): collective backends keyed by device type and
+gradient-sync options for DDP, each counted (bytes on the wire) and timed (hidden communication).
+
+Plain all-reduce over a named backend: gloo, nccl, rccl, hccl. Gradient options that follow the
+device's backend: fp16, bf16, powersgd, topk, hierarchical, localsgd, diloco.
+"""
 
 from pathlib import Path
 
 from xirang import hookimpl
-from xirang.specs import CommBackendSpec
+from xirang.specs import CommandSpec, CommBackendSpec
+
+_ANY = ("cpu", "cuda", "rocm", "ascend", "hpu")
+
+#: (name, target, schema, description, device types)
+_OPTIONS = (
+    (
+        "gloo",
+        "plain:Gloo",
+        "base:CommSettings",
+        "gloo process groups; plain averaged all-reduce",
+        ("cpu", "cuda", "rocm"),
+    ),
+    (
+        "nccl",
+        "plain:Nccl",
+        "base:CommSettings",
+        "NCCL process groups; plain averaged all-reduce",
+        ("cuda", "rocm"),
+    ),
+    (
+        "rccl",
+        "plain:Rccl",
+        "base:CommSettings",
+        "ROCm's RCCL (torch's nccl); plain all-reduce",
+        ("rocm",),
+    ),
+    (
+        "hccl",
+        "plain:Hccl",
+        "base:CommSettings",
+        "Ascend HCCL via torch_npu; plain all-reduce",
+        ("ascend",),
+    ),
+    (
+        "fp16",
+        "compress:Fp16",
+        "base:CommSettings",
+        "gradients all-reduced in fp16 (half bytes)",
+        _ANY,
+    ),
+    (
+        "bf16",
+        "compress:Bf16",
+        "base:CommSettings",
+        "gradients all-reduced in bf16 (half bytes)",
+        _ANY,
+    ),
+    (
+        "powersgd",
+        "powersgd:PowerSGD",
+        "powersgd:PowerSGDSettings",
+        "rank-r PowerSGD with error feedback and warm start",
+        _ANY,
+    ),
+    ("topk", "topk:TopK", "topk:TopKSettings", "top-k sparsification with error feedback", _ANY),
+    (
+        "hierarchical",
+        "hierarchical:Hierarchical",
+        "hierarchical:HierarchicalSettings",
+        "reduce in each link group, all-reduce across groups, broadcast back",
+        _ANY,
+    ),
+    (
+        "localsgd",
+        "periodic:PeriodicSync",
+        "periodic:PeriodicSettings",
+        "local SGD: average parameters every H steps, no gradient exchange",
+        _ANY,
+    ),
+    (
+        "diloco",
+        "periodic:DiLoCo",
+        "periodic:DiLoCoSettings",
+        "DiLoCo: outer Nesterov step on the averaged change every H steps",
+        _ANY,
+    ),
+)
 
 
 @hookimpl
 def xirang_comm_backends() -> list[CommBackendSpec]:
     return [
         CommBackendSpec(
-            name="gloo",
-            target="xirang_gloo.backend:Gloo",
-            description="gloo process groups; plain gradient all-reduce",
-            device_types=("cpu",),
+            name=name,
+            target=f"xirang_comm.{target}",
+            schema=f"xirang_comm.{schema}",
+            description=description,
+            device_types=devices,
+        )
+        for name, target, schema, description, devices in _OPTIONS
+    ]
+
+
+@hookimpl
+def xirang_commands() -> list[CommandSpec]:
+    return [
+        CommandSpec(
+            name="bench",
+            target="xirang_core.comm.bench:main",
+            description="benchmarks: `xirang bench comm` (collectives, scaling, cost model)",
         )
     ]
 

@@ -1,25 +1,145 @@
-"""gloo: the collective backend that runs wherever torch does."""
+"""What every ``comm=`` option shares: the collective backend it opens, the DDP comm hook it
+installs (counted collectives, overlap measurement, sync windows) and its report.
 
-from __future__ import annotations
+This module avoids ``from __future__ import annotations``: DDP inspects the hook's ``bucket``
+annotation and accepts only the real ``dist.GradBucket`` class there.
+"""
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
+import torch
+import torch.distributed as dist
 from torch import nn
 
+from xirang_core.comm.backends import check_available, collective_backend
+from xirang_core.comm.counting import Collectives, WireLedger
+from xirang_core.comm.overlap import OverlapMeter
+from xirang_core.comm.sync_window import SyncWindow
 from xirang_core.errors import ConfigError
+from xirang_core.specs import WorkerContext
 
 
-class Gloo:
-    name = "gloo"
-    device_types = ("cpu",)
+@dataclass
+class CommSettings:
+    """Settings every comm option accepts.
+
+    ``backend``: the torch.distributed backend; empty follows the device type.
+    ``sync_period_ms``/``sync_slot``/``sync_slots``: a sync window (0 = none) for when no
+    scheduler assigns one through the ``xirang_comm_sync_window`` hook.
+    """
+
+    backend: str = ""
+    sync_period_ms: float = 0.0
+    sync_slot: int = 0
+    sync_slots: int = 1
+
+
+class GradientSync:
+    """Plain all-reduce of each DDP bucket, averaged; subclasses change :meth:`sync`."""
+
+    settings_type: ClassVar[type] = CommSettings
+    #: a backend this option always uses (comm=nccl), or None to follow the device
+    pinned_backend: ClassVar[str | None] = None
+    #: device types this option may serve; empty = any
+    device_types: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, **settings: Any) -> None:
+        self.settings = self.settings_type(**settings)
+        self.ledger = WireLedger()
+        self.overlap = OverlapMeter()
+        self.window: SyncWindow | None = None
+        self.window_wait_s = 0.0
+        self.world_size = 1
+        self.comm = Collectives(self.ledger)
+
+    # --- the CommBackend protocol -------------------------------------------------------------
 
     def backend_for(self, device_type: str) -> str:
-        if device_type not in self.device_types:
+        """The backend to open for ``device_type``; refuses one the device cannot use."""
+        if self.device_types and device_type not in self.device_types:
             raise ConfigError(
-                f"comm=gloo cannot serve device type '{device_type}' here; use comm=auto, which "
-                f"picks the device's own collective backend"
+                f"comm={self.option_name()} serves {', '.join(self.device_types)} devices, not "
+                f"{device_type}. Use comm=auto or an option without a pinned backend "
+                f"(fp16, bf16, powersgd, topk, hierarchical, localsgd, diloco)"
             )
-        return "gloo"
+        name = collective_backend(device_type, self.pinned_backend or self.settings.backend)
+        check_available(name, device_type)
+        return name
 
-    def install_hooks(self, model: nn.Module, ctx: Any) -> None:
-        """Plain all-reduce is DDP's default; nothing to install."""
+    def install_hooks(self, model: nn.Module, ctx: WorkerContext) -> None:
+        """Register this option's gradient hook on a DDP-wrapped model (nothing for one worker)."""
+        self.world_size = ctx.world_size
+        if ctx.world_size == 1:
+            return
+        if not hasattr(model, "register_comm_hook"):
+            raise ConfigError(
+                f"comm={self.option_name()} syncs gradients through a comm hook, which the "
+                f"parallel strategy's {type(model).__name__} does not offer. Use parallel=ddp."
+            )
+        self.comm = Collectives(self.ledger)
+        self.window = self.resolve_window(ctx)
+        self.prepare(model, ctx)
+        model.register_comm_hook(state=None, hook=self._hook)
+
+    # --- what subclasses change ---------------------------------------------------------------
+
+    def prepare(self, model: nn.Module, ctx: WorkerContext) -> None:
+        """Set up groups or state before the first backward; plain all-reduce needs none."""
+
+    def sync(self, bucket: dist.GradBucket) -> torch.futures.Future:
+        """Average one bucket over the workers; resolves to the averaged flat buffer."""
+        buffer = bucket.buffer()
+        return self.comm.all_reduce(buffer).then(lambda f: f.value().div_(self.world_size))
+
+    def extra_report(self) -> dict[str, Any]:
+        """Option-specific figures for the run summary."""
+        return {}
+
+    # --- shared machinery ---------------------------------------------------------------------
+
+    def report(self, steps: int) -> dict[str, Any]:
+        """This rank's communication figures for the run summary."""
+        return {
+            "option": self.option_name(),
+            **self.ledger.report(steps),
+            "overlap": self.overlap.report(),
+            "sync_window_wait_s": round(self.window_wait_s, 4),
+            **self.extra_report(),
+        }
+
+    def resolve_window(self, ctx: WorkerContext) -> SyncWindow | None:
+        """A scheduler's window (``xirang_comm_sync_window`` hook) wins over the config's."""
+        from xirang_core.plugins import get_registry
+
+        assigned = get_registry().hook.xirang_comm_sync_window(ctx=ctx, config=ctx.config)
+        if assigned is not None:
+            return assigned
+        s = self.settings
+        if s.sync_period_ms <= 0:
+            return None
+        return SyncWindow(s.sync_period_ms / 1000, s.sync_slot, s.sync_slots)
+
+    def option_name(self) -> str:
+        return getattr(self, "name", type(self).__name__.lower())
+
+    def _hook(self, state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        if self.window is not None and bucket.index() == 0:
+            self.window_wait_s += self.window.wait()
+        return self.overlap.track(self.sync(bucket), bucket.is_last())
+
+
+def completed(value: torch.Tensor) -> torch.futures.Future:
+    """A future already holding ``value``: for buckets that are not communicated this step."""
+    fut: torch.futures.Future = torch.futures.Future()
+    fut.set_result(value)
+    return fut
+
+
+def param_views(bucket: dist.GradBucket) -> list[torch.Tensor]:
+    """Each parameter's gradient as a view into the bucket's flat buffer, in bucket order."""
+    buffer, views, offset = bucket.buffer(), [], 0
+    for param in bucket.parameters():
+        views.append(buffer[offset : offset + param.numel()].view_as(param))
+        offset += param.numel()
+    return views

@@ -1,0 +1,65 @@
+"""Run a function on N gloo (or device) workers on this machine and collect what each returns.
+
+The scaling benchmark and the tests both need "the same function on 1, 2, 4 ranks": this spawns
+the ranks, gives each an initialised process group on loopback, and hands back the per-rank
+results in rank order. Worker failures re-raise in the caller with the worker's traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_group(
+    fn: Callable[..., Any], world: int, *args: Any, backend: str = "gloo", threads: int = 1
+) -> list[Any]:
+    """``fn(rank, world, *args)`` on ``world`` spawned ranks inside a process group; returns the
+    results in rank order. ``threads`` caps each rank's intra-op threads (ranks share cores)."""
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory(prefix="xirang-group-") as folder:
+        port = free_port()
+        mp.spawn(
+            _rank_main,
+            args=(world, port, backend, threads, folder, fn, args),
+            nprocs=world,
+            join=True,
+        )
+        return [pickle.loads((Path(folder) / f"{r}.pkl").read_bytes()) for r in range(world)]
+
+
+def _rank_main(
+    rank: int,
+    world: int,
+    port: int,
+    backend: str,
+    threads: int,
+    folder: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(threads)
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
+    dist.init_process_group(
+        backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
+    try:
+        result = fn(rank, world, *args)
+        (Path(folder) / f"{rank}.pkl").write_bytes(pickle.dumps(result))
+    finally:
+        dist.destroy_process_group()

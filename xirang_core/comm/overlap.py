@@ -1,0 +1,81 @@
+"""How much gradient communication ran while backward was still computing.
+
+DDP hands a bucket to the comm hook as soon as its gradients are ready and waits for every
+bucket's future only when backward has finished. The last bucket is handed over when the last
+gradient has been computed, so its hand-over time marks the end of backward's compute. For each
+backward pass the meter takes the union of the buckets' [launch, completion] intervals: the part
+before that mark was hidden behind compute, the rest was exposed (the step waited for it).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import torch
+
+
+class OverlapMeter:
+    """Hidden and exposed communication seconds, accumulated over backward passes."""
+
+    def __init__(self) -> None:
+        self.hidden_s = 0.0
+        self.exposed_s = 0.0
+        self.passes = 0
+        self._intervals: list[list[float]] = []
+        self._compute_end: float | None = None
+        self._lock = threading.Lock()
+
+    def track(self, fut: torch.futures.Future, is_last: bool) -> torch.futures.Future:
+        """Time one bucket's communication; ``is_last`` marks the pass's last bucket."""
+        now = time.perf_counter()
+        with self._lock:
+            if self._compute_end is not None:  # a new backward pass began
+                self._close_pass()
+            interval = [now, now]
+            self._intervals.append(interval)
+            if is_last:
+                self._compute_end = now
+
+        def done(f: torch.futures.Future) -> Any:
+            interval[1] = time.perf_counter()
+            return f.value()
+
+        return fut.then(done)
+
+    def report(self) -> dict[str, Any]:
+        """Totals over the passes so far (the open pass is closed first)."""
+        with self._lock:
+            if self._compute_end is not None:
+                self._close_pass()
+            total = self.hidden_s + self.exposed_s
+            return {
+                "backward_passes": self.passes,
+                "comm_s": round(total, 4),
+                "hidden_s": round(self.hidden_s, 4),
+                "exposed_s": round(self.exposed_s, 4),
+                "hidden_frac": round(self.hidden_s / total, 4) if total else 0.0,
+            }
+
+    def _close_pass(self) -> None:
+        assert self._compute_end is not None
+        hidden, exposed = split_busy_time(self._intervals, self._compute_end)
+        self.hidden_s += hidden
+        self.exposed_s += exposed
+        self.passes += 1
+        self._intervals, self._compute_end = [], None
+
+
+def split_busy_time(intervals: list[list[float]], mark: float) -> tuple[float, float]:
+    """Seconds covered by the union of ``intervals`` before and after ``mark``."""
+    hidden = exposed = 0.0
+    cursor = float("-inf")
+    for start, end in sorted(intervals):
+        start = max(start, cursor)
+        if end <= start:
+            continue
+        hidden += max(0.0, min(end, mark) - start)
+        exposed += max(0.0, end - max(start, mark))
+        cursor = end
+    return hidden, exposed
