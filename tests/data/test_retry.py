@@ -8,7 +8,11 @@ from xirang_core.storage.retry import RetryPolicy, Throttle, is_throttle, is_tra
 
 
 class SlowDown(Exception):
-    response = {"Error": {"Code": "SlowDown"}}
+    """What botocore raises when S3 throttles: the code is in ``response``."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        self.response = {"Error": {"Code": "SlowDown"}}
 
 
 def test_transient_errors_are_retried_until_success() -> None:

@@ -66,7 +66,7 @@ def test_the_config_records_the_snapshot_and_a_pin_is_enforced(make_dataset: Mak
     assert resolve_dataset(data) == snap.id and data["snapshot"] == snap.id
     with pytest.raises(DataError, match="not in"):
         resolve_dataset(config(tier.root, snapshot="fedcba9876543210")["data"])
-    with pytest.raises(ConfigError, match="data.bogus"):
+    with pytest.raises(ConfigError, match=r"data\.bogus"):
         resolve_dataset(config(tier.root, bogus=1)["data"])
 
 
