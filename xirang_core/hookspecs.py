@@ -57,6 +57,15 @@ def xirang_comm_backends() -> list[CommBackendSpec]:
     """Collective backends and gradient-sync options (``comm=<name>``)."""
 
 
+@hookspec(firstresult=True)
+def xirang_comm_sync_window(ctx: Any, config: Any) -> Any:
+    """The sync window of this worker's job, or None: a pool scheduler assigns slots so that
+    large jobs sharing links do not run their full gradient exchange at the same moment.
+
+    Returns a :class:`xirang_core.comm.sync_window.SyncWindow`; the first answer wins over the
+    window the run's ``comm`` config sets."""
+
+
 @hookspec
 def xirang_schedulers() -> list[SchedulerSpec]:
     """Schedulers (``scheduler=<name>``): place a job and run it through an executor."""
