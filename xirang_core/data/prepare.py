@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from xirang_core.data import shards
-from xirang_core.data.quality import Gate, Report, Rules, quarantine_row
+from xirang_core.data.quality import Gate, Report, Rules, content_bytes, quarantine_row
 from xirang_core.data.snapshot import Snapshot, save
 from xirang_core.errors import DataError
 from xirang_core.storage.tier import FsspecTier
@@ -82,7 +82,7 @@ def _chunks(
             continue
         report.accepted += 1
         chunk.append(sample)
-        size += len(sample[key]) if isinstance(sample[key], str | bytes | list) else 8
+        size += len(content_bytes(sample[key]))
         if size >= settings.shard_bytes or len(chunk) >= settings.shard_samples:
             yield chunk
             chunk, size = [], 0

@@ -93,12 +93,23 @@ class Gate:
         return self.user_rule(sample) if self.user_rule else None
 
     def _duplicate(self, value: Any) -> bool:
-        data = value.encode() if isinstance(value, str) else repr(value).encode()
+        data = content_bytes(value)
         digest = hashlib.blake2b(data, digest_size=16).digest()
         if digest in self.seen:
             return True
         self.seen.add(digest)
         return False
+
+
+def content_bytes(value: Any) -> bytes:
+    """The bytes a sample's value is hashed and sized by (text, bytes, arrays, lists)."""
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bytes):
+        return value
+    if hasattr(value, "tobytes"):
+        return value.tobytes()
+    return repr(value).encode()
 
 
 def quarantine_row(sample: dict[str, Any], reason: str, key: str) -> dict[str, Any]:

@@ -10,35 +10,15 @@ import contextlib
 import os
 import shutil
 import socket
-import subprocess
 import threading
-import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 
+from xirang_core.storage.local_s3 import aws_env, free_port, moto_process
+
 SECRET = "xirang-test-secret-never-logged"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until_up(url: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(url, timeout=1)
-            return
-        except OSError as exc:
-            if getattr(exc, "code", None):  # an HTTP answer: the server is up
-                return
-            time.sleep(0.1)
-    raise RuntimeError(f"moto_server did not answer at {url}")
 
 
 class Proxy:
@@ -99,36 +79,16 @@ class S3Server:
 
 @pytest.fixture(scope="module")
 def s3_server() -> Iterator[S3Server]:
-    exe = shutil.which("moto_server")
-    if exe is None:
+    import s3fs
+
+    if shutil.which("moto_server") is None:
         message = "moto_server not found: pip install 'moto[server]' (in xirang[dev])"
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(message)
         pytest.skip(message)
-    port = free_port()
-    proc = subprocess.Popen(
-        [exe, "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    saved = dict(os.environ)
-    try:
-        wait_until_up(f"http://127.0.0.1:{port}/")
+    with moto_process() as port:
         proxy = Proxy(port)
-        url = f"http://127.0.0.1:{proxy.port}"
-        os.environ.update(
-            AWS_ACCESS_KEY_ID="xirang-test-key",
-            AWS_SECRET_ACCESS_KEY=SECRET,
-            AWS_DEFAULT_REGION="us-east-1",
-            AWS_ENDPOINT_URL=url,
-        )
-        server = S3Server(url, proxy)
-        import s3fs
-
-        s3fs.S3FileSystem(skip_instance_cache=True).mkdir(server.bucket)
-        yield server
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-        proc.terminate()
-        proc.wait(timeout=10)
+        server = S3Server(f"http://127.0.0.1:{proxy.port}", proxy)
+        with aws_env(server.url, SECRET):
+            s3fs.S3FileSystem(skip_instance_cache=True).mkdir(server.bucket)
+            yield server
