@@ -42,6 +42,10 @@ class AcceleratorBackend:
     collective = "nccl"
     vendor = ""
     pci_vendor_id = 0
+    calibration_size = CALIBRATION_MATMUL_SIZE
+    calibration_mbytes = CALIBRATION_BUFFER_MB
+    #: seconds each figure is measured for, after a warm-up
+    calibration_seconds = 0.3
 
     def __init__(
         self,
@@ -129,11 +133,15 @@ class AcceleratorBackend:
         return Calibration(
             device_model=model,
             matmul_tflops=measure_matmul_tflops(
-                first, self.calibration_dtypes(), size=CALIBRATION_MATMUL_SIZE
+                first, self.calibration_dtypes(), self.calibration_size, self.calibration_seconds
             ),
-            memory_bandwidth_gbps=measure_memory_bandwidth_gbps(first, CALIBRATION_BUFFER_MB),
+            memory_bandwidth_gbps=measure_memory_bandwidth_gbps(
+                first, self.calibration_mbytes, self.calibration_seconds
+            ),
             link_bandwidth_gbps=(
-                measure_device_to_device_gbps(first, second, CALIBRATION_BUFFER_MB)
+                measure_device_to_device_gbps(
+                    first, second, self.calibration_mbytes, self.calibration_seconds
+                )
                 if second is not None
                 else None
             ),
