@@ -34,8 +34,16 @@ def charges(draw: st.DrawFn) -> Charge:
 def charge(project: str = "nlp", team: str = "research", **extra) -> Charge:
     """A simple charge for example-based tests."""
     values = dict(
-        source="pool", ref="1@0.000", project=project, team=team, device_type="a100",
-        devices=8, start=0.0, held_s=3600.0, busy_s=3600.0, amount_micro=10_000_000,
+        source="pool",
+        ref="1@0.000",
+        project=project,
+        team=team,
+        device_type="a100",
+        devices=8,
+        start=0.0,
+        held_s=3600.0,
+        busy_s=3600.0,
+        amount_micro=10_000_000,
     )
     values.update(extra)
     return Charge(**values)

@@ -48,9 +48,8 @@ def make_pool(folder: Path) -> Pool:
     service = PoolService(
         PoolStore(state), folder / "cluster.yaml", "priority", OPERATOR_TOKEN, clock=clock
     )
-    tokens = {
-        p: service.set_quota(OPERATOR, p, {"rotate_token": True})["token"] for p in ("nlp", "vision")
-    }
+    rotate = {"rotate_token": True}
+    tokens = {p: service.set_quota(OPERATOR, p, rotate)["token"] for p in ("nlp", "vision")}
     for i in range(3):
         service.submit(OPERATOR, {"project": "nlp", "cards": 8, "name": f"nlp-train-{i}"})
     service.submit(OPERATOR, {"project": "vision", "cards": 32, "name": "vision-big"})

@@ -18,7 +18,10 @@ from xirang_core.cost.store import CostStore
 def xirang_cost(tmp_path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "xirang", "cost", "--db", str(tmp_path / "cost.db"), *args],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "COLUMNS": "200"},
     )
 
@@ -27,13 +30,22 @@ def xirang_cost(tmp_path, *args: str) -> subprocess.CompletedProcess[str]:
 def metered(tmp_path):
     now = time.time()
     store = CostStore(tmp_path / "cost.db")
-    store.record([
-        charge("nlp", "research", ref="1@a", start=now - 3600, amount_micro=1_000_001),
-        charge("speech", "research", ref="2@a", start=now - 7200, amount_micro=2_000_002,
-               held_s=4 * 3600, idle_after_s=3600),
-        charge("vision", "product", ref="3@a", start=now - 600, amount_micro=3_333_333),
-        charge("old", "product", ref="4@a", start=now - 30 * 86400, amount_micro=9_000_000),
-    ])
+    store.record(
+        [
+            charge("nlp", "research", ref="1@a", start=now - 3600, amount_micro=1_000_001),
+            charge(
+                "speech",
+                "research",
+                ref="2@a",
+                start=now - 7200,
+                amount_micro=2_000_002,
+                held_s=4 * 3600,
+                idle_after_s=3600,
+            ),
+            charge("vision", "product", ref="3@a", start=now - 600, amount_micro=3_333_333),
+            charge("old", "product", ref="4@a", start=now - 30 * 86400, amount_micro=9_000_000),
+        ]
+    )
     store.close()
     return tmp_path
 

@@ -1,12 +1,11 @@
 """Metering pool jobs (from the pool's own store) and training runs."""
 
+from tests.cost.pools import make_pool
 from xirang_core.console.state import read_state
 from xirang_core.cost.meter import Meter, idle_part, run_charge
 from xirang_core.cost.pricebook import PriceBook
 from xirang_core.pool.service import OPERATOR
 from xirang_core.pool.store import PoolStore
-
-from tests.cost.pools import make_pool
 
 HOUR = 3600
 BOOK = PriceBook({"a100": 3.0, "v100": 1.0})
@@ -49,8 +48,13 @@ def test_idle_part_and_busy_part_add_up():
 
 def test_a_run_is_charged_what_its_policy_quoted():
     summary = {
-        "run_dir": "/runs/a", "project": "nlp", "wall_time_s": 120.0, "tokens": 50_000,
-        "first_loss": 4.0, "final_loss": 1.5, "cost": {"amount": 0.25, "currency": "USD"},
+        "run_dir": "/runs/a",
+        "project": "nlp",
+        "wall_time_s": 120.0,
+        "tokens": 50_000,
+        "first_loss": 4.0,
+        "final_loss": 1.5,
+        "cost": {"amount": 0.25, "currency": "USD"},
     }
     config = {"team": "research", "runtime": {"device_type": "cpu", "devices": 2}}
     charge = run_charge(summary, config, end=1000.0)

@@ -16,8 +16,9 @@ def test_interruptible_work_waits_for_the_cheapest_window():
 
 
 def test_types_rank_by_throughput_per_cost_and_energy_breaks_ties():
-    book = PriceBook({"a100": 2.0, "h100": 4.0, "v100": 1.0},
-                     watts={"a100": 400, "h100": 700, "v100": 300})
+    book = PriceBook(
+        {"a100": 2.0, "h100": 4.0, "v100": 1.0}, watts={"a100": 400, "h100": 700, "v100": 300}
+    )
     # a100 and h100 give the same throughput per cost (1.0 per unit of money); h100 draws 175 W
     # per unit of throughput, a100 200 W, so h100 comes first; v100 gives half the value
     ranked = rank_device_types(book, {"a100": 2.0, "h100": 4.0, "v100": 0.5, "tpu": 9.0})

@@ -14,8 +14,9 @@ OFFPEAK = {"name": "offpeak", "start": 22, "end": 6, "multiplier": 0.5}
 
 
 def book(**extra) -> PriceBook:
-    return PriceBook.from_settings({"prices": {"a100": 4.0, "v100": 1.0}, "windows": [OFFPEAK],
-                                    **extra})
+    return PriceBook.from_settings(
+        {"prices": {"a100": 4.0, "v100": 1.0}, "windows": [OFFPEAK], **extra}
+    )
 
 
 def test_a_span_across_midnight_is_priced_per_window():

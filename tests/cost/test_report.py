@@ -49,8 +49,13 @@ def test_mixed_currencies_are_not_summed():
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("7d", 1000.0 - 7 * 86400), ("24h", 1000.0 - 86400), ("30m", 1000.0 - 1800),
-     ("1970-01-01T00:10:00", 600.0), (None, None)],
+    [
+        ("7d", 1000.0 - 7 * 86400),
+        ("24h", 1000.0 - 86400),
+        ("30m", 1000.0 - 1800),
+        ("1970-01-01T00:10:00", 600.0),
+        (None, None),
+    ],
 )
 def test_since_accepts_spans_and_dates(text, expected):
     assert report.parse_since(text, now=1000.0) == expected
