@@ -20,8 +20,18 @@ def plugin_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The example installed with pip into a folder of its own, visible through PYTHONPATH."""
     target = tmp_path_factory.mktemp("site")
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-         "--no-build-isolation", "--target", str(target), str(EXAMPLE)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(EXAMPLE),
+        ],
         check=True,
     )
     return {**os.environ, "PYTHONPATH": str(target), "COLUMNS": "200"}
@@ -30,7 +40,10 @@ def plugin_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 def test_installed_plugin_is_listed(plugin_env):
     out = subprocess.run(
         [sys.executable, "-m", "xirang", "plugins", "--json"],
-        env=plugin_env, capture_output=True, text=True, check=True,
+        env=plugin_env,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     row = next(r for r in json.loads(out) if r["plugin"] == "energy_cost")
     assert row["distribution"] == "xirang-energy-cost" and row["version"] == "0.1.0"
@@ -43,7 +56,10 @@ def test_installed_plugin_is_listed(plugin_env):
 def test_override_selects_the_plugin_option(plugin_env, tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "xirang", "cost=energy", "cost.price_per_kwh=0.5", *QUICK],
-        env=plugin_env, cwd=tmp_path, capture_output=True, text=True,
+        env=plugin_env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     [run_dir] = run_dirs(tmp_path)

@@ -83,7 +83,7 @@ def test_blocked_plugins_are_not_loaded(fake_plugins, monkeypatch):
 
 
 def test_unknown_names_list_the_valid_ones():
-    with pytest.raises(ConfigError, match="Valid parallel names: .*ddp.*single"):
+    with pytest.raises(ConfigError, match=r"Valid parallel names: .*ddp.*single"):
         get_registry().spec("parallel", "nope")
 
 
@@ -94,7 +94,7 @@ def test_missing_dependency_marks_unavailable_with_install_hint(fake_plugins):
     vendor = plugin_module("vendor", xirang_device_backends=lambda: [spec])
     registry = build_registry(fake_plugins(vendor=vendor))
     assert registry.names("device") == ["fancy"]  # listed although it cannot run
-    with pytest.raises(PluginError, match="no_such_vendor_lib.*pip install x"):
+    with pytest.raises(PluginError, match=r"no_such_vendor_lib.*pip install x"):
         registry.load("device", "fancy")
 
 

@@ -57,8 +57,13 @@ def test_sweep_runs_each_job_and_tabulates_final_losses(run_xirang, tmp_path):
 
 
 def test_overrides_reach_the_run(run_xirang, tmp_path):
-    result = run_xirang("model=gpt_small", "trainer.max_steps=2", "optim.lr=1e-3",
-                        "trainer.sample_tokens=0", "trainer.global_batch=4")
+    result = run_xirang(
+        "model=gpt_small",
+        "trainer.max_steps=2",
+        "optim.lr=1e-3",
+        "trainer.sample_tokens=0",
+        "trainer.global_batch=4",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     [run_dir] = run_dirs(tmp_path)
     config = yaml.safe_load((run_dir / "config.yaml").read_text())

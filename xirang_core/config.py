@@ -32,6 +32,8 @@ PLUGIN_GROUPS: dict[str, str] = {
 }
 #: group options resolved by the core rather than a plugin
 AUTO = "auto"
+#: groups that accept ``auto`` (parallel=auto: the planner picks the plan before launch)
+AUTO_GROUPS = ("device", "comm", "parallel")
 
 _RUN_UID = secrets.token_hex(3)
 
@@ -115,7 +117,9 @@ def check_overrides(args: list[str], registry: Registry) -> None:
         for value in values.split(","):
             if value not in options[group]:
                 valid = ", ".join(sorted(options[group]))
-                raise ConfigError(f"{group}={value}: no such option. Valid {group} options: {valid}")
+                raise ConfigError(
+                    f"{group}={value}: no such option. Valid {group} options: {valid}"
+                )
 
 
 def validate(cfg: DictConfig, registry: Registry) -> dict[str, Any]:
@@ -136,7 +140,9 @@ def _to_container(cfg: DictConfig) -> dict[str, Any]:
         data = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except MissingMandatoryValue as exc:
         key = exc.full_key or "?"
-        raise ConfigError(f"{key}: a value is required (it is '???'); set it with {key}=<value>")
+        raise ConfigError(
+            f"{key}: a value is required (it is '???'); set it with {key}=<value>"
+        ) from None
     except OmegaConfBaseException as exc:
         raise ConfigError(f"{exc.full_key or 'config'}: {exc.msg}") from None
     assert isinstance(data, dict)
@@ -164,11 +170,12 @@ def _check_schema(section: str, values: Any, schema: type) -> dict[str, Any]:
 
 def _check_plugin_group(group: str, kind: str, values: Any, registry: Registry) -> dict[str, Any]:
     if not isinstance(values, dict) or "name" not in values:
-        valid = ", ".join([AUTO, *registry.names(kind)] if group in ("device", "comm") else
-                          registry.names(kind))
+        valid = ", ".join(
+            [AUTO, *registry.names(kind)] if group in AUTO_GROUPS else registry.names(kind)
+        )
         raise ConfigError(f"{group}: choose an option with {group}=<name>; valid: {valid}")
     name = values["name"]
-    if name == AUTO and group in ("device", "comm"):
+    if name == AUTO and group in AUTO_GROUPS:
         return values
     spec = registry.spec(kind, name)
     schema = spec.load_schema() if spec.schema else None
@@ -211,9 +218,13 @@ def _check_batch(trainer: dict[str, Any]) -> None:
 
 def _check_strategy(data: dict[str, Any], registry: Registry) -> None:
     name, nproc = data["parallel"]["name"], data["trainer"]["nproc"]
+    if name == AUTO:
+        return  # the planner picks a plan for nproc workers (xirang_core.parallel.resolve)
     spec = registry.spec("parallel", name)
     if nproc > 1 and not getattr(spec, "multi_process", True):
-        multi = [n for n in registry.names("parallel") if registry.spec("parallel", n).multi_process]
+        multi = [
+            n for n in registry.names("parallel") if registry.spec("parallel", n).multi_process
+        ]
         raise ConfigError(
             f"parallel={name} runs a single process but trainer.nproc={nproc}. "
             f"Choose a multi-process strategy ({', '.join(multi)}) or trainer.nproc=1."

@@ -43,7 +43,7 @@ def xirang_device_backends() -> list[DeviceBackendSpec]:
 
 @hookspec
 def xirang_parallel_strategies() -> list[StrategySpec]:
-    """Parallel strategies (``parallel=<name>``) implementing :class:`~xirang_core.specs.Strategy`."""
+    """Parallel strategies (``parallel=<name>``), each a :class:`~xirang_core.specs.Strategy`."""
 
 
 @hookspec

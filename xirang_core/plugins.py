@@ -150,8 +150,9 @@ def _register_core(pm: pluggy.PluginManager) -> PluginRecord:
     from xirang_core import commands
 
     pm.register(commands, name="core")
-    return PluginRecord(name="core", module=commands.__name__, distribution="xirang",
-                        version=_version("xirang"))
+    return PluginRecord(
+        name="core", module=commands.__name__, distribution="xirang", version=_version("xirang")
+    )
 
 
 def _version(distribution: str) -> str:

@@ -30,8 +30,16 @@ class SweepTable(Callback):
                 }
             )
         else:
-            self.rows.append({"job": len(self.rows), "overrides": overrides, "final_loss": None,
-                              "val_loss": None, "tokens_per_s": None, "run_dir": "failed"})
+            self.rows.append(
+                {
+                    "job": len(self.rows),
+                    "overrides": overrides,
+                    "final_loss": None,
+                    "val_loss": None,
+                    "tokens_per_s": None,
+                    "run_dir": "failed",
+                }
+            )
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if not self.rows:

@@ -48,13 +48,13 @@ class CpuBackend:
         total, free = _total_memory(), _available_memory()
         if total and free / total < LOW_MEMORY_FRACTION:
             return [
-                HealthFinding(
-                    0, "memory", "warn", f"only {free / 2**30:.1f} GiB of memory is free"
-                )
+                HealthFinding(0, "memory", "warn", f"only {free / 2**30:.1f} GiB of memory is free")
             ]
         usage = shutil.disk_usage("/")
         if usage.free / usage.total < LOW_MEMORY_FRACTION:
-            return [HealthFinding(0, "disk", "warn", f"root disk {usage.free / 2**30:.1f} GiB free")]
+            return [
+                HealthFinding(0, "disk", "warn", f"root disk {usage.free / 2**30:.1f} GiB free")
+            ]
         return [HealthFinding(0, "memory", "ok", f"{free / 2**30:.1f} GiB free")]
 
     def calibrate(self, refresh: bool = False) -> Calibration:

@@ -45,7 +45,9 @@ def _describe_spec(registry: Registry, plugin: str, spec: Any) -> dict[str, Any]
     conflict = registry.conflicts.get((spec.kind, spec.name))
     reason = ""
     if missing:
-        reason = f"needs {', '.join(missing)}" + (f"; install: {spec.install}" if spec.install else "")
+        reason = f"needs {', '.join(missing)}" + (
+            f"; install: {spec.install}" if spec.install else ""
+        )
     elif conflict:
         reason = f"also registered by {' and '.join(p for p in conflict if p != plugin)}"
     return {
@@ -68,11 +70,17 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
         version = row["version"] or "-"
         if row["status"] != "loaded" or not row["registers"]:
             style = "red" if row["status"] == "failed" else "yellow"
-            table.add_row(row["plugin"], version, "-", "-", row["status"], row["error"], style=style)
+            table.add_row(
+                row["plugin"], version, "-", "-", row["status"], row["error"], style=style
+            )
         for item in row["registers"]:
             notes = item["reason"] or item["description"]
             table.add_row(
-                row["plugin"], version, item["kind"], item["name"],
-                "yes" if item["available"] else "[red]no[/]", notes,
+                row["plugin"],
+                version,
+                item["kind"],
+                item["name"],
+                "yes" if item["available"] else "[red]no[/]",
+                notes,
             )
     Console().print(table)

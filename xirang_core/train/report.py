@@ -40,7 +40,7 @@ def plot_loss(records: list[dict[str, Any]], path: Path, title: str) -> None:
     ax.plot(steps, [r["loss"] for r in records], label="train loss", color="#1f77b4")
     if any("val_loss" in r for r in records):
         val = [(r["step"], r["val_loss"]) for r in records if "val_loss" in r]
-        ax.plot(*zip(*val), "o", label="validation loss", color="#d62728")
+        ax.plot(*zip(*val, strict=True), "o", label="validation loss", color="#d62728")
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy (nats per token)")
     ax.set_title(title)
@@ -74,17 +74,28 @@ def print_summary(summary: dict[str, Any]) -> None:
         ("model", f"{summary['model']} ({summary['params'] / 1e6:.2f}M parameters)"),
         ("steps", str(summary["steps"])),
         ("tokens", f"{summary['tokens']:,}"),
-        ("loss", f"{summary['first_loss']:.3f} → {summary['final_loss']:.3f} "
-                 f"({summary['loss_drop_pct']:.0f}% lower)"),
+        (
+            "loss",
+            f"{summary['first_loss']:.3f} → {summary['final_loss']:.3f} "
+            f"({summary['loss_drop_pct']:.0f}% lower)",
+        ),
         ("validation loss", f"{summary['val_loss']:.3f}"),
         ("tokens/s", f"{summary['tokens_per_s']:,.0f}"),
         ("MFU", f"{summary['mfu'] * 100:.1f}% of {summary['peak_tflops']:.3f} TFLOP/s calibrated"),
-        ("wall time", f"{summary['wall_time_s']:.1f} s on {summary['world_size']} worker(s), "
-                      f"{summary['device']}"),
+        (
+            "wall time",
+            f"{summary['wall_time_s']:.1f} s on {summary['world_size']} worker(s), "
+            f"{summary['device']}",
+        ),
     ]
     if cost:
-        rows.append(("cost", f"{cost['amount']:.6f} {cost['currency']} "
-                             f"({summary['tokens_per_cost']:,.0f} tokens per {cost['currency']})"))
+        rows.append(
+            (
+                "cost",
+                f"{cost['amount']:.6f} {cost['currency']} "
+                f"({summary['tokens_per_cost']:,.0f} tokens per {cost['currency']})",
+            )
+        )
     for key, value in rows:
         table.add_row(key, value)
     console = Console()

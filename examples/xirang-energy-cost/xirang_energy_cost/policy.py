@@ -25,6 +25,8 @@ class EnergyPrice:
 
     def quote(self, device_type: str, devices: int, seconds: float) -> CostQuote:
         if device_type not in self.watts:
-            raise ConfigError(f"cost.watts has no entry for '{device_type}'; set cost.watts.{device_type}")
+            raise ConfigError(
+                f"cost.watts has no entry for '{device_type}'; set cost.watts.{device_type}"
+            )
         kwh = self.watts[device_type] * devices * seconds / 3600 / 1000
         return CostQuote(device_type, devices, seconds, kwh * self.price_per_kwh, self.currency)
