@@ -9,7 +9,7 @@ from xirang_core.devices.accelerator import AcceleratorBackend
 from xirang_core.devices.reading import DeviceReading, NodeReading, bus_key
 from xirang_core.devices.tools import import_optional, kernel_log
 from xirang_core.specs import DeviceInfo, HealthFinding, InterconnectGroup, Topology
-from xirang_cuda import compat, nvml, smi, topo, xid
+from xirang_cuda import compat, fabric, nvml, smi, topo, xid
 
 
 class CudaBackend(AcceleratorBackend):
@@ -39,12 +39,12 @@ class CudaBackend(AcceleratorBackend):
         )
 
     def inventory(self) -> list[DeviceInfo]:
-        """Devices plus each GPU's nearest NIC and CPU/NUMA affinity from the topology matrix."""
+        """Devices plus each GPU's nearest NIC and CPU/NUMA affinity from the topology matrix,
+        and its multi-node NVLink domain where it has one."""
         devices = super().inventory()
         facts = topo.affinity(self.run(topo.COMMAND).stdout)
-        return [
-            dataclasses.replace(d, extra={**d.extra, **facts.get(d.index, {})}) for d in devices
-        ]
+        domain = fabric.domains(fabric.parse_fabric(self.run(fabric.COMMAND).stdout))
+        return [dataclasses.replace(d, extra=_extra(d, facts, domain)) for d in devices]
 
     def topology(self) -> Topology:
         topology = topo.topology(self.run(topo.COMMAND).stdout)
@@ -52,10 +52,22 @@ class CudaBackend(AcceleratorBackend):
 
     def events(self, node: NodeReading) -> list[HealthFinding]:
         index_by_bus = {bus_key(d.pci_bus_id): d.index for d in node.devices if d.pci_bus_id}
-        return xid.xid_findings(kernel_log(self.run), index_by_bus)
+        links = fabric.parse_fabric(self.run(fabric.COMMAND).stdout)
+        return [
+            *xid.xid_findings(kernel_log(self.run), index_by_bus),
+            *fabric.fabric_findings(links, index_by_bus),
+        ]
 
     def compatibility(self, node: NodeReading) -> list[HealthFinding]:
         return compat.check(node, shared.torch_build(), compat.torch_cuda())
+
+
+def _extra(
+    device: DeviceInfo, facts: dict[int, dict[str, str]], domains: dict[str, str]
+) -> dict[str, object]:
+    extra = {**device.extra, **facts.get(device.index, {})}
+    domain = domains.get(bus_key(device.pci_bus_id))
+    return {**extra, "nvlink_domain": domain} if domain else extra
 
 
 def _isolated(devices: tuple[DeviceReading, ...]) -> Topology:

@@ -4,14 +4,16 @@ fixtures/dgx_h100: 8 x H100 on NVSwitch (NV18 between every pair), one rail NIC 
 storage NICs, as in a multi-node DGX cluster. fixtures/mixed_pcie_nvlink: 8 x RTX A6000, NVLink
 bridges on three pairs, the rest PCIe within a socket and SMP across. fixtures/failed_node:
 8 x A100 SXM4 where GPU 2 fell off the bus (XID 79, "GPU is lost"), GPU 5 has uncorrectable ECC
-errors and GPU 6 runs hot and throttled.
+errors and GPU 6 runs hot and throttled. fixtures/gb200_tray1 and gb200_tray2: two 4-GPU
+compute trays of one GB200 NVL72 rack, in one multi-node NVLink domain; tray 2's GPU 3 reports
+degraded fabric bandwidth.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from xirang_cuda import compat, smi, topo
+from xirang_cuda import compat, fabric, smi, topo
 from xirang_cuda.backend import CudaBackend
 
 from xirang_core.devices.compat import TorchBuild
@@ -22,6 +24,7 @@ FILES = {
     smi.QUERY: "query.csv",
     smi.HEADER: "smi.txt",
     topo.COMMAND: "topo.txt",
+    fabric.COMMAND: "q.txt",
     ("dmesg",): "dmesg.txt",
 }
 CUDA_BUILD = TorchBuild("2.5.1+cu124", "12.4", None)
