@@ -108,10 +108,10 @@ def _by(label: str, table: dict[str, int]) -> list[Sample]:
 
 
 def _family(name: str, kind: str, help_text: str, samples: Iterable[Sample]) -> str:
-    suffix = "_total" if kind == "counter" else ""
-    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+    full = f"{name}_total" if kind == "counter" else name  # counters carry _total throughout
+    lines = [f"# HELP {full} {help_text}", f"# TYPE {full} {kind}"]
     for labels, value in samples:
-        lines.append(f"{name}{suffix}{_labels(labels)} {float(value)!r}")
+        lines.append(f"{full}{_labels(labels)} {float(value)!r}")
     return "\n".join(lines) + "\n"
 
 
