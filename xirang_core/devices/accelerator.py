@@ -18,7 +18,7 @@ from xirang_core.devices.calibration import (
     measure_matmul_tflops,
     measure_memory_bandwidth_gbps,
 )
-from xirang_core.devices.health import DRAIN, HealthLimits, assess, missing_from_driver
+from xirang_core.devices.health import DRAIN, OK, HealthLimits, assess, missing_from_driver
 from xirang_core.devices.pci import SYSFS_PCI, pci_devices
 from xirang_core.devices.reading import NodeReading
 from xirang_core.devices.tools import ToolRunner, run_tool
@@ -112,7 +112,7 @@ class AcceleratorBackend:
             on_bus = pci_devices(self.pci_vendor_id, self.sysfs_pci)
             findings += missing_from_driver(on_bus, node.devices, self.vendor)
         findings += self.events(node)
-        findings += [f for f in self.compatibility(node) if f.severity != "ok"]
+        findings += [f for f in self.compatibility(node) if f.severity != OK]
         return findings
 
     def calibrate(self, refresh: bool = False) -> Calibration:

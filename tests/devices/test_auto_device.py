@@ -1,0 +1,31 @@
+"""``device=auto`` prefers accelerators over the CPU, in backend priority order."""
+
+from __future__ import annotations
+
+import pytest
+
+from xirang_core.plugins import get_registry
+from xirang_core.run import pick_device
+
+
+def _present(monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
+    from xirang_ascend.backend import AscendBackend
+    from xirang_cuda.backend import CudaBackend
+    from xirang_rocm.backend import RocmBackend
+
+    classes = {"cuda": CudaBackend, "rocm": RocmBackend, "ascend": AscendBackend}
+    for name in names:
+        monkeypatch.setattr(classes[name], "detect", lambda self: (True, "found"))
+
+
+def test_without_accelerators_auto_is_the_cpu() -> None:
+    assert pick_device(get_registry()) == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("present", "chosen"),
+    [(("ascend",), "ascend"), (("rocm", "ascend"), "rocm"), (("cuda", "rocm", "ascend"), "cuda")],
+)
+def test_the_highest_priority_accelerator_present_wins(monkeypatch, present, chosen) -> None:
+    _present(monkeypatch, *present)
+    assert pick_device(get_registry()) == chosen
