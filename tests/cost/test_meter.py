@@ -16,7 +16,7 @@ def test_running_and_finished_jobs_are_charged_to_project_and_team(tmp_path):
     pool.clock.now += HOUR
     pool.service.complete(OPERATOR, 1, ok=True)  # job 1 ends after one hour
     pool.clock.now += HOUR
-    state = read_state(PoolStore(pool.state), pool.clock.now)
+    state = read_state(PoolStore(pool.state), pool.clock.now, usage=True)
     charges = {c.ref.split("@")[0]: c for c in Meter(BOOK).pool_charges(state, pool.clock.now)}
     assert charges["1"].held_s == HOUR and charges["1"].capacity_class == "guaranteed"
     assert charges["1"].amount_micro == 16_800_000  # 8 a100 x 3.00 x 0.7 (guaranteed) x 1 h
@@ -32,7 +32,7 @@ def test_idle_time_inside_an_allocation_is_charged_and_shown(tmp_path):
     job.payload.update(utilisation=0.25, run_ended_at=pool.clock.now + HOUR)
     pool.clock.now += 2 * HOUR  # held one hour after its run ended
     pool.service.complete(OPERATOR, 1, ok=True)
-    state = read_state(PoolStore(pool.state), pool.clock.now)
+    state = read_state(PoolStore(pool.state), pool.clock.now, usage=True)
     [charge] = [c for c in Meter(BOOK).pool_charges(state, pool.clock.now) if c.ref[0] == "1"]
     assert charge.idle_after_s == HOUR
     assert charge.busy_s == HOUR * 0.25  # a quarter of the hour the run ran

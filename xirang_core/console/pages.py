@@ -155,7 +155,7 @@ def cost(source: ConsoleSource, who: str) -> str:
         rep = data["by"][by]
         rows = [*rep["rows"], rep["total"]]
         parts.append(
-            f"<h2>By {title} ({rep['currency']})</h2>"
+            f"<h2>By {title} ({rep['currency']}, last 30 days)</h2>"
             + table(
                 [title, "amount", "idle", "device-hours", "energy kWh", "tokens per cost"],
                 [

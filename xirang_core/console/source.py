@@ -26,6 +26,9 @@ from xirang_core.cost.money import from_micro
 from xirang_core.cost.store import CostStore
 from xirang_core.pool.store import PoolStore
 
+#: how far back the cost pages and /metrics cost series look (``xirang cost report`` any span)
+COST_WINDOW_S = 30 * 86400.0
+
 
 @dataclass
 class Snapshot:
@@ -90,7 +93,7 @@ class ConsoleSource:
             nodes=view.nodes(state),
             jobs=view.jobs(state, now),
             quotas=view.quotas(state),
-            charges=self.costs.charges(),
+            charges=self.costs.charges(since=now - COST_WINDOW_S),
             budgets=budgets,
         )
 
@@ -131,7 +134,7 @@ class ConsoleSource:
         """Meter the pool's allocations (when a price book is set) and record one set of
         metrics; the console's sampler thread calls this every interval."""
         now = self.clock()
-        state = read_state(self.pool, now)
+        state = read_state(self.pool, now, usage=self.meter is not None)
         if self.meter is not None:
             self.costs.record(self.meter.pool_charges(state, now))
         capacity = view.capacity(state)

@@ -17,6 +17,8 @@ from xirang_core.pool.jobs import Job
 from xirang_core.pool.quota import Project
 from xirang_core.pool.store import PoolStore
 
+#: job states the console lists
+LIVE = ("queued", "running")
 #: the environment variable the pool service reads its operator token from
 OPERATOR_TOKEN_ENV = "XIRANG_POOL_OPERATOR_TOKEN"
 
@@ -35,13 +37,15 @@ class PoolState:
         return [j for j in self.jobs if not j.state.finished]
 
 
-def read_state(store: PoolStore, now: float | None = None) -> PoolState:
-    """Everything the console shows, read in one go from the pool's store."""
+def read_state(store: PoolStore, now: float | None = None, usage: bool = False) -> PoolState:
+    """What the console shows, read in one go from the pool's store: nodes, projects and the
+    queued and running jobs. ``usage`` adds what metering needs as well: every job (finished
+    ones carry the payload that refines their charge) and the closed usage segments."""
     return PoolState(
         nodes=store.nodes(),
-        jobs=store.jobs(),
+        jobs=store.jobs() if usage else store.jobs(states=LIVE),
         projects=store.projects(),
-        segments=usage_segments(store),
+        segments=usage_segments(store) if usage else [],
         read_at=time.time() if now is None else now,
     )
 
