@@ -58,6 +58,7 @@ def test_a_training_run_is_priced_by_the_book_and_metered(run_xirang, tmp_path, 
     [run_dir] = run_dirs(tmp_path)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["cost"]["policy"] == "energy_aware" and summary["cost"]["amount"] > 0
+    assert summary["loss_drop_per_cost"] > 0  # unit output: loss improvement per unit of money
     store = CostStore()
     [charge] = [c for c in store.charges(project="costs-e2e")]
     store.close()
