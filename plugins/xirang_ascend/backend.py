@@ -45,7 +45,7 @@ class AscendBackend(AcceleratorBackend):
             "npu-smi", problem=f"no Ascend driver found ({node.problem}; {from_torch.problem})"
         )
 
-    def topology(self) -> Topology:
+    def link_topology(self) -> Topology:
         return topo.topology(self.run(topo.COMMAND).stdout)
 
     def events(self, node: NodeReading) -> list[HealthFinding]:

@@ -6,9 +6,9 @@ import dataclasses
 
 from xirang_core.devices import compat as shared
 from xirang_core.devices.accelerator import AcceleratorBackend
-from xirang_core.devices.reading import DeviceReading, NodeReading, bus_key
+from xirang_core.devices.reading import NodeReading, bus_key
 from xirang_core.devices.tools import import_optional, kernel_log
-from xirang_core.specs import DeviceInfo, HealthFinding, InterconnectGroup, Topology
+from xirang_core.specs import DeviceInfo, HealthFinding, Topology
 from xirang_cuda import compat, fabric, nvml, smi, topo, xid
 
 
@@ -46,9 +46,8 @@ class CudaBackend(AcceleratorBackend):
         domain = fabric.domains(fabric.parse_fabric(self.run(fabric.COMMAND).stdout))
         return [dataclasses.replace(d, extra=_extra(d, facts, domain)) for d in devices]
 
-    def topology(self) -> Topology:
-        topology = topo.topology(self.run(topo.COMMAND).stdout)
-        return topology if topology.groups else _isolated(self.read().usable)
+    def link_topology(self) -> Topology:
+        return topo.topology(self.run(topo.COMMAND).stdout)
 
     def events(self, node: NodeReading) -> list[HealthFinding]:
         index_by_bus = {bus_key(d.pci_bus_id): d.index for d in node.devices if d.pci_bus_id}
@@ -68,9 +67,3 @@ def _extra(
     extra = {**device.extra, **facts.get(device.index, {})}
     domain = domains.get(bus_key(device.pci_bus_id))
     return {**extra, "nvlink_domain": domain} if domain else extra
-
-
-def _isolated(devices: tuple[DeviceReading, ...]) -> Topology:
-    """Without a link matrix, all that is known is that the GPUs share one node."""
-    members = tuple(d.index for d in devices)
-    return Topology(groups=(InterconnectGroup("node", "node", members),) if members else ())

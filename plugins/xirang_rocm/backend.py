@@ -53,9 +53,8 @@ class RocmBackend(AcceleratorBackend):
         node = dataclasses.replace(node, runtime=node.runtime or self.host_rocm())
         return _with_ras(node, ras.parse_ras(self.run(ras.COMMAND).stdout))
 
-    def topology(self) -> Topology:
-        result = self.run(topo.COMMAND)
-        return topo.topology(result.stdout)
+    def link_topology(self) -> Topology:
+        return topo.topology(self.run(topo.COMMAND).stdout)
 
     def events(self, node: NodeReading) -> list[HealthFinding]:
         index_by_bus = {bus_key(d.pci_bus_id): d.index for d in node.devices if d.pci_bus_id}

@@ -2,7 +2,7 @@
 
 A vendor backend subclasses :class:`AcceleratorBackend` and supplies four things: how to read
 the node (:meth:`read`: its Python library, else its command-line tool), how to read the link
-matrix (:meth:`topology`), which driver/runtime/torch combinations work (:meth:`compatibility`)
+matrix (:meth:`link_topology`), which driver/runtime/torch combinations work (:meth:`compatibility`)
 and, optionally, vendor events (:meth:`events`: XID, RAS). Detection, inventory, the common health
 rules, calibration through torch and the torch device follow from those here.
 """
@@ -23,7 +23,7 @@ from xirang_core.devices.pci import SYSFS_PCI, pci_devices
 from xirang_core.devices.reading import NodeReading
 from xirang_core.devices.tools import ToolRunner, run_tool
 from xirang_core.errors import ConfigError
-from xirang_core.specs import Calibration, DeviceInfo, HealthFinding, Topology
+from xirang_core.specs import Calibration, DeviceInfo, HealthFinding, InterconnectGroup, Topology
 
 if TYPE_CHECKING:
     import torch
@@ -63,7 +63,8 @@ class AcceleratorBackend:
         """This node's devices from the vendor library, else the vendor tool."""
         raise NotImplementedError
 
-    def topology(self) -> Topology:
+    def link_topology(self) -> Topology:
+        """Groups from the vendor's link matrix; no groups when the tool printed none."""
         raise NotImplementedError
 
     def compatibility(self, node: NodeReading) -> list[HealthFinding]:
@@ -97,6 +98,14 @@ class AcceleratorBackend:
             f"{len(node.usable)} x {first.model} (driver {node.driver or '?'}, "
             f"read with {node.source})"
         )
+
+    def topology(self) -> Topology:
+        """Link groups; without a link matrix, the one fact known: the devices share a node."""
+        topology = self.link_topology()
+        if topology.groups:
+            return topology
+        members = tuple(d.index for d in self.read().usable)
+        return Topology(groups=(InterconnectGroup("node", "node", members),) if members else ())
 
     def inventory(self) -> list[DeviceInfo]:
         node = self.read()
