@@ -125,3 +125,9 @@ def test_registered_as_rccl_under_torchs_nccl_name() -> None:
     assert spec.priority > registry.spec("device", "cpu").priority and spec.requires == ()
     rocm = registry.create("device", {"name": "rocm"})
     assert (rocm.collective_backend(), rocm.torch_type) == ("nccl", "cuda")
+
+
+def test_without_showtopo_all_gpus_share_the_node() -> None:
+    box = backend("mi300x")
+    box.run.outputs = {k: v for k, v in box.run.outputs.items() if k != ("rocm-smi", "--showtopo")}
+    assert [(g.link, g.devices) for g in box.topology().groups] == [("node", tuple(range(8)))]
