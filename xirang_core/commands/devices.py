@@ -80,8 +80,13 @@ def _print(report: list[dict[str, Any]]) -> None:
         for column in ("index", "model", "memory GiB", "driver", "runtime"):
             table.add_column(column)
         for d in entry.get("devices", []):
-            table.add_row(str(d["index"]), d["model"], f"{d['memory_bytes'] / 2**30:.1f}",
-                          d["driver"] or "-", d["runtime"] or "-")
+            table.add_row(
+                str(d["index"]),
+                d["model"],
+                f"{d['memory_bytes'] / 2**30:.1f}",
+                d["driver"] or "-",
+                d["runtime"] or "-",
+            )
         console.print(table)
         if entry.get("calibration"):
             _print_calibration(console, entry["calibration"])
@@ -100,5 +105,7 @@ def _print_calibration(console: Any, cal: dict[str, Any]) -> None:
     flops = ", ".join(f"{k} {v:.3f} TFLOP/s" for k, v in cal["matmul_tflops"].items())
     link = cal.get("link_bandwidth_gbps")
     between = f"; device-to-device {link} GB/s" if link else ""
-    console.print(f"  calibration: {flops}; memory {cal['memory_bandwidth_gbps']} GB/s{between} "
-                  f"(measured {cal['measured_at']})")
+    console.print(
+        f"  calibration: {flops}; memory {cal['memory_bandwidth_gbps']} GB/s{between} "
+        f"(measured {cal['measured_at']})"
+    )
