@@ -36,6 +36,7 @@ def main(argv: list[str]) -> int:
     source = build_source(args.state, args.prices, args.cost_db, args.metrics_db)
     if not source.operator_token:
         print("note: no operator token found; only project tokens can log in", flush=True)
+    source.sample()
     server = serve(source, args.host, args.port)
     sampler = Sampler(source, args.interval)
     sampler.start()

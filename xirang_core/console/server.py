@@ -46,7 +46,8 @@ def serve(source: ConsoleSource, host: str = "127.0.0.1", port: int = 0) -> Thre
 
 
 class Sampler(threading.Thread):
-    """Calls ``source.sample()`` every ``interval`` seconds until :meth:`stop`."""
+    """Calls ``source.sample()`` every ``interval`` seconds until :meth:`stop` (the first
+    sample is the caller's, taken before serving so the first page already has figures)."""
 
     def __init__(self, source: ConsoleSource, interval: float = 30.0) -> None:
         super().__init__(daemon=True, name="xirang-console-sampler")
@@ -54,10 +55,8 @@ class Sampler(threading.Thread):
         self._stop = threading.Event()
 
     def run(self) -> None:
-        while True:
+        while not self._stop.wait(self.interval):
             self.source.sample()
-            if self._stop.wait(self.interval):
-                return
 
     def stop(self) -> None:
         self._stop.set()
