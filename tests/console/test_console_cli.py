@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 
 from tests.cost.pools import OPERATOR_TOKEN, make_pool
@@ -30,7 +31,7 @@ def console_command(tmp_path, *args: str) -> list[str]:
 
 
 def test_the_console_serves_a_pool_state_and_meters_it(tmp_path):
-    pool = make_pool(tmp_path)
+    pool = make_pool(tmp_path, now=time.time() - 3600)  # the console's clock is the real one
     (tmp_path / "book.yaml").write_text(BOOK)
     env = {**os.environ, "XIRANG_POOL_OPERATOR_TOKEN": OPERATOR_TOKEN}
     command = console_command(

@@ -40,10 +40,10 @@ class Pool:
     clock: Clock
 
 
-def make_pool(folder: Path) -> Pool:
+def make_pool(folder: Path, now: float = 1_700_000_000.0) -> Pool:
     """nlp runs three 8-card jobs (one borrowed), vision waits; one v100 node is drained."""
     (folder / "cluster.yaml").write_text(CLUSTER)
-    clock = Clock()
+    clock = Clock(now)
     state = folder / "pool.db"
     service = PoolService(
         PoolStore(state), folder / "cluster.yaml", "priority", OPERATOR_TOKEN, clock=clock
