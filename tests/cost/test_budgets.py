@@ -1,5 +1,7 @@
 """Budgets: warning at a threshold, the policy's action at the limit."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from tests.cost.conftest import charge
@@ -48,6 +50,15 @@ def test_lower_priority_demotes_and_checkpoint_stop_stops_running_jobs(store):
     assert not governor.should_stop("vision", "job-8")
     store.record([charge("vision", ref="job-7", amount_micro=600_000)])
     assert governor.should_stop("vision", "job-7")
+
+
+def test_a_pool_job_budget_counts_all_its_allocations(store):
+    store.set_budget(Budget("job", "42", 3_000_000, action="checkpoint_stop"))
+    store.record([charge("nlp", ref="42@100.000", amount_micro=2_000_000)])
+    running = [SimpleNamespace(id=42, project="nlp"), SimpleNamespace(id=43, project="nlp")]
+    assert Governor(store).jobs_to_stop(running) == []
+    store.record([charge("nlp", ref="42@900.000", amount_micro=1_000_000)])  # requeued, ran again
+    assert [j.id for j in Governor(store).jobs_to_stop(running)] == [42]
 
 
 @pytest.mark.parametrize(

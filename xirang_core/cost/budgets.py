@@ -13,8 +13,9 @@ The pool consults :class:`Governor` before admitting a job and the console shows
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from xirang_core.cost.errors import BudgetExceeded, CostError
 
@@ -104,3 +105,8 @@ class Governor:
             if status is not None and status.action == "checkpoint_stop":
                 return True
         return False
+
+    def jobs_to_stop(self, running: Iterable[Any]) -> list[Any]:
+        """The running pool jobs (with ``id`` and ``project``) a budget tells to stop; the pool
+        stops them the way it preempts, so each saves a checkpoint first."""
+        return [job for job in running if self.should_stop(job.project, str(job.id))]

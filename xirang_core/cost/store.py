@@ -79,12 +79,15 @@ class CostStore:
         return [Charge(*row) for row in rows]
 
     def spent_micro(self, scope: str, name: str) -> int:
-        """Everything charged so far to a project (``scope='project'``) or one job ref."""
-        column = "project" if scope == "project" else "ref"
+        """Everything charged so far to a project (``scope='project'``) or one job: a run's
+        directory, or a pool job id, whose allocations are charged as ``<id>@<start>``."""
+        if scope == "project":
+            where, args = "project = ?", (name,)
+        else:
+            where, args = "ref = ? OR ref LIKE ?", (name, f"{name}@%")
         with self._tx() as db:
-            row = db.execute(
-                f"SELECT COALESCE(SUM(amount_micro), 0) FROM charges WHERE {column} = ?", (name,)
-            ).fetchone()
+            sql = f"SELECT COALESCE(SUM(amount_micro), 0) FROM charges WHERE {where}"
+            row = db.execute(sql, args).fetchone()
         return int(row[0])
 
     # --- budgets ----------------------------------------------------------------------------
