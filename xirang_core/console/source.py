@@ -116,7 +116,7 @@ class ConsoleSource:
         budgets = self.snapshot().budgets
         if who == OPERATOR:
             return budgets
-        mine = {c.ref for c in self.charges_for(who)}
+        mine = {c.ref.partition("@")[0] for c in self.charges_for(who)}  # pool job id or run
         return [b for b in budgets if b["name"] == who or b["name"] in mine]
 
     def cost_view(self, who: str) -> dict[str, Any]:
