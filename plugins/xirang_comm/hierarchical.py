@@ -15,9 +15,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from xirang_comm.base import CommSettings, GradientSync, completed
+from xirang_comm.base import CommSettings, GradientSync
 from xirang_core.comm.counting import Collectives
 from xirang_core.comm.groups import Hierarchy, build_hierarchy, link_key
+from xirang_core.comm.serial import SerialLane
 from xirang_core.specs import WorkerContext
 
 
@@ -42,23 +43,22 @@ class Hierarchical(GradientSync):
         self.hierarchy: Hierarchy = build_hierarchy(key, link)
         self.intra = Collectives(self.ledger, self.hierarchy.intra, f"intra-{link}")
         self.inter = Collectives(self.ledger, self.hierarchy.inter, "inter-group")
+        self.lane = SerialLane("xirang-hierarchical")
 
     def sync(self, bucket: dist.GradBucket) -> torch.futures.Future:
-        buffer, h, world = bucket.buffer(), self.hierarchy, self.world_size
-        single = self.intra.size == 1
+        buffer = bucket.buffer()
+        return self.lane.submit(lambda: self._exchange(buffer))
 
-        def across(fut: torch.futures.Future) -> torch.Tensor:
-            if h.inter is not None and self.inter.size > 1:
-                self.inter.all_reduce(buffer).wait()
-            return buffer
-
-        def back(fut: torch.futures.Future) -> torch.Tensor:
-            if not single:
-                self.intra.broadcast(fut.value(), h.leader).wait()
-            return buffer.div_(world)
-
-        first = completed(buffer) if single else self.intra.reduce(buffer, h.leader)
-        return first.then(across).then(back)
+    def _exchange(self, buffer: torch.Tensor) -> torch.Tensor:
+        """Reduce to the group leader, all-reduce across leaders, broadcast back; averaged."""
+        h = self.hierarchy
+        if self.intra.size > 1:
+            self.intra.reduce(buffer, h.leader).wait()
+        if h.inter is not None and self.inter.size > 1:
+            self.inter.all_reduce(buffer).wait()
+        if self.intra.size > 1:
+            self.intra.broadcast(buffer, h.leader).wait()
+        return buffer.div_(self.world_size)
 
     def extra_report(self) -> dict[str, object]:
         return {"groups": self.hierarchy.groups} if hasattr(self, "hierarchy") else {}

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from xirang_comm.base import CommSettings, GradientSync, param_views
+from xirang_core.comm.serial import SerialLane
 from xirang_core.errors import ConfigError
 
 
@@ -54,6 +55,7 @@ class PowerSGD(GradientSync):
         self.errors: dict[int, torch.Tensor] = {}
         self.qs: dict[int, torch.Tensor] = {}
         self.passes = 0
+        self.lane = SerialLane("xirang-powersgd")
         self.compressed_calls = 0
 
     def sync(self, bucket: dist.GradBucket) -> torch.futures.Future:
@@ -61,11 +63,14 @@ class PowerSGD(GradientSync):
         warmup = self.passes < self.settings.start_iter
         if bucket.is_last():
             self.passes += 1
+        buffer = bucket.buffer()
         if warmup:
-            return super().sync(bucket)
+            return self.lane.submit(
+                lambda: self.comm.all_reduce(buffer).wait().div_(self.world_size)
+            )
         self.compressed_calls += 1
         matrices, plain = self._split(bucket)
-        return self._exchange(bucket.buffer(), matrices, plain)
+        return self.lane.submit(lambda: self._exchange(buffer, matrices, plain))
 
     def _split(self, bucket: dist.GradBucket) -> tuple[list[_Matrix], list[torch.Tensor]]:
         """The bucket's gradients that gain from compression, and the ones sent as they are."""
@@ -95,35 +100,32 @@ class PowerSGD(GradientSync):
 
     def _exchange(
         self, buffer: torch.Tensor, matrices: list[_Matrix], plain: list[torch.Tensor]
-    ) -> torch.futures.Future:
+    ) -> torch.Tensor:
+        """Both rounds for one bucket, on the serial lane; returns the averaged buffer."""
         world = self.world_size
         for mat in matrices:
             mat.grad.add_(mat.error)
             mat.p = mat.grad @ mat.q
-        first = torch.cat([*(m.p.reshape(-1) for m in matrices), *(v.reshape(-1) for v in plain)])
-
-        def compute_q(fut: torch.futures.Future) -> torch.Tensor:
-            summed = fut.value()
-            offset = _unpack_ps(summed, matrices)
-            _unpack_plain(summed[offset:], plain, world)
-            for mat in matrices:
-                mat.p = torch.linalg.qr(mat.p).Q
-                mat.q = mat.grad.T @ mat.p
-            qs = torch.cat([m.q.reshape(-1) for m in matrices]) if matrices else summed[:0]
-            return self.comm.all_reduce(qs).wait()
-
-        def decompress(fut: torch.futures.Future) -> torch.Tensor:
-            qs, offset = fut.value().div_(world), 0
-            for mat in matrices:
-                mat.q = qs[offset : offset + mat.q.numel()].view_as(mat.q)
-                offset += mat.q.numel()
-                approx = mat.p @ mat.q.T
-                mat.error.copy_(mat.grad - approx)
-                mat.grad.copy_(approx)
-                self.qs[mat.key] = mat.q.clone()
+        ps = [m.p.reshape(-1) for m in matrices]  # type: ignore[union-attr]
+        summed = self.comm.all_reduce(torch.cat([*ps, *(v.reshape(-1) for v in plain)])).wait()
+        offset = _unpack_ps(summed, matrices)
+        _unpack_plain(summed[offset:], plain, world)
+        if not matrices:
             return buffer
-
-        return self.comm.all_reduce(first).then(compute_q).then(decompress)
+        for mat in matrices:
+            mat.p = torch.linalg.qr(mat.p).Q
+            mat.q = mat.grad.T @ mat.p
+        qs = self.comm.all_reduce(torch.cat([m.q.reshape(-1) for m in matrices])).wait()
+        qs.div_(world)
+        offset = 0
+        for mat in matrices:
+            mat.q = qs[offset : offset + mat.q.numel()].view_as(mat.q)
+            offset += mat.q.numel()
+            approx = mat.p @ mat.q.T
+            mat.error.copy_(mat.grad - approx)
+            mat.grad.copy_(approx)
+            self.qs[mat.key] = mat.q.clone()
+        return buffer
 
     def extra_report(self) -> dict[str, Any]:
         return {"rank": self.settings.rank, "compressed_buckets": self.compressed_calls}

@@ -147,4 +147,10 @@ class Collectives:
             self.ledger.add_time(op, self.level, time.perf_counter() - started)
             return result
 
-        return work.get_future().then(done)
+        try:
+            fut = work.get_future()
+        except RuntimeError:  # gloo's reduce-scatter offers no future: complete it here
+            work.wait()
+            fut = torch.futures.Future()
+            fut.set_result(result)
+        return fut.then(done)
