@@ -70,7 +70,8 @@ class ChunkStore:
         pieces = [view[i : i + self.chunk_bytes] for i in range(0, len(data), self.chunk_bytes)]
         with ThreadPoolExecutor(self.threads) as pool:
             digests = list(pool.map(_sha256, pieces))
-            todo = [(i, d) for i, d in enumerate(digests) if not (self.dedupe and self._exists(d))]
+            first = {d: i for i, d in reversed(list(enumerate(digests)))}  # equal chunks: once
+            todo = [(i, d) for d, i in first.items() if not (self.dedupe and self._exists(d))]
 
             def write(n: int) -> None:
                 if before_write is not None:

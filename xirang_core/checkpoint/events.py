@@ -16,6 +16,7 @@ def record_event(run_dir: str | Path, kind: str, **fields: Any) -> None:
     """Append one event; a single short write in append mode, so concurrent ranks never
     interleave within a line."""
     line = json.dumps({"event": kind, "time": round(time.time(), 3), "pid": os.getpid(), **fields})
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
     with open(Path(run_dir) / EVENTS_FILE, "a") as f:
         f.write(line + "\n")
 

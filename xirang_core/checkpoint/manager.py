@@ -234,6 +234,9 @@ class CheckpointManager:
     def _collect(self, raise_errors: bool = False) -> SaveResult | None:
         future, self.pending = self.pending, None
         assert future is not None
+        thread = getattr(future, "thread", None)
+        if thread is not None:  # a thread that used a process group must end before the group
+            thread.join()
         try:
             result = future.result()
         except SaveFailed as exc:
@@ -285,7 +288,9 @@ def _start(job: Callable[[], SaveResult]) -> Future:
         except BaseException as exc:
             future.set_exception(exc)
 
-    threading.Thread(target=run, name="xirang-checkpoint", daemon=True).start()
+    thread = threading.Thread(target=run, name="xirang-checkpoint", daemon=True)
+    thread.start()
+    future.thread = thread  # type: ignore[attr-defined]  # joined once the result is taken
     return future
 
 
