@@ -24,14 +24,15 @@ from xirang_core.data.quality import Report, Rules
 from xirang_core.data.snapshot import list_ids, load
 from xirang_core.data.sources import FORMATS, iter_samples
 from xirang_core.data.sync import sync, verify
-from xirang_core.storage.locate import tier_for
+from xirang_core.storage.locate import origin_errors, tier_for
 
 console = Console(highlight=False)
 
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    return int(args.run(args) or 0)
+    with origin_errors(" or ".join(v for k, v in vars(args).items() if k in ("src", "dst"))):
+        return int(args.run(args) or 0)
 
 
 def _parser() -> argparse.ArgumentParser:

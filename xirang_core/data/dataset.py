@@ -53,12 +53,13 @@ def resolve(data: dict[str, Any], storage: dict[str, Any] | None) -> tuple[Fsspe
     """The origin tier and the pinned snapshot; records ``uri`` and ``snapshot`` in ``data`` so
     the run's config.yaml names exactly the bytes it trains on."""
     from xirang_core.data.stdlib_corpus import ensure_prepared
-    from xirang_core.storage.locate import tier_for
+    from xirang_core.storage.locate import origin_errors, tier_for
 
     cfg = check(data)
     uri = cfg.uri or str(ensure_prepared())
     tier = tier_for(uri, storage)
-    snap = load(tier, cfg.snapshot)
+    with origin_errors(uri):
+        snap = load(tier, cfg.snapshot)
     data.update(uri=uri, snapshot=snap.id)
     return tier, snap
 

@@ -8,6 +8,7 @@ in the global order, so a run resumes mid-epoch exactly, on the same or another 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,9 @@ from xirang_core.data.order import EpochOrder, Partition
 from xirang_core.data.snapshot import Snapshot
 from xirang_core.errors import DataError
 from xirang_core.storage.tier import FsspecTier
+
+#: batches gathered by one columnar ``take`` and then sliced: per-batch cost becomes a slice
+BATCHES_PER_TAKE = 64
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,7 @@ class ShardReader(torch.utils.data.IterableDataset):
         self.snap, self.origin, self.read, self.tiers = snap, origin, read, tiers
         self.epoch, self.consumed = 0, 0
         self._fetcher: ShardFetcher | None = None
+        self._pid = os.getpid()
 
     # --- state ---------------------------------------------------------------------------
 
@@ -79,15 +84,41 @@ class ShardReader(torch.utils.data.IterableDataset):
     # --- reading -------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[pa.Table]:
-        """This rank's batches for the rest of the current epoch, then the epoch advances."""
-        order, part = self.order(), self.partition()
-        start = self.consumed
-        for g in range(part.batches_in(self.snap.samples, start)):
-            batch = self.take(order, part.positions(g, start)) if part.mine(g) else None
-            self.consumed = min(self.snap.samples, start + (g + 1) * part.global_batch)
-            if batch is not None:
-                yield batch  # counted as consumed once the caller holds it
+        """This rank's batches for the rest of the current epoch, then the epoch advances.
+
+        In a plain DataLoader, workers take turns batch by batch, so batches stay in order."""
+        order, part, start = self.order(), self.partition(), self.consumed
+        for span in self._spans(part, start):
+            mine = [g for g in span if part.mine(g)]
+            rows = self._rows(order, part, mine, start)
+            for g in span:
+                batch = (
+                    rows.slice(mine.index(g) * part.batch_size, part.batch_size)
+                    if g in mine
+                    else None
+                )
+                self.consumed = min(self.snap.samples, start + (g + 1) * part.global_batch)
+                if batch is not None:
+                    yield batch  # counted as consumed once the caller holds it
         self.epoch, self.consumed = self.epoch + 1, 0
+
+    def chunks(self) -> Iterator[pa.Table]:
+        """``BATCHES_PER_TAKE`` consecutive batches as one table; workers take turns by chunk.
+        :class:`StatefulLoader` moves these between processes and slices them into batches."""
+        order, part, start = self.order(), self.partition(), self.consumed
+        for index, span in enumerate(self._spans(part, start)):
+            if part.mine(index):
+                yield self._rows(order, part, list(span), start)
+
+    def _spans(self, part: Partition, start: int) -> Iterator[range]:
+        total = part.batches_in(self.snap.samples, start)
+        for lo in range(0, total, BATCHES_PER_TAKE):
+            yield range(lo, min(lo + BATCHES_PER_TAKE, total))
+
+    def _rows(self, order: EpochOrder, part: Partition, batches: list[int], start: int) -> pa.Table:
+        if not batches:
+            return pa.table({})
+        return self.take(order, np.concatenate([part.positions(g, start) for g in batches]))
 
     def take(self, order: EpochOrder, positions: np.ndarray) -> pa.Table:
         """The rows at reading ``positions`` (wrapping into the epoch's start), in that order."""
@@ -114,8 +145,10 @@ class ShardReader(torch.utils.data.IterableDataset):
     @property
     def fetcher(self) -> ShardFetcher:
         """Created on first use, so the reader pickles into data-loader worker processes."""
-        if self._fetcher is None:
-            self._fetcher = ShardFetcher(self.origin, self.snap.shards, self.tiers)
+        if self._fetcher is None or self._pid != os.getpid():
+            origin = self.origin if self._pid == os.getpid() else self.origin.reopened()
+            self._fetcher = ShardFetcher(origin, self.snap.shards, self.tiers)
+            self._pid = os.getpid()
         return self._fetcher
 
     def __getstate__(self) -> dict[str, Any]:
@@ -148,20 +181,54 @@ class StatefulLoader:
     def __iter__(self) -> Iterator[pa.Table]:
         r = self.reader
         start = r.state_dict()
-        global_batch = r.read.batch_size * r.read.world_size
-        loader = torch.utils.data.DataLoader(
-            r, batch_size=None, num_workers=self.num_workers, collate_fn=_identity, **self.kwargs
-        )
-        for seen, batch in enumerate(loader, 1):
-            consumed = min(r.snap.samples, start["consumed"] + seen * global_batch)
+        size = r.read.batch_size
+        for seen, batch in enumerate(self._batches(), 1):
+            consumed = min(r.snap.samples, start["consumed"] + seen * size * r.read.world_size)
             self.state = {**start, "consumed": consumed}
             yield batch
         self.state = {**start, "epoch": start["epoch"] + 1, "consumed": 0}
         r.load_state_dict(self.state)
 
+    def _batches(self) -> Iterator[pa.Table]:
+        """Batches in order: straight from the reader, or chunk by chunk from worker processes
+        (one transfer per chunk, not per batch, so the loader's per-item cost is amortised)."""
+        if not self.num_workers:
+            yield from self.reader
+            return
+        loader = torch.utils.data.DataLoader(
+            _ChunkStream(self.reader),
+            batch_size=None,
+            num_workers=self.num_workers,
+            collate_fn=_pack,
+            **self.kwargs,
+        )
+        size = self.reader.read.batch_size
+        for packed in loader:
+            chunk = _unpack(packed)
+            for lo in range(0, chunk.num_rows, size):
+                yield chunk.slice(lo, size)
+
     def state_dict(self) -> dict[str, Any]:
         return dict(self.state)
 
 
-def _identity(batch: Any) -> Any:
-    return batch
+class _ChunkStream(torch.utils.data.IterableDataset):
+    """The reader's chunks, for data-loader worker processes."""
+
+    def __init__(self, reader: ShardReader) -> None:
+        self.reader = reader
+
+    def __iter__(self) -> Iterator[pa.Table]:
+        return self.reader.chunks()
+
+
+def _pack(batch: pa.Table) -> pa.Buffer:
+    """A batch as one Arrow IPC buffer: pickling a table slice would copy its whole parent."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_table(batch)
+    return sink.getvalue()
+
+
+def _unpack(buffer: pa.Buffer) -> pa.Table:
+    return pa.ipc.open_stream(buffer).read_all()

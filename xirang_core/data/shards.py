@@ -76,7 +76,8 @@ def encode(table: pa.Table, folder: str = "shards") -> tuple[bytes, ShardInfo]:
 def decode(data: bytes, key: str = "shard") -> pa.Table:
     """The samples of one shard as a table (columns stay contiguous; nothing is copied per row)."""
     try:
-        return pa.ipc.open_file(pa.py_buffer(data)).read_all()
+        # one contiguous chunk per column: a take then costs microseconds, not a concatenation
+        return pa.ipc.open_file(pa.py_buffer(data)).read_all().combine_chunks()
     except pa.ArrowInvalid as exc:
         raise DataError(f"shard {key} is not a readable Arrow file: {exc}") from None
 

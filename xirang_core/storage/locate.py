@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import fsspec
 
-from xirang_core.errors import ConfigError
+from xirang_core.errors import ConfigError, DataError, XirangError
 from xirang_core.storage.tier import FsspecTier
 
 
@@ -31,3 +33,26 @@ def tier_for(url: str, storage: dict[str, Any] | None = None) -> FsspecTier:
     chosen = storage if storage and storage.get("name") in served else {"name": served[0]}
     root = url if proto != "file" else fsspec.utils.stringify_path(url).removeprefix("file://")
     return registry.create("storage", {**chosen, "root": root})
+
+
+@contextlib.contextmanager
+def origin_errors(url: str) -> Iterator[None]:
+    """Turn a storage failure (no credentials, unreachable endpoint, denied) into one clear
+    :class:`DataError`; the message names the URL and the error, never a credential."""
+    try:
+        yield
+    except XirangError:
+        raise
+    except Exception as exc:
+        if not _storage_error(exc):
+            raise
+        raise DataError(
+            f"cannot read {url}: {type(exc).__name__}: {exc}. Check the endpoint "
+            "(storage.endpoint_url or AWS_ENDPOINT_URL) and credentials (AWS_* variables, "
+            "AWS_PROFILE or ~/.aws)"
+        ) from None
+
+
+def _storage_error(exc: BaseException) -> bool:
+    modules = {c.__module__.split(".")[0] for c in type(exc).__mro__}
+    return isinstance(exc, OSError) or bool(modules & {"botocore", "aiobotocore", "s3fs"})

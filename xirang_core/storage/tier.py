@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 import posixpath
 from typing import Any
 
@@ -16,6 +18,13 @@ class FsspecTier:
     def __init__(self, fs: Any, root: str) -> None:
         self.fs = fs
         self.root = root.rstrip("/")
+
+    def reopened(self) -> FsspecTier:
+        """A copy with a filesystem instance of its own, for use after a fork: async
+        filesystems (s3fs) must not share their event loop with the parent process."""
+        clone = copy.copy(self)
+        clone.fs = pickle.loads(pickle.dumps(self.fs))
+        return clone
 
     def path(self, key: str) -> str:
         return posixpath.join(self.root, key) if key else self.root

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -157,3 +158,16 @@ def test_bad_retry_mode_names_the_valid_ones(mode: str) -> None:
     with pytest.raises(ConfigError, match="adaptive"):
         S3Tier("s3://b/p", retry_mode=mode)
     time.sleep(0)
+
+
+def test_missing_credentials_are_one_clear_error(monkeypatch, tmp_path: Path) -> None:
+    from xirang_core.errors import DataError
+
+    for name in [n for n in os.environ if n.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    with pytest.raises(DataError, match="credentials"):
+        data_cli(["snapshots", "s3://bucket/none"])
