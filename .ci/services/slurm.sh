@@ -51,9 +51,8 @@ CONF
 $SUDO tee "$CONF_DIR/topology.conf" >/dev/null <<CONF
 SwitchName=leaf0 Nodes=${HOST}
 CONF
-$SUDO tee "$CONF_DIR/cgroup.conf" >/dev/null <<CONF
-CgroupPlugin=disabled
-CONF
+# proctrack/linuxproc and task/none need no cgroup.conf; a stale one breaks slurmd's start.
+$SUDO rm -f "$CONF_DIR/cgroup.conf"
 
 pgrep -x munged >/dev/null || $SUDO -u munge munged 2>/dev/null || $SUDO munged --force
 pgrep -x slurmctld >/dev/null || $SUDO slurmctld

@@ -36,6 +36,9 @@ class Throughputs:
     max_inflation: float = 2.0
     prices: dict[str, float] = field(default_factory=dict)
     _memo: dict[tuple[str, str], float] = field(default_factory=dict, repr=False, compare=False)
+    _need: dict[tuple[str, int, str], int | None] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def throughput(self, job_class: str, device_type: str) -> float:
         """Throughput of one device of ``device_type`` on ``job_class`` (0 when it cannot run)."""
@@ -54,10 +57,12 @@ class Throughputs:
 
     def devices_for(self, job_class: str, cards: int, device_type: str) -> int | None:
         """Physical devices of ``device_type`` giving ``cards`` cards; None when not eligible."""
-        rel = self.relative(job_class, device_type)
-        if rel <= 0 or 1.0 / rel > self.max_inflation + 1e-9:
-            return None
-        return max(1, math.ceil(cards / rel - 1e-9))
+        key = (job_class, cards, device_type)
+        if key not in self._need:
+            rel = self.relative(job_class, device_type)
+            eligible = rel > 0 and 1.0 / rel <= self.max_inflation + 1e-9
+            self._need[key] = max(1, math.ceil(cards / rel - 1e-9)) if eligible else None
+        return self._need[key]
 
     def classes(self) -> list[str]:
         return sorted(self.table)

@@ -54,6 +54,7 @@ class Cluster:
         self.max_size = {t: max(n.size for n in self.nodes if n.type == t) for t in self.types}
         self._buckets: dict[str, list[set[int]]] = {}
         self.type_free: dict[str, int] = {}
+        self.total_free = 0
         self.leaf_free: dict[tuple[str, str], int] = defaultdict(int)
         self.spine_free: dict[tuple[str, str], int] = defaultdict(int)
         self.reindex()
@@ -87,6 +88,7 @@ class Cluster:
         """Rebuild every free index from the nodes' free sets (after load or bulk edits)."""
         self._buckets = {t: [set() for _ in range(self.max_size[t] + 1)] for t in self.types}
         self.type_free = dict.fromkeys(self.types, 0)
+        self.total_free = 0
         self.leaf_free.clear()
         self.spine_free.clear()
         for node in self.nodes:
@@ -95,6 +97,7 @@ class Cluster:
                 self._buckets[node.type][len(node.free)].add(node.id)
 
     def _count(self, node: Node, delta: int) -> None:
+        self.total_free += delta
         self.type_free[node.type] += delta
         self.leaf_free[(node.type, node.leaf)] += delta
         self.spine_free[(node.type, node.spine)] += delta
@@ -141,7 +144,7 @@ class Cluster:
         return stranded / free if free else 0.0
 
     def free_devices(self) -> int:
-        return sum(self.type_free.values())
+        return self.total_free
 
     # --- mutation ---------------------------------------------------------------------------
 

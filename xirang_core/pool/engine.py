@@ -16,6 +16,7 @@ at most ``preempt_scan`` jobs may try preemption per pass.
 from __future__ import annotations
 
 import heapq
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,20 @@ class Event:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Segment:
+    """One stretch of a job on its devices: what usage metering and cost attribution read."""
+
+    job: int
+    project: str
+    device_type: str
+    start: float
+    end: float
+    devices: int
+    cards: int
+    borrowed: bool
+
+
 class PoolEngine:
     def __init__(
         self,
@@ -48,7 +63,7 @@ class PoolEngine:
         throughputs: Throughputs,
         policy: Policy,
         quotas: QuotaBook | None = None,
-        max_scan: int = 2000,
+        max_scan: int = 200,
         preempt_scan: int = 4,
     ) -> None:
         self.cluster = cluster
@@ -60,9 +75,12 @@ class PoolEngine:
         self.jobs: dict[int, Job] = {}
         self.queue: SortedList = SortedList()
         self.running: SortedList = SortedList()
+        self._own: dict[tuple[str, str], SortedList] = defaultdict(SortedList)
+        self._borrowed: dict[str, SortedList] = {t: SortedList() for t in cluster.types}
         self._keys: dict[int, tuple[Any, ...]] = {}
         self._demotions: list[tuple[float, int, float]] = []
         self.events: list[Event] = []
+        self.segments: list[Segment] = []
         self.next_id = 1
 
     # --- requests ---------------------------------------------------------------------------
@@ -118,9 +136,30 @@ class PoolEngine:
         self.events.append(Event(now, "node_drained", None, {"node": node_name, "reason": reason}))
         return victims
 
-    def restore(self, node_name: str, now: float) -> None:
+    def undrain(self, node_name: str, now: float) -> None:
+        """Put a repaired node back into service."""
         self.cluster.set_health(node_name, True)
         self.events.append(Event(now, "node_restored", None, {"node": node_name}))
+
+    def reload(self, job: Job, now: float) -> None:
+        """Take back a job from the state store after a restart, on the devices it held."""
+        self.jobs[job.id] = job
+        self.next_id = max(self.next_id, job.id + 1)
+        if job.state is JobState.QUEUED:
+            self._enqueue(job)
+        elif job.state is JobState.RUNNING:
+            healthy = all(self.cluster.node_of(d).healthy for d in job.devices)
+            if not healthy:  # its node was drained while the service was down
+                job.state, job.devices, job.started = JobState.QUEUED, (), None
+                self._enqueue(job)
+                return
+            self.cluster.take(job.devices)
+            borrowed = job.borrowed
+            self.quotas.admit(job)
+            if job.borrowed != borrowed:  # keep the flag the job was admitted with
+                self.quotas.borrowed[job.project] += job.cards if borrowed else -job.cards
+                job.borrowed = borrowed
+            self._index_running(job, now)
 
     def job(self, job_id: int) -> Job:
         try:
@@ -135,12 +174,14 @@ class PoolEngine:
         start = len(self.events)
         self._apply_demotions(now)
         deferred: list[Job] = []
-        tries = {"scan": 0, "preempt": 0}
-        for _, job_id in list(self.queue):
+        tries: dict[str, Any] = {"scan": 0, "preempt": 0, "failed": set()}
+        for _, job_id in self.queue[: self.max_scan]:
             if self._exhausted(tries):
                 break
             job = self.jobs[job_id]
-            if not self.quotas.within_guarantee(job):
+            if self._hopeless(job, tries):
+                continue
+            if not self.policy.blocking and not self.quotas.within_guarantee(job):
                 deferred.append(job)
                 continue
             if not self._try(job, now, tries) and self.policy.blocking:
@@ -153,26 +194,45 @@ class PoolEngine:
                     break
         return self.events[start:]
 
-    def _exhausted(self, tries: dict[str, int]) -> bool:
+    def _exhausted(self, tries: dict[str, Any]) -> bool:
+        """Nothing more this pass: scan depth reached, or no free devices and no preemption."""
         nothing_free = self.cluster.free_devices() == 0
-        no_preemption = not self.policy.preempts or tries["preempt"] >= self.preempt_scan
-        return tries["scan"] >= self.max_scan or (nothing_free and no_preemption)
+        return tries["scan"] >= self.max_scan or (nothing_free and not self._can_preempt(tries))
 
-    def _try(self, job: Job, now: float, tries: dict[str, int]) -> bool:
-        """Place ``job`` on free devices, else by preemption; True when it started."""
+    def _hopeless(self, job: Job, tries: dict[str, Any]) -> bool:
+        """A job whose shape already failed this pass, when it may not try preemption."""
+        if (job.job_class, job.cards) in tries["failed"] and not self._can_preempt(tries):
+            tries["scan"] += 1
+            return not self.policy.blocking
+        return False
+
+    def _can_preempt(self, tries: dict[str, Any]) -> bool:
+        return self.policy.preempts and tries["preempt"] < self.preempt_scan
+
+    def _try(self, job: Job, now: float, tries: dict[str, Any]) -> bool:
+        """Place ``job`` on free devices, else by preemption; True when it started.
+
+        A (class, cards) shape that found no free devices cannot find any later in the same
+        pass unless a preemption frees some, so it is not tried again until then.
+        """
         tries["scan"] += 1
         if not self.quotas.may_borrow(job):
             return False
         types = self.policy.device_types(job, self)
-        for device_type in types:
-            need = self.throughputs.devices_for(job.job_class, job.cards, device_type)
-            devices = place(self.cluster, device_type, need) if need else None
-            if devices:
-                self._start(job, device_type, devices, now)
-                return True
+        shape = (job.job_class, job.cards)
+        if shape not in tries["failed"]:
+            for device_type in types:
+                need = self.throughputs.devices_for(job.job_class, job.cards, device_type)
+                devices = place(self.cluster, device_type, need) if need else None
+                if devices:
+                    self._start(job, device_type, devices, now)
+                    return True
+            tries["failed"].add(shape)
         if self.policy.preempts and tries["preempt"] < self.preempt_scan:
             tries["preempt"] += 1
-            return self._preempt_for(job, types, now)
+            if self._preempt_for(job, types, now):
+                tries["failed"].clear()
+                return True
         return False
 
     def _preempt_for(self, job: Job, types: list[str], now: float) -> bool:
@@ -193,28 +253,37 @@ class PoolEngine:
         return False
 
     def _victims(self, job: Job, device_type: str, need: int, now: float) -> list[Job] | None:
+        """The worst-ranked running jobs the policy lets ``job`` preempt on ``device_type``,
+        just enough of them; None when even all of them would not make room."""
         short = need - self.cluster.type_free.get(device_type, 0)
         if short <= 0:
             return None  # free capacity exists but is fragmented: preemption would not help
-        chosen: list[Job] = []
-        depth = self.policy.rank_depth
+        depth, mine = self.policy.rank_depth, self._keys[job.id][: self.policy.rank_depth]
+        chosen: dict[int, Job] = {}
         reclaim = self._may_reclaim(job)
-        for victim_key, victim_id in reversed(self.running):
-            outranked = victim_key[:depth] > self._keys[job.id][:depth]
-            if not (reclaim or outranked):
-                break  # every victim from here on ranks as high as the waiting job
-            victim = self.jobs[victim_id]
-            if victim.device_type != device_type:
-                continue
-            if not outranked and not (victim.borrowed and victim.project != job.project):
-                continue  # only reclaim could take it, and it is not borrowed from elsewhere
-            if not self.policy.may_preempt(job, victim, self, now):
-                continue
-            chosen.append(victim)
-            short -= self._healthy_devices(victim)
-            if short <= 0:
-                return chosen
+        # own project's worse-ranked jobs, then borrowed jobs (worse-ranked, or any on reclaim)
+        for pool, any_rank in (
+            (self._own[(job.project, device_type)], False),
+            (self._borrowed[device_type], reclaim),
+        ):
+            for key, victim_id in reversed(pool):
+                if not any_rank and key[:depth] <= mine:
+                    break  # from here on every job ranks as high as the waiting one
+                if victim_id not in chosen:
+                    short = self._consider(job, victim_id, chosen, short, now)
+                    if short <= 0:
+                        return list(chosen.values())
         return None
+
+    def _consider(
+        self, job: Job, victim_id: int, chosen: dict[int, Job], short: int, now: float
+    ) -> int:
+        """Add a victim the policy allows; returns how many devices are still missing."""
+        victim = self.jobs[victim_id]
+        if self.policy.may_preempt(job, victim, self, now):
+            chosen[victim_id] = victim
+            short -= self._healthy_devices(victim)
+        return short
 
     def _may_reclaim(self, job: Job) -> bool:
         """Whether ``job`` may take back its guarantee from other projects' borrowed jobs."""
@@ -239,7 +308,20 @@ class PoolEngine:
         self._enqueue(job)
 
     def _release(self, job: Job, now: float) -> None:
-        self.running.remove((self._keys[job.id], job.id))
+        self._unindex_running(job)
+        if job.started is not None:
+            self.segments.append(
+                Segment(
+                    job.id,
+                    job.project,
+                    job.device_type,
+                    job.started,
+                    now,
+                    len(job.devices),
+                    job.cards,
+                    job.borrowed,
+                )
+            )
         job.attained = job.attained_at(now)
         self.cluster.release(job.devices)
         self.quotas.release(job)
@@ -264,10 +346,20 @@ class PoolEngine:
         key = self.policy.rank(job, self.policy.level(attained))
         self._keys[job.id] = key
         self.running.add((key, job.id))
+        self._own[(job.project, job.device_type)].add((key, job.id))
+        if job.borrowed:
+            self._borrowed[job.device_type].add((key, job.id))
         threshold = self.policy.next_threshold(attained)
         if threshold is not None:
             at = now + (threshold - attained) / job.cards
             heapq.heappush(self._demotions, (at, job.id, job.started or 0.0))
+
+    def _unindex_running(self, job: Job) -> None:
+        entry = (self._keys[job.id], job.id)
+        self.running.remove(entry)
+        self._own[(job.project, job.device_type)].remove(entry)
+        if job.borrowed:
+            self._borrowed[job.device_type].remove(entry)
 
     def _apply_demotions(self, now: float) -> None:
         """Re-rank running jobs whose attained service crossed a level since the last pass."""
@@ -275,7 +367,7 @@ class PoolEngine:
             _, job_id, started = heapq.heappop(self._demotions)
             job = self.jobs[job_id]
             if job.state is JobState.RUNNING and job.started == started:
-                self.running.remove((self._keys[job.id], job.id))
+                self._unindex_running(job)
                 self._index_running(job, now)
 
     # --- helpers ----------------------------------------------------------------------------

@@ -1,0 +1,195 @@
+"""``xirang pool``: run the pool service, use it, and simulate policies on traces.
+
+    xirang pool serve --cluster cluster.yaml [--state pool.db] [--policy priority]
+    xirang pool status | queue | jobs [--state running]
+    xirang pool cancel JOB
+    xirang pool quota [PROJECT --guaranteed N --borrow-limit N --team T]
+    xirang pool drain NODE [--reason TEXT] | undrain NODE
+    xirang pool simulate --trace philly.csv --cluster cluster.yaml --policy fifo,priority,hetero
+
+Clients read XIRANG_POOL_URL and XIRANG_POOL_TOKEN (a project's token, or the operator's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+from xirang_core.paths import xirang_home
+from xirang_core.pool.client import PoolClient
+
+OPERATOR_TOKEN_ENV = "XIRANG_POOL_OPERATOR_TOKEN"
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    return args.run(args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="xirang pool",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--url", default="", help="pool service URL (XIRANG_POOL_URL)")
+    parser.add_argument("--token", default="", help="token (XIRANG_POOL_TOKEN)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the pool service")
+    serve.add_argument("--cluster", help="cluster file (needed the first time)")
+    serve.add_argument("--state", default=str(xirang_home() / "pool.db"), help="SQLite file")
+    serve.add_argument("--policy", default="priority", help="scheduling policy plugin")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8476)
+    serve.add_argument(
+        "--executor",
+        default="local",
+        choices=("local", "slurm"),
+        help="who runs placed jobs: the submitter (local) or Slurm",
+    )
+    serve.set_defaults(run=_serve)
+
+    for name, helptext in (("status", "pool summary"), ("queue", "queued jobs in order")):
+        sub.add_parser(name, help=helptext).set_defaults(run=_view, path=f"/v1/{name}")
+    jobs = sub.add_parser("jobs", help="jobs you may see")
+    jobs.add_argument("--state", default="")
+    jobs.set_defaults(run=_view, path="/v1/jobs")
+
+    cancel = sub.add_parser("cancel", help="cancel a job")
+    cancel.add_argument("job", type=int)
+    cancel.set_defaults(run=lambda a: _print(a, _client(a).cancel(a.job)))
+
+    quota = sub.add_parser("quota", help="show quotas, or set one (operator)")
+    quota.add_argument("project", nargs="?")
+    quota.add_argument("--guaranteed", type=int)
+    quota.add_argument("--borrow-limit", type=int)
+    quota.add_argument("--team")
+    quota.add_argument("--rotate-token", action="store_true")
+    quota.set_defaults(run=_quota)
+
+    drain = sub.add_parser("drain", help="take a node out of service; its jobs are requeued")
+    drain.add_argument("node")
+    drain.add_argument("--reason", default="drained by operator")
+    drain.set_defaults(
+        run=lambda a: _print(
+            a, _client(a).call("POST", f"/v1/nodes/{a.node}/drain", {"reason": a.reason})
+        )
+    )
+    undrain = sub.add_parser("undrain", help="put a node back into service")
+    undrain.add_argument("node")
+    undrain.set_defaults(
+        run=lambda a: _print(a, _client(a).call("POST", f"/v1/nodes/{a.node}/undrain", {}))
+    )
+
+    simulate = sub.add_parser("simulate", help="replay a job trace under policies")
+    simulate.add_argument("--trace", required=True)
+    simulate.add_argument("--cluster", required=True)
+    simulate.add_argument(
+        "--policy", default="fifo,priority,hetero", help="comma-separated policy names"
+    )
+    simulate.add_argument("--limit", type=int, default=0, help="first N jobs only")
+    simulate.add_argument("--seed", type=int, default=0, help="job-class assignment seed")
+    simulate.add_argument("--out", default="", help="folder for results.json and plots")
+    simulate.set_defaults(run=_simulate)
+    return parser
+
+
+def _client(args: argparse.Namespace) -> PoolClient:
+    return PoolClient(args.url, args.token)
+
+
+def _print(args: argparse.Namespace, answer: Any) -> int:
+    if args.json or not isinstance(answer, list | dict):
+        print(json.dumps(answer, indent=2, default=str))
+        return 0
+    from xirang_core.pool.report import print_answer
+
+    print_answer(answer)
+    return 0
+
+
+def _view(args: argparse.Namespace) -> int:
+    path = args.path + (f"?state={args.state}" if getattr(args, "state", "") else "")
+    return _print(args, _client(args).call("GET", path))
+
+
+def _quota(args: argparse.Namespace) -> int:
+    if not args.project:
+        return _print(args, _client(args).call("GET", "/v1/projects"))
+    body: dict[str, Any] = {"rotate_token": args.rotate_token}
+    for key in ("guaranteed", "borrow_limit", "team"):
+        if getattr(args, key) is not None:
+            body[key] = getattr(args, key)
+    return _print(args, _client(args).call("PUT", f"/v1/projects/{args.project}", body))
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from xirang_core.pool.rest import serve
+    from xirang_core.pool.service import PoolService
+    from xirang_core.pool.store import PoolStore
+
+    token, token_file = _operator_token(Path(args.state))
+    service = PoolService(
+        PoolStore(args.state), args.cluster, args.policy, token, executor=_executor(args.executor)
+    )
+    server = serve(service, args.host, args.port)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    host, port = server.server_address[:2]
+    print(
+        f"xirang pool: http://{host}:{port} (state {args.state}, policy {args.policy}, "
+        f"{service.restored} job(s) restored)",
+        flush=True,
+    )
+    if token_file:
+        print(f"operator token written to {token_file}", flush=True)
+    try:
+        while not stop.wait(2.0):
+            service.tick()
+    except KeyboardInterrupt:
+        pass
+    server.shutdown()
+    service.store.close()
+    return 0
+
+
+def _operator_token(state: Path) -> tuple[str, str]:
+    """The operator token from the environment, else one kept beside the state file (0600)."""
+    if os.environ.get(OPERATOR_TOKEN_ENV):
+        return os.environ[OPERATOR_TOKEN_ENV], ""
+    path = state.with_name(state.name + ".operator-token")
+    if not path.exists():
+        import secrets
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(secrets.token_urlsafe(24))
+    return path.read_text().strip(), str(path)
+
+
+def _executor(name: str) -> Any:
+    if name == "slurm":
+        from xirang_slurm.executor import SlurmExecutor
+
+        return SlurmExecutor()
+    return None
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from xirang_core.pool.sim.compare import compare
+
+    results = compare(
+        args.trace, args.cluster, args.policy.split(","), args.limit, args.seed, args.out or None
+    )
+    if args.json:
+        print(json.dumps([r.row() for r in results], indent=2))
+    return 0

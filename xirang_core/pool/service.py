@@ -1,0 +1,352 @@
+"""The pool service: one engine, its SQLite store, project tokens and the executors.
+
+Every request runs under one lock: validate, change the engine, run a scheduling pass, write
+the changed jobs and the events in one transaction, then hand ``started``/``preempted`` events
+to the executor. A restart rebuilds the engine from the store, so no queued or running job is
+lost. Tokens are stored only as SHA-256 hashes; a project token sees and cancels only its own
+project's jobs, the operator token sees and does everything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Protocol
+
+from xirang_core.pool import clusterfile
+from xirang_core.pool.cards import DEFAULT_CLASS, Throughputs
+from xirang_core.pool.cluster import Cluster
+from xirang_core.pool.engine import Event, PoolEngine
+from xirang_core.pool.errors import PoolError
+from xirang_core.pool.jobs import Job, check_cards, parse_priority, priority_name
+from xirang_core.pool.policy import load_policy
+from xirang_core.pool.quota import Project
+from xirang_core.pool.store import PoolStore
+
+OPERATOR = "*operator*"
+MAX_NAME = 200
+
+
+class Executor(Protocol):
+    """Runs what the pool placed: told when a job starts and when it must stop."""
+
+    def start(self, job: Job, nodes: list[str]) -> None: ...
+
+    def stop(self, job: Job, reason: str) -> None: ...
+
+    def poll(self) -> list[tuple[int, bool]]:
+        """Jobs that ended since the last poll, with whether they succeeded."""
+
+
+class RecordingExecutor:
+    """The default for ``xirang pool serve``: the submitter runs its own job (the local
+    executor), so the service only records what it was told."""
+
+    def __init__(self) -> None:
+        self.started: list[int] = []
+        self.stopped: list[int] = []
+
+    def start(self, job: Job, nodes: list[str]) -> None:
+        self.started.append(job.id)
+
+    def stop(self, job: Job, reason: str) -> None:
+        self.stopped.append(job.id)
+
+    def poll(self) -> list[tuple[int, bool]]:
+        return []
+
+
+class PoolService:
+    def __init__(
+        self,
+        store: PoolStore,
+        cluster_file: str | Path | None = None,
+        policy: str = "priority",
+        operator_token: str = "",
+        executor: Executor | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.lock = threading.RLock()
+        self.executor = executor or RecordingExecutor()
+        self.operator_hash = _hash(operator_token) if operator_token else ""
+        cluster, throughputs = self._hardware(cluster_file)
+        self.engine = PoolEngine(cluster, throughputs, load_policy(policy))
+        self.restored = store.load_into(self.engine, clock())
+        self._apply(self.engine.schedule(clock()))
+
+    def _hardware(self, cluster_file: str | Path | None) -> tuple[Cluster, Throughputs]:
+        """From the store when it has the cluster (a restart), else from the cluster file."""
+        if self.store.initialised():
+            data = json.loads(self._meta("cluster") or "{}")
+            cluster = Cluster(self.store.cluster_nodes())
+            return cluster, Throughputs.from_mapping(data.get("throughputs", {}), cluster.types)
+        if cluster_file is None:
+            raise PoolError("a new pool needs --cluster FILE (nodes, throughputs, projects)")
+        data = clusterfile.read(cluster_file)
+        cluster, throughputs, quotas = clusterfile.build(data)
+        self.store.save_cluster(cluster)
+        spec = {"throughputs": {**asdict(throughputs), "classes": throughputs.table}}
+        spec["throughputs"].pop("_memo", None)
+        self._set_meta("cluster", json.dumps(spec))
+        for project in quotas.projects.values():
+            self.store.save_project(project)
+        return cluster, throughputs
+
+    # --- authentication ---------------------------------------------------------------------
+
+    def whoami(self, token: str) -> str:
+        """The project a token belongs to, or OPERATOR; 401 for anything else."""
+        if not token:
+            raise PoolError("missing token: send 'Authorization: Bearer <token>'", 401)
+        digest = _hash(token)
+        if self.operator_hash and hmac.compare_digest(digest, self.operator_hash):
+            return OPERATOR
+        for project in self.engine.quotas.projects.values():
+            if project.token_hash and hmac.compare_digest(digest, project.token_hash):
+                return project.name
+        raise PoolError("invalid token", 401)
+
+    def _visible(self, who: str, job: Job) -> None:
+        if who not in (OPERATOR, job.project):
+            raise PoolError(f"no job {job.id}", 404)  # other projects' jobs do not exist
+
+    @staticmethod
+    def _operator(who: str) -> None:
+        if who != OPERATOR:
+            raise PoolError("this needs the operator token", 403)
+
+    # --- requests ---------------------------------------------------------------------------
+
+    def submit(self, who: str, body: dict[str, Any]) -> dict[str, Any]:
+        _only_keys(
+            body, {"project", "cards", "job_class", "priority", "name", "payload", "allow_mixing"}
+        )
+        project = str(body.get("project") or ("" if who == OPERATOR else who))
+        if who not in (OPERATOR, project):
+            raise PoolError(f"this token belongs to project '{who}', not '{project}'", 403)
+        name = str(body.get("name", ""))[:MAX_NAME]
+        payload = body.get("payload") or {}
+        if not isinstance(payload, dict):
+            raise PoolError("payload must be a JSON object")
+        with self.lock:
+            now = self.clock()
+            job = self.engine.submit(
+                project,
+                check_cards(body.get("cards")),
+                now,
+                str(body.get("job_class") or DEFAULT_CLASS),
+                parse_priority(body.get("priority", "normal")),
+                name=name,
+                payload=payload,
+            )
+            self._apply(self.engine.schedule(now))
+            return describe(job)
+
+    def cancel(self, who: str, job_id: int) -> dict[str, Any]:
+        with self.lock:
+            job = self.engine.job(job_id)
+            self._visible(who, job)
+            now = self.clock()
+            was_running = job.state.value == "running"
+            self.engine.cancel(job_id, now)
+            if was_running:
+                self.executor.stop(job, "cancelled")
+            self._apply(self.engine.schedule(now))
+            return describe(job)
+
+    def complete(self, who: str, job_id: int, ok: bool) -> dict[str, Any]:
+        """An executor (or the submitter running its own job) reports the end of a job."""
+        with self.lock:
+            job = self.engine.job(job_id)
+            self._visible(who, job)
+            now = self.clock()
+            self.engine.complete(job_id, now, ok)
+            self._apply(self.engine.schedule(now))
+            return describe(job)
+
+    def drain(self, who: str, node: str, reason: str) -> dict[str, Any]:
+        self._operator(who)
+        with self.lock:
+            now = self.clock()
+            requeued = self.engine.drain(node, now, reason[:MAX_NAME] or "drained by operator")
+            for job in requeued:
+                self.executor.stop(job, f"node {node} drained")
+            self._apply(self.engine.schedule(now))
+            return {"node": node, "requeued": [j.id for j in requeued]}
+
+    def undrain(self, who: str, node: str) -> dict[str, Any]:
+        self._operator(who)
+        with self.lock:
+            now = self.clock()
+            self.engine.undrain(node, now)
+            self._apply(self.engine.schedule(now))
+            return {"node": node, "healthy": True}
+
+    def set_quota(self, who: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Create or edit a project; a new project's token is returned once, never again."""
+        self._operator(who)
+        _only_keys(body, {"guaranteed", "borrow_limit", "team", "rotate_token"})
+        with self.lock:
+            old = self.engine.quotas.projects.get(name)
+            project = Project(
+                name,
+                _count(body.get("guaranteed", old.guaranteed if old else 0), "guaranteed"),
+                _limit(body.get("borrow_limit", old.borrow_limit if old else None)),
+                str(body.get("team", old.team if old else "default")),
+                old.token_hash if old else "",
+            )
+            token = ""
+            if not project.token_hash or body.get("rotate_token"):
+                token = secrets.token_urlsafe(24)
+                project.token_hash = _hash(token)
+            self.engine.quotas.upsert(project)
+            self.store.save_project(project)
+            self._apply(self.engine.schedule(self.clock()))
+            out = self._quota_row(project)
+            return {**out, "token": token} if token else out
+
+    # --- views ------------------------------------------------------------------------------
+
+    def job(self, who: str, job_id: int) -> dict[str, Any]:
+        with self.lock:
+            job = self.engine.job(job_id)
+            self._visible(who, job)
+            return describe(job)
+
+    def jobs(self, who: str, state: str = "") -> list[dict[str, Any]]:
+        with self.lock:
+            jobs = self.engine.jobs.values()
+            return [
+                describe(j)
+                for j in jobs
+                if who in (OPERATOR, j.project) and (not state or j.state.value == state)
+            ]
+
+    def queue(self, who: str) -> list[dict[str, Any]]:
+        with self.lock:
+            rows = [describe(j) for j in self.engine.queued_jobs()]
+        for position, row in enumerate(rows, 1):
+            row["position"] = position
+        return [r for r in rows if who in (OPERATOR, r["project"])]
+
+    def quotas(self, who: str) -> list[dict[str, Any]]:
+        with self.lock:
+            projects = self.engine.quotas.projects.values()
+            return [self._quota_row(p) for p in projects if who in (OPERATOR, p.name)]
+
+    def status(self, who: str) -> dict[str, Any]:
+        with self.lock:
+            cluster = self.engine.cluster
+            return {
+                "you": "operator" if who == OPERATOR else who,
+                "policy": self.engine.policy.name,
+                "types": {
+                    t: {"capacity": cluster.capacity(t), "free": cluster.type_free[t]}
+                    for t in cluster.types
+                },
+                "drained": [n.name for n in cluster.nodes if not n.healthy],
+                "running": sum(1 for _ in self.engine.running),
+                "queued": sum(1 for _ in self.engine.queue),
+                "fragmentation": round(cluster.fragmentation(), 4),
+                "projects": self.quotas(who),
+            }
+
+    def _quota_row(self, project: Project) -> dict[str, Any]:
+        quotas = self.engine.quotas
+        return {
+            "project": project.name,
+            "team": project.team,
+            "guaranteed": project.guaranteed,
+            "borrow_limit": project.borrow_limit,
+            "used": quotas.used[project.name],
+            "borrowed": quotas.borrowed[project.name],
+        }
+
+    # --- executors and persistence ----------------------------------------------------------
+
+    def tick(self) -> None:
+        """Collect finished jobs from the executor and schedule again (called periodically)."""
+        with self.lock:
+            ended = self.executor.poll()
+            now = self.clock()
+            for job_id, ok in ended:
+                if (
+                    self.engine.jobs.get(job_id)
+                    and self.engine.jobs[job_id].state.value == "running"
+                ):
+                    self.engine.complete(job_id, now, ok)
+            self._apply(self.engine.schedule(now))
+
+    def _apply(self, _: list[Event]) -> None:
+        """Persist every event since the last call and hand starts/stops to the executor."""
+        events = list(self.engine.events)
+        self.engine.events.clear()
+        changed = {e.job: self.engine.jobs[e.job] for e in events if e.job is not None}
+        self.store.persist(self.engine, changed.values(), events)
+        for event in events:
+            job = self.engine.jobs.get(event.job) if event.job is not None else None
+            if job is None:
+                continue
+            if event.kind == "started" and job.state.value == "running":
+                nodes = sorted({self.engine.cluster.node_of(d).name for d in job.devices})
+                self.executor.start(job, nodes)
+            elif event.kind == "preempted":
+                self.executor.stop(job, f"preempted by job {event.detail.get('by')}")
+
+    def _meta(self, key: str) -> str | None:
+        row = self.store.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def _set_meta(self, key: str, value: str) -> None:
+        self.store.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+
+def describe(job: Job) -> dict[str, Any]:
+    """A job as the API shows it."""
+    return {
+        "id": job.id,
+        "name": job.name,
+        "project": job.project,
+        "cards": job.cards,
+        "job_class": job.job_class,
+        "priority": priority_name(job.priority),
+        "state": job.state.value,
+        "submitted": job.submitted,
+        "started": job.started,
+        "finished": job.finished,
+        "device_type": job.device_type,
+        "devices": list(job.devices),
+        "borrowed": job.borrowed,
+        "preemptions": job.preemptions,
+        "requeues": job.requeues,
+        "payload": job.payload,
+    }
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _only_keys(body: dict[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise PoolError(f"unknown field '{unknown[0]}'; allowed: {', '.join(sorted(allowed))}")
+
+
+def _count(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10_000_000:
+        raise PoolError(f"{what} must be a whole number of cards >= 0, got {value!r}")
+    return value
+
+
+def _limit(value: Any) -> int | None:
+    return None if value is None else _count(value, "borrow_limit")
