@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 
 from xirang_core.config import AUTO, validate
 from xirang_core.errors import ConfigError
+from xirang_core.parallel.resolve import resolve_parallel
 from xirang_core.plugins import Registry, get_registry
 from xirang_core.specs import DeviceBackend, JobSpec
 from xirang_core.train import report, worker
@@ -86,6 +87,7 @@ def resolve_runtime(config: dict[str, Any], registry: Registry) -> dict[str, Any
     threads = config["trainer"]["threads"] or max(1, (os.cpu_count() or 1) // nproc)
     with _torch_threads(threads):
         calibration = backend.calibrate()
+        resolve_parallel(config, registry)  # parallel=auto -> a plan; a bad plan stops here
     return {
         "device_type": backend.type,
         "device_model": inventory[0].model,

@@ -127,9 +127,19 @@ class CostPolicySpec(ImplSpec):
 
 @dataclass(frozen=True)
 class ModelSpec(ImplSpec):
-    """A model family; ``target`` builds the module from its config section."""
+    """A model family; ``target`` builds the module from its config section.
+
+    ``parallelize`` (optional, ``"module:Class"``) names the family's own split plan: how its
+    layers shard for tensor parallel, cut into pipeline stages, and what shape the planner
+    sees. Without it the family runs only unsplit strategies (single, ddp).
+    """
 
     kind: ClassVar[str] = "model"
+    parallelize: str = ""
+
+    def load_parallelize(self) -> Any:
+        """An instance of the family's split plan."""
+        return import_target(self.parallelize)()
 
 
 @dataclass(frozen=True)
@@ -302,10 +312,32 @@ class WorkerContext:
     device: Any
     run_dir: str
     config: Any = None
+    #: the strategy's ``DeviceMesh`` (dims named ``pp``, ``dp``, ``tp``); None when unsplit
+    mesh: Any = None
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    @property
+    def data_rank(self) -> int:
+        """Which share of each global batch this worker reads: ranks that split one model
+        replica (tensor or pipeline parallel) read the same batches."""
+        return self._mesh_dim("dp", "get_local_rank", self.rank)
+
+    @property
+    def data_world(self) -> int:
+        """Number of model replicas the global batch is split over."""
+        return self._mesh_dim("dp", "size", self.world_size)
+
+    @property
+    def loss_replicas(self) -> int:
+        """Workers that compute the loss (all but the non-final pipeline stages)."""
+        return self.world_size // self._mesh_dim("pp", "size", 1)
+
+    def _mesh_dim(self, dim: str, method: str, default: int) -> int:
+        names = getattr(self.mesh, "mesh_dim_names", None) or ()
+        return getattr(self.mesh[dim], method)() if dim in names else default
 
 
 # --- helpers ---------------------------------------------------------------------------------

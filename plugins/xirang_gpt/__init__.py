@@ -13,6 +13,7 @@ def xirang_models() -> list[ModelSpec]:
             name="gpt",
             target="xirang_gpt.model:GPT",
             schema="xirang_gpt.model:GPTConfig",
+            parallelize="xirang_gpt.parallelize:GPTParallelize",
             description="decoder-only transformer (pre-norm, tied embeddings, causal SDPA)",
         )
     ]

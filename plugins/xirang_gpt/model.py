@@ -24,18 +24,25 @@ class GPTConfig:
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
-        self.n_head = cfg.n_head
-        self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False)
+        self.head_dim = cfg.n_embd // cfg.n_head
+        # separate projections so tensor parallel can split each one by heads
+        self.q = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
+        self.k = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
+        self.v = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
         self.dropout = cfg.dropout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        batch, seq, dim = x.shape
-        q, k, v = self.qkv(x).split(dim, dim=2)
-        q, k, v = (t.view(batch, seq, self.n_head, -1).transpose(1, 2) for t in (q, k, v))
+        batch, seq = x.shape[:2]
+        # heads are counted from the projection's width: under tensor parallel a worker holds
+        # only its share of them
+        q, k, v = (
+            p(x).view(batch, seq, -1, self.head_dim).transpose(1, 2)
+            for p in (self.q, self.k, self.v)
+        )
         dropout = self.dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
-        return self.proj(y.transpose(1, 2).reshape(batch, seq, dim))
+        return self.proj(y.transpose(1, 2).reshape(batch, seq, -1))
 
 
 class MLP(nn.Module):
@@ -70,7 +77,9 @@ class GPT(nn.Module):
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.pos_emb = nn.Embedding(cfg.max_seq_len, cfg.n_embd)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        # a dict keyed by layer index: a pipeline stage drops the layers it does not run and
+        # the others keep their names, so checkpoints line up across strategies
+        self.blocks = nn.ModuleDict({str(i): Block(cfg) for i in range(cfg.n_layer)})
         self.ln_f = nn.LayerNorm(cfg.n_embd)
         self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.head.weight = self.tok_emb.weight  # tied: fewer parameters, better small models
@@ -89,12 +98,20 @@ class GPT(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits, or the mean cross-entropy against ``targets`` when given."""
-        seq = idx.shape[1]
-        pos = torch.arange(seq, device=idx.device)
-        x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
-        for block in self.blocks:
+        """Logits, or the mean cross-entropy against ``targets`` when given.
+
+        A pipeline stage is this model with some parts removed (set to ``None``): given hidden
+        states (floats) instead of token ids it skips the embeddings, and without the head it
+        returns hidden states.
+        """
+        x = idx
+        if not torch.is_floating_point(idx):
+            pos = torch.arange(idx.shape[1], device=idx.device)
+            x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
+        for block in self.blocks.values():
             x = block(x)
+        if self.head is None:
+            return x
         logits = self.head(self.ln_f(x))
         if targets is None:
             return logits

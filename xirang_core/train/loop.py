@@ -53,7 +53,7 @@ class Trainer:
         self.settings, self.ctx, self.hook, self.metrics = settings, ctx, hook, metrics
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.tokens_per_step = settings.micro_batch * settings.seq_len * settings.accum_steps
-        self.tokens_per_step *= ctx.world_size
+        self.tokens_per_step *= ctx.data_world
 
     def train_step(self, step: int) -> torch.Tensor:
         """One optimizer step (1-based); returns this worker's mean loss, still on the device."""
@@ -61,6 +61,20 @@ class Trainer:
         lr = lr_at(step, s.max_steps, s.optim)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        run_step = getattr(self.model, "xirang_step", None)  # a pipeline runs whole steps
+        if run_step is not None:
+            total = run_step([self.batches.get(step, m) for m in range(s.accum_steps)])
+        else:
+            total = self._accumulate(step)
+        if s.grad_clip > 0:
+            self._clip(s.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return total
+
+    def _accumulate(self, step: int) -> torch.Tensor:
+        """Forward and backward of each micro-batch; gradients add up, synced on the last."""
+        s = self.settings
         total = torch.zeros((), device=self.ctx.device)
         for micro in range(s.accum_steps):
             x, y = self.batches.get(step, micro)
@@ -69,11 +83,16 @@ class Trainer:
                 loss = self.model(x, y) / s.accum_steps
                 loss.backward()
             total += loss.detach()
-        if s.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.params, s.grad_clip)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
         return total
+
+    def _clip(self, max_norm: float) -> None:
+        """Clip by the global gradient norm; a split model's norm spans all its shards."""
+        if self.ctx.mesh is None:
+            torch.nn.utils.clip_grad_norm_(self.params, max_norm)
+        else:
+            from xirang_core.parallel.grads import clip_grad_norm
+
+            clip_grad_norm(self.params, max_norm, self.ctx.mesh)
 
     def _sync_context(self, last: bool) -> contextlib.AbstractContextManager:
         """Skip the gradient all-reduce on all but the last micro-batch (DDP's ``no_sync``)."""
@@ -112,10 +131,9 @@ class Trainer:
         self, step: int, loss: torch.Tensor, interval: float, steps: int, elapsed: float
     ) -> dict[str, Any]:
         loss = loss.detach().clone()
-        if self.ctx.world_size > 1:
-            dist.all_reduce(loss, op=dist.ReduceOp.AVG if _has_avg() else dist.ReduceOp.SUM)
-            if not _has_avg():
-                loss /= self.ctx.world_size
+        if self.ctx.world_size > 1:  # mean over the workers that hold a loss
+            dist.all_reduce(loss, op=dist.ReduceOp.SUM)
+            loss /= self.ctx.loss_replicas
         tokens_per_s = self.tokens_per_step * steps / max(interval, 1e-9)
         achieved = tokens_per_s * self.settings.flops_per_token
         return {
@@ -169,14 +187,15 @@ class Trainer:
             yield advance
 
 
-def _has_avg() -> bool:
-    return dist.get_backend() != "gloo"
-
-
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, batches: TokenBatches, device: Any, n_batches: int) -> float:
     """Mean loss over ``n_batches`` held-out batches."""
     model.eval()
-    losses = [model(*(t.to(device) for t in batches.get(i))).item() for i in range(n_batches)]
+    run_eval = getattr(model, "xirang_eval", None)  # a pipeline evaluates through its schedule
+    if run_eval is not None:
+        mean = run_eval(batches, n_batches)
+    else:
+        losses = [model(*(t.to(device) for t in batches.get(i))).item() for i in range(n_batches)]
+        mean = sum(losses) / len(losses)
     model.train()
-    return sum(losses) / len(losses)
+    return mean

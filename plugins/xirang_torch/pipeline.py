@@ -1,0 +1,116 @@
+"""Pipeline parallel through ``torch.distributed.pipelining``: one stage per ``pp`` rank, a
+GPipe or 1F1B schedule over the micro-batches of each optimizer step.
+
+The trainer sees a model that carries ``xirang_step`` (run a whole step: every micro-batch's
+forward and backward) and ``xirang_eval`` (mean loss over held-out batches), so the loop itself
+has no pipeline-specific code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn import functional as F
+
+from xirang_torch.mesh import coordinate, degree
+
+SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B"}
+
+
+def token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy of one micro-batch (the schedule averages micro-batches)."""
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+
+
+class PipelineRunner:
+    """This rank's stage and the schedule that drives it."""
+
+    def __init__(
+        self, stage_module: nn.Module, mesh: Any, device: Any, schedule: str, micro_batches: int
+    ) -> None:
+        from torch.distributed import pipelining
+
+        self.mesh, self.device = mesh, device
+        self.index, self.stages = coordinate(mesh, "pp"), degree(mesh, "pp")
+        self.group = mesh["pp"].get_group()
+        self.stage = pipelining.PipelineStage(
+            stage_module, self.index, self.stages, device, group=self.group
+        )
+        schedule_cls = getattr(pipelining, SCHEDULES[schedule])
+        self.schedule = schedule_cls(self.stage, micro_batches, loss_fn=token_loss)
+        self.micro_batches = micro_batches
+        self.tied_group: Any = None
+        self.tied: nn.Parameter | None = None
+
+    @property
+    def first(self) -> bool:
+        return self.index == 0
+
+    @property
+    def last(self) -> bool:
+        return self.index == self.stages - 1
+
+    def tie(self, param: nn.Parameter | None) -> None:
+        """Keep a weight held by both the first and the last stage (tied embeddings) equal:
+        its gradients are summed over the two stages after every step, as one copy's would be.
+        Every rank takes part in creating the groups, as ``new_group`` requires."""
+        grid = self.mesh.mesh  # (pp, dp, tp) ranks
+        me = dist.get_rank()
+        for d in range(grid.shape[1]):
+            for t in range(grid.shape[2]):
+                ranks = sorted({int(grid[0, d, t]), int(grid[-1, d, t])})
+                group = dist.new_group(ranks)
+                if me in ranks:
+                    self.tied_group = group
+        if self.first or self.last:
+            self.tied = param
+        if self.last and param is not None and not self.first:
+            param._xirang_duplicate = True  # counted once in the gradient norm
+
+    def step(self, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """Forward and backward of every micro-batch; returns the mean loss on the last stage
+        and zero elsewhere (the trainer sums over ranks that hold it)."""
+        x, y = self._whole(batches)
+        losses: list[torch.Tensor] = []
+        self._run(self.schedule.step, x, y, losses)
+        self._sum_tied_grads()
+        if self.last:
+            return torch.stack([loss.detach() for loss in losses]).mean()
+        return torch.zeros((), device=self.device)
+
+    def evaluate(self, batches: Any, n_batches: int) -> float:
+        """Mean held-out loss over ``n_batches`` schedule runs; the same number on every rank."""
+        total = torch.zeros((), device=self.device)
+        for i in range(n_batches):
+            part = [batches.get(i * self.micro_batches + j) for j in range(self.micro_batches)]
+            x, y = self._whole(part)
+            losses: list[torch.Tensor] = []
+            with torch.no_grad():
+                self._run(self.schedule.eval, x, y, losses)
+            if self.last:
+                total += torch.stack(losses).mean()
+        dist.all_reduce(total, group=self.group)
+        return total.item() / n_batches
+
+    def _whole(self, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[Any, Any]:
+        x = torch.cat([b[0] for b in batches]).to(self.device)
+        y = torch.cat([b[1] for b in batches]).to(self.device)
+        return x, y
+
+    def _run(self, run: Any, x: torch.Tensor, y: torch.Tensor, losses: list) -> None:
+        if self.first:
+            run(x, target=y if self.last else None, losses=losses)
+        elif self.last:
+            run(target=y, losses=losses)
+        else:
+            run()
+
+    def _sum_tied_grads(self) -> None:
+        if self.tied is None or self.tied_group is None or self.first == self.last:
+            return
+        grad = self.tied.grad
+        local = grad.to_local() if hasattr(grad, "to_local") else grad
+        dist.all_reduce(local, group=self.tied_group)

@@ -1,0 +1,50 @@
+"""Sharded data parallel with FSDP2 ``fully_shard``, and ZeRO-like stages over it.
+
+- zero=3: parameters, gradients and optimizer state sharded; parameters gathered per layer in
+  forward and again in backward (``reshard_after_forward=True``).
+- zero=2: as 3, but gathered parameters stay until backward is done: one gather per step.
+- zero=1: as 2, and gradients stay whole across the micro-batches of a step and are reduced
+  (reduce-scatter) once, after the last one: ZeRO-1's traffic and its full-size gradients,
+  with the optimizer state still sharded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from torch import nn
+
+
+def shard_model(model: nn.Module, layers: nn.ModuleDict, mesh: Any, zero: int) -> nn.Module:
+    """Shard each layer, then the rest (embeddings, head) as the root unit."""
+    from torch.distributed.fsdp import fully_shard
+
+    reshard = zero >= 3
+    for layer in layers.values():
+        fully_shard(layer, mesh=mesh, reshard_after_forward=reshard)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+    if zero == 1:
+        # an instance attribute the trainer looks for, as it does DDP's method
+        model.no_sync = lambda: _defer_reduction(model)
+    return model
+
+
+@contextlib.contextmanager
+def _defer_reduction(model: Any) -> Iterator[None]:
+    """Keep whole gradients and skip the reduce-scatter for the micro-batches inside."""
+    model.set_requires_gradient_sync(False)
+    model.set_reshard_after_backward(False)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)
+        model.set_reshard_after_backward(True)
+
+
+def replicate_model(model: nn.Module, mesh: Any) -> nn.Module:
+    """Plain data parallel (zero=0) over the ``dp`` group: DDP's bucketed all-reduce."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    return DistributedDataParallel(model, process_group=mesh.get_group())

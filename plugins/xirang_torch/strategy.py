@@ -1,0 +1,106 @@
+"""One strategy over a device mesh for every native split: fsdp, tp, sp, pp and their hybrids.
+
+The named options (``parallel=fsdp|tp|sp|pp|hybrid``) are presets of :class:`MeshConfig`; the
+model family's own ``parallelize`` object says how its layers split. Order of application is
+the one that composes: pipeline split, tensor/sequence parallel, recompute, then data parallel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+from xirang_core.parallel.plan import ParallelPlan, check_plan, resolve_degrees
+from xirang_torch import recompute, sharding
+from xirang_torch.mesh import build_mesh, coordinate, degree
+
+
+@dataclass
+class MeshConfig:
+    """Degrees (0 = the workers the others leave), ZeRO stage, recompute and pipeline schedule."""
+
+    dp: int = 0
+    tp: int = 1
+    pp: int = 1
+    sp: bool = False
+    zero: int = 3
+    recompute: str = "none"
+    schedule: str = "1f1b"
+
+
+class MeshStrategy:
+    def __init__(self, **settings: Any) -> None:
+        self.config = MeshConfig(**settings)
+
+    def plan(self, world: int, micro_batch: int) -> ParallelPlan:
+        c = self.config
+        dp, tp, pp = resolve_degrees(c.dp, c.tp, c.pp, world)
+        return ParallelPlan(dp, tp, pp, c.sp, c.zero, micro_batch, c.recompute, c.schedule)
+
+    def build_mesh(self, ctx: Any) -> Any:
+        """The (pp, dp, tp) mesh; the worker puts it in the context before wrapping."""
+        plan = self.plan(ctx.world_size, ctx.config["trainer"]["micro_batch"])
+        return build_mesh(ctx.device.type, plan.dp, plan.tp, plan.pp)
+
+    def wrap(self, model: nn.Module, ctx: Any) -> nn.Module:
+        from xirang_core.plugins import get_registry
+
+        trainer = ctx.config["trainer"]
+        plan = self.plan(ctx.world_size, trainer["micro_batch"])
+        spec = get_registry().spec("model", ctx.config["model"]["family"])
+        fns = _parallelize(spec)
+        settings = {k: v for k, v in ctx.config["model"].items() if k not in ("family", "name")}
+        check_plan(
+            plan, fns.shape(settings, ctx.config["data"]["seq_len"]), trainer["global_batch"]
+        )
+        mesh = ctx.mesh
+        if plan.pp > 1:
+            fns.split_stage(model, coordinate(mesh, "pp"), plan.pp)
+        if plan.tp > 1:
+            fns.apply_tp(model, mesh["tp"], plan.sp)
+        if plan.recompute == "full":
+            recompute.checkpoint_layers(fns.layers(model))
+        wrapped = self._data_parallel(model, fns, mesh, plan)
+        if plan.pp > 1:
+            self._pipeline(wrapped, model, fns, ctx, plan)
+        return wrapped
+
+    @staticmethod
+    def _data_parallel(model: nn.Module, fns: Any, mesh: Any, plan: ParallelPlan) -> nn.Module:
+        if degree(mesh, "dp") == 1:
+            return model
+        if plan.zero == 0:
+            return sharding.replicate_model(model, mesh["dp"])
+        return sharding.shard_model(model, fns.layers(model), mesh["dp"], plan.zero)
+
+    @staticmethod
+    def _pipeline(
+        wrapped: nn.Module, model: nn.Module, fns: Any, ctx: Any, plan: ParallelPlan
+    ) -> None:
+        from xirang_torch.pipeline import PipelineRunner
+
+        trainer = ctx.config["trainer"]
+        runner = PipelineRunner(
+            wrapped,
+            ctx.mesh,
+            ctx.device,
+            plan.schedule,
+            plan.micro_batches(trainer["global_batch"]),
+        )
+        runner.tie(fns.tied(model))
+        wrapped.xirang_step = runner.step
+        wrapped.xirang_eval = runner.evaluate
+
+
+def _parallelize(spec: Any) -> Any:
+    from xirang_core.errors import ConfigError
+
+    target = getattr(spec, "parallelize", "")
+    if not target:
+        raise ConfigError(
+            f"model family '{spec.name}' declares no parallelize plan, so it can only run with "
+            f"parallel=single or parallel=ddp"
+        )
+    return spec.load_parallelize()

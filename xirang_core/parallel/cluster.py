@@ -1,0 +1,116 @@
+"""The machines a plan is for: this host's devices (inventory and calibration), or a cluster
+described in the ``cluster`` config group (one that is not here: DGX A100, H100, MI300X, ...)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from xirang_core.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Devices and links, as the time and memory models need them."""
+
+    name: str
+    device: str
+    nodes: int
+    devices_per_node: int
+    memory_gb: float
+    #: sustained FLOP/s of one device for the training dtype (measured, not datasheet)
+    tflops: float
+    intra_gbps: float  # GB/s per device inside a node (NVLink/NVSwitch, xGMI, HCCS, loopback)
+    inter_gbps: float  # GB/s per device between nodes (InfiniBand, RoCE, Ethernet)
+    latency_us: float = 10.0  # per ring hop
+    dtype_bytes: int = 2  # bytes per parameter/activation element the run trains in
+
+    @property
+    def devices(self) -> int:
+        return self.nodes * self.devices_per_node
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.memory_gb * 2**30)
+
+    def link_gbps(self, group: int, stride: int) -> float:
+        """Bandwidth of a ring over ``group`` ranks spaced ``stride`` apart: it stays in a node
+        only when the whole group fits inside one."""
+        return self.intra_gbps if group * stride <= self.devices_per_node else self.inter_gbps
+
+
+def cluster_folders() -> list[Path]:
+    """Where ``cluster`` options live: the core's conf/cluster and each plugin's."""
+    from importlib.resources import files
+
+    from xirang_core.plugins import get_registry
+
+    folders = [Path(str(files("xirang_conf"))) / "cluster"]
+    for path in get_registry().config_search_paths():
+        if path.startswith("file://"):
+            folders.append(Path(path.removeprefix("file://")) / "cluster")
+    return [f for f in folders if f.is_dir()]
+
+
+def cluster_names() -> list[str]:
+    return sorted({p.stem for folder in cluster_folders() for p in folder.glob("*.yaml")})
+
+
+def load_cluster(name: str, **overrides: Any) -> Cluster:
+    """A described cluster by option name; ``overrides`` (e.g. ``nodes=4``) replace fields."""
+    for folder in cluster_folders():
+        path = folder / f"{name}.yaml"
+        if path.exists():
+            data = yaml.safe_load(path.read_text())
+            return with_overrides(Cluster(**data), overrides)
+    raise ConfigError(
+        f"cluster={name}: no such cluster. Valid: local, {', '.join(cluster_names())}"
+    )
+
+
+def with_overrides(cluster: Cluster, overrides: dict[str, Any]) -> Cluster:
+    known = {f.name: f.type for f in fields(Cluster)}
+    bad = sorted(set(overrides) - set(known))
+    if bad:
+        raise ConfigError(f"cluster.{bad[0]}: no such field. Valid: {', '.join(known)}")
+    typed = {k: type(getattr(cluster, k))(v) for k, v in overrides.items()}
+    return replace(cluster, **typed)
+
+
+def local_cluster(workers: int, registry: Any = None, device: str = "auto") -> Cluster:
+    """This host as the device plugin reports it, for ``workers`` worker processes.
+
+    CPU workers share the host's cores and memory: each gets ``cores / workers`` of the
+    calibrated rate and ``memory / workers`` of the memory; accelerators count one per worker.
+    """
+    import os
+
+    from xirang_core.plugins import get_registry
+    from xirang_core.run import pick_device
+
+    registry = registry or get_registry()
+    name = pick_device(registry) if device == "auto" else device
+    backend = registry.create("device", {"name": name})
+    inventory = backend.inventory()
+    calibration = backend.calibrate()
+    shared = getattr(backend, "shareable", False)
+    share = 1 / workers if shared else 1.0
+    cores = os.cpu_count() or 1
+    rate = calibration.peak_flops("float32") / 1e12
+    if shared:
+        rate *= min(1.0, cores / workers)
+    return Cluster(
+        name=f"local-{name}",
+        device=inventory[0].model,
+        nodes=1,
+        devices_per_node=workers if shared else len(inventory),
+        memory_gb=inventory[0].memory_bytes * share / 2**30,
+        tflops=rate,
+        intra_gbps=calibration.link_bandwidth_gbps or calibration.memory_bandwidth_gbps / 4,
+        inter_gbps=calibration.link_bandwidth_gbps or calibration.memory_bandwidth_gbps / 4,
+        latency_us=50.0 if shared else 10.0,
+        dtype_bytes=4,
+    )

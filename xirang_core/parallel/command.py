@@ -1,0 +1,198 @@
+"""``xirang plan``: rank the ways to split a model over a cluster.
+
+    xirang plan model=gpt_125m cluster=dgx_h100 nodes=4
+    xirang plan layers=48 hidden=6144 heads=48 vocab=50304 seq=2048 cluster=mi300x --json
+    xirang plan model=gpt_small devices=4 --smoke        # this host; confirm the top plans
+
+Arguments are ``key=value``: ``model`` (a zoo option) or the shape (``layers hidden heads vocab
+seq``, optional ``params``); ``cluster`` (``local`` = this host, default) and any cluster field
+as an override (``nodes``, ``memory_gb``, ...); ``devices`` (default: the whole cluster; on this
+host the worker count); ``global_batch``; ``seq`` overrides the model's sequence length.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import fields
+from typing import Any
+
+from xirang_core.errors import ConfigError
+from xirang_core.parallel.cluster import Cluster, load_cluster, local_cluster
+from xirang_core.parallel.plan import ModelShape
+from xirang_core.parallel.planner import Candidate, Ranking, rank_plans
+
+SHAPE_KEYS = {"layers", "hidden", "heads", "vocab", "seq", "params"}
+RUN_KEYS = {"model", "cluster", "devices", "global_batch"}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="xirang plan",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("settings", nargs="*", help="key=value (see above)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--top", type=int, default=10, help="rows to show (default 10)")
+    parser.add_argument("--smoke", action="store_true", help="run the top plans here, measure")
+    parser.add_argument("--smoke-top", type=int, default=3)
+    parser.add_argument("--smoke-steps", type=int, default=3)
+    args = parser.parse_args(argv)
+    kv = parse_settings(args.settings)
+    config, shape = model_from(kv)
+    global_batch = int(kv.get("global_batch", config["trainer"]["global_batch"]))
+    devices = int(kv["devices"]) if "devices" in kv else None
+    cluster = cluster_from(kv, devices)
+    ranking = rank_plans(shape, cluster, global_batch, devices)
+    report: dict[str, Any] = _report(shape, cluster, global_batch, ranking, args.top)
+    if args.smoke:
+        report["smoke"] = smoke(config, ranking, args.smoke_top, args.smoke_steps)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        _print(report)
+    return 0
+
+
+def parse_settings(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not value:
+            raise ConfigError(
+                f"'{item}': expected key=value, e.g. model=gpt_125m or cluster=dgx_h100"
+            )
+        out[key] = value
+    return out
+
+
+def model_from(kv: dict[str, str]) -> tuple[dict[str, Any], ModelShape]:
+    """The run config (for smoke runs and defaults) and the model shape to plan for."""
+    from xirang_core.parallel.configs import compose_config
+    from xirang_core.parallel.resolve import model_shape
+    from xirang_core.plugins import get_registry
+
+    registry = get_registry()
+    overrides = [f"model={kv['model']}"] if "model" in kv else []
+    if "seq" in kv:
+        overrides += [f"data.seq_len={kv['seq']}"]
+    config = compose_config(overrides, registry)
+    explicit = SHAPE_KEYS - {"seq", "params"}
+    given = explicit & set(kv)
+    if given and given != explicit:
+        missing = ", ".join(sorted(explicit - given))
+        raise ConfigError(f"a model shape needs layers, hidden, heads and vocab; missing {missing}")
+    if given:
+        return config, _explicit_shape(kv)
+    shape = model_shape(config, registry)
+    if shape is None:
+        raise ConfigError(f"model={kv.get('model')}: its family declares no parallelize plan")
+    return config, shape
+
+
+def _explicit_shape(kv: dict[str, str]) -> ModelShape:
+    layers, hidden = int(kv["layers"]), int(kv["hidden"])
+    vocab, seq = int(kv["vocab"]), int(kv.get("seq", 2048))
+    params = int(kv.get("params", layers * (12 * hidden * hidden + 4 * hidden) + vocab * hidden))
+    return ModelShape(layers, hidden, int(kv["heads"]), vocab, seq, params)
+
+
+def cluster_from(kv: dict[str, str], devices: int | None) -> Cluster:
+    overrides = {k: v for k, v in kv.items() if k not in SHAPE_KEYS | RUN_KEYS}
+    known = {f.name for f in fields(Cluster)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        valid = ", ".join(sorted(SHAPE_KEYS | RUN_KEYS | known))
+        raise ConfigError(f"{unknown[0]}: not a plan setting. Valid keys: {valid}")
+    name = kv.get("cluster", "local")
+    if name == "local":
+        cluster = local_cluster(devices or 1)
+        from xirang_core.parallel.cluster import with_overrides
+
+        return with_overrides(cluster, overrides)
+    return load_cluster(name, **overrides)
+
+
+def smoke(config: dict[str, Any], ranking: Ranking, top: int, steps: int) -> list[dict[str, Any]]:
+    """Run the top plans here; prediction against measurement for each."""
+    from xirang_core.parallel.smoke import run_plans
+
+    chosen = [c for c in ranking.candidates[:top]]
+    worlds = {c.plan.world for c in chosen}
+    if len(worlds) != 1:
+        raise ConfigError("--smoke runs plans of one world size; give devices=N")
+    measured = run_plans(config, [c.plan for c in chosen], steps, profile=True)
+    rows = [_compare(c, m) for c, m in zip(chosen, measured, strict=True)]
+    fastest = min(rows, key=lambda r: r["measured_step_s"])
+    for row in rows:
+        row["measured_best"] = row is fastest
+    return rows
+
+
+def _compare(candidate: Candidate, m: Any) -> dict[str, Any]:
+    return {
+        "plan": candidate.plan.label(),
+        "predicted_peak_bytes": candidate.memory.total,
+        "measured_peak_bytes": m.peak_bytes,
+        "predicted_step_s": round(candidate.time.total, 5),
+        "measured_step_s": round(m.step_s, 5),
+        "time_shares": m.shares,
+    }
+
+
+def _report(
+    shape: ModelShape, cluster: Cluster, global_batch: int, ranking: Ranking, top: int
+) -> dict[str, Any]:
+    reasons: dict[str, int] = {}
+    for _, why in ranking.rejected:
+        key = why.split(":")[0] if "needs" not in why else "does not fit in memory"
+        reasons[key] = reasons.get(key, 0) + 1
+    return {
+        "model": shape.__dict__,
+        "cluster": cluster.__dict__,
+        "global_batch": global_batch,
+        "ranked": [c.row() for c in ranking.candidates[:top]],
+        "candidates": len(ranking.candidates),
+        "rejected": reasons,
+    }
+
+
+def _print(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    c, s = report["cluster"], report["model"]
+    console.print(
+        f"[bold]{s['layers']} layers, hidden {s['hidden']}, {s['heads']} heads, vocab "
+        f"{s['vocab']}, seq {s['seq_len']}, {s['params'] / 1e6:.1f}M params[/] on "
+        f"{c['name']}: {c['nodes']} x {c['devices_per_node']} {c['device']}, "
+        f"{c['memory_gb']:.1f} GiB each; global batch {report['global_batch']}"
+    )
+    table = Table(
+        "#", "plan", "strategy", "memory/device", "step s", "tokens/s", "comm %", "bubble %"
+    )
+    for i, row in enumerate(report["ranked"], 1):
+        step = row["step_s"]
+        table.add_row(
+            str(i),
+            row["plan"],
+            row["parallel"]["name"],
+            f"{row['memory_bytes']['total'] / 2**30:.2f} GiB",
+            f"{step['total']:.4f}",
+            f"{row['tokens_per_s']:,.0f}",
+            f"{100 * step['comm'] / step['total']:.0f}",
+            f"{100 * step['bubble'] / step['total']:.0f}",
+        )
+    console.print(table)
+    rejected = ", ".join(f"{n} {why}" for why, n in report["rejected"].items()) or "none"
+    console.print(f"{report['candidates']} plans fit; rejected: {rejected}")
+    for row in report.get("smoke", []):
+        mark = " <- measured best" if row["measured_best"] else ""
+        console.print(
+            f"smoke {row['plan']}: peak {row['measured_peak_bytes'] / 2**20:.1f} MiB "
+            f"(predicted {row['predicted_peak_bytes'] / 2**20:.1f}), step "
+            f"{row['measured_step_s']:.4f} s (predicted {row['predicted_step_s']:.4f}), "
+            f"shares {row['time_shares']}{mark}"
+        )

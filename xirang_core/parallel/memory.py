@@ -1,0 +1,153 @@
+"""Per-device peak memory of a plan: model states, gathered parameters, activations, logits.
+
+Activations follow Korthikanti et al. 2022 (Table 2), counted in elements of ``dtype_bytes``
+and without dropout masks (xirang's models train without dropout by default):
+
+- per layer and micro-batch, ``s·b·h·16`` elements unsplit: the norms' inputs and outputs (4),
+  q, k, v (3), attention output and projection input (1... the paper's 11 minus masks), MLP
+  up-projection and activation outputs (8). The attention core ``5·a·s²·b`` is not stored:
+  scaled-dot-product attention recomputes it (the paper's "selective recompute").
+- tensor parallel splits 12 of the 16 by ``t``; the norms' 4 stay whole.
+- sequence parallel as DTensor does it splits the norms too but keeps the two all-gathered norm
+  outputs that feed the column-parallel layers: ``2 + 14/t``.
+- full recompute keeps only each layer's input (``1``, or ``1/t`` under sequence parallel).
+- the last stage adds the final norm (2) and the softmax output of the logits ``s·b·V``.
+
+Model states follow ZeRO (Rajbhandari et al. 2020) with fp32 Adam: parameters and gradients one
+copy each, optimizer two; sharded over ``dp`` from stage 1 (optimizer), 2 (gradients) and here
+also parameters (FSDP2 shards them at every stage), plus the parameters FSDP gathers whole for
+compute: all of them at zero 1 and 2, the root unit and one layer at zero 3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from xirang_core.parallel.plan import ModelShape, ParallelPlan
+
+#: Adam keeps two moments per parameter
+OPTIMIZER_STATES = {"adamw": 2, "sgd": 1}
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes on the most loaded device."""
+
+    params: int
+    grads: int
+    optimizer: int
+    gathered: int
+    activations: int
+    stage: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.params + self.grads + self.optimizer + self.gathered + self.activations
+
+    def as_dict(self) -> dict[str, int]:
+        return {**asdict(self), "total": self.total}
+
+
+@dataclass(frozen=True)
+class StageParams:
+    """Parameter elements one tensor-parallel rank of one stage holds, by unit."""
+
+    layers: int  # all of this stage's layers
+    layer: int  # one layer
+    root: int  # embeddings, final norm, head: FSDP's root unit
+
+    @property
+    def total(self) -> int:
+        return self.layers + self.root
+
+
+def predict_memory(
+    shape: ModelShape, plan: ParallelPlan, global_batch: int, optimizer: str = "adamw"
+) -> MemoryEstimate:
+    """The worst stage's memory (stages differ: the first holds more micro-batches in flight,
+    the last the logits)."""
+    stages = [_stage_memory(shape, plan, global_batch, optimizer, s) for s in range(plan.pp)]
+    return max(stages, key=lambda m: m.total)
+
+
+def stage_params(shape: ModelShape, plan: ParallelPlan, stage: int) -> StageParams:
+    h, t = shape.hidden, plan.tp
+    layer = 12 * h * h // t + 4 * h
+    count = stage_layer_count(shape.layers, stage, plan.pp)
+    first, last = stage == 0, stage == plan.pp - 1
+    embed = shape.vocab * h
+    root = (embed + shape.positions * h) if first else 0
+    if last:
+        root += 2 * h
+        if not (first and shape.tied_embeddings):
+            root += embed  # the head: its own copy unless tied within the same stage
+    return StageParams(layers=count * layer, layer=layer, root=root)
+
+
+def stage_layer_count(layers: int, stage: int, stages: int) -> int:
+    """Balanced contiguous split: later stages take the remainder (the first holds embeddings)."""
+    base, extra = divmod(layers, stages)
+    return base + (1 if stage >= stages - extra else 0)
+
+
+def _stage_memory(
+    shape: ModelShape, plan: ParallelPlan, global_batch: int, optimizer: str, stage: int
+) -> MemoryEstimate:
+    width = shape.dtype_bytes
+    params = stage_params(shape, plan, stage)
+    shard = plan.dp if plan.zero >= 1 else 1
+    local = params.total / shard
+    grads = local if plan.zero >= 2 or plan.zero == 0 else local + params.total
+    states = OPTIMIZER_STATES.get(optimizer, 2) * local
+    if plan.zero in (1, 2) and plan.dp > 1:
+        gathered = params.total
+    elif plan.zero == 3 and plan.dp > 1:
+        gathered = params.root + params.layer
+    else:
+        gathered = 0
+    acts = activation_elements(shape, plan, global_batch, stage)
+    return MemoryEstimate(
+        params=round(local * width),
+        grads=round(grads * width),
+        optimizer=round(states * width),
+        gathered=round(gathered * width),
+        activations=round(acts * width),
+        stage=stage,
+    )
+
+
+def activation_elements(
+    shape: ModelShape, plan: ParallelPlan, global_batch: int, stage: int
+) -> float:
+    """Elements saved for backward at the peak of one step on ``stage``."""
+    b, s, h = plan.micro_batch, shape.seq_len, shape.hidden
+    sbh = s * b * h
+    layers = stage_layer_count(shape.layers, stage, plan.pp)
+    per_micro = layers * sbh * per_layer_factor(plan)
+    if stage == plan.pp - 1:
+        per_micro += 2 * sbh + s * b * shape.vocab
+    return per_micro * in_flight(plan, global_batch, stage)
+
+
+def per_layer_factor(plan: ParallelPlan) -> float:
+    """Activation elements per layer in units of s·b·h (see the module docstring)."""
+    t = plan.tp
+    if plan.recompute == "full":
+        return 1 / t if plan.sp else 1.0
+    if plan.sp:
+        return 2 + 14 / t
+    return 4 + 12 / t
+
+
+def in_flight(plan: ParallelPlan, global_batch: int, stage: int) -> float:
+    """Micro-batches whose activations a stage holds at once. Without a pipeline each
+    micro-batch's backward follows its forward. GPipe keeps all of a step's micro-batches;
+    1F1B keeps ``pp - stage``, and torch's schedule lets the first stage start the next
+    forward before its oldest backward (measured: about half a micro-batch more)."""
+    m = plan.micro_batches(global_batch)
+    if plan.pp == 1:
+        return 1
+    if plan.schedule == "gpipe":
+        return m
+    extra = 0.5 if stage == 0 and m > plan.pp else 0.0
+    return min(m, plan.pp - stage) + extra

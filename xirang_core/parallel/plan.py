@@ -1,0 +1,219 @@
+"""The plan record: how one training step is split over devices, and the checks that refuse a
+plan which cannot work before any process starts, naming the nearest plans that can."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from xirang_core.errors import ConfigError
+
+RECOMPUTE = ("none", "full")
+SCHEDULES = ("gpipe", "1f1b")
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+class PlanError(ConfigError):
+    """A parallel plan that cannot run on this world size or this model."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the memory and time models need to know about a transformer."""
+
+    layers: int
+    hidden: int
+    heads: int
+    vocab: int
+    seq_len: int
+    params: int
+    #: rows of the learned position table (0 when positions are not learned)
+    positions: int = 0
+    #: embeddings shared with the output head (GPT-2 style): one copy, unless pipeline-split
+    tied_embeddings: bool = True
+    #: bytes per activation element and per model-state element of one copy
+    dtype_bytes: int = 4
+
+
+@dataclass(frozen=True)
+class ParallelPlan:
+    """Degrees of data (dp), tensor (tp) and pipeline (pp) parallelism and their options.
+
+    ``micro_batch`` is the sequences per forward pass on one data-parallel rank; a plan never
+    changes the global batch, only splits it: ``dp * micro_batch * micro_batches``.
+    """
+
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    sp: bool = False
+    zero: int = 0
+    micro_batch: int = 1
+    recompute: str = "none"
+    schedule: str = "1f1b"
+
+    @property
+    def world(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    def micro_batches(self, global_batch: int) -> int:
+        """Forward passes per optimizer step on one data-parallel rank."""
+        return global_batch // (self.dp * self.micro_batch)
+
+    def strategy(self) -> str:
+        """The registered strategy name that runs this plan."""
+        split = [n for n, d in (("tp", self.tp), ("pp", self.pp)) if d > 1]
+        if not split:
+            if self.dp == 1:
+                return "single"
+            return "ddp" if self.zero == 0 else "fsdp"
+        if len(split) == 1 and self.dp == 1:
+            return "sp" if self.sp else split[0]
+        return "hybrid"
+
+    def settings(self) -> dict[str, object]:
+        """The ``parallel`` config section that runs this plan (``trainer.micro_batch`` aside)."""
+        name = self.strategy()
+        if name == "single":
+            return {"name": name}
+        if name == "ddp":
+            return {"name": name, "bucket_cap_mb": 25, "static_graph": False}
+        return {
+            "name": name,
+            "dp": self.dp,
+            "tp": self.tp,
+            "pp": self.pp,
+            "sp": self.sp,
+            "zero": self.zero,
+            "recompute": self.recompute,
+            "schedule": self.schedule,
+        }
+
+    def label(self) -> str:
+        parts = [f"dp{self.dp}", f"tp{self.tp}", f"pp{self.pp}"]
+        extras = [f"zero{self.zero}", f"mb{self.micro_batch}"]
+        if self.sp:
+            extras.append("sp")
+        if self.recompute != "none":
+            extras.append(f"rc-{self.recompute}")
+        if self.pp > 1:
+            extras.append(self.schedule)
+        return "x".join(parts) + " " + " ".join(extras)
+
+
+def resolve_degrees(dp: int, tp: int, pp: int, world: int) -> tuple[int, int, int]:
+    """Fill the one degree given as 0 with what the others leave of ``world``; check the product."""
+    degrees = {"dp": dp, "tp": tp, "pp": pp}
+    if any(d < 0 for d in degrees.values()):
+        raise PlanError(f"parallel degrees must be >= 0 (0 = the rest of the workers): {degrees}")
+    free = [k for k, d in degrees.items() if d == 0]
+    if len(free) > 1:
+        raise PlanError(f"only one of dp, tp, pp may be 0 (the rest of the workers); got {degrees}")
+    fixed = 1
+    for key, value in degrees.items():
+        fixed *= value if key not in free else 1
+    if free:
+        if world % fixed:
+            raise PlanError(
+                f"world size {world} is not divisible by the fixed degrees {fixed} "
+                f"({_fmt(degrees)}). {_suggest(world)}"
+            )
+        degrees[free[0]] = world // fixed
+    if degrees["dp"] * degrees["tp"] * degrees["pp"] != world:
+        raise PlanError(
+            f"world size {world} is not dp x tp x pp = {_fmt(degrees)}. {_suggest(world)}"
+        )
+    return degrees["dp"], degrees["tp"], degrees["pp"]
+
+
+def check_plan(plan: ParallelPlan, shape: ModelShape, global_batch: int) -> None:
+    """Refuse a plan that cannot run, with the reason and the nearest valid plans."""
+    reason = plan_problem(plan, shape, global_batch)
+    if reason:
+        near = nearest_valid(plan, shape, global_batch)
+        hint = "; ".join(p.label() for p in near) or "none for this world size"
+        raise PlanError(f"plan {plan.label()} cannot run: {reason}. Nearest valid plans: {hint}")
+
+
+def plan_problem(plan: ParallelPlan, shape: ModelShape, global_batch: int) -> str:
+    """Why ``plan`` cannot run, or an empty string when it can."""
+    checks = [
+        (plan.zero not in ZERO_STAGES, f"zero={plan.zero} is not one of {ZERO_STAGES}"),
+        (plan.recompute not in RECOMPUTE, f"recompute={plan.recompute!r} not in {RECOMPUTE}"),
+        (plan.schedule not in SCHEDULES, f"schedule={plan.schedule!r} not in {SCHEDULES}"),
+        (shape.heads % plan.tp != 0, f"tp={plan.tp} does not divide the {shape.heads} heads"),
+        (plan.sp and plan.tp == 1, "sequence parallel (sp) needs tp > 1"),
+        (
+            plan.sp and shape.seq_len % plan.tp != 0,
+            f"sp needs tp={plan.tp} to divide the sequence length {shape.seq_len}",
+        ),
+        (plan.pp > shape.layers, f"pp={plan.pp} exceeds the {shape.layers} layers"),
+        (plan.micro_batch < 1, f"micro_batch={plan.micro_batch} must be >= 1"),
+        (
+            global_batch % (plan.dp * max(plan.micro_batch, 1)) != 0,
+            f"global batch {global_batch} is not a multiple of dp x micro_batch = "
+            f"{plan.dp} x {plan.micro_batch}",
+        ),
+        (
+            plan.zero == 0 and plan.tp > 1 and plan.dp > 1,
+            "data parallel over tensor-parallel shards needs zero >= 1 (FSDP)",
+        ),
+    ]
+    for bad, why in checks:
+        if bad:
+            return why
+    micro = plan.micro_batches(global_batch)
+    if plan.pp > 1 and plan.schedule == "1f1b" and micro < plan.pp:
+        return f"1f1b needs at least pp={plan.pp} micro-batches per step, this plan has {micro}"
+    return ""
+
+
+def candidate_plans(
+    world: int, shape: ModelShape, global_batch: int, micro_batches: Iterable[int] = (1, 2, 4, 8)
+) -> list[ParallelPlan]:
+    """Every valid plan for ``world`` devices (degrees, sp, zero, micro-batch, recompute)."""
+    found = []
+    for dp, tp in itertools.product(_divisors(world), _divisors(world)):
+        if world % (dp * tp):
+            continue
+        pp = world // (dp * tp)
+        for sp, zero, mb, rc, sched in itertools.product(
+            (False, True), ZERO_STAGES, micro_batches, RECOMPUTE, SCHEDULES
+        ):
+            plan = ParallelPlan(dp, tp, pp, sp, zero, mb, rc, sched)
+            redundant = (dp == 1 and zero > 0) or (pp == 1 and sched != "1f1b")
+            if not redundant and not plan_problem(plan, shape, global_batch):
+                found.append(plan)
+    return found
+
+
+def nearest_valid(
+    plan: ParallelPlan, shape: ModelShape, global_batch: int, limit: int = 3
+) -> list[ParallelPlan]:
+    """Valid plans on the same world size that change the fewest settings of ``plan``."""
+    mbs = sorted({plan.micro_batch, 1, 2, 4, 8} - {0})
+    pool = candidate_plans(plan.world, shape, global_batch, mbs)
+    return sorted(pool, key=lambda p: (_distance(plan, p), p.label()))[:limit]
+
+
+def _distance(a: ParallelPlan, b: ParallelPlan) -> int:
+    fields = ("dp", "tp", "pp", "sp", "zero", "micro_batch", "recompute", "schedule")
+    return sum(getattr(a, f) != getattr(b, f) for f in fields)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _fmt(degrees: dict[str, int]) -> str:
+    return " x ".join(f"{k}={v}" for k, v in degrees.items())
+
+
+def _suggest(world: int) -> str:
+    splits = [
+        f"dp={d} tp={t} pp={world // (d * t)}"
+        for d in _divisors(world)
+        for t in _divisors(world // d)
+    ][:6]
+    return f"Valid splits of {world}: " + ", ".join(splits)

@@ -1,0 +1,103 @@
+"""The planner: enumerate valid splits, predict memory and time, reject what does not fit,
+rank the rest by predicted throughput; optionally confirm the top few with a smoke run.
+
+Rules that matter at scale are enforced, not just preferred: tensor parallel stays inside a
+node, pipeline stages hold equal numbers of layers, and every candidate keeps the configured
+global batch (and so the number of steps), so a plan never silently changes convergence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from xirang_core.parallel.cluster import Cluster
+from xirang_core.parallel.memory import MemoryEstimate, predict_memory
+from xirang_core.parallel.plan import ModelShape, ParallelPlan, PlanError, candidate_plans
+from xirang_core.parallel.timing import RateFn, TimeEstimate, predict_time
+
+
+@dataclass(frozen=True)
+class Candidate:
+    plan: ParallelPlan
+    memory: MemoryEstimate
+    time: TimeEstimate
+    tokens_per_s: float
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "plan": self.plan.label(),
+            "parallel": self.plan.settings(),
+            "micro_batch": self.plan.micro_batch,
+            "memory_bytes": self.memory.as_dict(),
+            "step_s": self.time.as_dict(),
+            "tokens_per_s": round(self.tokens_per_s, 1),
+        }
+
+
+@dataclass
+class Ranking:
+    """Fitting candidates, fastest first, and why the others were turned down."""
+
+    candidates: list[Candidate]
+    rejected: list[tuple[ParallelPlan, str]] = field(default_factory=list)
+
+    @property
+    def best(self) -> Candidate:
+        return self.candidates[0]
+
+
+def rank_plans(
+    shape: ModelShape,
+    cluster: Cluster,
+    global_batch: int,
+    devices: int | None = None,
+    rate: RateFn | None = None,
+    optimizer: str = "adamw",
+) -> Ranking:
+    """Every valid split of ``devices`` (default: the whole cluster), ranked."""
+    world = devices or cluster.devices
+    fitting, rejected = [], []
+    for plan in candidate_plans(world, shape, global_batch):
+        why = _rule_broken(plan, shape, cluster)
+        memory = predict_memory(shape, plan, global_batch, optimizer)
+        if not why and memory.total > cluster.memory_bytes:
+            why = f"needs {_gib(memory.total)} per device, has {_gib(cluster.memory_bytes)}"
+        if why:
+            rejected.append((plan, why))
+            continue
+        time = predict_time(shape, plan, global_batch, cluster, rate)
+        tokens = global_batch * shape.seq_len / time.total
+        fitting.append(Candidate(plan, memory, time, tokens))
+    if not fitting:
+        raise PlanError(_fits_nowhere(shape, cluster, global_batch, world, optimizer))
+    fitting.sort(key=lambda c: (-c.tokens_per_s, c.memory.total))
+    return Ranking(fitting, rejected)
+
+
+def _rule_broken(plan: ParallelPlan, shape: ModelShape, cluster: Cluster) -> str:
+    if plan.tp > cluster.devices_per_node:
+        return f"tp={plan.tp} would cross nodes of {cluster.devices_per_node} devices"
+    if shape.layers % plan.pp:
+        return f"pp={plan.pp} leaves stages unbalanced over {shape.layers} layers"
+    return ""
+
+
+def _fits_nowhere(
+    shape: ModelShape, cluster: Cluster, global_batch: int, world: int, optimizer: str
+) -> str:
+    plans = candidate_plans(world, shape, global_batch)
+    if not plans:
+        return f"no valid split of {world} devices for this model and global batch {global_batch}"
+    least = min(plans, key=lambda p: predict_memory(shape, p, global_batch, optimizer).total)
+    need = predict_memory(shape, least, global_batch, optimizer).total
+    more = -(-need // cluster.memory_bytes)
+    return (
+        f"the model fits nowhere on {world} x {_gib(cluster.memory_bytes)}: the leanest plan "
+        f"({least.label()}) needs {_gib(need)} per device. Use devices with more memory, more "
+        f"devices (about {more}x the memory), or a smaller model/sequence/micro-batch."
+    )
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2**28 else f"{nbytes / 2**20:.1f} MiB"

@@ -1,0 +1,61 @@
+"""Before launch: turn ``parallel=auto`` into the planner's best plan, and refuse a named plan
+that cannot work (so no worker process starts for it)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from xirang_core.errors import ConfigError
+from xirang_core.parallel.plan import ModelShape, ParallelPlan, check_plan
+from xirang_core.plugins import Registry
+
+log = logging.getLogger("xirang.plan")
+
+
+def model_shape(config: dict[str, Any], registry: Registry) -> ModelShape | None:
+    """The configured model's shape from its family's split plan, or None without one."""
+    spec = registry.spec("model", config["model"]["family"])
+    if not getattr(spec, "parallelize", ""):
+        return None
+    settings = {k: v for k, v in config["model"].items() if k not in ("family", "name")}
+    return spec.load_parallelize().shape(settings, config["data"]["seq_len"])
+
+
+def resolve_parallel(config: dict[str, Any], registry: Registry) -> None:
+    """Settle ``config['parallel']`` (and ``trainer.micro_batch``) for the run's workers."""
+    trainer = config["trainer"]
+    if config["parallel"]["name"] == "auto":
+        plan = choose_plan(config, registry)
+        config["parallel"] = plan.settings()
+        trainer["micro_batch"] = plan.micro_batch
+        log.warning("parallel=auto chose %s (%s)", plan.label(), plan.strategy())
+        return
+    strategy = registry.create("parallel", config["parallel"])
+    shape = model_shape(config, registry)
+    if hasattr(strategy, "plan") and shape is not None:
+        plan = strategy.plan(trainer["nproc"], trainer["micro_batch"])
+        check_plan(plan, shape, trainer["global_batch"])
+
+
+def choose_plan(config: dict[str, Any], registry: Registry) -> ParallelPlan:
+    """The planner's first choice for this machine, or the measured best of its top few."""
+    from xirang_core.parallel.cluster import local_cluster
+    from xirang_core.parallel.planner import rank_plans
+
+    shape = model_shape(config, registry)
+    if shape is None:
+        raise ConfigError(
+            f"parallel=auto needs the model family '{config['model']['family']}' to declare "
+            f"how it splits (a parallelize plan); choose parallel=single or parallel=ddp"
+        )
+    trainer, auto = config["trainer"], config["parallel"]
+    cluster = local_cluster(trainer["nproc"], registry, config["device"]["name"])
+    ranking = rank_plans(shape, cluster, trainer["global_batch"], devices=trainer["nproc"])
+    if not auto.get("smoke"):
+        return ranking.best.plan
+    from xirang_core.parallel.smoke import run_plans
+
+    top = [c.plan for c in ranking.candidates[: auto.get("smoke_top", 3)]]
+    measured = run_plans(config, top, auto.get("smoke_steps", 3))
+    return min(zip(top, measured, strict=True), key=lambda pm: pm[1].step_s)[0]

@@ -1,0 +1,291 @@
+"""Run a plan for a few steps on real worker processes and measure it.
+
+Used by the smoke run of ``xirang plan --smoke`` / ``parallel=auto`` and by the tests that hold
+every strategy to the single-process loss. Workers train on synthetic token batches whose draw
+depends only on (seed, step, position in the global batch), so every split of one global batch
+sees the same sequences and losses are comparable across plans.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xirang_core.parallel.plan import ParallelPlan
+
+#: steps not timed: the first step builds buffers, the pipeline infers shapes
+WARMUP_STEPS = 1
+
+
+@dataclass
+class Measurement:
+    """What a short run of one plan measured (memory: the worst worker)."""
+
+    plan: str
+    losses: list[float]
+    step_s: float
+    peak_bytes: int
+    state_bytes: int
+    activation_bytes: int
+    gathered_bytes: int
+    shares: dict[str, float] = field(default_factory=dict)
+
+
+class SyntheticBatches:
+    """Learnable token rows per (step, index in the global batch): each row counts up from a
+    random start by a random stride (mod the vocabulary), so the loss falls within a few steps.
+    ``get`` takes this data-parallel rank's micro-batch number, as the real batches do."""
+
+    def __init__(self, vocab: int, seq_len: int, micro: int, seed: int, rank: int, accum: int):
+        self.vocab, self.seq_len, self.micro, self.seed = vocab, seq_len, micro, seed
+        self.rank, self.accum = rank, accum
+
+    def get(self, step: int, micro: int = 0) -> tuple[Any, Any]:
+        import torch
+
+        first = (self.rank * self.accum + micro) * self.micro
+        rows = []
+        for row in range(first, first + self.micro):
+            gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step * 10_007 + row)
+            start, stride = torch.randint(0, self.vocab, (2,), generator=gen).tolist()
+            positions = torch.arange(self.seq_len + 1)
+            rows.append((start + (1 + stride % 3) * positions) % self.vocab)
+        tokens = torch.stack(rows)
+        return tokens[:, :-1], tokens[:, 1:]
+
+
+def plan_config(config: dict[str, Any], plan: ParallelPlan) -> dict[str, Any]:
+    """``config`` set up to run ``plan``: its strategy, worker count and micro-batch."""
+    trainer = {**config["trainer"], "nproc": plan.world, "micro_batch": plan.micro_batch}
+    return {**config, "parallel": plan.settings(), "trainer": trainer}
+
+
+def run_plans(
+    config: dict[str, Any],
+    plans: list[ParallelPlan],
+    steps: int,
+    threads: int = 1,
+    profile: bool = False,
+) -> list[Measurement]:
+    """Train each plan for ``steps`` steps, one after another in the same ``world`` fresh worker
+    processes (all plans must use the same number of devices); measure each."""
+    import torch.multiprocessing as mp
+
+    worlds = {p.world for p in plans}
+    if len(worlds) != 1:
+        raise ValueError(f"plans of one smoke run share a world size; got {sorted(worlds)}")
+    world = worlds.pop()
+    configs = [plan_config(config, p) for p in plans]
+    with tempfile.TemporaryDirectory(prefix="xirang-smoke-") as out:
+        args = (world, _free_port(), configs, steps, threads, profile, out)
+        mp.start_processes(_worker, args=args, nprocs=world, start_method="spawn")
+        found = [json.loads(p.read_text()) for p in sorted(Path(out).glob("rank-*.json"))]
+    return [_combine(plan, [r[i] for r in found]) for i, plan in enumerate(plans)]
+
+
+def _combine(plan: ParallelPlan, results: list[dict[str, Any]]) -> Measurement:
+    worst = max(results, key=lambda r: r["peak_bytes"])
+    main = next(r for r in results if r["rank"] == 0)
+    return Measurement(
+        plan=plan.label(),
+        losses=main["losses"],
+        step_s=max(r["step_s"] for r in results),
+        peak_bytes=worst["peak_bytes"],
+        state_bytes=worst["state_bytes"],
+        activation_bytes=worst["activation_bytes"],
+        gathered_bytes=worst["gathered_bytes"],
+        shares=main["shares"],
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(
+    rank: int,
+    world: int,
+    port: int,
+    configs: list[dict[str, Any]],
+    steps: int,
+    threads: int,
+    profile: bool,
+    out: str,
+) -> None:
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
+    torch.set_num_threads(threads)
+    if world > 1:
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        results = [_train_and_measure(c, rank, world, steps, profile) for c in configs]
+        Path(out, f"rank-{rank:04d}.json").write_text(json.dumps(results))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _train_and_measure(
+    config: dict[str, Any], rank: int, world: int, steps: int, profile: bool
+) -> dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+
+    from xirang_core.parallel.meter import SavedTensorMeter, state_bytes
+    from xirang_core.plugins import get_registry
+    from xirang_core.specs import WorkerContext
+    from xirang_core.train.loop import LoopSettings, Trainer
+    from xirang_core.train.optim import build_optimizer
+
+    registry = get_registry()
+    ctx = WorkerContext(rank, rank, world, torch.device("cpu"), "", config)
+    torch.manual_seed(config["seed"])
+    settings = {k: v for k, v in config["model"].items() if k not in ("family", "name")}
+    model = registry.load("model", config["model"]["family"]).from_config(settings)
+    strategy = registry.create("parallel", config["parallel"])
+    if hasattr(strategy, "build_mesh"):
+        ctx.mesh = strategy.build_mesh(ctx)
+    wrapped = strategy.wrap(model, ctx)
+    optimizer = build_optimizer(model, config["optim"])
+    trainer_cfg, seq_len = config["trainer"], config["data"]["seq_len"]
+    micro = trainer_cfg["micro_batch"]
+    accum = trainer_cfg["global_batch"] // ctx.data_world // micro
+    batches = SyntheticBatches(
+        settings["vocab_size"], seq_len, micro, config["seed"], ctx.data_rank, accum
+    )
+    # the learning-rate schedule spans trainer.max_steps, so a resumed run continues it
+    schedule = max(trainer_cfg["max_steps"], steps)
+    loop = LoopSettings(
+        schedule, accum, micro, seq_len, 1, trainer_cfg["grad_clip"], config["optim"], 0.0, 0.0
+    )
+    trainer = Trainer(wrapped, optimizer, batches, loop, ctx, registry.hook, None)
+    meter = SavedTensorMeter(wrapped)
+    losses, times = [], []
+    resume = config.get("smoke", {})
+    if resume.get("load"):
+        load_state(wrapped, optimizer, resume["load"])
+    first = resume.get("first_step", 1)
+    wrapped.train()
+    for step in range(first, first + steps):
+        started = time.perf_counter()
+        with meter.watch():
+            loss = trainer.train_step(step)
+        if world > 1:
+            dist.all_reduce(loss)
+            loss /= ctx.loss_replicas
+        losses.append(loss.item())
+        times.append(time.perf_counter() - started)
+    if resume.get("save"):
+        save_state(wrapped, optimizer, resume["save"])
+    states = state_bytes(wrapped, optimizer)
+    shares = _profile_shares(trainer, steps + 1) if profile else {}
+    state_total = sum(states.values())
+    return {
+        "rank": rank,
+        "losses": losses,
+        "step_s": statistics.median(times[WARMUP_STEPS:] or times),
+        "state_bytes": state_total,
+        "activation_bytes": meter.peak,
+        "gathered_bytes": meter.gathered,
+        "peak_bytes": state_total + meter.peak + meter.gathered,
+        "shares": shares,
+    }
+
+
+def save_state(model: Any, optimizer: Any, path: str) -> None:
+    """A sharded checkpoint through torch.distributed.checkpoint: each worker writes its
+    shards under their whole-model names, so any other split can load it."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optim_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=path)
+
+
+def load_state(model: Any, optimizer: Any, path: str) -> None:
+    """Load a :func:`save_state` checkpoint into this worker's split of the model."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model_state, optim_state = get_state_dict(model, optimizer)
+    state = {"model": model_state, "optim": optim_state}
+    dcp.load(state, checkpoint_id=path)
+    set_state_dict(
+        model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
+    )
+
+
+def _profile_shares(trainer: Any, step: int) -> dict[str, float]:
+    """Share of one step's wall time in compute, communication and waiting (idle)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    started = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        trainer.train_step(step)
+    wall = (time.perf_counter() - started) * 1e6
+    comm = compute = 0.0
+    for event in prof.key_averages():
+        name = event.key.lower()
+        if any(
+            word in name
+            for word in (
+                "gloo",
+                "c10d",
+                "all_reduce",
+                "allreduce",
+                "all_gather",
+                "reduce_scatter",
+                "send",
+                "recv",
+                "broadcast",
+            )
+        ):
+            comm += event.self_cpu_time_total
+        elif name.startswith("aten::"):
+            compute += event.self_cpu_time_total
+    compute, comm = min(compute, wall), min(comm, wall - min(compute, wall))
+    return {
+        k: round(v / wall, 3)
+        for k, v in (("compute", compute), ("comm", comm), ("idle", wall - compute - comm))
+    }
+
+
+def as_dict(m: Measurement) -> dict[str, Any]:
+    return asdict(m)
+
+
+def measured_rate(config: dict[str, Any], micro_batch: int, repeats: int = 3) -> float:
+    """FLOP/s this process reaches on one layer of the configured model at ``micro_batch``:
+    the planner's calibrated compute rate, which (unlike a big square matmul) includes the
+    small shapes and per-operation overhead of the real model."""
+    import torch
+
+    from xirang_core.plugins import get_registry
+
+    settings = {k: v for k, v in config["model"].items() if k not in ("family", "name")}
+    model = (
+        get_registry()
+        .load("model", config["model"]["family"])
+        .from_config({**settings, "n_layer": 1})
+    )
+    seq = config["data"]["seq_len"]
+    x = torch.randint(0, settings["vocab_size"], (micro_batch, seq))
+    model(x, x).backward()  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        model(x, x).backward()
+        best = min(best, time.perf_counter() - started)
+    return model.flops_per_token(seq) * micro_batch * seq / best
