@@ -36,7 +36,12 @@ def main(argv: list[str]) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="xirang data", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="xirang data",
+        description="Prepare, list, sync and verify dataset snapshots.",
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
     p = sub.add_parser("prepare", help="pack a source into shards and a snapshot")
     p.add_argument("src")
