@@ -2,6 +2,7 @@
 command and the observer that meters every training run into the cost store."""
 
 from pathlib import Path
+from typing import Any
 
 from xirang import hookimpl
 from xirang.specs import CommandSpec, CostPolicySpec
@@ -45,7 +46,8 @@ def xirang_commands() -> list[CommandSpec]:
 
 
 @hookimpl
-def xirang_on_run_end(ctx, summary) -> None:  # type: ignore[no-untyped-def]
+def xirang_on_run_end(ctx: Any, summary: dict[str, Any]) -> None:
+    """Meter the finished run into the cost store (imported only when a run ends)."""
     from xirang_pricebook.observer import record_run
 
     record_run(ctx, summary)

@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from xirang_core.cost.meter import Meter
 from xirang_core.cost.money import from_micro
 from xirang_core.cost.placement import cheap_start, rank_device_types
 from xirang_core.cost.pricebook import DEFAULT_CLASSES, PriceBook
@@ -37,7 +36,6 @@ class PriceBookPolicy:
 
     def __init__(self, capacity_class: str = "on_demand", **book: Any) -> None:
         self.book = PriceBook.from_settings(book)
-        self.meter = Meter(self.book, capacity_class, energy=self.energy)
         self.book.class_multiplier(capacity_class)  # a typo fails now, not after the run
         self.capacity_class = capacity_class
 

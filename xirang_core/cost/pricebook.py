@@ -20,6 +20,7 @@ from fractions import Fraction
 from typing import Any
 
 from xirang_core.cost.errors import CostError
+from xirang_core.cost.money import to_micro
 
 #: default price multipliers per capacity class
 DEFAULT_CLASSES: dict[str, float] = {"guaranteed": 0.7, "on_demand": 1.0, "spot": 0.35}
@@ -120,8 +121,6 @@ class PriceBook:
 
     def charge_micro(self, *args: Any, **kwargs: Any) -> int:
         """:meth:`charge` summed and rounded once to micro-units."""
-        from xirang_core.cost.money import to_micro
-
         return to_micro(sum((p.amount for p in self.charge(*args, **kwargs)), Fraction(0)))
 
     def cheapest_multiplier(self) -> float:
