@@ -51,7 +51,12 @@ def true_mean(local: torch.Tensor, world: int) -> torch.Tensor:
 
 
 def compare_option(
-    rank: int, world: int, name: str, settings: dict[str, Any], steps: int, integer: bool,
+    rank: int,
+    world: int,
+    name: str,
+    settings: dict[str, Any],
+    steps: int,
+    integer: bool,
     vary: bool = True,
 ) -> dict[str, Any]:
     """Per step: the gradient DDP applied under comm=``name`` and the exact mean gradient."""
@@ -73,7 +78,11 @@ def compare_option(
 
 
 def compare_options(
-    rank: int, world: int, options: list[tuple[str, dict[str, Any]]], steps: int, integer: bool,
+    rank: int,
+    world: int,
+    options: list[tuple[str, dict[str, Any]]],
+    steps: int,
+    integer: bool,
     vary: bool = True,
 ) -> dict[str, dict[str, Any]]:
     """:func:`compare_option` for several options in one process group (spawning is slow)."""
@@ -98,3 +107,10 @@ def periodic_params(rank: int, world: int, name: str, settings: dict[str, Any], 
         history.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone())
     option.step_hook.remove()
     return {"history": history, "report": option.report(steps)}
+
+
+def train_many(rank: int, world: int, runs: list[Any]) -> list[dict[str, Any]]:
+    """Several tiny-GPT trainings (``scaling.TrainSettings``) in one process group."""
+    from xirang_core.comm.scaling import train
+
+    return [train(rank, world, run) for run in runs]

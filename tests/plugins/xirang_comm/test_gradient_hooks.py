@@ -83,10 +83,13 @@ def test_compressed_options_move_fewer_bytes(two_workers: dict) -> None:
     assert two_workers["topk"]["report"]["payload_bytes"] < plain / 5
 
 
-@pytest.mark.parametrize(("name", "settings"), [
-    ("localsgd", {"every": 4}),
-    ("diloco", {"every": 4, "outer_lr": 0.7, "outer_momentum": 0.9}),
-])
+@pytest.mark.parametrize(
+    ("name", "settings"),
+    [
+        ("localsgd", {"every": 4}),
+        ("diloco", {"every": 4, "outer_lr": 0.7, "outer_momentum": 0.9}),
+    ],
+)
 def test_periodic_sync_agrees_every_h_steps_only(name: str, settings: dict) -> None:
     ranks = run_group(periodic_params, 2, name, settings, 8)
     first, second = (r["history"] for r in ranks)

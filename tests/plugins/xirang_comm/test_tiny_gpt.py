@@ -1,0 +1,48 @@
+"""A 200-step tiny-GPT run under each comm option ends within 3% of plain all-reduce's loss."""
+
+from __future__ import annotations
+
+import pytest
+from comm_workers import train_many
+
+from xirang_core.comm.launch import run_group
+from xirang_core.comm.scaling import TrainSettings
+
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::FutureWarning")]
+
+STEPS = 200
+#: each option with its shipped defaults (conf/comm/*.yaml), except where noted
+OPTIONS = {
+    "gloo": {},
+    "fp16": {},
+    "bf16": {},
+    "powersgd": {"rank": 4, "start_iter": 10},
+    "topk": {"ratio": 0.01},
+    "hierarchical": {"group_size": 1},
+    "localsgd": {"every": 8},
+    "diloco": {"every": 16, "outer_lr": 0.7, "outer_momentum": 0.9},
+}
+
+
+@pytest.fixture(scope="module")
+def final_losses() -> dict[str, float]:
+    runs = [
+        TrainSettings(
+            option=name,
+            option_settings=settings,
+            steps=STEPS,
+            warmup_steps=0,
+            micro_batch=4,
+            seq_len=32,
+        )
+        for name, settings in OPTIONS.items()
+    ]
+    results = run_group(train_many, 2, runs)[0]
+    return {r["option"]: r["final_loss"] for r in results}
+
+
+@pytest.mark.parametrize("option", [name for name in OPTIONS if name != "gloo"])
+def test_final_loss_within_three_percent_of_plain(final_losses: dict, option: str) -> None:
+    plain = final_losses["gloo"]
+    assert plain < 3.0, "the baseline itself must have learned something"
+    assert abs(final_losses[option] - plain) / plain <= 0.03, final_losses
