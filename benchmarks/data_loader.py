@@ -65,7 +65,7 @@ def timed_pass(batches: Iterable, count: Callable[[object], int]) -> dict[str, f
 
 def xirang_write(samples: list[np.ndarray], root: Path):
     rows = ({"tokens": s} for s in samples)
-    settings = PrepareSettings(shard_bytes=16 * 2**20, progress=False)
+    settings = PrepareSettings(shard_bytes=8 * 2**20, progress=False)
     snap, _ = prepare(rows, tier_for(str(root)), Rules(field="tokens", dedup=False), settings, {})
     return snap
 

@@ -62,10 +62,15 @@ class ShardFetcher:
         return table
 
     def prefetch(
-        self, shards_ahead: list[int], next_use: Callable[[int], float], protect: set[int]
-    ):
-        """Start loading upcoming shards in exactly the order they will be read."""
-        for shard in shards_ahead[: self.settings.prefetch_shards]:
+        self,
+        shards_ahead: list[int],
+        next_use: Callable[[int], float],
+        protect: set[int],
+        extra: int = 0,
+    ) -> None:
+        """Start loading upcoming shards in exactly the order they will be read: the first
+        ``extra`` (needed now) plus ``prefetch_shards`` more."""
+        for shard in shards_ahead[: extra + self.settings.prefetch_shards]:
             with self.lock:
                 if shard in self.memory or shard in self.inflight:
                     continue

@@ -128,7 +128,11 @@ class ShardReader(torch.utils.data.IterableDataset):
         here = int(positions[0])
         protect = {int(s) for s in np.unique(shard_of)}
         next_use = _next_use(first_use, here, protect)
-        self.fetcher.prefetch(self._upcoming(order, first_use, here), next_use, protect)
+        # the shards of this take load in parallel, then the next ones in reading order
+        needed = sorted(protect)
+        self.fetcher.prefetch(
+            needed + self._upcoming(order, first_use, here), next_use, protect, len(needed)
+        )
         pieces, placed = [], []
         for shard in sorted(protect):
             rows = np.flatnonzero(shard_of == shard)
