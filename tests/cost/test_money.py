@@ -3,7 +3,7 @@
 from decimal import Decimal
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from xirang_core.cost.money import format_money, from_micro, split_exact, to_micro
@@ -16,6 +16,7 @@ def test_amounts_convert_without_float_drift():
     assert format_money(1_234_567_890) == "1,234.57"
 
 
+@settings(deadline=None)  # shared CI cores: no per-example time limit
 @given(
     total=st.integers(0, 10**15),
     weights=st.dictionaries(st.text(min_size=1, max_size=5), st.integers(0, 10**9), min_size=1),

@@ -3,7 +3,7 @@
 from fractions import Fraction
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from xirang_core.cost.errors import CostError
@@ -61,6 +61,7 @@ def test_unknown_device_type_or_class_names_the_valid_ones():
         book().charge("a100", 1, 0, HOUR, "reserved")
 
 
+@settings(deadline=None)  # shared CI cores: no per-example time limit
 @given(
     start=st.integers(0, 10**9),
     first=st.integers(0, 5 * 10**5),

@@ -4,7 +4,7 @@ import csv
 from decimal import Decimal
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.cost.conftest import charge, charges
@@ -12,6 +12,7 @@ from xirang_core.cost import report
 from xirang_core.cost.errors import CostError
 
 
+@settings(deadline=None)  # shared CI cores: no per-example time limit
 @given(st.lists(charges(), max_size=60), st.sampled_from(sorted(report.GROUPINGS)))
 def test_groups_add_up_exactly_to_the_metered_total(items, by):
     rep = report.group(items, by)
@@ -21,6 +22,7 @@ def test_groups_add_up_exactly_to_the_metered_total(items, by):
     assert sum(r.idle_micro for r in rep.rows) == rep.total.idle_micro
 
 
+@settings(deadline=None)  # shared CI cores: no per-example time limit
 @given(st.lists(charges(), min_size=1, max_size=30))
 def test_csv_team_amounts_sum_to_the_total_row(tmp_path_factory, items):
     path = report.write_csv(report.group(items, "team"), tmp_path_factory.mktemp("csv") / "r.csv")
