@@ -65,3 +65,11 @@ def test_classification() -> None:
     assert is_transient(OSError("connection reset"))
     assert not is_transient(PermissionError("denied"))
     assert not is_transient(ValueError("bug"))
+
+
+def test_request_rate_is_bounded() -> None:
+    slept: list[float] = []
+    throttle = Throttle(RetryPolicy(max_requests_per_s=1.0), sleep=slept.append)
+    for _ in range(5):
+        throttle.call(lambda: None)
+    assert len(slept) >= 3  # later requests waited for their slot

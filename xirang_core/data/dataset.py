@@ -32,6 +32,7 @@ class DataConfig:
     memory_limit_bytes: int = 2 * 2**30
     prefetch_shards: int = 4
     origin_concurrency: int = 8
+    origin_requests_per_s: float = 0.0
     origin_deadline_s: float = 300.0
 
 
@@ -75,7 +76,11 @@ def tier_settings(cfg: DataConfig, origin_root: str) -> TierSettings:
         cache_limit_bytes=cfg.cache_limit_bytes,
         memory_limit_bytes=cfg.memory_limit_bytes,
         prefetch_shards=cfg.prefetch_shards,
-        retry=RetryPolicy(max_concurrency=cfg.origin_concurrency, deadline_s=cfg.origin_deadline_s),
+        retry=RetryPolicy(
+            max_concurrency=cfg.origin_concurrency,
+            max_requests_per_s=cfg.origin_requests_per_s,
+            deadline_s=cfg.origin_deadline_s,
+        ),
     )
 
 

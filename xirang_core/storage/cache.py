@@ -27,6 +27,7 @@ NextUse = Callable[[str], float]
 PARTIAL = ".partial-"
 LOCKS = ".locks"
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+WHOLE_CACHE = "<budget>"
 
 
 def furthest_first(keys: list[str], next_use: NextUse) -> list[str]:
@@ -75,16 +76,17 @@ class DiskCache:
 
     def store(self, key: str, data: bytes, next_use: NextUse, protect: set[str]) -> bool:
         """Keep ``data`` if room can be made without evicting something needed sooner."""
-        if len(data) > self.limit or not self.make_room(
-            len(data), next_use(key), next_use, protect
-        ):
+        if len(data) > self.limit:
             return False
-        try:
-            self._write(key, data)
-        except OSError as exc:
-            if exc.errno not in NO_SPACE:
-                raise
-            return False  # disk full: train from memory rather than crash
+        with self.locked(WHOLE_CACHE):  # processes sharing the folder share one byte budget
+            if not self.make_room(len(data), next_use(key), next_use, protect):
+                return False
+            try:
+                self._write(key, data)
+            except OSError as exc:
+                if exc.errno not in NO_SPACE:
+                    raise
+                return False  # disk full: train from memory rather than crash
         return True
 
     def make_room(self, need: int, needed_at: float, next_use: NextUse, protect: set[str]) -> bool:

@@ -1,4 +1,4 @@
-"""Requests to an origin: bounded in concurrency, retried with backoff, throttling shared.
+"""Requests to an origin: bounded in concurrency and rate, retried with backoff, throttling shared.
 
 When the origin says "slow down" (S3 ``SlowDown``, ``503``), every thread of the process pauses
 until the backoff deadline rather than each one retrying at once, so throttling is not multiplied
@@ -26,6 +26,7 @@ class RetryPolicy:
     """Concurrency and backoff for one origin (``data.origin_*`` settings)."""
 
     max_concurrency: int = 8
+    max_requests_per_s: float = 0.0  # 0 = no rate bound, only the concurrency bound
     base_delay_s: float = 0.2
     max_delay_s: float = 10.0
     deadline_s: float = 300.0
@@ -72,6 +73,7 @@ class Throttle:
         self.policy = policy or RetryPolicy()
         self.slots = threading.BoundedSemaphore(max(1, self.policy.max_concurrency))
         self.pause_until = 0.0
+        self.next_slot = 0.0
         self.lock = threading.Lock()
         self.sleep = sleep
         self.retries = 0
@@ -104,6 +106,12 @@ class Throttle:
         return min(p.max_delay_s, p.base_delay_s * 2**attempt) * random.uniform(0.5, 1.0)
 
     def _wait_for_pause(self) -> None:
-        remaining = self.pause_until - time.monotonic()
-        if remaining > 0:
-            self.sleep(remaining)
+        """Wait out a shared throttling pause, then for this request's slot under the rate."""
+        with self.lock:
+            now = time.monotonic()
+            start = max(now, self.pause_until)
+            if self.policy.max_requests_per_s > 0:
+                start = max(start, self.next_slot)
+                self.next_slot = start + 1.0 / self.policy.max_requests_per_s
+        if start > now:
+            self.sleep(start - now)
