@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from xirang_core.comm.backends import check_available, collective_backend
 from xirang_core.comm.counting import Collectives, WireLedger
@@ -72,12 +73,16 @@ class GradientSync:
         self.world_size = ctx.world_size
         if ctx.world_size == 1:
             return
-        if not hasattr(model, "register_comm_hook"):
+        if not isinstance(model, DistributedDataParallel):
             raise ConfigError(
-                f"comm={self.option_name()} syncs gradients through a comm hook, which the "
-                f"parallel strategy's {type(model).__name__} does not offer. Use parallel=ddp."
+                f"comm={self.option_name()} syncs gradients through a DDP comm hook; the "
+                f"parallel strategy wrapped the model in {type(model).__name__}, which takes "
+                f"none. Use parallel=ddp, or comm=auto for this strategy."
             )
-        self.comm = Collectives(self.ledger)
+        # DDP may replicate over a sub-group of a larger mesh: average over that group only
+        group = model.process_group
+        self.world_size = dist.get_world_size(group)
+        self.comm = Collectives(self.ledger, group)
         self.window = self.resolve_window(ctx)
         self.prepare(model, ctx)
         model.register_comm_hook(state=None, hook=self._hook)

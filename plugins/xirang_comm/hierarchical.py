@@ -19,6 +19,7 @@ from xirang_comm.base import CommSettings, GradientSync
 from xirang_core.comm.counting import Collectives
 from xirang_core.comm.groups import Hierarchy, build_hierarchy, link_key
 from xirang_core.comm.serial import SerialLane
+from xirang_core.errors import ConfigError
 from xirang_core.specs import WorkerContext
 
 
@@ -35,6 +36,12 @@ class Hierarchical(GradientSync):
 
     def prepare(self, model: nn.Module, ctx: WorkerContext) -> None:
         from xirang_core.plugins import get_registry
+
+        if self.world_size != dist.get_world_size():
+            raise ConfigError(
+                "comm=hierarchical builds its groups over all workers, but DDP here replicates "
+                "over a sub-group of the mesh. Use comm=gloo/fp16/powersgd with this strategy."
+            )
 
         topology = get_registry().create("device", ctx.config["device"]).topology()
         key = link_key(topology, ctx.local_rank, self.settings.group_size, ctx.rank)
