@@ -199,6 +199,8 @@ def cost(source: ConsoleSource, who: str) -> str:
         if who == OPERATOR
         else ""
     )
+    if not data["findings"]:
+        found = "<p>No low-utilisation holders or idle allocations.</p>"
     body = "".join(parts) + f"<h2>Budgets</h2>{budgets}<h2>Findings</h2>{found}{chart}"
     return page("Cost", display_name(who), body)
 
