@@ -35,7 +35,9 @@ class Allocation:
     borrowed: bool = False
 
 
-def pool_allocations(segments: Iterable[Mapping[str, Any]], jobs: Iterable[Any], now: float):
+def pool_allocations(
+    segments: Iterable[Mapping[str, Any]], jobs: Iterable[Any], now: float
+) -> list[Allocation]:
     """Every allocation of the pool: its closed usage segments (rows of the pool store's
     ``usage`` table) and its running jobs, held up to ``now``."""
     closed = [
@@ -169,7 +171,7 @@ def run_charge(summary: Mapping[str, Any], config: Mapping[str, Any], end: float
         source="run",
         ref=str(summary.get("run_dir") or ""),
         project=str(summary.get("project") or config.get("project") or "default"),
-        team=str(config.get("team") or "default"),
+        team=str(config.get("team") or DEFAULT),
         device_type=str(runtime.get("device_type") or ""),
         devices=int(runtime.get("devices") or summary.get("world_size") or 1),
         start=end - wall,
