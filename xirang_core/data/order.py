@@ -62,16 +62,20 @@ class EpochOrder:
         shard = np.searchsorted(self.starts, ids, side="right") - 1
         return shard, ids - self.starts[shard]
 
-    def block_of_position(self) -> np.ndarray:
-        """For each shard id, the reading position where its block starts (its first use)."""
+    @cached_property
+    def block_spans(self) -> tuple[np.ndarray, np.ndarray]:
+        """For each shard id, the reading positions where its block starts and ends: the shard
+        is in use from its first position up to (not including) the end."""
         first = np.zeros(len(self.shard_samples), dtype=np.int64)
+        end = np.zeros(len(self.shard_samples), dtype=np.int64)
         seq = self.shard_sequence
         position = 0
         for lo in range(0, len(seq), self.block_shards):
             block = seq[lo : lo + self.block_shards]
             first[block] = position
             position += int(sum(self.shard_samples[s] for s in block))
-        return first
+            end[block] = position
+        return first, end
 
 
 @dataclass(frozen=True)

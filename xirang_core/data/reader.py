@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # imported once here, not lazily in every data-loader worker
 import torch
 
 from xirang_core.data.fetch import ShardFetcher, TierSettings
@@ -124,10 +125,10 @@ class ShardReader(torch.utils.data.IterableDataset):
         """The rows at reading ``positions`` (wrapping into the epoch's start), in that order."""
         ids = order.samples[positions % len(order.samples)]
         shard_of, row_of = order.locate(ids)
-        first_use = order.block_of_position()
-        here = int(positions[0])
+        first_use, block_end = order.block_spans
+        here = int(positions[0]) % len(order.samples)
         protect = {int(s) for s in np.unique(shard_of)}
-        next_use = _next_use(first_use, here, protect)
+        next_use = _next_use(first_use, block_end, here, protect)
         # the shards of this take load in parallel, then the next ones in reading order
         needed = sorted(protect)
         self.fetcher.prefetch(
@@ -163,11 +164,11 @@ class ShardReader(torch.utils.data.IterableDataset):
             self._fetcher.close()
 
 
-def _next_use(first_use: np.ndarray, here: int, current: set[int]):
+def _next_use(first_use: np.ndarray, block_end: np.ndarray, here: int, current: set[int]):
     """When each shard is next needed from reading position ``here`` (inf: not this epoch)."""
 
     def next_use(shard: int) -> float:
-        if shard in current:
+        if shard in current or first_use[shard] <= here < block_end[shard]:
             return float(here)
         at = int(first_use[shard])
         return float(at) if at > here else float("inf")
