@@ -29,7 +29,7 @@ from xirang_core.pool.errors import PoolError
 from xirang_core.pool.jobs import Job, JobState, check_cards
 from xirang_core.pool.placement import place
 from xirang_core.pool.policy import Policy
-from xirang_core.pool.quota import QuotaBook
+from xirang_core.pool.quota import Project, QuotaBook
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ class PoolEngine:
         if not self._fits_somewhere(job):
             raise PoolError(
                 f"{cards} cards of class '{job_class}' can never fit this pool "
-                f"(healthy capacity by type: {self._capacity_text()})"
+                f"(capacity by type: {self._capacity_text()})"
             )
         self.next_id += 1
         self.jobs[job.id] = job
@@ -160,6 +160,23 @@ class PoolEngine:
                 self.quotas.borrowed[job.project] += job.cards if borrowed else -job.cards
                 job.borrowed = borrowed
             self._index_running(job, now)
+
+    def set_quota(self, project: Project) -> None:
+        """Create or edit a project and re-split its running jobs into guaranteed and borrowed:
+        after a cut, its worst-ranked jobs become borrowed (reclaimable); after a raise, its
+        best-ranked borrowed jobs move inside the guarantee."""
+        self.quotas.upsert(project)
+        mine = [self.jobs[i] for _, i in self.running if self.jobs[i].project == project.name]
+        for job in mine:  # best ranked first
+            self._unindex_running(job)
+            self.quotas.release(job)
+        inside = 0
+        for job in mine:
+            job.borrowed = inside + job.cards > project.guaranteed
+            inside += 0 if job.borrowed else job.cards
+            self.quotas.used[job.project] += job.cards
+            self.quotas.borrowed[job.project] += job.cards if job.borrowed else 0
+            self._rekey_running(job)
 
     def job(self, job_id: int) -> Job:
         try:
@@ -354,6 +371,14 @@ class PoolEngine:
             at = now + (threshold - attained) / job.cards
             heapq.heappush(self._demotions, (at, job.id, job.started or 0.0))
 
+    def _rekey_running(self, job: Job) -> None:
+        """Put a running job back into the running indices under its current key."""
+        entry = (self._keys[job.id], job.id)
+        self.running.add(entry)
+        self._own[(job.project, job.device_type)].add(entry)
+        if job.borrowed:
+            self._borrowed[job.device_type].add(entry)
+
     def _unindex_running(self, job: Job) -> None:
         entry = (self._keys[job.id], job.id)
         self.running.remove(entry)
@@ -378,12 +403,13 @@ class PoolEngine:
     def _fits_somewhere(self, job: Job) -> bool:
         for device_type in self.cluster.types:
             need = self.throughputs.devices_for(job.job_class, job.cards, device_type)
-            if need and need <= self.cluster.capacity(device_type):
+            if need and need <= self.cluster.capacity(device_type, healthy_only=False):
                 return True
         return False
 
     def _capacity_text(self) -> str:
-        return ", ".join(f"{t}={self.cluster.capacity(t)}" for t in self.cluster.types)
+        types = self.cluster.types
+        return ", ".join(f"{t}={self.cluster.capacity(t, healthy_only=False)}" for t in types)
 
     def _on_node(self, job: Job, node_id: int) -> bool:
         return any(self.cluster.device_node[d] == node_id for d in job.devices)

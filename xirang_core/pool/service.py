@@ -208,7 +208,7 @@ class PoolService:
             if not project.token_hash or body.get("rotate_token"):
                 token = secrets.token_urlsafe(24)
                 project.token_hash = _hash(token)
-            self.engine.quotas.upsert(project)
+            self.engine.set_quota(project)
             self.store.save_project(project)
             self._apply(self.engine.schedule(self.clock()))
             out = self._quota_row(project)

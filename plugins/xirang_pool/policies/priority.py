@@ -8,8 +8,9 @@ behind it. Preemption only ever takes borrowed capacity or a project's own lower
 - reclaim: a job that fits in its project's unused guarantee preempts other projects' borrowed
   jobs (Kueue ``reclaimWithinCohort``);
 - rank: a job of a higher priority, or of the same priority and a lower service level, preempts
-  a worse-ranked job that is borrowed or belongs to its own project, once that job ran at least
-  ``preempt_grace_s`` (so jobs are not preempted before they make progress).
+  a worse-ranked borrowed job, or a worse-ranked job of its own project when it then fits in
+  the project's guarantee (Kueue ``withinClusterQueue``); a preemption by service level waits
+  until the victim ran ``preempt_grace_s`` (so jobs make progress between preemptions).
 
 A job inside another project's guaranteed share is never preempted by that rule set.
 """
@@ -41,10 +42,21 @@ class PriorityQuota(Policy):
         lender = victim.project != waiting.project and engine.quotas.within_guarantee(waiting)
         if victim.borrowed and lender:
             return True  # the lender takes its guaranteed share back
-        if not (victim.borrowed or victim.project == waiting.project):
-            return False  # another project's guaranteed share
+        if not victim.borrowed and not self._fits_after(waiting, victim, engine):
+            return False  # a guaranteed job makes room only for its own project's guarantee
         if victim.priority != waiting.priority:
             return victim.priority < waiting.priority
         ran = now - (victim.started if victim.started is not None else now)
         worse = self.level(victim.attained_at(now)) > self.level(waiting.attained_at(now))
         return worse and ran >= self.preempt_grace_s
+
+    @staticmethod
+    def _fits_after(waiting: Job, victim: Job, engine: PoolEngine) -> bool:
+        """Whether ``waiting`` fits in its project's guarantee once ``victim`` (same project,
+        inside the guarantee) is gone: Kueue's ``withinClusterQueue``. Freeing guaranteed
+        capacity for a job that would only borrow it would let the two chase each other."""
+        if victim.project != waiting.project:
+            return False
+        quotas = engine.quotas
+        guarantee = quotas.projects[waiting.project].guaranteed
+        return quotas.guaranteed_in_use(waiting.project) - victim.cards + waiting.cards <= guarantee
