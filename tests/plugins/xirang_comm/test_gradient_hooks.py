@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from comm_workers import compare_options, periodic_params
+from comm_workers import compare_options, periodic_many
 
 from xirang_core.comm.launch import run_group
 
@@ -83,18 +83,24 @@ def test_compressed_options_move_fewer_bytes(two_workers: dict) -> None:
     assert two_workers["topk"]["report"]["payload_bytes"] < plain / 5
 
 
-@pytest.mark.parametrize(
-    ("name", "settings"),
-    [
-        ("localsgd", {"every": 4}),
-        ("diloco", {"every": 4, "outer_lr": 0.7, "outer_momentum": 0.9}),
-    ],
-)
-def test_periodic_sync_agrees_every_h_steps_only(name: str, settings: dict) -> None:
-    ranks = run_group(periodic_params, 2, name, settings, 8)
-    first, second = (r["history"] for r in ranks)
+PERIODIC = [
+    ("localsgd", {"every": 4}),
+    ("diloco", {"every": 4, "outer_lr": 0.7, "outer_momentum": 0.9}),
+]
+
+
+@pytest.fixture(scope="module")
+def periodic_runs() -> list[dict]:
+    """Each rank's parameter history over 8 SGD steps under each periodic-sync option."""
+    return run_group(periodic_many, 2, PERIODIC, 8)
+
+
+@pytest.mark.parametrize("name", [name for name, _ in PERIODIC])
+def test_periodic_sync_agrees_every_h_steps_only(periodic_runs: list, name: str) -> None:
+    first, second = (rank[name]["history"] for rank in periodic_runs)
     for step in range(8):
         synced = (step + 1) % 4 == 0
         assert torch.equal(first[step], second[step]) == synced, step
-    assert ranks[0]["report"]["outer_syncs"] == 2
-    assert set(ranks[0]["report"]["collectives"]) == {"all_reduce@world"}
+    report = periodic_runs[0][name]["report"]
+    assert report["outer_syncs"] == 2
+    assert set(report["collectives"]) == {"all_reduce@world"}

@@ -17,10 +17,10 @@ OPTIONS = {
     "fp16": {},
     "bf16": {},
     "powersgd": {"rank": 4, "start_iter": 10},
-    "topk": {"ratio": 0.01},
+    "topk": {"ratio": 0.1},
     "hierarchical": {"group_size": 1},
     "localsgd": {"every": 8},
-    "diloco": {"every": 16, "outer_lr": 0.7, "outer_momentum": 0.9},
+    "diloco": {"every": 8, "outer_lr": 0.7, "outer_momentum": 0.5},
 }
 
 
