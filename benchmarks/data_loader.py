@@ -193,6 +193,11 @@ def plain_cold(path: Path, remote: str, scratch: Path) -> dict[str, float]:
 # --- the run -----------------------------------------------------------------------------------
 
 
+def warm_up_workers() -> None:
+    """Start and stop a loader's worker processes once, so no contender pays that first cost."""
+    list(torch.utils.data.DataLoader(range(4), batch_size=2, num_workers=WORKERS))
+
+
 def limits(samples: list[np.ndarray], flat: Path) -> dict[str, float]:
     started = time.perf_counter()
     size = len(flat.read_bytes())
@@ -218,6 +223,7 @@ def main() -> None:
     print(f"{args.samples:,} samples, {sum(len(s) for s in samples) * 2 / 1e6:.1f} MB of tokens")
     print("bytes on disk: " + ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in disk.items()))
 
+    warm_up_workers()
     for path in work.rglob("*"):  # warm: every format's bytes in the page cache
         if path.is_file():
             path.read_bytes()
