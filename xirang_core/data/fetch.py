@@ -78,13 +78,17 @@ class ShardFetcher:
                 self.inflight[shard] = future
             future.add_done_callback(lambda f, s=shard: self._prefetched(s, f, next_use, protect))
 
-    def _prefetched(self, shard: int, future: Future, next_use, protect) -> None:
+    def _prefetched(
+        self, shard: int, future: Future, next_use: Callable[[int], float], protect: set[int]
+    ) -> None:
         if future.exception() is None:
             self._remember(shard, future.result(), next_use, protect)
         with self.lock:
             self.inflight.pop(shard, None)
 
-    def _remember(self, shard: int, table: pa.Table, next_use, protect: set[int]) -> None:
+    def _remember(
+        self, shard: int, table: pa.Table, next_use: Callable[[int], float], protect: set[int]
+    ) -> None:
         """Keep a decoded shard in memory, evicting furthest-in-future ones over the budget."""
         with self.lock:
             self.memory[shard] = table
