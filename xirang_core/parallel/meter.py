@@ -45,7 +45,8 @@ class SavedTensorMeter:
     model: nn.Module
     live: int = 0
     peak: int = 0
-    #: most bytes of parameters gathered whole at once (FSDP unsharding them for compute)
+    #: most bytes of parameters gathered whole at once (FSDP unsharding them for compute),
+    #: with the gradients they hold between micro-batches
     gathered: int = 0
     _refs: dict[int, list[int]] = field(default_factory=dict)
     _sharded: set[int] = field(default_factory=set)
@@ -60,7 +61,10 @@ class SavedTensorMeter:
     def _pack(self, t: torch.Tensor) -> Any:
         key = _storage(t)
         current = {_storage(p): p for p in self.model.parameters()}
-        gathered = sum(local_bytes(p) for k, p in current.items() if k not in self._sharded)
+        whole = [p for k, p in current.items() if k not in self._sharded]
+        # gathered parameters, and the whole-size gradients they accumulate (ZeRO-1)
+        gathered = sum(local_bytes(p) for p in whole)
+        gathered += sum(local_bytes(p.grad) for p in whole if p.grad is not None)
         self.gathered = max(self.gathered, gathered)
         if key in current:
             return t  # a weight saved by reference is model state, not activation

@@ -12,6 +12,8 @@ from xirang_core.errors import ConfigError
 RECOMPUTE = ("none", "full")
 SCHEDULES = ("gpipe", "1f1b")
 ZERO_STAGES = (0, 1, 2, 3)
+#: micro-batch sizes the planner tries
+MICRO_BATCHES = (1, 2, 4, 8)
 
 
 class PlanError(ConfigError):
@@ -170,7 +172,7 @@ def plan_problem(plan: ParallelPlan, shape: ModelShape, global_batch: int) -> st
 
 
 def candidate_plans(
-    world: int, shape: ModelShape, global_batch: int, micro_batches: Iterable[int] = (1, 2, 4, 8)
+    world: int, shape: ModelShape, global_batch: int, micro_batches: Iterable[int] = MICRO_BATCHES
 ) -> list[ParallelPlan]:
     """Every valid plan for ``world`` devices (degrees, sp, zero, micro-batch, recompute)."""
     found = []
@@ -192,7 +194,7 @@ def nearest_valid(
     plan: ParallelPlan, shape: ModelShape, global_batch: int, limit: int = 3
 ) -> list[ParallelPlan]:
     """Valid plans on the same world size that change the fewest settings of ``plan``."""
-    mbs = sorted({plan.micro_batch, 1, 2, 4, 8} - {0})
+    mbs = sorted({plan.micro_batch, *MICRO_BATCHES} - {0})
     pool = candidate_plans(plan.world, shape, global_batch, mbs)
     return sorted(pool, key=lambda p: (_distance(plan, p), p.label()))[:limit]
 

@@ -8,14 +8,9 @@ sees the same sequences and losses are comparable across plans.
 
 from __future__ import annotations
 
-import json
-import os
-import socket
 import statistics
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from xirang_core.parallel.plan import ParallelPlan
@@ -76,18 +71,22 @@ def run_plans(
 ) -> list[Measurement]:
     """Train each plan for ``steps`` steps, one after another in the same ``world`` fresh worker
     processes (all plans must use the same number of devices); measure each."""
-    import torch.multiprocessing as mp
-
     worlds = {p.world for p in plans}
     if len(worlds) != 1:
         raise ValueError(f"plans of one smoke run share a world size; got {sorted(worlds)}")
-    world = worlds.pop()
     configs = [plan_config(config, p) for p in plans]
-    with tempfile.TemporaryDirectory(prefix="xirang-smoke-") as out:
-        args = (world, _free_port(), configs, steps, threads, profile, out)
-        mp.start_processes(_worker, args=args, nprocs=world, start_method="spawn")
-        found = [json.loads(p.read_text()) for p in sorted(Path(out).glob("rank-*.json"))]
+    found = run_configs(configs, worlds.pop(), steps, threads, profile)
     return [_combine(plan, [r[i] for r in found]) for i, plan in enumerate(plans)]
+
+
+def run_configs(
+    configs: list[dict[str, Any]], world: int, steps: int, threads: int = 1, profile: bool = False
+) -> list[list[dict[str, Any]]]:
+    """Per rank, the measurements of each run config (any ``parallel`` section, e.g. a plugin's
+    strategy) trained in turn by ``world`` fresh workers."""
+    from xirang_core.comm.launch import run_group
+
+    return run_group(_measure_plans, world, configs, steps, profile, threads=threads)
 
 
 def _combine(plan: ParallelPlan, results: list[dict[str, Any]]) -> Measurement:
@@ -105,36 +104,11 @@ def _combine(plan: ParallelPlan, results: list[dict[str, Any]]) -> Measurement:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _worker(
-    rank: int,
-    world: int,
-    port: int,
-    configs: list[dict[str, Any]],
-    steps: int,
-    threads: int,
-    profile: bool,
-    out: str,
-) -> None:
-    import torch
-    import torch.distributed as dist
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
-    torch.set_num_threads(threads)
-    if world > 1:
-        dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        results = [_train_and_measure(c, rank, world, steps, profile) for c in configs]
-        Path(out, f"rank-{rank:04d}.json").write_text(json.dumps(results))
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+def _measure_plans(
+    rank: int, world: int, configs: list[dict[str, Any]], steps: int, profile: bool
+) -> list[dict[str, Any]]:
+    """One worker's part of a smoke run (inside the process group ``run_group`` opened)."""
+    return [_train_and_measure(c, rank, world, steps, profile) for c in configs]
 
 
 def _train_and_measure(
@@ -264,6 +238,27 @@ def _profile_shares(trainer: Any, step: int) -> dict[str, float]:
 
 def as_dict(m: Measurement) -> dict[str, Any]:
     return asdict(m)
+
+
+def concurrent_rates(
+    config: dict[str, Any], micro_batches: list[int], workers: int
+) -> dict[int, float]:
+    """:func:`measured_rate` per micro-batch size with ``workers`` processes measuring at once,
+    so that cores (and memory bandwidth) shared between workers count; the slowest rank's."""
+    from xirang_core.comm.launch import run_group
+
+    per_rank = run_group(_rates, workers, config, micro_batches)
+    return {mb: min(r[i] for r in per_rank) for i, mb in enumerate(micro_batches)}
+
+
+def _rates(rank: int, world: int, config: dict[str, Any], micro_batches: list[int]) -> list:
+    import torch.distributed as dist
+
+    rates = []
+    for mb in micro_batches:
+        dist.barrier()
+        rates.append(measured_rate(config, mb))
+    return rates
 
 
 def measured_rate(config: dict[str, Any], micro_batch: int, repeats: int = 3) -> float:

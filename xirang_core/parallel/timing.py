@@ -1,10 +1,10 @@
 """Step time of a plan: compute from model FLOPs over a calibrated rate, collectives from ring
 costs over the links the plan's groups use, and the pipeline bubble.
 
-Collective costs follow nccl-tests' bus-bandwidth model: all-reduce ``(S/B)·2(n−1)/n``,
-reduce-scatter and all-gather ``(S/B)·(n−1)/n``, plus ``(n−1)·α`` per ring pass. Communication
-is counted as exposed (not hidden behind compute): on the CPU/gloo path it is, and elsewhere
-this keeps the ranking conservative for the communication-heavy plans.
+Collective costs are the ring model of :mod:`xirang_core.comm.cost_model` (nccl-tests' bus
+bandwidth: all-reduce ``(S/B)·2(n−1)/n + 2(n−1)α``, reduce-scatter and all-gather half that).
+Communication is counted as exposed (not hidden behind compute): on the CPU/gloo path it is,
+and elsewhere this keeps the ranking conservative for the communication-heavy plans.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from xirang_core.comm.cost_model import Link, ring_time
 from xirang_core.parallel.cluster import Cluster
 from xirang_core.parallel.memory import stage_layer_count, stage_params
 from xirang_core.parallel.plan import ModelShape, ParallelPlan
@@ -64,12 +65,9 @@ def predict_time(
     return TimeEstimate(compute=compute, bubble=bubble, comm=comm)
 
 
-def ring(kind: str, nbytes: float, n: int, gbps: float, latency_us: float) -> float:
-    """Seconds of one ring collective of ``nbytes`` over ``n`` ranks."""
-    if n <= 1:
-        return 0.0
-    passes = 2 if kind == "all_reduce" else 1
-    return passes * ((n - 1) / n * nbytes / (gbps * 1e9) + (n - 1) * latency_us * 1e-6)
+def _link(cluster: Cluster, group: int, stride: int) -> Link:
+    """The link a ring of ``group`` ranks spaced ``stride`` apart runs over."""
+    return Link(cluster.latency_us * 1e-6, cluster.link_gbps(group, stride) * 1e9)
 
 
 def _tp_comm(shape: ModelShape, plan: ParallelPlan, cluster: Cluster) -> float:
@@ -80,8 +78,7 @@ def _tp_comm(shape: ModelShape, plan: ParallelPlan, cluster: Cluster) -> float:
         return 0.0
     layers = max(stage_layer_count(shape.layers, s, plan.pp) for s in range(plan.pp))
     nbytes = plan.micro_batch * shape.seq_len * shape.hidden * cluster.dtype_bytes
-    gbps = cluster.link_gbps(plan.tp, 1)
-    per = ring("all_reduce", nbytes, plan.tp, gbps, cluster.latency_us)
+    per = ring_time("all_reduce", nbytes, plan.tp, _link(cluster, plan.tp, 1))
     count = 6 if plan.recompute == "full" else 4
     return layers * count * per
 
@@ -91,8 +88,8 @@ def _pp_comm(shape: ModelShape, plan: ParallelPlan, cluster: Cluster) -> float:
     if plan.pp == 1:
         return 0.0
     nbytes = plan.micro_batch * shape.seq_len * shape.hidden * cluster.dtype_bytes
-    gbps = cluster.link_gbps(plan.pp, plan.dp * plan.tp)
-    return 2 * (nbytes / (gbps * 1e9) + cluster.latency_us * 1e-6)
+    link = _link(cluster, plan.pp, plan.dp * plan.tp)
+    return 2 * (nbytes / link.bandwidth_bps + link.latency_s)
 
 
 def _dp_comm(shape: ModelShape, plan: ParallelPlan, global_batch: int, cluster: Cluster) -> float:
@@ -107,14 +104,13 @@ def _dp_comm(shape: ModelShape, plan: ParallelPlan, global_batch: int, cluster: 
     stage = max(range(plan.pp), key=lambda s: stage_params(shape, plan, s).total)
     params = stage_params(shape, plan, stage)
     nbytes = params.total * cluster.dtype_bytes
-    gbps = cluster.link_gbps(plan.dp, plan.tp)
-    alpha = cluster.latency_us
+    link = _link(cluster, plan.dp, plan.tp)
     if plan.zero == 0:
         buckets = max(1, math.ceil(nbytes / DDP_BUCKET))
-        return buckets * ring("all_reduce", nbytes / buckets, plan.dp, gbps, alpha)
+        return buckets * ring_time("all_reduce", nbytes / buckets, plan.dp, link)
     units = stage_layer_count(shape.layers, stage, plan.pp) + 1
     m = plan.micro_batches(global_batch)
     gathers = {1: 1, 2: m, 3: 2 * m}[plan.zero]
     reduces = 1 if plan.zero == 1 else m
-    one_pass = units * ring("all_gather", nbytes / units, plan.dp, gbps, alpha)
+    one_pass = units * ring_time("all_gather", nbytes / units, plan.dp, link)
     return (gathers + reduces) * one_pass

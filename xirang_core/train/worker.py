@@ -113,7 +113,8 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
         ctx=ctx,
         model=model,
         wrapped=wrapped,
-        optimizer=build_optimizer(model, config["optim"]),
+        # a strategy that must wrap the optimizer with the model (Colossal-AI's Booster) made it
+        optimizer=getattr(strategy, "optimizer", None) or build_optimizer(model, config["optim"]),
         train=train,
         val=val,
         settings=settings,
