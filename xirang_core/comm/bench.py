@@ -34,8 +34,11 @@ def main(argv: list[str]) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="xirang bench comm", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="xirang bench comm",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--workers", default="1,2,4", help="worker counts; 1 is the baseline")
     p.add_argument("--options", default="gloo,fp16,powersgd,topk", help="comm options to scale")
     p.add_argument("--sizes", default="4096,65536,1048576,4194304", help="message bytes")
@@ -61,7 +64,8 @@ def run_comm_bench(args: argparse.Namespace) -> dict[str, Any]:
     if args.cluster:
         cluster = ClusterDescription.load(args.cluster)
     predictions = predict(
-        cluster, _ints(args.predict_workers, "--predict-workers"),
+        cluster,
+        _ints(args.predict_workers, "--predict-workers"),
         _ints(args.predict_sizes, "--predict-sizes"),
     )
     return {
@@ -71,9 +75,13 @@ def run_comm_bench(args: argparse.Namespace) -> dict[str, Any]:
         "scaling": scaling,
         "bytes_per_step_plain": grad_bytes,
         "bottleneck": bottleneck(rows, scaling),
-        "cluster": {"nodes": cluster.nodes, "devices_per_node": cluster.devices_per_node,
-                    "intra": cluster.intra.describe(), "inter": cluster.inter.describe(),
-                    "source": args.cluster or "fitted on this machine"},
+        "cluster": {
+            "nodes": cluster.nodes,
+            "devices_per_node": cluster.devices_per_node,
+            "intra": cluster.intra.describe(),
+            "inter": cluster.inter.describe(),
+            "source": args.cluster or "fitted on this machine",
+        },
         "predictions": predictions,
     }
 
@@ -119,16 +127,22 @@ def scaling_rows(workers: list[int], options: list[str], steps: int) -> list[dic
     for option in options:
         extra = {"start_iter": settings.warmup_steps} if option == "powersgd" else {}
         for world in (p for p in workers if p > 1):
-            run = TrainSettings(option=option, option_settings=extra, steps=steps,
-                                warmup_steps=settings.warmup_steps)
+            run = TrainSettings(
+                option=option,
+                option_settings=extra,
+                steps=steps,
+                warmup_steps=settings.warmup_steps,
+            )
             result = run_group(train, world, run)[0]
             comm = result.pop("comm")
-            rows.append({
-                **result,
-                "efficiency": result["tokens_per_s"] / (world * base["tokens_per_s"]),
-                "hidden_frac": comm["overlap"]["hidden_frac"],
-                "bottleneck": comm["bottleneck"],
-            })
+            rows.append(
+                {
+                    **result,
+                    "efficiency": result["tokens_per_s"] / (world * base["tokens_per_s"]),
+                    "hidden_frac": comm["overlap"]["hidden_frac"],
+                    "bottleneck": comm["bottleneck"],
+                }
+            )
     return rows
 
 
@@ -141,7 +155,9 @@ def local_cluster(links: dict[str, Link], workers: list[int]) -> ClusterDescript
 def predict(cluster: ClusterDescription, worlds: list[int], sizes: list[int]) -> list[dict]:
     return [
         {"op": op, "bytes": size, "world": world, **cluster.predict(op, size, world)}
-        for op in OPS for size in sizes for world in worlds
+        for op in OPS
+        for size in sizes
+        for world in worlds
     ]
 
 

@@ -9,8 +9,16 @@ from typing import Any
 
 TABLES = {
     "collectives": ("op", "world", "bytes", "seconds", "bus_gbps", "of_stated"),
-    "scaling": ("option", "world", "tokens_per_s", "efficiency", "wire_bytes_per_step",
-                "hidden_frac", "bottleneck", "final_loss"),
+    "scaling": (
+        "option",
+        "world",
+        "tokens_per_s",
+        "efficiency",
+        "wire_bytes_per_step",
+        "hidden_frac",
+        "bottleneck",
+        "final_loss",
+    ),
     "predictions": ("op", "world", "bytes", "seconds", "bottleneck"),
 }
 PLOT_FILE = "bench_comm.png"
@@ -56,17 +64,22 @@ def plot(results: dict[str, Any], path: Path) -> None:
     rows = results["collectives"]
     for op, world in sorted({(r["op"], r["world"]) for r in rows}):
         line = [r for r in rows if r["op"] == op and r["world"] == world]
-        bw_ax.plot([r["bytes"] for r in line], [r["bus_gbps"] for r in line], "o-",
-                   label=f"{op} p={world}")
+        bw_ax.plot(
+            [r["bytes"] for r in line], [r["bus_gbps"] for r in line], "o-", label=f"{op} p={world}"
+        )
     bw_ax.axhline(results["stated_bandwidth_bps"] / 1e9, color="gray", ls="--", label="stated")
-    bw_ax.set(xscale="log", yscale="log", xlabel="message bytes", ylabel="bus bandwidth GB/s",
-              title="collectives")
+    bw_ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="message bytes",
+        ylabel="bus bandwidth GB/s",
+        title="collectives",
+    )
     bw_ax.legend(fontsize=7)
     scaling = results["scaling"]
     for option in sorted({r["option"] for r in scaling if r["option"] != "single"}):
         line = [r for r in scaling if r["option"] in (option, "single")]
-        eff_ax.plot([r["world"] for r in line], [r["efficiency"] for r in line], "o-",
-                    label=option)
+        eff_ax.plot([r["world"] for r in line], [r["efficiency"] for r in line], "o-", label=option)
     eff_ax.set(xlabel="workers", ylabel="scaling efficiency", title="scaling", ylim=(0, 1.1))
     eff_ax.legend(fontsize=7)
     fig.tight_layout()
