@@ -41,6 +41,8 @@ class Proxy:
     def cut(self) -> None:
         listener, self.listener = self.listener, None
         if listener:
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread, frees the port
             listener.close()
         for conn in self.open_conns:
             conn.close()
@@ -74,6 +76,7 @@ class Proxy:
 class S3Server:
     url: str
     proxy: Proxy
+    secret: str = SECRET
     bucket: str = "xirang-test"
 
 

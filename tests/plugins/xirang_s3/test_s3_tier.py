@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.plugins.xirang_s3.conftest import SECRET, S3Server
 from xirang_core.data.cli import main as data_cli
 from xirang_core.data.fetch import TierSettings
 from xirang_core.data.prepare import PrepareSettings, prepare
@@ -26,7 +25,7 @@ from xirang_core.storage.retry import RetryPolicy
 _names = itertools.count()
 
 
-def prefix(server: S3Server) -> str:
+def prefix(server) -> str:
     return f"s3://{server.bucket}/ds{next(_names)}"
 
 
@@ -52,7 +51,7 @@ def test_prepare_list_and_verify_on_s3(s3_server, tmp_path: Path, capsys) -> Non
     assert data_cli(["snapshots", dst]) == 0
     assert data_cli(["verify", dst]) == 0
     out = capsys.readouterr().out
-    assert made["snapshot"] in out and SECRET not in out
+    assert made["snapshot"] in out and s3_server.secret not in out
 
 
 def test_sync_moves_only_what_the_destination_lacks(s3_server, tmp_path: Path) -> None:
@@ -69,7 +68,7 @@ def test_sync_moves_only_what_the_destination_lacks(s3_server, tmp_path: Path) -
     assert third.moved == 1 and third.skipped == len(snap.shards) - 1
     assert load(remote, newer.id).id == newer.id
     manifest = remote.read(f"snapshots/{newer.id}.json").decode()
-    assert SECRET not in manifest and "xirang-test-key" not in manifest
+    assert s3_server.secret not in manifest and "xirang-test-key" not in manifest
 
 
 def _read_all(reader: ShardReader) -> list[int]:
@@ -77,7 +76,7 @@ def _read_all(reader: ShardReader) -> list[int]:
 
 
 def test_reader_streams_from_s3_through_a_bounded_disk_cache(s3_server, tmp_path: Path) -> None:
-    local, snap = local_dataset(tmp_path)
+    local, snap = local_dataset(tmp_path, n=1200, per_shard=100)  # several takes of 64 batches
     remote = tier_for(prefix(s3_server))
     sync(local, remote)
     largest = max(s.bytes for s in snap.shards)
@@ -88,14 +87,14 @@ def test_reader_streams_from_s3_through_a_bounded_disk_cache(s3_server, tmp_path
         prefetch_shards=2,
     )
     reader = ShardReader(snap, remote, ReadSettings(batch_size=8, block_shards=1), tiers)
-    assert sorted(_read_all(reader)) == list(range(120))
+    assert sorted(_read_all(reader)) == list(range(1200))
     cached = sum(p.stat().st_size for p in (tmp_path / "cache").rglob("*.arrow"))
     assert 0 < cached <= 3 * largest
     assert reader.fetcher.disk.evictions > 0
 
 
 def test_an_origin_outage_mid_epoch_is_ridden_out(s3_server, tmp_path: Path) -> None:
-    local, snap = local_dataset(tmp_path, n=160)
+    local, snap = local_dataset(tmp_path, n=1600, per_shard=100)  # three takes of 64 batches
     remote = tier_for(prefix(s3_server), {"name": "s3", "max_attempts": 1})  # xirang retries
     sync(local, remote)
     tiers = TierSettings(
@@ -113,7 +112,7 @@ def test_an_origin_outage_mid_epoch_is_ridden_out(s3_server, tmp_path: Path) -> 
             s3_server.proxy.cut()
             threading.Timer(1.5, lambda: (s3_server.proxy.restore(), restored.set())).start()
     assert after_restore > 0 and reader.fetcher.throttle.retries > 0  # waited, went on
-    assert sorted(seen) == list(range(160))  # every sample exactly once
+    assert sorted(seen) == list(range(1600))  # every sample exactly once
 
 
 def test_training_config_reads_s3_with_storage_s3_cache(s3_server, tmp_path: Path) -> None:
