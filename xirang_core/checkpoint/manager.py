@@ -75,7 +75,7 @@ class CheckpointManager:
         self.config, self.hook, self.fail_hook = config or {}, hook, fail_hook
         self.store.chunks.dedupe = settings.incremental
         distributed = dist.is_available() and dist.is_initialized() and ctx.world_size > 1
-        group = dist.new_group(backend="gloo") if distributed else None
+        group = dist.new_group(backend="gloo") if distributed else None  # apart from training
         self.peers = Collective(ctx.rank, ctx.world_size, group)
         self.interval = Interval.parse(settings.interval)
         self.policy = IntervalPolicy(self.interval, settings.mtbf_hours, 1)

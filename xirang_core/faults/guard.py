@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from xirang_core.checkpoint.chunks import chunk_key
 from xirang_core.checkpoint.config import CheckpointConfig
 from xirang_core.checkpoint.events import record_event
 from xirang_core.checkpoint.manager import CheckpointManager
@@ -48,6 +49,8 @@ class RunGuard:
             getattr(parts, "strategy", None),
             injector.fail_hook if injector else None,
         )
+        if injector is not None:
+            injector.corrupt_latest = lambda: corrupt_newest(manager)
         settings = CheckpointConfig(**(config.get("checkpoint") or {}))
         heartbeat = Heartbeat(ctx.run_dir, ctx.rank, settings.heartbeat_s, settings.hang_timeout_s)
         guard = cls(manager, heartbeat.start(), injector)
@@ -67,6 +70,23 @@ class RunGuard:
             return self.manager.finish(step)
         finally:
             self.heartbeat.stop()
+
+
+def corrupt_newest(manager: CheckpointManager) -> int | None:
+    """Drills only: flip one byte of a chunk that only the newest checkpoint holds."""
+    manager.wait()
+    cands = [c for c in manager.store.candidates() if c.manifest is not None]
+    if not cands:
+        return None
+    older = set().union(*(c.manifest.chunks() for c in cands[1:]))
+    mine = sorted(cands[0].manifest.chunks() - older)
+    if not mine:
+        return None
+    key = chunk_key(mine[0])
+    data = bytearray(manager.store.tier.read(key))
+    data[len(data) // 2] ^= 0xFF
+    manager.store.tier.write(key, bytes(data))
+    return cands[0].step
 
 
 def check_health(config: dict[str, Any], ctx: Any, registry: Any) -> None:

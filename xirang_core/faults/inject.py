@@ -4,6 +4,9 @@
       kill: [[step, rank], ...]    SIGKILL that worker at the end of that step
       fail_save: [step, ...]       that step's save fails midway through writing its chunks
       storage_down: [from, to]     every save in those steps fails: the origin is unreachable
+      corrupt: [step, ...]         at the end of that step, flip a byte of the newest
+                                   checkpoint, then kill the main worker: the restart must
+                                   detect it and resume from the one before
 
 Each fault fires once per run, whatever the restarts: a marker under ``<run dir>/drill/`` is
 written before it fires, so a restarted worker that passes the same step again trains on.
@@ -27,8 +30,16 @@ class InjectedFault(OSError):
 
 
 class FaultInjector:
-    def __init__(self, drill: dict[str, Any], run_dir: str, rank: int) -> None:
+    def __init__(
+        self,
+        drill: dict[str, Any],
+        run_dir: str,
+        rank: int,
+        corrupt_latest: Callable[[], int | None] | None = None,
+    ) -> None:
         self.kills = {(int(s), int(r)) for s, r in drill.get("kill", [])}
+        self.corrupts = {int(s) for s in drill.get("corrupt", [])}
+        self.corrupt_latest = corrupt_latest
         self.fail_saves = {int(s) for s in drill.get("fail_save", [])}
         down = drill.get("storage_down") or []
         self.down = range(int(down[0]), int(down[1]) + 1) if down else range(0)
@@ -37,7 +48,7 @@ class FaultInjector:
 
     @property
     def active(self) -> bool:
-        return bool(self.kills or self.fail_saves or self.down)
+        return bool(self.kills or self.fail_saves or self.down or self.corrupts)
 
     def _once(self, name: str) -> bool:
         """True the first time ``name`` is claimed in this run (across restarts)."""
@@ -50,8 +61,15 @@ class FaultInjector:
 
     def on_step_end(self, step: int) -> None:
         if (step, self.rank) in self.kills and self._once(f"kill-{step}-{self.rank}"):
-            record_event(self.run_dir, "kill", step=step, rank=self.rank)
-            os.kill(os.getpid(), signal.SIGKILL)
+            self._kill(step)
+        if step in self.corrupts and self.rank == 0 and self._once(f"corrupt-{step}"):
+            damaged = self.corrupt_latest() if self.corrupt_latest else None
+            record_event(self.run_dir, "corrupt", step=step, checkpoint=damaged)
+            self._kill(step)
+
+    def _kill(self, step: int) -> None:
+        record_event(self.run_dir, "kill", step=step, rank=self.rank)
+        os.kill(os.getpid(), signal.SIGKILL)
 
     def fail_hook(self, step: int) -> Callable[[int], None] | None:
         """For the save at ``step``: a callable that breaks chunk writes, or None."""

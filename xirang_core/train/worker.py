@@ -73,8 +73,28 @@ def open_worker(config: dict[str, Any], run_dir: str, registry: Registry) -> Wor
     device = backend.torch_device(local_rank)
     ctx = WorkerContext(rank, local_rank, world_size, device, run_dir, config)
     if world_size > 1:
-        dist.init_process_group(backend=config["runtime"]["collective_backend"])
+        backend_name = config["runtime"]["collective_backend"]
+        store = restart_store(world_size)
+        if store is None:
+            dist.init_process_group(backend=backend_name)
+        else:
+            dist.init_process_group(backend_name, store=store, rank=rank, world_size=world_size)
     return ctx
+
+
+def restart_store(world_size: int) -> Any:
+    """Under the elastic agent, its store with a prefix per restart attempt; None otherwise.
+
+    The agent keeps one store across restarts, and process groups publish their peers'
+    addresses under fixed keys in it: a restarted worker could read an address a dead peer left
+    behind and fail (or hang) connecting. A fresh prefix per attempt keeps the keys apart."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    agent = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False
+    )
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"/xirang/attempt_{attempt}", agent)
 
 
 def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> Assembly:
