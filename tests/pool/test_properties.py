@@ -102,6 +102,10 @@ class PoolMachine(RuleBasedStateMachine):
         free = {d for n in self.engine.cluster.nodes for d in n.free}
         assert not free & set(held)
         assert len(free) + len(held) == self.engine.cluster.size
+        cluster = self.engine.cluster
+        healthy_free = sum(len(n.free) for n in cluster.nodes if n.healthy)
+        assert cluster.free_devices() == healthy_free
+        assert cluster.stranded == sum(cluster._stranded(n) for n in cluster.nodes)
 
     @invariant()
     def no_job_lost(self) -> None:

@@ -52,9 +52,11 @@ class Cluster:
             raise PoolError("the cluster has no nodes; list at least one under 'nodes'")
         self.types = sorted({n.type for n in self.nodes})
         self.max_size = {t: max(n.size for n in self.nodes if n.type == t) for t in self.types}
+        self.total = {t: sum(n.size for n in self.nodes if n.type == t) for t in self.types}
         self._buckets: dict[str, list[set[int]]] = {}
         self.type_free: dict[str, int] = {}
         self.total_free = 0
+        self.stranded = 0
         self.leaf_free: dict[tuple[str, str], int] = defaultdict(int)
         self.spine_free: dict[tuple[str, str], int] = defaultdict(int)
         self.reindex()
@@ -89,12 +91,19 @@ class Cluster:
         self._buckets = {t: [set() for _ in range(self.max_size[t] + 1)] for t in self.types}
         self.type_free = dict.fromkeys(self.types, 0)
         self.total_free = 0
+        self.stranded = sum(self._stranded(n) for n in self.nodes)
         self.leaf_free.clear()
         self.spine_free.clear()
         for node in self.nodes:
             if node.healthy:
                 self._count(node, len(node.free))
                 self._buckets[node.type][len(node.free)].add(node.id)
+
+    @staticmethod
+    def _stranded(node: Node) -> int:
+        """Free devices of a healthy, partly used node: what fragmentation counts."""
+        free = len(node.free)
+        return free if node.healthy and 0 < free < node.size else 0
 
     def _count(self, node: Node, delta: int) -> None:
         self.total_free += delta
@@ -109,6 +118,9 @@ class Cluster:
         return len(self.device_node)
 
     def capacity(self, device_type: str, healthy_only: bool = True) -> int:
+        """Devices of ``device_type``: healthy ones, or all (healthy or drained)."""
+        if not healthy_only:
+            return self.total.get(device_type, 0)
         return sum(
             n.size for n in self.nodes if n.type == device_type and (n.healthy or not healthy_only)
         )
@@ -135,13 +147,7 @@ class Cluster:
 
     def fragmentation(self) -> float:
         """Share of free healthy devices stranded on partly used nodes (0 = none stranded)."""
-        free = stranded = 0
-        for node in self.nodes:
-            if node.healthy and node.free:
-                free += len(node.free)
-                if len(node.free) < node.size:
-                    stranded += len(node.free)
-        return stranded / free if free else 0.0
+        return self.stranded / self.total_free if self.total_free else 0.0
 
     def free_devices(self) -> int:
         return self.total_free
@@ -164,12 +170,14 @@ class Cluster:
     def _move(self, node: Node, device: int, taken: bool) -> None:
         """Take or free one device of ``node``, keeping the indices in step."""
         before = len(node.free)
+        self.stranded -= self._stranded(node)
         if node.healthy:
             self._buckets[node.type][before].discard(node.id)
         if taken:
             node.free.discard(device)
         else:
             node.free.add(device)
+        self.stranded += self._stranded(node)
         if not node.healthy:
             return
         self._count(node, len(node.free) - before)
@@ -181,6 +189,13 @@ class Cluster:
         if node.healthy == healthy:
             return node
         count = len(node.free)
+        self.stranded -= self._stranded(node)
+        self._set_healthy(node, healthy, count)
+        self.stranded += self._stranded(node)
+        return node
+
+    def _set_healthy(self, node: Node, healthy: bool, count: int) -> None:
+        """Flip a node's health, moving its free devices into or out of the indices."""
         if healthy:
             node.healthy = True
             self._count(node, count)
@@ -189,4 +204,3 @@ class Cluster:
             self._buckets[node.type][count].discard(node.id)
             self._count(node, -count)
             node.healthy = False
-        return node
