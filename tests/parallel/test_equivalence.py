@@ -69,8 +69,8 @@ def test_loss_matches_single_process(name: str, measured: dict, reference: list[
 def test_checkpoint_moves_between_strategies(
     tiny_config: dict[str, Any], reference: list[float], tmp_path: Path
 ) -> None:
-    """Saved after 4 steps under FSDP (ZeRO-3), resumed under pipeline, tensor + sequence
-    parallel and DDP: each continues the single-process trajectory."""
+    """Saved after 4 steps under FSDP (ZeRO-3), resumed under pipeline and under tensor +
+    sequence parallel: each continues the single-process trajectory."""
     saved = str(tmp_path / "step4")
     save = {**tiny_config, "smoke": {"save": saved}}
     run_plans(save, [ParallelPlan(dp=2, zero=3, micro_batch=2)], 4)
@@ -78,7 +78,6 @@ def test_checkpoint_moves_between_strategies(
     targets = [
         ParallelPlan(pp=2, micro_batch=2),
         ParallelPlan(tp=2, sp=True, micro_batch=4),
-        ParallelPlan(dp=2, zero=0, micro_batch=2),
     ]
     for plan, run in zip(targets, run_plans(load, targets, STEPS - 4), strict=True):
         assert rel_diff(run.losses, reference[4:]) < TOLERANCE, (plan.label(), run.losses)

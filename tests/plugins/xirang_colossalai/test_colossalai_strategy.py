@@ -7,8 +7,9 @@ import importlib.util
 
 import pytest
 import torch
+from xirang_colossalai.strategy import ColossalStrategy
 
-from xirang_core.errors import ConfigError
+from xirang_core.errors import ConfigError, PluginError
 from xirang_core.plugins import get_registry
 from xirang_core.specs import WorkerContext
 
@@ -21,9 +22,15 @@ def test_listed_with_install_hint() -> None:
     assert "--no-deps colossalai==0.5.0" in spec.install
 
 
+@pytest.mark.skipif(HAVE_COLOSSAL, reason="checks the behaviour without Colossal-AI")
+def test_selecting_it_without_colossalai_says_how_to_install() -> None:
+    with pytest.raises(PluginError, match=r"--no-deps colossalai==0\.5\.0"):
+        get_registry().load("parallel", "colossalai")
+
+
 @pytest.mark.parametrize("plugin", ["low_level_zero", "gemini", "hybrid_parallel"])
 def test_gpu_only_plugins_refused_on_cpu(plugin: str) -> None:
-    strategy = get_registry().load("parallel", "colossalai")(plugin=plugin)
+    strategy = ColossalStrategy(plugin=plugin)
     ctx = WorkerContext(0, 0, 1, torch.device("cpu"), "", {})
     with pytest.raises(ConfigError, match="needs a GPU"):
         strategy.wrap(torch.nn.Linear(2, 2), ctx)
@@ -31,7 +38,7 @@ def test_gpu_only_plugins_refused_on_cpu(plugin: str) -> None:
 
 def test_unknown_plugin_lists_valid_ones() -> None:
     with pytest.raises(ConfigError, match="torch_ddp"):
-        get_registry().load("parallel", "colossalai")(plugin="zero_bubble")
+        ColossalStrategy(plugin="zero_bubble")
 
 
 @pytest.mark.skipif(not HAVE_COLOSSAL, reason="Colossal-AI is an optional install")

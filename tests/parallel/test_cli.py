@@ -1,0 +1,33 @@
+"""From the command line: a plan that cannot work stops before any worker starts; auto runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def test_impossible_plan_refused_before_launch(run_xirang) -> None:
+    result = run_xirang("trainer.nproc=3", "trainer.global_batch=12", "parallel=tp")
+    assert result.returncode != 0
+    assert "tp=3 does not divide the 4 heads" in result.stderr
+    assert "Nearest valid plans" in result.stderr
+    assert "worker rank" not in result.stderr  # refused in the launcher, not by a worker
+
+
+@pytest.mark.slow
+def test_parallel_auto_trains_with_the_chosen_plan(run_xirang, tmp_path) -> None:
+    result = run_xirang(
+        "parallel=auto",
+        "trainer.nproc=2",
+        "trainer.max_steps=2",
+        "trainer.sample_tokens=0",
+        "model.n_layer=2",
+        "model.n_embd=32",
+        "model.n_head=2",
+        "data.seq_len=32",
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "parallel=auto chose" in result.stderr + result.stdout
+    summary = json.loads(next(tmp_path.rglob("summary.json")).read_text())
+    assert summary["steps"] == 2 and summary["world_size"] == 2
