@@ -176,6 +176,18 @@ def _operator_token(state: Path) -> tuple[str, str]:
     return path.read_text().strip(), str(path)
 
 
+def _slurm_cluster_file(args: argparse.Namespace, store: Any) -> str | None:
+    """With the Slurm executor and no cluster file, the nodes come from ``scontrol``."""
+    if args.executor != "slurm" or store.initialised():
+        return None
+    import yaml
+    from xirang_slurm.inventory import nodes
+
+    path = Path(args.state).with_name(Path(args.state).name + ".cluster.yaml")
+    path.write_text(yaml.safe_dump({"nodes": nodes()}))
+    return str(path)
+
+
 def _executor(name: str) -> Any:
     if name == "slurm":
         from xirang_slurm.executor import SlurmExecutor

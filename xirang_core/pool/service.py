@@ -26,6 +26,7 @@ from xirang_core.pool.cluster import Cluster
 from xirang_core.pool.engine import Event, PoolEngine
 from xirang_core.pool.errors import PoolError
 from xirang_core.pool.jobs import Job, check_cards, parse_priority, priority_name
+from xirang_core.pool.placement import span
 from xirang_core.pool.policy import load_policy
 from xirang_core.pool.quota import Project
 from xirang_core.pool.store import PoolStore
@@ -37,7 +38,7 @@ MAX_NAME = 200
 class Executor(Protocol):
     """Runs what the pool placed: told when a job starts and when it must stop."""
 
-    def start(self, job: Job, nodes: list[str]) -> None: ...
+    def start(self, job: Job, nodes: list[str], leaves: int = 1) -> Any: ...
 
     def stop(self, job: Job, reason: str) -> None: ...
 
@@ -53,7 +54,7 @@ class RecordingExecutor:
         self.started: list[int] = []
         self.stopped: list[int] = []
 
-    def start(self, job: Job, nodes: list[str]) -> None:
+    def start(self, job: Job, nodes: list[str], leaves: int = 1) -> None:
         self.started.append(job.id)
 
     def stop(self, job: Job, reason: str) -> None:
@@ -180,6 +181,8 @@ class PoolService:
             requeued = self.engine.drain(node, now, reason[:MAX_NAME] or "drained by operator")
             for job in requeued:
                 self.executor.stop(job, f"node {node} drained")
+            if hasattr(self.executor, "drain"):  # e.g. Slurm: scontrol update State=DRAIN
+                self.executor.drain(node, reason)
             self._apply(self.engine.schedule(now))
             return {"node": node, "requeued": [j.id for j in requeued]}
 
@@ -298,7 +301,8 @@ class PoolService:
                 continue
             if event.kind == "started" and job.state.value == "running":
                 nodes = sorted({self.engine.cluster.node_of(d).name for d in job.devices})
-                self.executor.start(job, nodes)
+                leaves = span(self.engine.cluster, job.devices)["leaves"]
+                self.executor.start(job, nodes, leaves)
             elif event.kind == "preempted":
                 self.executor.stop(job, f"preempted by job {event.detail.get('by')}")
 

@@ -1,0 +1,25 @@
+"""Slurm as an executor of the pool and as a run scheduler (``scheduler=slurm``): sbatch of a
+script that starts the workers with srun and torchrun on the nodes chosen, node inventory from
+``scontrol show node``, and draining bad nodes with ``scontrol``."""
+
+from pathlib import Path
+
+from xirang import hookimpl
+from xirang.specs import SchedulerSpec
+
+
+@hookimpl
+def xirang_schedulers() -> list[SchedulerSpec]:
+    return [
+        SchedulerSpec(
+            name="slurm",
+            target="xirang_slurm.scheduler:SlurmScheduler",
+            schema="xirang_slurm.scheduler:SlurmConfig",
+            description="sbatch the run's workers (srun + torchrun) on a Slurm cluster and wait",
+        )
+    ]
+
+
+@hookimpl
+def xirang_config_search_paths() -> list[str]:
+    return [f"file://{Path(__file__).parent / 'conf'}"]

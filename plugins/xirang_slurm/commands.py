@@ -1,0 +1,62 @@
+"""Thin, checked wrappers over Slurm's command-line tools."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+from xirang_core.errors import XirangError
+
+
+class SlurmError(XirangError):
+    """A Slurm command is missing or refused a request."""
+
+
+def run(*args: str, input_text: str | None = None, timeout: float = 60.0) -> str:
+    """Run a Slurm tool; its stderr becomes the error message when it fails."""
+    if shutil.which(args[0]) is None:
+        raise SlurmError(
+            f"{args[0]} is not installed here; install Slurm (Debian: apt-get install "
+            "slurm-wlm munge) or run .ci/services/slurm.sh"
+        )
+    proc = subprocess.run(
+        list(args), input=input_text, capture_output=True, text=True, timeout=timeout
+    )
+    if proc.returncode != 0:
+        raise SlurmError(f"{' '.join(args[:2])} failed: {proc.stderr.strip() or proc.stdout}")
+    return proc.stdout
+
+
+def parse_records(text: str) -> list[dict[str, str]]:
+    """``scontrol -o`` output (one record per line of ``Key=Value`` pairs) as dicts."""
+    records = []
+    for line in text.splitlines():
+        record: dict[str, str] = {}
+        key = None
+        for token in line.split():
+            if "=" in token:
+                key, _, value = token.partition("=")
+                record[key] = value
+            elif key:  # a value with spaces, e.g. OS=Linux 6.1 ...
+                record[key] += " " + token
+        if record:
+            records.append(record)
+    return records
+
+
+def drain(node: str, reason: str) -> None:
+    """Take ``node`` out of Slurm's service too (``scontrol update State=DRAIN``)."""
+    run("scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason or 'xirang'}")
+
+
+def resume(node: str) -> None:
+    run("scontrol", "update", f"NodeName={node}", "State=RESUME")
+
+
+def job_state(slurm_id: str) -> tuple[str, int]:
+    """A job's state and exit code from ``scontrol show job`` (no accounting database needed)."""
+    records = parse_records(run("scontrol", "-o", "show", "job", slurm_id))
+    if not records:
+        return "UNKNOWN", -1
+    code = records[0].get("ExitCode", "0:0").split(":")[0]
+    return records[0].get("JobState", "UNKNOWN"), int(code or 0)

@@ -1,0 +1,88 @@
+"""The pool's Slurm executor: each placed job becomes one sbatch job on the chosen nodes.
+
+``xirang pool serve --executor slurm`` uses it. A job's ``payload`` either names a xirang run
+directory (``run_dir``, workers started by torchrun) or a plain ``command`` list run by srun.
+Preemption sends TERM first (the workers checkpoint), then cancels; the pool requeues the job.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from xirang_core.paths import xirang_home
+from xirang_slurm import commands
+from xirang_slurm.script import BatchJob, render
+
+TERMINAL = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "PREEMPTED",
+    "UNKNOWN",
+}
+
+
+def worker_command(run_dir: str) -> list[str]:
+    """The command each worker runs for a xirang run directory (the same worker entry point
+    the local scheduler calls)."""
+    code = "import sys; from xirang_core.train.worker import main; main(sys.argv[1])"
+    return [sys.executable, "-c", code, run_dir]
+
+
+class SlurmExecutor:
+    def __init__(self, workdir: str | Path | None = None, partition: str = "") -> None:
+        self.workdir = Path(workdir or xirang_home() / "slurm")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.partition = partition
+        self.slurm_ids: dict[int, str] = {}
+
+    def start(self, job: Any, nodes: list[str], leaves: int = 1) -> str:
+        """sbatch the job on ``nodes``; returns Slurm's job id."""
+        payload = job.payload or {}
+        per_node = max(1, len(job.devices) // max(1, len(nodes)))
+        batch = BatchJob(
+            name=f"xirang-{job.id}",
+            command=payload.get("command") or worker_command(str(payload.get("run_dir", "."))),
+            nodes=nodes,
+            procs_per_node=per_node,
+            switches=leaves,
+            partition=self.partition,
+            output=str(self.workdir / f"job-{job.id}.out"),
+            torchrun="command" not in payload,
+        )
+        script = self.workdir / f"job-{job.id}.sbatch"
+        script.write_text(render(batch))
+        slurm_id = commands.run("sbatch", "--parsable", str(script)).strip().split(";")[0]
+        self.slurm_ids[job.id] = slurm_id
+        return slurm_id
+
+    def stop(self, job: Any, reason: str) -> None:
+        """Tell the job (TERM: checkpoint now), then cancel it; it is no longer tracked."""
+        slurm_id = self.slurm_ids.pop(job.id, None)
+        if slurm_id is None:
+            return
+        try:
+            commands.run("scancel", "--signal=TERM", "--full", slurm_id)
+            commands.run("scancel", slurm_id)
+        except commands.SlurmError:
+            pass  # it ended on its own meanwhile
+
+    def poll(self) -> list[tuple[int, bool]]:
+        """Jobs that ended since the last poll and whether they succeeded."""
+        ended = []
+        for job_id, slurm_id in list(self.slurm_ids.items()):
+            state, code = commands.job_state(slurm_id)
+            if state.split()[0] in TERMINAL:
+                ended.append((job_id, state.startswith("COMPLETED") and code == 0))
+                del self.slurm_ids[job_id]
+        return ended
+
+    def drain(self, node: str, reason: str) -> None:
+        commands.drain(node, reason)
