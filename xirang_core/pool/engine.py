@@ -9,8 +9,9 @@ that cannot be placed may preempt running jobs the policy allows; preempted jobs
 ``preempted`` event), lose their devices and are requeued with their attained service kept.
 
 Costs are bounded for large pools: queue and running sets are sorted containers kept up to date
-incrementally, the pass stops once nothing is free, backfill looks at most ``max_scan`` jobs and
-at most ``preempt_scan`` jobs may try preemption per pass.
+incrementally, the pass stops once nothing is free, backfill looks at most ``max_scan`` jobs,
+at most ``preempt_scan`` jobs may try preemption per pass and each looks at no more than
+``max_victims`` candidates per group.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class PoolEngine:
         quotas: QuotaBook | None = None,
         max_scan: int = 200,
         preempt_scan: int = 4,
+        max_victims: int = 64,
     ) -> None:
         self.cluster = cluster
         self.throughputs = throughputs
@@ -72,6 +74,7 @@ class PoolEngine:
         self.quotas = quotas or QuotaBook()
         self.max_scan = max_scan
         self.preempt_scan = preempt_scan
+        self.max_victims = max_victims
         self.jobs: dict[int, Job] = {}
         self.queue: SortedList = SortedList()
         self.running: SortedList = SortedList()
@@ -279,12 +282,12 @@ class PoolEngine:
         chosen: dict[int, Job] = {}
         reclaim = self._may_reclaim(job)
         # own project's worse-ranked jobs, then borrowed jobs (worse-ranked, or any on reclaim)
-        for pool, any_rank in (
-            (self._own[(job.project, device_type)], False),
-            (self._borrowed[device_type], reclaim),
-        ):
-            for key, victim_id in reversed(pool):
-                if not any_rank and key[:depth] <= mine:
+        pools = [(self._borrowed[device_type], reclaim)]
+        if job.cards <= self.quotas.projects[job.project].guaranteed:
+            pools.insert(0, (self._own[(job.project, device_type)], False))
+        for pool, any_rank in pools:
+            for looked, (key, victim_id) in enumerate(reversed(pool)):
+                if looked >= self.max_victims or (not any_rank and key[:depth] <= mine):
                     break  # from here on every job ranks as high as the waiting one
                 if victim_id not in chosen:
                     short = self._consider(job, victim_id, chosen, short, now)
