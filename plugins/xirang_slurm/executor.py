@@ -37,6 +37,8 @@ def worker_command(run_dir: str) -> list[str]:
 
 
 class SlurmExecutor:
+    name = "slurm"
+
     def __init__(self, workdir: str | Path | None = None, partition: str = "") -> None:
         self.workdir = Path(workdir or xirang_home() / "slurm")
         self.workdir.mkdir(parents=True, exist_ok=True)

@@ -50,6 +50,8 @@ class RecordingExecutor:
     """The default for ``xirang pool serve``: the submitter runs its own job (the local
     executor), so the service only records what it was told."""
 
+    name = "local"
+
     def __init__(self) -> None:
         self.started: list[int] = []
         self.stopped: list[int] = []
@@ -252,6 +254,7 @@ class PoolService:
             return {
                 "you": "operator" if who == OPERATOR else who,
                 "policy": self.engine.policy.name,
+                "executor": getattr(self.executor, "name", "local"),
                 "types": {
                     t: {"capacity": cluster.capacity(t), "free": cluster.type_free[t]}
                     for t in cluster.types

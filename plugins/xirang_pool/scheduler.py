@@ -1,0 +1,87 @@
+"""``scheduler=pool``: the run becomes a job of the shared pool.
+
+The run is submitted with its project, logical cards, job class and priority; it waits in the
+pool's queue until admitted. With the service's local executor the submitter is the executor:
+once admitted, the workers run here through the local scheduler (torch's elastic launcher for
+several workers) and the end is reported back. With a cluster executor (Slurm) the service
+starts the workers on the nodes it chose and this process only follows the job to its end.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xirang_core.errors import XirangError
+from xirang_core.pool.client import PoolClient
+from xirang_core.specs import JobSpec
+
+
+@dataclass
+class PoolSchedulerConfig:
+    url: str = ""
+    cards: int = 1
+    priority: str = "normal"
+    job_class: str = "default"
+    poll_s: float = 2.0
+
+
+class JobNotRun(XirangError):
+    exit_code = 1
+
+
+class PoolScheduler:
+    def __init__(self, **settings: Any) -> None:
+        self.config = PoolSchedulerConfig(**settings)
+        self.client = PoolClient(self.config.url)
+
+    def launch(self, job: JobSpec, entrypoint: Callable[[str], Any]) -> None:
+        submitted = self.client.submit(
+            project=job.project,
+            cards=self.config.cards,
+            priority=self.config.priority,
+            job_class=self.config.job_class,
+            name=Path(job.run_dir).name,
+            payload={"run_dir": job.run_dir, "nproc": job.nproc},
+        )
+        job_id = submitted["id"]
+        print(f"pool: job {job_id} submitted ({self.config.cards} cards, project {job.project})")
+        try:
+            state = self._wait(job_id, until=("running",))
+            if self.client.call("GET", "/v1/status").get("executor", "local") != "local":
+                return self._follow(job_id)
+            self._run_here(job_id, job, entrypoint, state)
+        except KeyboardInterrupt:
+            self.client.cancel(job_id)
+            raise
+
+    def _run_here(
+        self, job_id: int, job: JobSpec, entrypoint: Callable[[str], Any], state: dict[str, Any]
+    ) -> None:
+        """The local executor: the workers run in this process's care, on this machine."""
+        from xirang_local.scheduler import LocalScheduler
+
+        print(f"pool: job {job_id} admitted on {state['device_type']} devices {state['devices']}")
+        try:
+            LocalScheduler().launch(job, entrypoint)
+        except BaseException:
+            self.client.complete(job_id, ok=False)
+            raise
+        self.client.complete(job_id, ok=True)
+
+    def _follow(self, job_id: int) -> None:
+        final = self._wait(job_id, until=("done", "failed", "cancelled"))
+        if final["state"] != "done":
+            raise JobNotRun(f"pool job {job_id} ended {final['state']}")
+
+    def _wait(self, job_id: int, until: tuple[str, ...]) -> dict[str, Any]:
+        while True:
+            state = self.client.job(job_id)
+            if state["state"] in until:
+                return state
+            if state["state"] in ("done", "failed", "cancelled"):
+                raise JobNotRun(f"pool job {job_id} ended {state['state']} before it ran here")
+            time.sleep(self.config.poll_s)
