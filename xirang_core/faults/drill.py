@@ -63,7 +63,7 @@ def main(argv: list[str]) -> int:
     overrides = with_defaults(args.overrides)
     out = args.out or Path("drills") / time.strftime("%Y%m%d-%H%M%S")
     baseline = out / "baseline"
-    _train(baseline, overrides, [])
+    train_run(baseline, overrides, [])
     scenarios = SCENARIOS if args.scenario == "all" else (args.scenario,)
     reports = [
         run_drill(name, out / name, baseline, overrides, random.Random(args.seed), args.times)
@@ -116,9 +116,9 @@ def run_drill(
     restarts = faults.pop("restarts")
     extra = [
         f"trainer.max_restarts={restarts}",
-        f"+drill={json.dumps(faults, separators=(',', ':'))}",
+        f"+drill={hydra_dict(faults)}",
     ]
-    proc = _train(run_dir, overrides, extra, check=False)
+    proc = train_run(run_dir, overrides, extra, check=False)
     events = read_events(run_dir)
     recovered = proc.returncode == 0 and (run_dir / "summary.json").exists()
     identical = recovered and same_weights(baseline, run_dir)
@@ -162,7 +162,10 @@ def same_weights(a: Path, b: Path) -> bool:
     )
 
 
-def _train(run_dir: Path, overrides: dict[str, str], extra: list[str], check: bool = True) -> Any:
+def train_run(
+    run_dir: Path, overrides: dict[str, str], extra: list[str], check: bool = True
+) -> Any:
+    """One training run through the command line, into ``run_dir``."""
     args = [f"{k}={v}" for k, v in overrides.items()] + extra
     cmd = [sys.executable, "-m", "xirang", *args, f"hydra.run.dir={run_dir.resolve()}"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -188,8 +191,9 @@ def _describe(events: list[dict[str, Any]]) -> str:
 
 
 def _tail(proc: Any) -> str:
-    text = (proc.stderr or proc.stdout or "").strip().splitlines()
-    return text[-1] if text else f"exit status {proc.returncode}"
+    lines = (proc.stderr or proc.stdout or "").strip().splitlines()
+    lines = [line for line in lines if line.strip() and "HYDRA_FULL_ERROR" not in line]
+    return lines[-1] if lines else f"exit status {proc.returncode}"
 
 
 def _print(reports: list[DrillReport]) -> None:
