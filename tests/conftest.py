@@ -26,7 +26,7 @@ def xirang_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def run_xirang(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     """Run ``python -m xirang ARGS`` in a fresh working folder; outputs land under it."""
 
-    def run(*args: str, env: dict[str, str] | None = None, timeout: float = 300):
+    def run(*args: str, env: dict[str, str] | None = None, timeout: float = 1200):
         return subprocess.run(
             [sys.executable, "-m", "xirang", *args],
             cwd=tmp_path,
