@@ -31,3 +31,16 @@ def test_parallel_auto_trains_with_the_chosen_plan(run_xirang, tmp_path) -> None
     assert "parallel=auto chose" in result.stderr + result.stdout
     summary = json.loads(next(tmp_path.rglob("summary.json")).read_text())
     assert summary["steps"] == 2 and summary["world_size"] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["sp", "pp"])
+def test_split_runs_evaluate_and_report(run_xirang, tmp_path, strategy: str) -> None:
+    """End to end through the launcher: every worker evaluates together (the split model's
+    forward is collective), and the summary is written."""
+    result = run_xirang(
+        f"parallel={strategy}", "trainer.nproc=2", "trainer.max_steps=2", "trainer.sample_tokens=4"
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads(next(tmp_path.rglob("summary.json")).read_text())
+    assert summary["val_loss"] > 0 and summary["sample"] == ""

@@ -167,8 +167,10 @@ def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry
         return
     evaluated = parts.wrapped if ctx.mesh is not None else parts.model
     val_loss = evaluate(evaluated, parts.val, ctx.device, EVAL_BATCHES)
-    pipelined = hasattr(parts.wrapped, "xirang_step")
-    sample = "" if pipelined else sample_text(parts.model, config["trainer"], ctx.device)
+    # sampling feeds growing prompts: a pipeline's stages and sequence parallel's even sequence
+    # shards take fixed shapes only
+    fixed_shapes = hasattr(parts.wrapped, "xirang_step") or config["parallel"].get("sp", False)
+    sample = "" if fixed_shapes else sample_text(parts.model, config["trainer"], ctx.device)
     if not ctx.is_main:
         return
     records = records or report.read_metrics(run_dir)[-1:]  # resumed from the final checkpoint
