@@ -22,10 +22,14 @@ OPERATOR = "operator-secret-for-tests"
 @pytest.fixture
 def cluster_file(tmp_path: Path) -> Path:
     path = tmp_path / "cluster.yaml"
-    path.write_text(yaml.safe_dump({
-        "groups": [{"type": "gpu", "nodes": 2, "devices": 4, "prefix": "n"}],
-        "projects": [{"name": "nlp", "guaranteed": 4}, {"name": "cv", "guaranteed": 4}],
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "groups": [{"type": "gpu", "nodes": 2, "devices": 4, "prefix": "n"}],
+                "projects": [{"name": "nlp", "guaranteed": 4}, {"name": "cv", "guaranteed": 4}],
+            }
+        )
+    )
     return path
 
 
@@ -135,7 +139,7 @@ def test_restart_loses_no_queued_or_running_job(tmp_path, pool) -> None:
 
 
 def test_drain_requeues_and_usage_is_metered(pool) -> None:
-    service, url, clock = pool
+    _, url, clock = pool
     operator = PoolClient(url, OPERATOR)
     job = PoolClient(url, _tokens(url)["nlp"]).submit(cards=4)
     node = next(n["name"] for n in operator.call("GET", "/v1/nodes") if n["used"])
