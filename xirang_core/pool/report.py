@@ -35,7 +35,8 @@ def print_answer(answer: dict[str, Any] | list[Any]) -> None:
     if not answer:
         console.print("(none)")
         return
-    columns = [c for c in _JOB_COLUMNS if c in answer[0]] or list(answer[0])
+    is_job = "id" in answer[0] and "cards" in answer[0]
+    columns = [c for c in _JOB_COLUMNS if c in answer[0]] if is_job else list(answer[0])
     table = Table()
     for column in columns:
         table.add_column(column)
