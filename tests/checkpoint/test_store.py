@@ -36,7 +36,8 @@ def commit(store: CheckpointStore, step: int, payload: bytes) -> Manifest:
 def test_chunked_file_reads_back_exactly(data: bytes, chunk: int) -> None:
     chunks = ChunkStore(memory_tier("roundtrip"), chunk_bytes=chunk)
     record, new = chunks.put(data)
-    assert chunks.get("f", record) == data
+    assert bytes(chunks.get("f", record)) == data
+    assert chunks.get("f", record).stream().read() == data
     assert new <= len(data)
     assert chunks.put(data)[1] == 0  # the same bytes again cost nothing
 

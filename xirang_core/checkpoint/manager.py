@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from xirang_core.checkpoint.chunks import CorruptCheckpoint
+from xirang_core.checkpoint.chunks import ChunkedBytes, CorruptCheckpoint
 from xirang_core.checkpoint.config import CheckpointConfig
 from xirang_core.checkpoint.events import record_event
 from xirang_core.checkpoint.interval import Interval, IntervalPolicy
@@ -39,10 +39,10 @@ from xirang_core.checkpoint.snapshot import (
     write_snapshot,
 )
 from xirang_core.checkpoint.state import (
+    StagingBuffers,
     StateAdapter,
     adapter_for,
     capture_rng,
-    copy_to_cpu,
     restore_rng,
 )
 from xirang_core.checkpoint.store import CheckpointStore
@@ -80,6 +80,7 @@ class CheckpointManager:
         self.interval = Interval.parse(settings.interval)
         self.policy = IntervalPolicy(self.interval, settings.mtbf_hours, 1)
         self.pending: Future | None = None
+        self.staging = StagingBuffers()
         self.last_saved = 0
         self.last_result: SaveResult | None = None
 
@@ -138,7 +139,7 @@ class CheckpointManager:
 
     def _choose(
         self, store: CheckpointStore, only: int | None
-    ) -> tuple[int, dict[str, bytes]] | None:
+    ) -> tuple[int, dict[str, ChunkedBytes]] | None:
         """Rank 0: the newest checkpoint whose manifest and chunks all check out, read."""
         for cand in store.candidates():
             if only is not None and cand.step != only:
@@ -160,7 +161,7 @@ class CheckpointManager:
         log.warning("checkpoint step %d is unusable, trying the previous one: %s", step, problem)
         self._event("skip", step=step, reason=problem)
 
-    def _apply(self, files: dict[str, bytes]) -> None:
+    def _apply(self, files: dict[str, ChunkedBytes]) -> None:
         """Put model, optimizer, RNG and data position back from a checkpoint's files."""
         model_sd, optim_sd = self.adapter.get_state_dict(self.model, self.optimizer)
         state = load_tensors(files, {"model": model_sd, "optim": optim_sd}, self.peers)
@@ -168,7 +169,7 @@ class CheckpointManager:
         own = files.get(rank_file(self.ctx.rank))
         if own is None:  # resumed on more workers than saved: start from rank 0's state
             log.info("no saved state for rank %d; using rank 0's RNG state", self.ctx.rank)
-        rank_state = json.loads(own or files[rank_file(0)])
+        rank_state = json.loads(bytes(own or files[rank_file(0)]))
         restore_rng(rank_state["rng"], self.ctx.device)
         loader = getattr(self.reader, "load_state_dict", None)
         if own is not None and loader is not None and rank_state.get("data") is not None:
@@ -210,7 +211,7 @@ class CheckpointManager:
         """The blocking part: a private CPU copy of everything this rank saves."""
         started = time.perf_counter()
         model_sd, optim_sd = self.adapter.get_state_dict(self.model, self.optimizer)
-        tensors = copy_to_cpu({"model": model_sd, "optim": optim_sd})
+        tensors = self.staging.copy({"model": model_sd, "optim": optim_sd})
         state_dict = getattr(self.reader, "state_dict", None)
         rank_state = {
             "rng": capture_rng(self.ctx.device),

@@ -34,8 +34,8 @@ class _WriteBuffer(io.BytesIO):
 class MemoryFileSystem(FileSystemBase):
     """Files as ``{relative path: bytes}``; paths are joined with ``/`` under a root."""
 
-    def __init__(self, store: dict[str, bytes] | None = None) -> None:
-        self.store: dict[str, bytes] = {} if store is None else store
+    def __init__(self, store: dict[str, Any] | None = None) -> None:
+        self.store: dict[str, Any] = {} if store is None else store
 
     @staticmethod
     def _key(path: str | os.PathLike) -> str:
@@ -47,7 +47,9 @@ class MemoryFileSystem(FileSystemBase):
         if "r" in mode:
             if key not in self.store:
                 raise FileNotFoundError(key)
-            yield io.BytesIO(self.store[key])
+            data = self.store[key]
+            stream = getattr(data, "stream", None)  # chunked files are read without joining
+            yield stream() if stream is not None else io.BytesIO(data)
             return
         stream = _WriteBuffer(self.store, key)
         try:

@@ -177,7 +177,7 @@ def _retain_safely(retain: Callable[[], Any]) -> None:
 
 
 def load_tensors(
-    files: dict[str, bytes], template: dict[str, Any], peers: Collective
+    files: dict[str, Any], template: dict[str, Any], peers: Collective
 ) -> dict[str, Any]:
     """Fill ``template`` (this rank's state-dict layout) from a checkpoint's DCP files; DCP
     reshards when the checkpoint was written by another world size or strategy."""

@@ -50,10 +50,34 @@ def adapter_for(strategy: Any) -> StateAdapter:
     return TorchStateAdapter()
 
 
-def copy_to_cpu(tree: Any) -> Any:
-    """A private CPU copy of every tensor: after this returns, training may change the
-    originals while the copy is written in the background."""
-    return tree_map_only(torch.Tensor, lambda t: t.detach().to("cpu", copy=True), tree)
+class StagingBuffers:
+    """Private CPU copies of state tensors, reused from one save to the next.
+
+    After :meth:`copy` returns, training may change the originals while the copies are written
+    in the background. Reusing the buffers turns every save after the first into a plain memory
+    copy, without allocating (and page-faulting) the whole state again; the manager waits for
+    the previous save before copying, so a buffer is never overwritten while it is written."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[int, torch.Tensor] = {}
+
+    def copy(self, tree: Any) -> Any:
+        counter = iter(range(1 << 62))
+        return tree_map_only(torch.Tensor, lambda t: self._stage(next(counter), t), tree)
+
+    def _stage(self, index: int, tensor: torch.Tensor) -> torch.Tensor:
+        source = tensor.detach()
+        buffer = self.buffers.get(index)
+        if (
+            buffer is None
+            or type(source) is not torch.Tensor  # DTensor and friends: a fresh copy each time
+            or buffer.shape != source.shape
+            or buffer.dtype != source.dtype
+        ):
+            buffer = source.to("cpu", copy=True)
+            self.buffers[index] = buffer
+            return buffer
+        return buffer.copy_(source)
 
 
 def capture_rng(device: torch.device) -> dict[str, Any]:

@@ -11,13 +11,13 @@ Layout under the checkpoint root (a folder or an object-store prefix)::
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import fsspec
 
-from xirang_core.checkpoint.chunks import ChunkStore, CorruptCheckpoint
+from xirang_core.checkpoint.chunks import ChunkedBytes, ChunkStore, CorruptCheckpoint
 from xirang_core.checkpoint.manifest import MANIFEST_FILE, Manifest, parse_step_dir, step_dir
 from xirang_core.storage.tier import FsspecTier
 
@@ -79,25 +79,12 @@ class CheckpointStore:
         for name, record in manifest.files.items():
             self.chunks.verify(f"step {manifest.step} {name}", record)
 
-    def read_files(self, manifest: Manifest, names: list[str] | None = None) -> dict[str, bytes]:
+    def read_files(
+        self, manifest: Manifest, names: list[str] | None = None
+    ) -> dict[str, ChunkedBytes]:
         """Verified bytes of the checkpoint's files (all, or ``names``)."""
         wanted = manifest.files if names is None else {n: manifest.files[n] for n in names}
         return {n: self.chunks.get(f"step {manifest.step} {n}", r) for n, r in wanted.items()}
-
-    def load_latest(
-        self, load: Callable[[Manifest, dict[str, bytes]], Any], report: Callable[[str], None]
-    ) -> tuple[Manifest, Any] | None:
-        """Newest checkpoint that reads back intact, passed through ``load``; each skipped one
-        is reported with its reason. None when no checkpoint is usable."""
-        for cand in self.candidates():
-            if cand.manifest is None:
-                report(f"skipping checkpoint step {cand.step}: {cand.problem}")
-                continue
-            try:
-                return cand.manifest, load(cand.manifest, self.read_files(cand.manifest))
-            except CorruptCheckpoint as exc:
-                report(f"skipping checkpoint step {cand.step}: {exc}")
-        return None
 
     def is_kept(self, step: int) -> bool:
         return self.tier.exists(f"{step_dir(step)}/{KEEP_FILE}")
