@@ -52,7 +52,9 @@ def _describe_failure(exc: Any, job: JobSpec) -> str:
     if isinstance(message, dict):
         message = message.get("message", message)
     detail = str(message).strip().splitlines()[-1] if message else f"exit code {failure.exitcode}"
+    from xirang_core.checkpoint.events import recovery_note
+
     return (
         f"worker rank {rank} of {job.nproc} failed after {job.max_restarts} restart(s): {detail} "
-        f"(run directory {job.run_dir})"
+        f"(run directory {job.run_dir}; {recovery_note(job.run_dir)})"
     )

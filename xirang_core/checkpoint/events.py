@@ -26,3 +26,12 @@ def read_events(run_dir: str | Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def recovery_note(run_dir: str | Path) -> str:
+    """One line for a failed run's report: its newest committed checkpoint and how to resume."""
+    saves = [e for e in read_events(run_dir) if e["event"] == "save"]
+    if not saves:
+        return "no checkpoint was committed; the run must start over"
+    step = max(e["step"] for e in saves)
+    return f"latest checkpoint: step {step}; resume with checkpoint.resume={run_dir}"

@@ -42,7 +42,7 @@ DEFAULTS = {
 class DrillReport:
     drill: str
     recovered: bool
-    restarts: int
+    restarts: int  # workers killed, each a restart of the whole run
     recomputed_steps: int
     identical: bool
     detail: str
