@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import fields
 from typing import Any
 
@@ -162,7 +163,7 @@ def _print(report: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 150)  # pipes get the whole table
     c, s = report["cluster"], report["model"]
     console.print(
         f"[bold]{s['layers']} layers, hidden {s['hidden']}, {s['heads']} heads, vocab "
