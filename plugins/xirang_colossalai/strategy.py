@@ -7,6 +7,10 @@
 - gemini: ZeRO-3 with chunked parameter management (GPU only);
 - hybrid_parallel: ``tp`` x ``pp`` x data parallel with ``zero`` and ``micro_batches`` (GPU only).
 
+Only torch_ddp trains today: the other three need ``booster.backward`` (and
+``execute_pipeline``) in place of the loop's ``loss.backward()``, which is not wired yet, so
+they are mapped (``booster_plugin``) but refused at wrap time with that reason.
+
 The Booster needs the optimizer together with the model, so this strategy builds xirang's
 optimizer itself and hands the boosted one to the worker (``optimizer`` attribute).
 """
@@ -47,6 +51,14 @@ class ColossalStrategy:
             raise ConfigError(
                 f"parallel.plugin={self.config.plugin} needs a GPU in Colossal-AI 0.5; on CPU "
                 f"use parallel.plugin=torch_ddp or a native strategy (parallel=fsdp|tp|pp)"
+            )
+        if self.config.plugin in GPU_ONLY:
+            # these train only through booster.backward / execute_pipeline, which xirang's
+            # loop does not drive yet: refusing beats training with gradients left unreduced
+            raise ConfigError(
+                f"parallel.plugin={self.config.plugin}: xirang's loop does not yet drive "
+                f"Colossal-AI's booster.backward; use parallel.plugin=torch_ddp, or the native "
+                f"parallel=fsdp|tp|pp|hybrid"
             )
         from colossalai.booster import Booster
 
