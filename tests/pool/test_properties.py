@@ -30,7 +30,8 @@ class PoolMachine(RuleBasedStateMachine):
             preempt_grace_s=0,
             las_thresholds=(0.5,),
         )
-        self.engine.max_scan = self.engine.preempt_scan = self.engine.max_victims = 10_000
+        self.engine.max_scan = self.engine.preempt_scan = 10_000
+        self.engine.max_victims = self.engine.patience = 10_000
         self.now = 0.0
         self.submitted: set[int] = set()
         self.preempted: set[int] = set()

@@ -9,7 +9,8 @@ that cannot be placed may preempt running jobs the policy allows; preempted jobs
 ``preempted`` event), lose their devices and are requeued with their attained service kept.
 
 Costs are bounded for large pools: queue and running sets are sorted containers kept up to date
-incrementally, the pass stops once nothing is free, backfill looks at most ``max_scan`` jobs,
+incrementally, the pass stops once nothing is free or ``patience`` jobs in a row found no room,
+backfill looks at most ``max_scan`` jobs (Slurm's default queue depth is 100),
 at most ``preempt_scan`` jobs may try preemption per pass and each looks at no more than
 ``max_victims`` candidates per group.
 """
@@ -64,7 +65,8 @@ class PoolEngine:
         throughputs: Throughputs,
         policy: Policy,
         quotas: QuotaBook | None = None,
-        max_scan: int = 200,
+        max_scan: int = 100,
+        patience: int = 32,
         preempt_scan: int = 4,
         max_victims: int = 64,
     ) -> None:
@@ -75,6 +77,7 @@ class PoolEngine:
         self.max_scan = max_scan
         self.preempt_scan = preempt_scan
         self.max_victims = max_victims
+        self.patience = patience
         self.jobs: dict[int, Job] = {}
         self.queue: SortedList = SortedList()
         self.running: SortedList = SortedList()
@@ -194,7 +197,7 @@ class PoolEngine:
         start = len(self.events)
         self._apply_demotions(now)
         deferred: list[Job] = []
-        tries: dict[str, Any] = {"scan": 0, "preempt": 0, "failed": set()}
+        tries: dict[str, Any] = {"scan": 0, "preempt": 0, "misses": 0, "failed": set()}
         for _, job_id in self.queue[: self.max_scan]:
             if self._exhausted(tries):
                 break
@@ -216,13 +219,17 @@ class PoolEngine:
 
     def _exhausted(self, tries: dict[str, Any]) -> bool:
         """Nothing more this pass: scan depth reached, or no free devices and no preemption."""
-        nothing_free = self.cluster.free_devices() == 0
-        return tries["scan"] >= self.max_scan or (nothing_free and not self._can_preempt(tries))
+        if tries["scan"] >= self.max_scan:
+            return True
+        if self._can_preempt(tries):
+            return False
+        return self.cluster.free_devices() == 0 or tries["misses"] >= self.patience
 
     def _hopeless(self, job: Job, tries: dict[str, Any]) -> bool:
         """A job whose shape already failed this pass, when it may not try preemption."""
         if (job.job_class, job.cards) in tries["failed"] and not self._can_preempt(tries):
             tries["scan"] += 1
+            tries["misses"] += 1
             return not self.policy.blocking
         return False
 
@@ -236,6 +243,7 @@ class PoolEngine:
         pass unless a preemption frees some, so it is not tried again until then.
         """
         tries["scan"] += 1
+        tries["misses"] += 1
         if not self.quotas.may_borrow(job):
             return False
         types = self.policy.device_types(job, self)
@@ -246,12 +254,14 @@ class PoolEngine:
                 devices = place(self.cluster, device_type, need) if need else None
                 if devices:
                     self._start(job, device_type, devices, now)
+                    tries["misses"] = 0
                     return True
             tries["failed"].add(shape)
         if self.policy.preempts and tries["preempt"] < self.preempt_scan:
             tries["preempt"] += 1
             if self._preempt_for(job, types, now):
                 tries["failed"].clear()
+                tries["misses"] = 0
                 return True
         return False
 
