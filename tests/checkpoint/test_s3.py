@@ -19,7 +19,9 @@ from xirang_core.specs import WorkerContext
 pytestmark = pytest.mark.service
 
 
-def s3_manager(tmp_path: Path, uri: str, model, optim) -> CheckpointManager:  # noqa: ANN001
+def s3_manager(
+    tmp_path: Path, uri: str, model: torch.nn.Module, optim: torch.optim.Optimizer
+) -> CheckpointManager:
     ctx = WorkerContext(0, 0, 1, torch.device("cpu"), str(tmp_path), {})
     config = {
         "checkpoint": {"uri": uri, "interval": 0, "chunk_mb": 0.05, "keep": 5},
