@@ -35,6 +35,23 @@ def test_batches_depend_only_on_step_and_rank(make_dataset: Make) -> None:
     assert not torch.equal(x, train.get(6, 1)[0])
 
 
+def test_a_step_reads_the_same_rows_on_any_number_of_ranks(make_dataset: Make) -> None:
+    """Resuming on another world size continues the same trajectory: the global batch of a
+    step (documents and windows) does not depend on how it is split over ranks."""
+    tier, _ = make_dataset(n=120, per_shard=20)
+
+    def global_rows(world: int, step: int) -> list[list[int]]:
+        micro, accum = 8 // world // 2, 2
+        rows = []
+        for rank in range(world):
+            train, _ = run_batches(config(tier.root), rank, world, micro, accum)
+            rows += [r for m in range(accum) for r in train.get(step, m)[0].tolist()]
+        return sorted(rows)
+
+    for step in (1, 5):
+        assert global_rows(1, step) == global_rows(2, step) == global_rows(4, step)
+
+
 def test_ranks_read_different_documents(make_dataset: Make) -> None:
     tier, _ = make_dataset(n=120, per_shard=20)
     ranks = [run_batches(config(tier.root), r, 3, 4, 1)[0] for r in range(3)]

@@ -83,10 +83,17 @@ class TokenBatches:
         ).samples
         return order[np.isin(order, self.ids, assume_unique=True)]
 
+    def positions(self, step: int, micro: int) -> np.ndarray:
+        """Reading positions of this rank's rows for (step, micro). Whatever the number of ranks,
+        step ``s`` covers the same global positions, so the optimizer sees the same batch."""
+        batch = (step - 1) * self.accum + micro if self.split == "train" else step
+        return self.part.positions(batch)
+
     def documents(self, step: int, micro: int) -> np.ndarray:
         """Document ids of this rank's rows for (step, micro); positions run on across epochs."""
-        batch = (step - 1) * self.accum + micro if self.split == "train" else step
-        positions = self.part.positions(batch)
+        return self._documents(self.positions(step, micro))
+
+    def _documents(self, positions: np.ndarray) -> np.ndarray:
         n = len(self.ids)
         docs = np.empty(len(positions), dtype=np.int64)
         for epoch in np.unique(positions // n):
@@ -95,12 +102,31 @@ class TokenBatches:
         return docs
 
     def get(self, step: int, micro: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        docs = self.documents(step, micro)
+        positions = self.positions(step, micro)
+        docs = self._documents(positions)
         feats = self.corpus.features
         span = self.seq_len + 1
         room = np.maximum(feats.lengths()[docs] - span, 0)
-        rng = np.random.default_rng([self.seed, step, micro, self.part.rank, self.split == "val"])
-        starts = feats.offsets[docs] + (rng.random(len(docs)) * (room + 1)).astype(np.int64)
+        unit = unit_floats(self.seed * 2 + (self.split == "val"), positions)
+        starts = feats.offsets[docs] + (unit * (room + 1)).astype(np.int64)
         index = (starts[:, None] + np.arange(span)) % len(feats.tokens)
         tokens = torch.from_numpy(np.asarray(feats.tokens[index], dtype=np.int64))
         return tokens[:, :-1], tokens[:, 1:]
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+def unit_floats(seed: int, positions: np.ndarray) -> np.ndarray:
+    """A uniform number in [0, 1) per reading position (splitmix64 of seed and position).
+
+    Keyed by the global position rather than by rank, so a sample gets the same window on any
+    number of ranks and a run resumed on another world size continues the same trajectory."""
+    with np.errstate(over="ignore"):
+        z = positions.astype(np.uint64) * _GOLDEN + np.uint64(seed % 2**64) * _MIX2
+        z = (z ^ (z >> np.uint64(30))) * _MIX1
+        z = (z ^ (z >> np.uint64(27))) * _MIX2
+        z ^= z >> np.uint64(31)
+    return (z >> np.uint64(11)).astype(np.float64) / float(2**53)
