@@ -78,7 +78,10 @@ class Trainer:
         total = torch.zeros((), device=self.ctx.device)
         for micro in range(s.accum_steps):
             x, y = self.batches.get(step, micro)
-            x, y = x.to(self.ctx.device, non_blocking=True), y.to(self.ctx.device, non_blocking=True)
+            x, y = (
+                x.to(self.ctx.device, non_blocking=True),
+                y.to(self.ctx.device, non_blocking=True),
+            )
             with self._sync_context(last=micro == s.accum_steps - 1):
                 loss = self.model(x, y) / s.accum_steps
                 loss.backward()
@@ -151,7 +154,9 @@ class Trainer:
             self.metrics.write(record)
         if not sys.stdout.isatty():
             log.info(
-                "step %d loss %.4f tokens/s %.0f", record["step"], record["loss"],
+                "step %d loss %.4f tokens/s %.0f",
+                record["step"],
+                record["loss"],
                 record["tokens_per_s"],
             )
         self.hook.xirang_on_step_end(ctx=self.ctx, step=record["step"], metrics=record)
@@ -162,8 +167,14 @@ class Trainer:
         if not self.ctx.is_main:
             yield lambda step, record: None
             return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-        from rich.progress import TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         columns = (
             TextColumn("[bold]train"),
@@ -181,7 +192,10 @@ class Trainer:
             def advance(step: int, record: dict[str, Any] | None) -> None:
                 fields = {}
                 if record is not None:
-                    fields = {"loss": f"{record['loss']:.3f}", "tps": f"{record['tokens_per_s']:,.0f}"}
+                    fields = {
+                        "loss": f"{record['loss']:.3f}",
+                        "tps": f"{record['tokens_per_s']:,.0f}",
+                    }
                 progress.update(task, completed=step, **fields)
 
             yield advance

@@ -215,7 +215,11 @@ def summarize(
         "world_size": parts.ctx.world_size,
         "data_snapshot": config["data"].get("snapshot", ""),
         "device": runtime["device_model"],
-        "cost": {"amount": quote.amount, "currency": quote.currency, "policy": config["cost"]["name"]},
+        "cost": {
+            "amount": quote.amount,
+            "currency": quote.currency,
+            "policy": config["cost"]["name"],
+        },
         "tokens_per_cost": round(tokens / quote.amount, 1) if quote.amount else None,
         "loss_drop_per_cost": (
             round((first["loss"] - last["loss"]) / quote.amount, 4) if quote.amount else None
