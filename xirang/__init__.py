@@ -10,6 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 from xirang import specs
 from xirang_core.errors import ConfigError, DataError, PluginError, XirangError
 from xirang_core.hookspecs import hookimpl, hookspec
+from xirang_core.plugins import conf_folder
 
 try:
     __version__ = version("xirang")
@@ -22,6 +23,7 @@ __all__ = [
     "PluginError",
     "XirangError",
     "__version__",
+    "conf_folder",
     "hookimpl",
     "hookspec",
     "specs",

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import metadata
+from pathlib import Path
 
 import pluggy
 
@@ -110,6 +111,12 @@ class Registry:
         for result in self.pm.hook.xirang_config_search_paths():
             paths.extend(result or [])
         return paths
+
+
+def conf_folder(module_file: str) -> list[str]:
+    """What a plugin's ``xirang_config_search_paths`` returns for a ``conf/`` folder beside its
+    ``__init__.py``: an absolute ``file://`` path, valid in wheels and editable installs alike."""
+    return [f"file://{Path(module_file).resolve().parent / 'conf'}"]
 
 
 def strict_mode() -> bool:

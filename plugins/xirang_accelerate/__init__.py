@@ -5,9 +5,7 @@ An optional extra: ``pip install 'xirang[accelerate]'``. Without it the strategy
 (``xirang plugins``), marked unavailable with that install command.
 """
 
-from pathlib import Path
-
-from xirang import hookimpl
+from xirang import conf_folder, hookimpl
 from xirang.specs import StrategySpec
 
 
@@ -27,4 +25,4 @@ def xirang_parallel_strategies() -> list[StrategySpec]:
 
 @hookimpl
 def xirang_config_search_paths() -> list[str]:
-    return [f"file://{Path(__file__).parent / 'conf'}"]
+    return conf_folder(__file__)

@@ -7,9 +7,7 @@ your torch without its dependency pins (docs/parallel.md). Without it the strate
 marked unavailable with the install command.
 """
 
-from pathlib import Path
-
-from xirang import hookimpl
+from xirang import conf_folder, hookimpl
 from xirang.specs import StrategySpec
 
 INSTALL = (
@@ -34,4 +32,4 @@ def xirang_parallel_strategies() -> list[StrategySpec]:
 
 @hookimpl
 def xirang_config_search_paths() -> list[str]:
-    return [f"file://{Path(__file__).parent / 'conf'}"]
+    return conf_folder(__file__)

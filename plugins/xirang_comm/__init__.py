@@ -5,9 +5,7 @@ Plain all-reduce over a named backend: gloo, nccl, rccl, hccl. Gradient options 
 device's backend: fp16, bf16, powersgd, topk, hierarchical, localsgd, diloco.
 """
 
-from pathlib import Path
-
-from xirang import hookimpl
+from xirang import conf_folder, hookimpl
 from xirang.specs import CommandSpec, CommBackendSpec
 
 _ANY = ("cpu", "cuda", "rocm", "ascend", "hpu")
@@ -115,4 +113,4 @@ def xirang_commands() -> list[CommandSpec]:
 
 @hookimpl
 def xirang_config_search_paths() -> list[str]:
-    return [f"file://{Path(__file__).parent / 'conf'}"]
+    return conf_folder(__file__)

@@ -1,8 +1,6 @@
 """The host CPU as a xirang device (``device=cpu``): always present, gloo for collectives."""
 
-from pathlib import Path
-
-from xirang import hookimpl
+from xirang import conf_folder, hookimpl
 from xirang.specs import DeviceBackendSpec
 
 
@@ -20,4 +18,4 @@ def xirang_device_backends() -> list[DeviceBackendSpec]:
 
 @hookimpl
 def xirang_config_search_paths() -> list[str]:
-    return [f"file://{Path(__file__).parent / 'conf'}"]
+    return conf_folder(__file__)

@@ -1,8 +1,6 @@
 """NVIDIA GPUs as a xirang device (``device=cuda``): NVML or nvidia-smi, NCCL for collectives."""
 
-from pathlib import Path
-
-from xirang import hookimpl
+from xirang import conf_folder, hookimpl
 from xirang.specs import DeviceBackendSpec
 
 
@@ -22,4 +20,4 @@ def xirang_device_backends() -> list[DeviceBackendSpec]:
 
 @hookimpl
 def xirang_config_search_paths() -> list[str]:
-    return [f"file://{Path(__file__).parent / 'conf'}"]
+    return conf_folder(__file__)

@@ -1,8 +1,6 @@
 """The GPT model family (``model=gpt_tiny|gpt_small|gpt_125m``): a decoder-only transformer."""
 
-from pathlib import Path
-
-from xirang import hookimpl
+from xirang import conf_folder, hookimpl
 from xirang.specs import ModelSpec
 
 
@@ -21,4 +19,4 @@ def xirang_models() -> list[ModelSpec]:
 
 @hookimpl
 def xirang_config_search_paths() -> list[str]:
-    return [f"file://{Path(__file__).parent / 'conf'}"]
+    return conf_folder(__file__)

@@ -2,9 +2,7 @@
 PyTorchJob with the ResourceFlavor and topology settings, plus the Kueue queue objects for the
 pool's projects, validated against the Kubernetes schema before they are written."""
 
-from pathlib import Path
-
-from xirang import hookimpl
+from xirang import conf_folder, hookimpl
 from xirang.specs import SchedulerSpec
 
 
@@ -24,4 +22,4 @@ def xirang_schedulers() -> list[SchedulerSpec]:
 
 @hookimpl
 def xirang_config_search_paths() -> list[str]:
-    return [f"file://{Path(__file__).parent / 'conf'}"]
+    return conf_folder(__file__)

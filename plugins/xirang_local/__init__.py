@@ -1,9 +1,7 @@
 """The local scheduler (``scheduler=local``): this machine's devices, one process or N workers
 through torch's elastic launcher (the engine behind torchrun)."""
 
-from pathlib import Path
-
-from xirang import hookimpl
+from xirang import conf_folder, hookimpl
 from xirang.specs import SchedulerSpec
 
 
@@ -20,4 +18,4 @@ def xirang_schedulers() -> list[SchedulerSpec]:
 
 @hookimpl
 def xirang_config_search_paths() -> list[str]:
-    return [f"file://{Path(__file__).parent / 'conf'}"]
+    return conf_folder(__file__)

@@ -1,8 +1,6 @@
 """Local storage tiers (``storage=local|memory``): a folder on disk or process memory."""
 
-from pathlib import Path
-
-from xirang import hookimpl
+from xirang import conf_folder, hookimpl
 from xirang.specs import StorageTierSpec
 
 
@@ -28,4 +26,4 @@ def xirang_storage_tiers() -> list[StorageTierSpec]:
 
 @hookimpl
 def xirang_config_search_paths() -> list[str]:
-    return [f"file://{Path(__file__).parent / 'conf'}"]
+    return conf_folder(__file__)

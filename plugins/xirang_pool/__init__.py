@@ -1,9 +1,7 @@
 """The resource pool as plugins: its scheduling policies, the ``scheduler=pool`` submitter and
 the ``xirang pool`` command. The pool's engine lives in :mod:`xirang_core.pool`."""
 
-from pathlib import Path
-
-from xirang import hookimpl
+from xirang import conf_folder, hookimpl
 from xirang.specs import CommandSpec, SchedulerSpec
 from xirang_core.pool.policy import PoolPolicySpec
 
@@ -48,4 +46,4 @@ def xirang_commands() -> list[CommandSpec]:
 
 @hookimpl
 def xirang_config_search_paths() -> list[str]:
-    return [f"file://{Path(__file__).parent / 'conf'}"]
+    return conf_folder(__file__)

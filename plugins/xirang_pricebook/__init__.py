@@ -1,10 +1,9 @@
 """Price-book cost policies (``cost=pricebook|offpeak|energy_aware``), the ``xirang cost``
 command and the observer that meters every training run into the cost store."""
 
-from pathlib import Path
 from typing import Any
 
-from xirang import hookimpl
+from xirang import conf_folder, hookimpl
 from xirang.specs import CommandSpec, CostPolicySpec
 
 _SCHEMA = "xirang_pricebook.policy:PriceBookConfig"
@@ -55,4 +54,4 @@ def xirang_on_run_end(ctx: Any, summary: dict[str, Any]) -> None:
 
 @hookimpl
 def xirang_config_search_paths() -> list[str]:
-    return [f"file://{Path(__file__).parent / 'conf'}"]
+    return conf_folder(__file__)

@@ -5,9 +5,7 @@ credentials files, profiles, instance roles); the tier's settings hold no secret
 reach a config file, a run directory or a log.
 """
 
-from pathlib import Path
-
-from xirang import hookimpl
+from xirang import conf_folder, hookimpl
 from xirang.specs import StorageTierSpec
 
 
@@ -28,4 +26,4 @@ def xirang_storage_tiers() -> list[StorageTierSpec]:
 
 @hookimpl
 def xirang_config_search_paths() -> list[str]:
-    return [f"file://{Path(__file__).parent / 'conf'}"]
+    return conf_folder(__file__)

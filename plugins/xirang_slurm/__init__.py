@@ -2,9 +2,7 @@
 script that starts the workers with srun and torchrun on the nodes chosen, node inventory from
 ``scontrol show node``, and draining bad nodes with ``scontrol``."""
 
-from pathlib import Path
-
-from xirang import hookimpl
+from xirang import conf_folder, hookimpl
 from xirang.specs import SchedulerSpec
 
 
@@ -22,4 +20,4 @@ def xirang_schedulers() -> list[SchedulerSpec]:
 
 @hookimpl
 def xirang_config_search_paths() -> list[str]:
-    return [f"file://{Path(__file__).parent / 'conf'}"]
+    return conf_folder(__file__)

@@ -1,8 +1,6 @@
 """Native PyTorch parallel strategies (``parallel=single|ddp|fsdp|tp|sp|pp|hybrid``)."""
 
-from pathlib import Path
-
-from xirang import hookimpl
+from xirang import conf_folder, hookimpl
 from xirang.specs import StrategySpec
 
 #: presets of one mesh strategy (their conf/parallel/*.yaml set the degrees)
@@ -44,4 +42,4 @@ def xirang_parallel_strategies() -> list[StrategySpec]:
 
 @hookimpl
 def xirang_config_search_paths() -> list[str]:
-    return [f"file://{Path(__file__).parent / 'conf'}"]
+    return conf_folder(__file__)

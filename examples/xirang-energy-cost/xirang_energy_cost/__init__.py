@@ -1,8 +1,6 @@
 """Price device time by energy drawn (``cost=energy``)."""
 
-from pathlib import Path
-
-from xirang import hookimpl
+from xirang import conf_folder, hookimpl
 from xirang.specs import CostPolicySpec
 
 
@@ -20,4 +18,4 @@ def xirang_cost_policies() -> list[CostPolicySpec]:
 
 @hookimpl
 def xirang_config_search_paths() -> list[str]:
-    return [f"file://{Path(__file__).parent / 'conf'}"]
+    return conf_folder(__file__)
