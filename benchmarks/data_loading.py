@@ -1,25 +1,38 @@
-"""xirang's reader side by side with WebDataset and a plain PyTorch loader, in one run.
+"""xirang's reader side by side with MosaicML Streaming, WebDataset and plain PyTorch, in one run.
 
 One dataset (tokenised text, log-normal lengths, the same bytes for every format) is written as
-xirang shards, as WebDataset tar shards and as one flat token file with an offset index (the plain
-map-style PyTorch baseline; it stands in for MosaicML Streaming, whose wheel needs torch 2.14 and
-would replace this environment's torch 2.13). Each is read with shuffling, batch size 32 and two
-loader workers. Reported: warm samples/s, cold samples/s from a local S3 server (moto), time to
-first batch, bytes and requests from the origin, bytes on disk, mid-epoch resume, and the
-ceilings (sequential read of the bytes, a bare Python loop over the samples).
+xirang shards, as Streaming MDS shards (zstd), as WebDataset tar shards and as one flat token file
+with an offset index (a plain map-style PyTorch loader). Each is read with shuffling, batch size 32
+and two loader workers. Reported: warm samples/s, cold samples/s from a local S3 server (moto),
+time to first batch, bytes and requests from the origin, bytes on disk, xirang's mid-epoch resume,
+and the ceilings (sequential read of the bytes, a bare Python loop over the samples).
 
-    python benchmarks/data_loader.py [--samples 100000]
+mosaicml-streaming pulls torchvision, whose wheels need torch 2.14, so it cannot live in xirang's
+torch 2.13 environment; its side (benchmarks/data_loading_streaming.py) runs in a separate one:
 
-Last line: ``warm_vs_plain=<x> warm_vs_webdataset=<y> cold_vs_plain=<z>``.
+    python3 -m venv /tmp/streaming-env
+    /tmp/streaming-env/bin/pip install torch==2.14.1 torchvision==0.29.1 mosaicml-streaming
+    python benchmarks/data_loading.py --streaming-python /tmp/streaming-env/bin/python
+
+Without ``--streaming-python`` the current interpreter is used if it can import ``streaming``;
+otherwise the run says why Streaming was not measured and compares with the plain loader.
+
+Last line: ``warm_vs_streaming=<x> warm_vs_webdataset=<y> cold_vs_streaming=<z>`` (without
+Streaming: ``warm_vs_plain=<x> warm_vs_webdataset=<y> cold_vs_plain=<z>``).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +43,7 @@ from xirang_core.data.prepare import PrepareSettings, prepare
 from xirang_core.data.quality import Rules
 from xirang_core.data.reader import ReadSettings, ShardReader, StatefulLoader
 from xirang_core.data.sync import sync
+from xirang_core.errors import ConfigError, XirangError
 from xirang_core.storage.local_s3 import local_s3
 from xirang_core.storage.locate import tier_for
 
@@ -190,6 +204,73 @@ def plain_cold(path: Path, remote: str, scratch: Path) -> dict[str, float]:
     }
 
 
+# --- MosaicML Streaming, in its own interpreter ------------------------------------------------
+
+PEER = Path(__file__).with_name("data_loading_streaming.py")
+
+
+def streaming_python(given: str | None) -> tuple[str | None, str]:
+    """The interpreter that runs Streaming's side, or None and the reason it is not measured."""
+    if given:
+        if not Path(given).is_file():
+            raise ConfigError(f"--streaming-python {given!r} is not a file; give a python path")
+        return given, ""
+    if importlib.util.find_spec("streaming") is not None:
+        return sys.executable, ""
+    return None, (
+        "mosaicml-streaming is not importable here (it needs torch 2.14 and torchvision); "
+        "install it in its own venv and pass --streaming-python, see this file's docstring"
+    )
+
+
+def run_peer(python: str, *args: str, env: dict[str, str] | None = None) -> dict[str, float]:
+    """Run data_loading_streaming.py and return the JSON figures of its last line."""
+    done = subprocess.run(
+        [python, str(PEER), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        raise RuntimeError(f"exit {done.returncode}: {' | '.join(tail)}")
+    return json.loads(lines[-1])
+
+
+@dataclass
+class StreamingSide:
+    """Streaming's interpreter; after a failed step it is None and ``why`` says what failed."""
+
+    python: str | None
+    why: str
+
+    def run(self, what: str, *args: str, env: dict[str, str] | None = None) -> dict | None:
+        """One step of the peer script; a failure is reported, not fatal to the other figures."""
+        if self.python is None:
+            return None
+        try:
+            return run_peer(self.python, *args, env=env)
+        except (RuntimeError, ValueError) as err:
+            self.python, self.why = None, f"{what} failed ({err})"
+            return None
+
+
+def streaming_cold(peer: StreamingSide, mds: Path, endpoint: str, cache: Path) -> dict | None:
+    """Upload the MDS shards to the local S3, then read them through Streaming's own download."""
+    import s3fs
+
+    remote = "s3://xirang/mds"
+    s3fs.S3FileSystem(skip_instance_cache=True).put(f"{mds}/", f"{remote}/", recursive=True)
+    env = {"S3_ENDPOINT_URL": endpoint}
+    result = peer.run("cold read", "read", str(cache), "--remote", remote, env=env)
+    if result:
+        fetched = f"{result['origin_bytes'] / 1e6:.1f} MB in {int(result['origin_files'])} files"
+        print(f"local S3 at {endpoint}: streaming fetched {fetched} from origin")
+    return result
+
+
 # --- the run -----------------------------------------------------------------------------------
 
 
@@ -220,14 +301,23 @@ def limits(samples: list[np.ndarray], flat: Path) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--samples", type=int, default=100_000)
+    parser.add_argument(
+        "--streaming-python",
+        default=None,
+        help="python of an environment with mosaicml-streaming (default: this one, if it has it)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
+    peer = StreamingSide(*streaming_python(args.streaming_python))
     samples = make_samples(args.samples)
     work = Path(tempfile.mkdtemp(prefix="xirang-bench-"))
     snap = xirang_write(samples, work / "xirang")
     urls = wds_write(samples, work / "wds")
     flat = plain_write(samples, work / "plain")
-    disk = {k: folder_bytes(work / k) for k in ("xirang", "wds", "plain")}
+    formats = ["xirang", "wds", "plain"]
+    if peer.run("writing MDS", "write", str(flat), str(work / "mds")) is not None:
+        formats.insert(1, "mds")
+    disk = {k: folder_bytes(work / k) for k in formats}
     print(f"{args.samples:,} samples, {sum(len(s) for s in samples) * 2 / 1e6:.1f} MB of tokens")
     print("bytes on disk: " + ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in disk.items()))
 
@@ -236,24 +326,20 @@ def main() -> None:
         if path.is_file():
             path.read_bytes()
     # best of two passes for the fast contenders: the machine may be shared; WebDataset once
-    x_warm = best_of(2, lambda: timed_pass(x_loader(snap, work), xirang_count))
-    p_warm = best_of(2, lambda: timed_pass(plain_loader(flat), len))
-    w_warm = timed_pass(wds_loader(urls), len)
-    report("warm", {"xirang": x_warm, "webdataset": w_warm, "plain": p_warm})
+    warm = {
+        "xirang": best_of(2, lambda: timed_pass(x_loader(snap, work), xirang_count)),
+        "streaming": peer.run("warm read", "read", str(work / "mds"), "--runs", "2"),
+        "webdataset": timed_pass(wds_loader(urls), len),
+        "plain": best_of(2, lambda: timed_pass(plain_loader(flat), len)),
+    }
+    report("warm", warm)
 
     with local_s3() as endpoint:
-        remote = "s3://xirang/bench"
-        sync(tier_for(str(work / "xirang")), tier_for(remote))
-        cache = work / "cache"
-        reader = xirang_reader(snap, remote, str(cache))
-        x_cold = timed_pass(StatefulLoader(reader, WORKERS), xirang_count)
-        fetch = xirang_reader(snap, remote, str(work / "cache2"))
-        list(fetch)  # one process: count what the origin served
-        fetched = fetch.fetcher
-        origin = f"{fetched.origin_bytes / 1e6:.1f} MB in {fetched.throttle.requests} requests"
-        p_cold = plain_cold(flat, "s3://xirang/plain", work / "plaincold")
-        print(f"local S3 at {endpoint}: xirang fetched {origin} from origin")
-    report("cold", {"xirang": x_cold, "plain": p_cold})
+        cold = {"xirang": xirang_cold(snap, work, endpoint)}
+        if peer.python is not None:
+            cold["streaming"] = streaming_cold(peer, work / "mds", endpoint, work / "mdscache")
+        cold["plain"] = plain_cold(flat, "s3://xirang/plain", work / "plaincold")
+    report("cold", cold)
     resume = xirang_resume(snap, work / "xirang")
     print(
         f"xirang resume mid-epoch: {resume['resume_s'] * 1e3:.0f} ms to the first batch, "
@@ -264,19 +350,43 @@ def main() -> None:
         f"ceilings: sequential read {lim['sequential_read_GBs']:.1f} GB/s, bare loop "
         f"{lim['bare_loop_samples_s']:,.0f} samples/s"
     )
-    print(
-        "baseline 'plain' = PyTorch map-style Dataset + DataLoader (mosaicml-streaming is not "
-        "installable next to torch 2.13 here)"
-    )
-    print(
-        f"warm_vs_plain={x_warm['samples_s'] / p_warm['samples_s']:.2f} "
-        f"warm_vs_webdataset={x_warm['samples_s'] / w_warm['samples_s']:.2f} "
-        f"cold_vs_plain={x_cold['samples_s'] / p_cold['samples_s']:.2f}"
+    print(last_line(warm, cold, peer))
+
+
+def xirang_cold(snap, work: Path, endpoint: str) -> dict[str, float]:
+    """Sync the shards to the local S3, read them cold, and count what the origin served."""
+    remote = "s3://xirang/bench"
+    sync(tier_for(str(work / "xirang")), tier_for(remote))
+    reader = xirang_reader(snap, remote, str(work / "cache"))
+    result = timed_pass(StatefulLoader(reader, WORKERS), xirang_count)
+    fetch = xirang_reader(snap, remote, str(work / "cache2"))
+    list(fetch)  # one process: count what the origin served
+    fetched = fetch.fetcher
+    origin = f"{fetched.origin_bytes / 1e6:.1f} MB in {fetched.throttle.requests} requests"
+    print(f"local S3 at {endpoint}: xirang fetched {origin} from origin")
+    return result
+
+
+def last_line(warm: dict, cold: dict, peer: StreamingSide) -> str:
+    """The issue's line against Streaming; against the plain loader, said so, without it."""
+    x_warm, x_cold = warm["xirang"]["samples_s"], cold["xirang"]["samples_s"]
+    vs_wds = f"warm_vs_webdataset={x_warm / warm['webdataset']['samples_s']:.2f}"
+    if warm.get("streaming") and cold.get("streaming"):
+        return (
+            f"warm_vs_streaming={x_warm / warm['streaming']['samples_s']:.2f} {vs_wds} "
+            f"cold_vs_streaming={x_cold / cold['streaming']['samples_s']:.2f}"
+        )
+    print(f"Streaming not measured: {peer.why}; the baseline is the plain PyTorch loader")
+    return (
+        f"warm_vs_plain={x_warm / warm['plain']['samples_s']:.2f} {vs_wds} "
+        f"cold_vs_plain={x_cold / cold['plain']['samples_s']:.2f}"
     )
 
 
 def report(kind: str, results: dict[str, dict[str, float]]) -> None:
     for name, r in results.items():
+        if r is None:
+            continue
         print(
             f"{kind:5s} {name:11s} {r['samples_s']:>10,.0f} samples/s, first batch "
             f"{r['first_batch_s'] * 1e3:,.0f} ms ({int(r['samples']):,} samples)"
@@ -285,4 +395,7 @@ def report(kind: str, results: dict[str, dict[str, float]]) -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    main()
+    try:
+        main()
+    except XirangError as err:  # bad input: one message, no traceback
+        sys.exit(f"error: {err}")
