@@ -8,18 +8,23 @@ The actions are what an operator can ask of the pool once money runs out:
 * ``checkpoint_stop`` - a running job is asked to save a checkpoint and stop (the pool's
   ``preempted`` path), and nothing new starts.
 
-The pool consults :class:`Governor` before admitting a job and the console shows each status.
+The pool service enforces them through :class:`PoolBudgets`: it consults the governor before
+admitting a job, and on each tick meters its usage and stops the jobs a budget ends. The console
+shows each status.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xirang_core.cost.errors import BudgetExceeded, CostError
 
 if TYPE_CHECKING:
+    from xirang_core.cost.meter import Meter
+    from xirang_core.cost.pricebook import PriceBook
     from xirang_core.cost.store import CostStore
 
 ACTIONS = ("stop_submissions", "lower_priority", "checkpoint_stop")
@@ -99,14 +104,78 @@ class Governor:
             f"`xirang cost budget set project {project} <amount>`"
         )
 
-    def should_stop(self, project: str, job_ref: str) -> bool:
-        """Whether a running job must checkpoint and stop (its own or its project's budget)."""
+    def stop_reason(self, project: str, job_ref: str) -> str | None:
+        """Why a job must checkpoint and stop (its own budget or its project's), else None;
+        the pool writes the reason into the job's event history."""
         for status in (self.status("job", job_ref), self.status("project", project)):
             if status is not None and status.action == "checkpoint_stop":
-                return True
-        return False
+                budget = status.budget
+                return (
+                    f"{budget.scope} '{budget.name}' spent {status.fraction:.0%} of its budget "
+                    f"(action checkpoint_stop)"
+                )
+        return None
+
+    def should_stop(self, project: str, job_ref: str) -> bool:
+        """Whether a running job must checkpoint and stop (its own or its project's budget)."""
+        return self.stop_reason(project, job_ref) is not None
 
     def jobs_to_stop(self, running: Iterable[Any]) -> list[Any]:
         """The running pool jobs (with ``id`` and ``project``) a budget tells to stop; the pool
         stops them the way it preempts, so each saves a checkpoint first."""
         return [job for job in running if self.should_stop(job.project, str(job.id))]
+
+
+class PoolBudgets:
+    """What the pool service asks of cost governance: meter its own usage into the cost store
+    (only with a price book), admit new jobs, and name the jobs a budget stops.
+
+    Without a price book the pool cannot price its jobs, so budgets act only on charges others
+    record (runs' observers, ``xirang console --prices``); :attr:`metered` says which it is, and
+    ``xirang pool serve`` prints it at start so the gap is never silent.
+    """
+
+    def __init__(self, governor: Governor, meter: Meter | None = None) -> None:
+        self.governor = governor
+        self.meter = meter
+
+    @classmethod
+    def open(cls, book: PriceBook | None = None, cost_db: str | Path | None = None) -> PoolBudgets:
+        """Budgets over the cost store at ``cost_db`` (default ``XIRANG_HOME/cost/cost.db``)."""
+        from xirang_core.cost.meter import Meter
+        from xirang_core.cost.store import CostStore  # the store imports Budget from here
+
+        return cls(Governor(CostStore(cost_db)), Meter(book) if book is not None else None)
+
+    @property
+    def metered(self) -> bool:
+        return self.meter is not None
+
+    def check_types(self, device_types: Iterable[str]) -> None:
+        """Fail at start, not on a later tick, when the price book misses a pool device type."""
+        if self.meter is None:
+            return
+        missing = sorted(set(device_types) - set(self.meter.book.prices))
+        if missing:
+            priced = ", ".join(sorted(self.meter.book.prices)) or "none"
+            raise CostError(
+                f"the price book has no price for device type(s) {', '.join(missing)} of this "
+                f"pool (priced: {priced}); add them under 'prices:'"
+            )
+
+    def record(self, state: Any, now: float) -> int:
+        """Meter every allocation of the pool state up to ``now`` (re-metering replaces)."""
+        if self.meter is None:
+            return 0
+        return self.governor.store.record(self.meter.pool_charges(state, now))
+
+    def admit(self, project: str, priority: int) -> int:
+        return self.governor.admit(project, priority)
+
+    def to_stop(self, jobs: Iterable[Any]) -> list[tuple[Any, str]]:
+        """The jobs (running or queued) a budget ends, each with the reason."""
+        reasons = ((job, self.governor.stop_reason(job.project, str(job.id))) for job in jobs)
+        return [(job, reason) for job, reason in reasons if reason]
+
+    def close(self) -> None:
+        self.governor.store.close()

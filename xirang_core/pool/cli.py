@@ -1,6 +1,7 @@
 """``xirang pool``: run the pool service, use it, and simulate policies on traces.
 
     xirang pool serve --cluster cluster.yaml [--state pool.db] [--policy priority]
+                      [--prices book.yaml] [--cost-db cost.db]
     xirang pool status | queue | jobs [--state running]
     xirang pool cancel JOB
     xirang pool quota [PROJECT --guaranteed N --borrow-limit N --team T]
@@ -18,10 +19,13 @@ import os
 import signal
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xirang_core.paths import xirang_home
 from xirang_core.pool.client import PoolClient
+
+if TYPE_CHECKING:
+    from xirang_core.cost.budgets import PoolBudgets
 
 OPERATOR_TOKEN_ENV = "XIRANG_POOL_OPERATOR_TOKEN"
 
@@ -54,6 +58,13 @@ def _parser() -> argparse.ArgumentParser:
         choices=("local", "slurm"),
         help="who runs placed jobs: the submitter (local) or Slurm",
     )
+    serve.add_argument(
+        "--prices",
+        default="",
+        help="price book YAML: the pool meters its jobs into the cost store, so budgets see "
+        "them (without it, budgets count only charges others record)",
+    )
+    serve.add_argument("--cost-db", default="", help="cost store (XIRANG_HOME/cost/cost.db)")
     serve.set_defaults(run=_serve)
 
     for name, helptext in (("status", "pool summary"), ("queue", "queued jobs in order")):
@@ -137,7 +148,12 @@ def _serve(args: argparse.Namespace) -> int:
 
     token, token_file = _operator_token(Path(args.state))
     service = PoolService(
-        PoolStore(args.state), args.cluster, args.policy, token, executor=_executor(args.executor)
+        PoolStore(args.state),
+        args.cluster,
+        args.policy,
+        token,
+        executor=_executor(args.executor),
+        budgets=_budgets(args.prices, args.cost_db),
     )
     server = serve(service, args.host, args.port)
     stop = threading.Event()
@@ -152,6 +168,12 @@ def _serve(args: argparse.Namespace) -> int:
     )
     if token_file:
         print(f"operator token written to {token_file}", flush=True)
+    if not service.budgets.metered:
+        print(
+            "xirang pool: no --prices, so pool jobs are not metered here; budgets act only on "
+            "charges recorded elsewhere (runs, `xirang console --prices`)",
+            flush=True,
+        )
     try:
         while not stop.wait(2.0):
             service.tick()
@@ -159,7 +181,16 @@ def _serve(args: argparse.Namespace) -> int:
         pass
     server.shutdown()
     service.store.close()
+    service.budgets.close()
     return 0
+
+
+def _budgets(prices: str, cost_db: str) -> PoolBudgets:
+    """Budgets over the cost store, metering the pool's jobs when a price book is given."""
+    from xirang_core.console.cli import load_pricebook
+    from xirang_core.cost.budgets import PoolBudgets
+
+    return PoolBudgets.open(load_pricebook(prices) if prices else None, cost_db or None)
 
 
 def _operator_token(state: Path) -> tuple[str, str]:

@@ -5,6 +5,9 @@ the changed jobs and the events in one transaction, then hand ``started``/``pree
 to the executor. A restart rebuilds the engine from the store, so no queued or running job is
 lost. Tokens are stored only as SHA-256 hashes; a project token sees and cancels only its own
 project's jobs, the operator token sees and does everything.
+
+Budgets (xirang_core.cost.budgets) act here: a submission is admitted, demoted or refused (402)
+by the governor, and each tick meters the pool's usage and ends the jobs a budget stops.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
 
+from xirang_core.console.state import read_state
+from xirang_core.cost.budgets import PoolBudgets
+from xirang_core.cost.errors import BudgetExceeded
 from xirang_core.pool import clusterfile
 from xirang_core.pool.cards import DEFAULT_CLASS, Throughputs
 from xirang_core.pool.cluster import Cluster
@@ -75,14 +81,17 @@ class PoolService:
         operator_token: str = "",
         executor: Executor | None = None,
         clock: Callable[[], float] = time.time,
+        budgets: PoolBudgets | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
+        self.budgets = budgets or PoolBudgets.open()
         self.lock = threading.RLock()
         self.executor = executor or RecordingExecutor()
         self.operator_hash = _hash(operator_token) if operator_token else ""
         cluster, throughputs = self._hardware(cluster_file)
         self.engine = PoolEngine(cluster, throughputs, load_policy(policy))
+        self.budgets.check_types(cluster.types)
         self.restored = store.load_into(self.engine, clock())
         self._apply(self.engine.schedule(clock()))
 
@@ -140,6 +149,7 @@ class PoolService:
         payload = body.get("payload") or {}
         if not isinstance(payload, dict):
             raise PoolError("payload must be a JSON object")
+        priority = self._admit(project, parse_priority(body.get("priority", "normal")))
         with self.lock:
             now = self.clock()
             job = self.engine.submit(
@@ -147,12 +157,19 @@ class PoolService:
                 check_cards(body.get("cards")),
                 now,
                 str(body.get("job_class") or DEFAULT_CLASS),
-                parse_priority(body.get("priority", "normal")),
+                priority,
                 name=name,
                 payload=payload,
             )
             self._apply(self.engine.schedule(now))
             return describe(job)
+
+    def _admit(self, project: str, priority: int) -> int:
+        """The priority the project's budget allows; a budget that refuses is a 402."""
+        try:
+            return self.budgets.admit(project, priority)
+        except BudgetExceeded as exc:
+            raise PoolError(str(exc), 402) from None
 
     def cancel(self, who: str, job_id: int) -> dict[str, Any]:
         with self.lock:
@@ -263,6 +280,7 @@ class PoolService:
                 "running": sum(1 for _ in self.engine.running),
                 "queued": sum(1 for _ in self.engine.queue),
                 "fragmentation": round(cluster.fragmentation(), 4),
+                "budgets_metered": self.budgets.metered,
                 "projects": self.quotas(who),
             }
 
@@ -280,7 +298,8 @@ class PoolService:
     # --- executors and persistence ----------------------------------------------------------
 
     def tick(self) -> None:
-        """Collect finished jobs from the executor and schedule again (called periodically)."""
+        """Collect finished jobs from the executor, enforce budgets and schedule again (called
+        periodically)."""
         with self.lock:
             ended = self.executor.poll()
             now = self.clock()
@@ -290,7 +309,23 @@ class PoolService:
                     and self.engine.jobs[job_id].state.value == "running"
                 ):
                     self.engine.complete(job_id, now, ok)
+            self._apply([])  # persist first: metering reads the store
+            self._enforce_budgets(now)
             self._apply(self.engine.schedule(now))
+
+    def _enforce_budgets(self, now: float) -> None:
+        """Meter the pool's usage up to ``now``, then end every job a ``checkpoint_stop`` budget
+        stops: a running one is stopped as preemption stops it (TERM, so it checkpoints), and,
+        like a queued one, ends ``cancelled`` with a ``budget_stopped`` event naming the budget,
+        so the scheduler never starts it again."""
+        if self.budgets.metered:
+            self.budgets.record(read_state(self.store, now, usage=True), now)
+        live = [*self.engine.running_jobs(), *self.engine.queued_jobs()]
+        for job, reason in self.budgets.to_stop(live):
+            if job.state.value == "running":
+                self.executor.stop(job, f"budget: {reason}")
+            self.engine.cancel(job.id, now)
+            self.engine.events.append(Event(now, "budget_stopped", job.id, {"reason": reason}))
 
     def _apply(self, _: list[Event]) -> None:
         """Persist every event since the last call and hand starts/stops to the executor."""
