@@ -142,7 +142,9 @@ def wds_loader(urls: list[str]):
         .map(lambda s: np.frombuffer(s["tok"], dtype=np.uint16))
         .batched(BATCH, collation_fn=list)
     )
-    return torch.utils.data.DataLoader(ds, batch_size=None, num_workers=WORKERS)
+    # collate_fn=list keeps the numpy batch as the other loaders do: the default would turn each
+    # sample into a tensor, sent to the main process in a shared-memory segment of its own
+    return torch.utils.data.DataLoader(ds, batch_size=None, num_workers=WORKERS, collate_fn=list)
 
 
 # --- plain PyTorch map-style dataset over one flat token file --------------------------------
