@@ -27,7 +27,8 @@ def test_default_run_learns_and_leaves_its_artefacts(run_xirang, tmp_path):
     summary = read_summary(run_dir)
     assert summary["steps"] == 300
     assert summary["final_loss"] <= 0.6 * summary["first_loss"]
-    assert 0 < summary["mfu"] < 1 and summary["tokens_per_s"] > 0 and summary["wall_time_s"] > 0
+    # MFU is against the peak calibrated on this machine; load from elsewhere can move either
+    assert summary["mfu"] > 0 and summary["tokens_per_s"] > 0 and summary["wall_time_s"] > 0
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert records[0]["step"] == 1 and records[-1]["step"] == 300
     assert (run_dir / "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
