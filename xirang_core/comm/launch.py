@@ -61,5 +61,8 @@ def _rank_main(
     try:
         result = fn(rank, world, *args)
         (Path(folder) / f"{rank}.pkl").write_bytes(pickle.dumps(result))
+        # rank 0 hosts the store: leaving together keeps it alive until every rank is done
+        # with it (a rank whose store vanished mid-teardown was seen to abort)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
