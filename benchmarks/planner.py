@@ -36,8 +36,8 @@ def main() -> None:
     import torch
 
     from xirang_core.comm.bench import collective_rows, fitted_links
+    from xirang_core.config import compose as compose_config
     from xirang_core.parallel.cluster import local_cluster
-    from xirang_core.parallel.configs import compose_config
     from xirang_core.parallel.memory import predict_memory
     from xirang_core.parallel.plan import ParallelPlan
     from xirang_core.parallel.planner import rank_plans

@@ -88,6 +88,26 @@ def register_with_hydra(registry: Registry) -> None:
         OmegaConf.register_new_resolver("xirang_uid", lambda: _RUN_UID)
 
 
+def compose(
+    overrides: list[str] | tuple[str, ...] = (), registry: Registry | None = None
+) -> dict[str, Any]:
+    """The validated config ``python -m xirang OVERRIDES`` would run, as plain data, composed
+    without Hydra's command line (benchmarks, the plan command, smoke runs, tests)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    from xirang_core.plugins import get_registry
+
+    registry = registry or get_registry()
+    check_overrides(list(overrides), registry)
+    register_with_hydra(registry)
+    GlobalHydra.instance().clear()
+    with initialize_config_module(config_module="xirang_conf", version_base="1.3"):
+        cfg = hydra_compose(config_name="config", overrides=list(overrides))
+    return validate(cfg, registry)
+
+
 def group_options(registry: Registry) -> dict[str, set[str]]:
     """Every config group and its options, from the core's folder and each plugin's."""
     from importlib.resources import files

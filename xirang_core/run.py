@@ -15,7 +15,8 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig
 
-from xirang_core.config import AUTO, validate
+from xirang_core.config import AUTO, compose, validate
+from xirang_core.data.training import resolve_dataset
 from xirang_core.errors import ConfigError
 from xirang_core.parallel.resolve import resolve_parallel
 from xirang_core.plugins import Registry, get_registry
@@ -31,7 +32,7 @@ def launch(cfg: DictConfig) -> dict[str, Any]:
     config = validate(cfg, registry)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     config["runtime"] = resolve_runtime(config, registry)
-    worker.dataset_folder(config["data"], config["storage"])  # pin once, not per worker
+    resolve_dataset(config["data"], config["storage"])  # pin the snapshot once, not per worker
     (run_dir / worker.CONFIG_FILE).write_text(yaml.safe_dump(config, sort_keys=False))
     trainer = config["trainer"]
     job = JobSpec(str(run_dir), trainer["nproc"], config["project"], trainer["max_restarts"])
@@ -42,18 +43,10 @@ def launch(cfg: DictConfig) -> dict[str, Any]:
 
 
 def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
-    """A run's validated, resolved config from overrides, without Hydra's command line: for
-    benchmarks, notebooks and tests that assemble a worker in-process."""
-    from hydra import compose, initialize_config_module
-
-    from xirang_core.config import check_overrides, register_with_hydra
-
+    """A run's validated config with its runtime resolved (device, backend, measured peak), as
+    a worker reads it: for benchmarks and notebooks that assemble a worker in-process."""
     registry = get_registry()
-    check_overrides(list(overrides), registry)
-    register_with_hydra(registry)
-    with initialize_config_module("xirang_conf", version_base="1.3"):
-        cfg = compose("config", overrides=list(overrides))
-    config = validate(cfg, registry)
+    config = compose(overrides, registry)
     config["runtime"] = resolve_runtime(config, registry)
     return config
 

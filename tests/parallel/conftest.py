@@ -21,6 +21,6 @@ TINY = [
 
 @pytest.fixture(scope="session")
 def tiny_config() -> dict[str, Any]:
-    from xirang_core.parallel.configs import compose_config
+    from xirang_core.config import compose as compose_config
 
     return compose_config(TINY)

@@ -70,7 +70,7 @@ def parse_settings(items: list[str]) -> dict[str, str]:
 
 def model_from(kv: dict[str, str]) -> tuple[dict[str, Any], ModelShape]:
     """The run config (for smoke runs and defaults) and the model shape to plan for."""
-    from xirang_core.parallel.configs import compose_config
+    from xirang_core.config import compose as compose_config
     from xirang_core.parallel.resolve import model_shape
     from xirang_core.plugins import get_registry
 

@@ -17,7 +17,7 @@ import torch.distributed as dist
 import yaml
 
 from xirang_core.data.tokens import TokenBatches
-from xirang_core.data.training import resolve_dataset, run_batches
+from xirang_core.data.training import run_batches
 from xirang_core.errors import ConfigError
 from xirang_core.faults import RunGuard
 from xirang_core.plugins import Registry, get_registry
@@ -141,12 +141,6 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
         comm=sync,
         strategy=strategy,
     )
-
-
-def dataset_folder(data: dict[str, Any], storage: dict[str, Any] | None = None) -> str:
-    """Pin the run's dataset snapshot into ``data`` (preparing the embedded corpus if needed);
-    returns the snapshot id."""
-    return resolve_dataset(data, storage)
 
 
 def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry) -> None:
