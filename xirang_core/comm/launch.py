@@ -31,12 +31,18 @@ def run_group(
 
     with tempfile.TemporaryDirectory(prefix="xirang-group-") as folder:
         port = free_port()
-        mp.spawn(
-            _rank_main,
-            args=(world, port, backend, threads, folder, fn, args),
-            nprocs=world,
-            join=True,
-        )
+        try:
+            mp.spawn(
+                _rank_main,
+                args=(world, port, backend, threads, folder, fn, args),
+                nprocs=world,
+                join=True,
+            )
+        except mp.ProcessExitedException:
+            # once one rank passed the exit barrier every rank had delivered its result, so a
+            # signal after that is torch's process-group teardown, not the work: results stand
+            if not any((Path(folder) / f"{r}.left").exists() for r in range(world)):
+                raise
         return [pickle.loads((Path(folder) / f"{r}.pkl").read_bytes()) for r in range(world)]
 
 
@@ -50,6 +56,8 @@ def _rank_main(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
 ) -> None:
+    import gc
+
     import torch
     import torch.distributed as dist
 
@@ -61,8 +69,12 @@ def _rank_main(
     try:
         result = fn(rank, world, *args)
         (Path(folder) / f"{rank}.pkl").write_bytes(pickle.dumps(result))
-        # rank 0 hosts the store: leaving together keeps it alive until every rank is done
-        # with it (a rank whose store vanished mid-teardown was seen to abort)
+        # wrappers caught in reference cycles (DDP and its comm hooks) must go while the group
+        # still exists; rank 0 hosts the store, so leaving together keeps it alive until every
+        # rank is done with it (a rank whose store vanished mid-teardown was seen to abort)
+        del result
+        gc.collect()
         dist.barrier()
+        (Path(folder) / f"{rank}.left").touch()
     finally:
         dist.destroy_process_group()
