@@ -1,14 +1,21 @@
-"""Small pools for the pool tests: built from cluster-file data, with real policy plugins."""
+"""Small pools for the pool tests: built from cluster-file data, with real policy plugins; and
+the two state stores (an SQLite file, a throwaway PostgreSQL cluster)."""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.pool import postgres
 from xirang_core.pool import clusterfile
 from xirang_core.pool.engine import PoolEngine
 from xirang_core.pool.policy import load_policy
+
+_databases = itertools.count()
 
 
 def make_engine(
@@ -39,3 +46,21 @@ def make_engine(
 @pytest.fixture
 def engine() -> PoolEngine:
     return make_engine()
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[str]:
+    """One PostgreSQL server for the session (initdb takes seconds); tests get databases."""
+    with postgres.cluster() as url:
+        yield url
+
+
+@pytest.fixture(
+    params=["sqlite", pytest.param("postgresql", marks=pytest.mark.service)],
+)
+def store_location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a test's pool keeps its state: a fresh SQLite file or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "pool.db")
+    cluster_url = request.getfixturevalue("postgres_cluster")
+    return postgres.fresh_database(cluster_url, f"pool_{next(_databases)}")

@@ -1,4 +1,5 @@
-"""The pool service over real HTTP and a real SQLite file: tokens, 4xx errors, restarts."""
+"""The pool service over real HTTP, on each real store (an SQLite file, PostgreSQL): tokens,
+4xx errors, restarts."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ class Clock:
         return self.now
 
 
-def _start(state: Path, cluster: Path | None, clock: Clock) -> tuple[PoolService, str]:
+def _start(state: str, cluster: Path | None, clock: Clock) -> tuple[PoolService, str]:
     service = PoolService(PoolStore(state), cluster, "priority", OPERATOR, clock=clock)
     server = serve(service, "127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -50,11 +51,12 @@ def _start(state: Path, cluster: Path | None, clock: Clock) -> tuple[PoolService
 
 
 @pytest.fixture
-def pool(tmp_path: Path, cluster_file: Path) -> Iterator[tuple[PoolService, str, Clock]]:
+def pool(store_location: str, cluster_file: Path) -> Iterator[tuple[PoolService, str, Clock]]:
     clock = Clock()
-    service, url = _start(tmp_path / "pool.db", cluster_file, clock)
+    service, url = _start(store_location, cluster_file, clock)
     yield service, url, clock
     service._server.shutdown()  # type: ignore[attr-defined]
+    service.store.close()
 
 
 def _tokens(url: str) -> dict[str, str]:
@@ -115,7 +117,7 @@ def test_unknown_project_bad_token_oversized_payload(pool) -> None:
     assert err.value.status == 403
 
 
-def test_restart_loses_no_queued_or_running_job(tmp_path, pool) -> None:
+def test_restart_loses_no_queued_or_running_job(store_location, pool) -> None:
     service, url, clock = pool
     client = PoolClient(url, _tokens(url)["nlp"])
     running = client.submit(cards=8)
@@ -124,7 +126,7 @@ def test_restart_loses_no_queued_or_running_job(tmp_path, pool) -> None:
     service._server.shutdown()
     service.store.close()
     clock.now += 60
-    again, url2 = _start(tmp_path / "pool.db", None, clock)  # no cluster file: from the store
+    again, url2 = _start(store_location, None, clock)  # no cluster file: from the store
     try:
         assert again.restored == 2
         jobs = {j["id"]: j for j in again.jobs("*operator*")}
@@ -136,6 +138,7 @@ def test_restart_loses_no_queued_or_running_job(tmp_path, pool) -> None:
         assert again.job("*operator*", queued["id"])["state"] == "running"
     finally:
         again._server.shutdown()
+        again.store.close()
 
 
 def test_drain_requeues_and_usage_is_metered(pool) -> None:

@@ -1,6 +1,6 @@
 """``xirang pool``: run the pool service, use it, and simulate policies on traces.
 
-    xirang pool serve --cluster cluster.yaml [--state pool.db] [--policy priority]
+    xirang pool serve --cluster cluster.yaml [--store pool.db | postgresql://...] [--policy ..]
                       [--prices book.yaml] [--cost-db cost.db]
     xirang pool status | queue | jobs [--state running]
     xirang pool cancel JOB
@@ -14,6 +14,7 @@ Clients read XIRANG_POOL_URL and XIRANG_POOL_TOKEN (a project's token, or the op
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import signal
@@ -48,7 +49,13 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the pool service")
     serve.add_argument("--cluster", help="cluster file (needed the first time)")
-    serve.add_argument("--state", default=str(xirang_home() / "pool.db"), help="SQLite file")
+    serve.add_argument(
+        "--store",
+        "--state",
+        dest="state",
+        default=str(xirang_home() / "pool.db"),
+        help="state store: an SQLite file, or a postgresql://user@host/db URL (shared)",
+    )
     serve.add_argument("--policy", default="priority", help="scheduling policy plugin")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8476)
@@ -146,10 +153,11 @@ def _serve(args: argparse.Namespace) -> int:
     from xirang_core.pool.service import PoolService
     from xirang_core.pool.store import PoolStore
 
-    token, token_file = _operator_token(Path(args.state))
+    token, token_file = _operator_token(_beside_state(args.state, ".operator-token"))
+    store = PoolStore(args.state)
     service = PoolService(
-        PoolStore(args.state),
-        args.cluster,
+        store,
+        args.cluster or _slurm_cluster_file(args, store),
         args.policy,
         token,
         executor=_executor(args.executor),
@@ -162,7 +170,7 @@ def _serve(args: argparse.Namespace) -> int:
     thread.start()
     host, port = server.server_address[:2]
     print(
-        f"xirang pool: http://{host}:{port} (state {args.state}, policy {args.policy}, "
+        f"xirang pool: http://{host}:{port} (state {store.path}, policy {args.policy}, "
         f"{service.restored} job(s) restored)",
         flush=True,
     )
@@ -193,11 +201,19 @@ def _budgets(prices: str, cost_db: str) -> PoolBudgets:
     return PoolBudgets.open(load_pricebook(prices) if prices else None, cost_db or None)
 
 
-def _operator_token(state: Path) -> tuple[str, str]:
-    """The operator token from the environment, else one kept beside the state file (0600)."""
+def _beside_state(location: str, suffix: str) -> Path:
+    """A file kept with the state: beside an SQLite file, or in XIRANG_HOME for a database URL
+    (named by a hash of the URL, so no password lands in a file name)."""
+    if "://" not in location:
+        return Path(location + suffix)
+    digest = hashlib.sha256(location.encode()).hexdigest()[:12]
+    return xirang_home() / f"pool-{digest}{suffix}"
+
+
+def _operator_token(path: Path) -> tuple[str, str]:
+    """The operator token from the environment, else one kept in ``path`` (mode 0600)."""
     if os.environ.get(OPERATOR_TOKEN_ENV):
         return os.environ[OPERATOR_TOKEN_ENV], ""
-    path = state.with_name(state.name + ".operator-token")
     if not path.exists():
         import secrets
 
@@ -214,7 +230,7 @@ def _slurm_cluster_file(args: argparse.Namespace, store: Any) -> str | None:
     import yaml
     from xirang_slurm.inventory import nodes
 
-    path = Path(args.state).with_name(Path(args.state).name + ".cluster.yaml")
+    path = _beside_state(args.state, ".cluster.yaml")
     path.write_text(yaml.safe_dump({"nodes": nodes()}))
     return str(path)
 

@@ -1,4 +1,4 @@
-"""The pool service: one engine, its SQLite store, project tokens and the executors.
+"""The pool service: one engine, its store (SQLite or PostgreSQL), project tokens and the executors.
 
 Every request runs under one lock: validate, change the engine, run a scheduling pass, write
 the changed jobs and the events in one transaction, then hand ``started``/``preempted`` events
@@ -98,7 +98,7 @@ class PoolService:
     def _hardware(self, cluster_file: str | Path | None) -> tuple[Cluster, Throughputs]:
         """From the store when it has the cluster (a restart), else from the cluster file."""
         if self.store.initialised():
-            data = json.loads(self._meta("cluster") or "{}")
+            data = json.loads(self.store.meta("cluster") or "{}")
             cluster = Cluster(self.store.cluster_nodes())
             return cluster, Throughputs.from_mapping(data.get("throughputs", {}), cluster.types)
         if cluster_file is None:
@@ -108,7 +108,7 @@ class PoolService:
         self.store.save_cluster(cluster)
         spec = {"throughputs": {**asdict(throughputs), "classes": throughputs.table}}
         spec["throughputs"].pop("_memo", None)
-        self._set_meta("cluster", json.dumps(spec))
+        self.store.set_meta("cluster", json.dumps(spec))
         for project in quotas.projects.values():
             self.store.save_project(project)
         return cluster, throughputs
@@ -343,13 +343,6 @@ class PoolService:
                 self.executor.start(job, nodes, leaves)
             elif event.kind == "preempted":
                 self.executor.stop(job, f"preempted by job {event.detail.get('by')}")
-
-    def _meta(self, key: str) -> str | None:
-        row = self.store.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return row[0] if row else None
-
-    def _set_meta(self, key: str, value: str) -> None:
-        self.store.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
 
 def describe(job: Job) -> dict[str, Any]:

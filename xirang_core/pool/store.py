@@ -1,4 +1,5 @@
-"""The pool's state in SQLite: jobs, projects, nodes, devices, events and usage segments.
+"""The pool's state: jobs, projects, nodes, devices, events and usage segments, in an SQLite
+file or, for a shared deployment, PostgreSQL (:mod:`xirang_core.pool.database`; one SQL text).
 
 The service writes through after every change, in one transaction, so a restart of
 ``xirang pool serve`` loses no queued or running job: :func:`PoolStore.load_into` rebuilds the
@@ -10,18 +11,20 @@ the console and cost metering build on; ``schema_version`` in ``meta`` changes w
 from __future__ import annotations
 
 import json
-import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from xirang_core.pool.cluster import Cluster
+from xirang_core.pool.database import Database, connect
 from xirang_core.pool.engine import Event, PoolEngine, Segment
 from xirang_core.pool.jobs import Job, JobState
 from xirang_core.pool.quota import Project
 
 SCHEMA_VERSION = 1
 
+# Portable SQL: DOUBLE PRECISION (PostgreSQL's REAL is 4 bytes, too coarse for Unix times),
+# "end" quoted (reserved in PostgreSQL) and {serial} for the dialect's auto-increment key.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS projects (
@@ -37,16 +40,18 @@ CREATE TABLE IF NOT EXISTS devices (
 CREATE TABLE IF NOT EXISTS jobs (
     id INTEGER PRIMARY KEY, name TEXT NOT NULL, project TEXT NOT NULL, job_class TEXT NOT NULL,
     cards INTEGER NOT NULL, priority INTEGER NOT NULL, state TEXT NOT NULL,
-    submitted REAL NOT NULL, started REAL, finished REAL, attained REAL NOT NULL,
+    submitted DOUBLE PRECISION NOT NULL, started DOUBLE PRECISION, finished DOUBLE PRECISION,
+    attained DOUBLE PRECISION NOT NULL,
     device_type TEXT NOT NULL, devices TEXT NOT NULL, borrowed INTEGER NOT NULL,
     preemptions INTEGER NOT NULL, requeues INTEGER NOT NULL, payload TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, project);
 CREATE TABLE IF NOT EXISTS events (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, kind TEXT NOT NULL,
+    seq {serial}, time DOUBLE PRECISION NOT NULL, kind TEXT NOT NULL,
     job_id INTEGER, detail TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS usage (
     job_id INTEGER NOT NULL, project TEXT NOT NULL, device_type TEXT NOT NULL,
-    start REAL NOT NULL, end REAL NOT NULL, devices INTEGER NOT NULL, cards INTEGER NOT NULL,
+    start DOUBLE PRECISION NOT NULL, "end" DOUBLE PRECISION NOT NULL, devices INTEGER NOT NULL,
+    cards INTEGER NOT NULL,
     borrowed INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS usage_by_project ON usage(project, start);
 """
@@ -57,19 +62,39 @@ _JOB_COLUMNS = (
 )
 
 
-class PoolStore:
-    """One SQLite file; safe to read from other processes while the service writes (WAL)."""
+def upsert(table: str, columns: Sequence[str], key: str) -> str:
+    """``INSERT ... ON CONFLICT (key) DO UPDATE``: a replace both SQLite and PostgreSQL run."""
+    updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c != key)
+    marks = ",".join("?" * len(columns))
+    return (
+        f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks}) "
+        f"ON CONFLICT ({key}) DO UPDATE SET {updates}"
+    )
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self.db.row_factory = sqlite3.Row
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.executescript(SCHEMA)
+
+_UPSERT_NODE = upsert(
+    "nodes",
+    ("name", "type", "devices", "leaf", "spine", "domain_size", "healthy", "drain_reason"),
+    "name",
+)
+_UPSERT_PROJECT = upsert(
+    "projects", ("name", "team", "guaranteed", "borrow_limit", "token_hash"), "name"
+)
+_UPSERT_JOB = upsert("jobs", tuple(c.strip() for c in _JOB_COLUMNS.split(",")), "id")
+_UPSERT_META = upsert("meta", ("key", "value"), "key")
+
+
+class PoolStore:
+    """The pool's tables in an SQLite file (default; WAL, so other processes read while the
+    service writes) or in PostgreSQL for a ``postgresql://`` location, with one SQL text."""
+
+    def __init__(self, location: str | Path) -> None:
+        self.db: Database = connect(location)
+        self.path = self.db.location  # no password in it: safe to print
+        self.db.script(SCHEMA.format(serial=self.db.serial_key))
         self.db.execute(
-            "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+            "INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING",
+            (str(SCHEMA_VERSION),),
         )
 
     def close(self) -> None:
@@ -78,14 +103,22 @@ class PoolStore:
     # --- writing ----------------------------------------------------------------------------
 
     def initialised(self) -> bool:
-        return self.db.execute("SELECT COUNT(*) FROM nodes").fetchone()[0] > 0
+        return self.db.execute("SELECT COUNT(*) AS n FROM nodes").fetchone()["n"] > 0
+
+    def meta(self, key: str) -> str | None:
+        """A value of the ``meta`` table (the schema version, the service's cluster spec)."""
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row["value"] if row else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.db.execute(_UPSERT_META, (key, value))
 
     def save_cluster(self, cluster: Cluster, reasons: dict[str, str] | None = None) -> None:
         reasons = reasons or {}
         with self._tx():
             for n in cluster.nodes:
                 self.db.execute(
-                    "INSERT OR REPLACE INTO nodes VALUES (?,?,?,?,?,?,?,?)",
+                    _UPSERT_NODE,
                     (
                         n.name,
                         n.type,
@@ -98,14 +131,15 @@ class PoolStore:
                     ),
                 )
                 self.db.executemany(
-                    "INSERT OR IGNORE INTO devices (id, node, type, idx) VALUES (?,?,?,?)",
+                    "INSERT INTO devices (id, node, type, idx) VALUES (?,?,?,?) "
+                    "ON CONFLICT (id) DO NOTHING",
                     [(d, n.name, n.type, d - n.first_device) for d in n.devices],
                 )
 
     def save_project(self, project: Project) -> None:
         with self._tx():
             self.db.execute(
-                "INSERT OR REPLACE INTO projects VALUES (?,?,?,?,?)",
+                _UPSERT_PROJECT,
                 (
                     project.name,
                     project.team,
@@ -130,8 +164,7 @@ class PoolStore:
 
     def _save_job(self, job: Job) -> None:
         self.db.execute(
-            f"INSERT OR REPLACE INTO jobs ({_JOB_COLUMNS}) VALUES "
-            "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            _UPSERT_JOB,
             (
                 job.id,
                 job.name,
@@ -185,8 +218,8 @@ class PoolStore:
                     (int(cluster.node(name).healthy), event.detail.get("reason", ""), name),
                 )
 
-    def _tx(self) -> _Transaction:
-        return _Transaction(self.db)
+    def _tx(self) -> Any:
+        return self.db.transaction()
 
     # --- loading ----------------------------------------------------------------------------
 
@@ -265,7 +298,7 @@ class PoolStore:
         Each usage segment is clipped to [since, until) and split across buckets, so the sums
         are exact for any bucket size.
         """
-        query = "SELECT * FROM usage WHERE end > ? AND start < ?"
+        query = 'SELECT * FROM usage WHERE "end" > ? AND start < ?'
         args: list[Any] = [since, until if until != float("inf") else 1e30]
         if project:
             query, args = query + " AND project = ?", [*args, project]
@@ -283,6 +316,10 @@ class PoolStore:
             for (p, t, b), v in sorted(totals.items(), key=lambda kv: (kv[0][2], kv[0][:2]))
         ]
 
+    def segments(self) -> list[dict[str, Any]]:
+        """The raw usage rows, one per stretch a job held devices, oldest first."""
+        return [dict(r) for r in self.db.execute("SELECT * FROM usage ORDER BY start, job_id")]
+
     def events(self, after_seq: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
         rows = self.db.execute(
             "SELECT * FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (after_seq, limit)
@@ -290,7 +327,9 @@ class PoolStore:
         return [{**dict(r), "detail": json.loads(r["detail"])} for r in rows]
 
 
-def _spread(totals: dict, row: sqlite3.Row, start: float, end: float, bucket_s: float) -> None:
+def _spread(
+    totals: dict, row: Mapping[str, Any], start: float, end: float, bucket_s: float
+) -> None:
     t = start
     while t < end:
         bucket = (t // bucket_s) * bucket_s
@@ -301,7 +340,7 @@ def _spread(totals: dict, row: sqlite3.Row, start: float, end: float, bucket_s: 
         t = stop
 
 
-def _job(row: sqlite3.Row) -> Job:
+def _job(row: Mapping[str, Any]) -> Job:
     return Job(
         id=row["id"],
         project=row["project"],
@@ -321,16 +360,3 @@ def _job(row: sqlite3.Row) -> Job:
         requeues=row["requeues"],
         payload=json.loads(row["payload"]),
     )
-
-
-class _Transaction:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on error."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self.db = db
-
-    def __enter__(self) -> None:
-        self.db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, kind: object, *_: object) -> None:
-        self.db.execute("ROLLBACK" if kind else "COMMIT")
