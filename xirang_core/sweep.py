@@ -1,4 +1,9 @@
-"""A Hydra callback that ends a ``-m`` sweep with a table of each job's final loss."""
+"""A Hydra callback that ends a ``-m`` sweep with a table of each job's final loss.
+
+With a local launcher the jobs' ends reach this callback in-process; a remote launcher
+(``hydra/launcher=submitit_slurm``) runs ``on_job_end`` in the job's own process, so the
+driver reads each job's ``summary.json`` and overrides from the sweep folder instead.
+"""
 
 from __future__ import annotations
 
@@ -43,6 +48,8 @@ class SweepTable(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if not self.rows:
+            self.rows = _rows_from_folder(Path(config.hydra.sweep.dir))
+        if not self.rows:
             return
         from rich.console import Console
         from rich.table import Table
@@ -59,3 +66,29 @@ class SweepTable(Callback):
             writer = csv.DictWriter(f, fieldnames=list(self.rows[0]))
             writer.writeheader()
             writer.writerows(ranked)
+
+
+def _rows_from_folder(sweep_dir: Path) -> list[dict[str, Any]]:
+    """One row per job folder of a sweep (``<n>/.hydra/overrides.yaml``), from its summary."""
+    import json
+
+    import yaml
+
+    rows: list[dict[str, Any]] = []
+    jobs = [d for d in sweep_dir.iterdir() if d.is_dir() and d.name.isdigit()]
+    for folder in sorted(jobs, key=lambda d: int(d.name)):
+        overrides_file = folder / ".hydra" / "overrides.yaml"
+        overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.exists() else []
+        summary_file = folder / "summary.json"
+        summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}
+        rows.append(
+            {
+                "job": int(folder.name),
+                "overrides": " ".join(overrides or []),
+                "final_loss": summary.get("final_loss"),
+                "val_loss": summary.get("val_loss"),
+                "tokens_per_s": summary.get("tokens_per_s"),
+                "run_dir": summary.get("run_dir", "failed"),
+            }
+        )
+    return rows

@@ -5,8 +5,6 @@ Without Slurm these tests skip locally and FAIL in CI (CI=true), where the servi
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import subprocess
 import time
@@ -17,23 +15,6 @@ import pytest
 from xirang_slurm import commands, inventory
 from xirang_slurm.executor import SlurmExecutor
 from xirang_slurm.script import BatchJob, render
-
-
-@pytest.fixture(scope="module")
-def slurm() -> str:
-    """The name of the Slurm node this machine runs, once slurmctld answers."""
-    problem = ""
-    if shutil.which("sbatch") is None:
-        problem = "Slurm is not installed (run .ci/services/slurm.sh)"
-    else:
-        probe = subprocess.run(["sinfo", "-h", "-o", "%n %T"], capture_output=True, text=True)
-        if probe.returncode != 0 or not probe.stdout.strip():
-            problem = f"slurmctld does not answer: {probe.stderr.strip()}"
-    if problem:
-        if os.environ.get("CI") == "true":
-            pytest.fail(problem)
-        pytest.skip(problem)
-    return probe.stdout.split()[0]
 
 
 def _wait(executor: SlurmExecutor, timeout: float = 90.0) -> list[tuple[int, bool]]:

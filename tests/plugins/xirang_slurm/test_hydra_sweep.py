@@ -1,0 +1,41 @@
+"""Hydra sweeps go to Slurm: ``python -m xirang -m hydra/launcher=submitit_slurm ...`` submits
+one real Slurm job per sweep point (.ci/services/slurm.sh runs the single-node cluster)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_dirs
+
+
+@pytest.mark.service
+@pytest.mark.slow
+def test_two_point_sweep_runs_as_slurm_jobs(slurm: str, run_xirang, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    done = run_xirang(
+        "-m",
+        "hydra/launcher=submitit_slurm",
+        "hydra.launcher.cpus_per_task=1",
+        "hydra.launcher.timeout_min=15",
+        "trainer.max_steps=2",
+        "trainer.log_every=1",
+        "trainer.sample_tokens=0",
+        "optim.lr=1e-3,3e-3",
+        env={"XIRANG_RUNS": str(runs), "OMP_NUM_THREADS": "1"},
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (sweep,) = [p for p in runs.glob("*/*") if (p / "multirun.yaml").exists()]
+    jobs = list((sweep / ".submitit").glob("*_[01]"))
+    assert len(jobs) == 2, "each sweep point should be its own Slurm array task"
+    assert all(list(job.glob("*_result.pkl")) for job in jobs)
+    summaries = [json.loads((d / "summary.json").read_text()) for d in run_dirs(sweep)]
+    assert sorted(s["steps"] for s in summaries) == [2, 2]
+    with (sweep / "sweep_results.csv").open() as f:
+        table = list(csv.DictReader(f))
+    assert sorted(r["overrides"].split()[-1] for r in table) == ["optim.lr=0.001", "optim.lr=0.003"]
+    assert all(r["final_loss"] for r in table)
