@@ -37,10 +37,22 @@ def test_parallel_auto_trains_with_the_chosen_plan(run_xirang, tmp_path) -> None
 @pytest.mark.parametrize("strategy", ["sp", "pp"])
 def test_split_runs_evaluate_and_report(run_xirang, tmp_path, strategy: str) -> None:
     """End to end through the launcher: every worker evaluates together (the split model's
-    forward is collective), and the summary is written."""
+    forward is collective), and the summary is written with the whole model's parameters (a
+    pipeline stage holds only half the layers)."""
     result = run_xirang(
         f"parallel={strategy}", "trainer.nproc=2", "trainer.max_steps=2", "trainer.sample_tokens=4"
     )
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads(next(tmp_path.rglob("summary.json")).read_text())
     assert summary["val_loss"] > 0 and summary["sample"] == ""
+    assert summary["params"] == whole_model_params()
+
+
+def whole_model_params() -> int:
+    """Parameters of the default model, unsplit, as the summary counts them."""
+    from xirang_core.config import compose as compose_config
+    from xirang_core.plugins import get_registry
+
+    model = compose_config([])["model"]
+    settings = {k: v for k, v in model.items() if k not in ("family", "name")}
+    return get_registry().load("model", model["family"]).from_config(settings).num_params()

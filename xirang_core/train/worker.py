@@ -43,6 +43,7 @@ class Assembly:
     settings: LoopSettings
     comm: Any = None  # the comm option's hooks, when one is installed: they report bytes/overlap
     strategy: Any = None  # the parallel strategy; it may say how its state is checkpointed
+    params: int = 0  # the whole model's parameters, counted before a split keeps a stage's
 
 
 def main(run_dir: str) -> None:
@@ -104,6 +105,7 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
     model = registry.load("model", config["model"]["family"]).from_config(model_settings)
     model = model.to(ctx.device)
     flops_per_token = model.flops_per_token(data["seq_len"])  # of the whole model, before a split
+    params = model.num_params()  # likewise: a pipeline stage keeps only its own layers
     strategy = registry.create("parallel", config["parallel"])
     if hasattr(strategy, "build_mesh"):
         ctx.mesh = strategy.build_mesh(ctx)
@@ -140,6 +142,7 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
         settings=settings,
         comm=sync,
         strategy=strategy,
+        params=params,
     )
 
 
@@ -195,7 +198,7 @@ def summarize(
         "run_dir": parts.ctx.run_dir,
         "project": config["project"],
         "model": config["model"]["name"],
-        "params": parts.model.num_params(),
+        "params": parts.params or parts.model.num_params(),
         "steps": last["step"],
         "tokens": tokens,
         "first_loss": first["loss"],
