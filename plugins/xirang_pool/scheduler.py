@@ -27,6 +27,8 @@ class PoolSchedulerConfig:
     priority: str = "normal"
     job_class: str = "default"
     poll_s: float = 2.0
+    #: the run may wait for a cheap window and be stopped (it checkpoints) before it ends
+    interruptible: bool = False
 
 
 class JobNotRun(XirangError):
@@ -45,7 +47,11 @@ class PoolScheduler:
             priority=self.config.priority,
             job_class=self.config.job_class,
             name=Path(job.run_dir).name,
-            payload={"run_dir": job.run_dir, "nproc": job.nproc},
+            payload={
+                "run_dir": job.run_dir,
+                "nproc": job.nproc,
+                "interruptible": self.config.interruptible,
+            },
         )
         job_id = submitted["id"]
         print(f"pool: job {job_id} submitted ({self.config.cards} cards, project {job.project})")

@@ -16,15 +16,12 @@ import signal
 import threading
 from pathlib import Path
 
-import yaml
-
 from xirang_core.console.metrics_store import MetricsStore
 from xirang_core.console.server import Sampler, serve
 from xirang_core.console.source import ConsoleSource
 from xirang_core.console.state import operator_token
-from xirang_core.cost.errors import CostError
 from xirang_core.cost.meter import Meter
-from xirang_core.cost.pricebook import PriceBook
+from xirang_core.cost.pricefile import load_pricebook
 from xirang_core.cost.store import CostStore
 from xirang_core.errors import ConfigError
 from xirang_core.paths import xirang_home
@@ -81,19 +78,3 @@ def build_source(
     return ConsoleSource(
         PoolStore(state), CostStore(cost_db), metrics, meter, operator_token(state)
     )
-
-
-def load_pricebook(path: str | Path) -> PriceBook:
-    """A price book from YAML (the same keys as the ``cost=pricebook`` option, ``name`` ignored)."""
-    try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise CostError(f"--prices {path}: cannot read a price book: {exc}") from None
-    if not isinstance(data, dict) or not data.get("prices"):
-        raise CostError(f"--prices {path}: expected a mapping with 'prices: {{type: per hour}}'")
-    data.pop("name", None)
-    data.pop("capacity_class", None)
-    try:
-        return PriceBook.from_settings(data)
-    except TypeError as exc:
-        raise CostError(f"--prices {path}: {exc}") from None

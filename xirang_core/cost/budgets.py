@@ -24,6 +24,7 @@ from xirang_core.cost.errors import BudgetExceeded, CostError
 
 if TYPE_CHECKING:
     from xirang_core.cost.meter import Meter
+    from xirang_core.cost.preferences import CostPreferences
     from xirang_core.cost.pricebook import PriceBook
     from xirang_core.cost.store import CostStore
 
@@ -135,17 +136,44 @@ class PoolBudgets:
     ``xirang pool serve`` prints it at start so the gap is never silent.
     """
 
-    def __init__(self, governor: Governor, meter: Meter | None = None) -> None:
+    def __init__(
+        self,
+        governor: Governor,
+        meter: Meter | None = None,
+        preferences: CostPreferences | None = None,
+    ) -> None:
         self.governor = governor
         self.meter = meter
+        self.preferences = preferences
 
     @classmethod
-    def open(cls, book: PriceBook | None = None, cost_db: str | Path | None = None) -> PoolBudgets:
-        """Budgets over the cost store at ``cost_db`` (default ``XIRANG_HOME/cost/cost.db``)."""
+    def open(
+        cls,
+        book: PriceBook | None = None,
+        cost_db: str | Path | None = None,
+        preferences: CostPreferences | None = None,
+    ) -> PoolBudgets:
+        """Budgets over the cost store at ``cost_db`` (default ``XIRANG_HOME/cost/cost.db``);
+        with a book, the pool meters its jobs and its scheduler consults the book's placement
+        preferences (``preferences``, else the book's own without deadlines)."""
         from xirang_core.cost.meter import Meter
+        from xirang_core.cost.preferences import CostPreferences
         from xirang_core.cost.store import CostStore  # the store imports Budget from here
 
-        return cls(Governor(CostStore(cost_db)), Meter(book) if book is not None else None)
+        if book is None:
+            return cls(Governor(CostStore(cost_db)))
+        return cls(Governor(CostStore(cost_db)), Meter(book), preferences or CostPreferences(book))
+
+    @classmethod
+    def from_file(cls, prices: str | Path | None, cost_db: str | Path | None = None) -> PoolBudgets:
+        """What ``xirang pool serve --prices FILE --cost-db DB`` runs with (no file: no
+        metering, no preferences)."""
+        if not prices:
+            return cls.open(None, cost_db)
+        from xirang_core.cost.pricefile import load_preferences
+
+        preferences = load_preferences(prices)
+        return cls.open(preferences.book, cost_db, preferences)
 
     @property
     def metered(self) -> bool:

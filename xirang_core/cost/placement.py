@@ -1,6 +1,8 @@
 """Placement preferences a scheduler can consult: when and where a job is cheapest.
 
 * :func:`cheap_start` - an interruptible experiment may wait for the cheapest window;
+* :func:`cheap_until` - when the cheap stretch it runs in ends (it is reclaimed before then);
+* :func:`next_change` - the next hour the price changes (when a waiting job should look again);
 * :func:`rank_device_types` - device types by throughput per unit cost, the more
   energy-efficient first when throughput per cost is equal (within ``tie``);
 * :func:`reclaim_before` - non-critical running jobs to reclaim so a deadline is met.
@@ -28,6 +30,31 @@ def cheap_start(book: PriceBook, now: float, horizon_h: int = 24) -> float:
         if _multiplier(book, t) <= best:
             return float(t)
     return now
+
+
+def cheap_until(book: PriceBook, now: float, horizon_h: int = 24) -> float:
+    """The end of the cheapest-multiplier stretch ``now`` lies in (``now`` when not cheap now,
+    ``now + horizon_h`` hours when it lasts past the horizon, e.g. a book without windows)."""
+    best = book.cheapest_multiplier()
+    if _multiplier(book, now) > best:
+        return now
+    t = (int(now // HOUR) + 1) * HOUR
+    for _ in range(horizon_h):
+        if _multiplier(book, t) > best:
+            return float(t)
+        t += HOUR
+    return now + horizon_h * HOUR
+
+
+def next_change(book: PriceBook, now: float, horizon_h: int = 24) -> float | None:
+    """The first hour boundary after ``now`` where the window multiplier changes, or None."""
+    current = _multiplier(book, now)
+    t = (int(now // HOUR) + 1) * HOUR
+    for _ in range(horizon_h):
+        if _multiplier(book, t) != current:
+            return float(t)
+        t += HOUR
+    return None
 
 
 def rank_device_types(

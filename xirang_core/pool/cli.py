@@ -194,11 +194,11 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _budgets(prices: str, cost_db: str) -> PoolBudgets:
-    """Budgets over the cost store, metering the pool's jobs when a price book is given."""
-    from xirang_core.console.cli import load_pricebook
+    """Budgets over the cost store; a price book also meters the pool's jobs and gives the
+    scheduler its placement preferences (cheap windows, deadlines, efficient device types)."""
     from xirang_core.cost.budgets import PoolBudgets
 
-    return PoolBudgets.open(load_pricebook(prices) if prices else None, cost_db or None)
+    return PoolBudgets.from_file(prices or None, cost_db or None)
 
 
 def _beside_state(location: str, suffix: str) -> Path:

@@ -13,6 +13,10 @@ incrementally, the pass stops once nothing is free or ``patience`` jobs in a row
 backfill looks at most ``max_scan`` jobs (Slurm's default queue depth is 100),
 at most ``preempt_scan`` jobs may try preemption per pass and each looks at no more than
 ``max_victims`` candidates per group.
+
+With :class:`~xirang_core.pool.policy.Preferences` (a pool with a price book), a pass first
+reclaims the running jobs they name (stopped like preempted ones, with the reason) and skips the
+queued jobs they hold back, e.g. interruptible work waiting for a cheap window.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from xirang_core.pool.cluster import Cluster
 from xirang_core.pool.errors import PoolError
 from xirang_core.pool.jobs import Job, JobState, check_cards
 from xirang_core.pool.placement import place
-from xirang_core.pool.policy import Policy
+from xirang_core.pool.policy import Policy, Preferences
 from xirang_core.pool.quota import Project, QuotaBook
 
 
@@ -69,8 +73,10 @@ class PoolEngine:
         patience: int = 32,
         preempt_scan: int = 4,
         max_victims: int = 64,
+        preferences: Preferences | None = None,
     ) -> None:
         self.cluster = cluster
+        self.preferences = preferences
         self.throughputs = throughputs
         self.policy = policy
         self.quotas = quotas or QuotaBook()
@@ -196,13 +202,14 @@ class PoolEngine:
         """One pass: place what fits, preempt what the policy allows; returns new events."""
         start = len(self.events)
         self._apply_demotions(now)
+        self._reclaim(now)
         deferred: list[Job] = []
         tries: dict[str, Any] = {"scan": 0, "preempt": 0, "misses": 0, "failed": set()}
         for _, job_id in self.queue[: self.max_scan]:
             if self._exhausted(tries):
                 break
             job = self.jobs[job_id]
-            if self._hopeless(job, tries):
+            if self._held(job, now) or self._hopeless(job, tries):
                 continue
             if not self.policy.blocking and not self.quotas.within_guarantee(job):
                 deferred.append(job)
@@ -216,6 +223,20 @@ class PoolEngine:
                 if not self._try(job, now, tries) and self.policy.blocking:
                     break
         return self.events[start:]
+
+    def _held(self, job: Job, now: float) -> bool:
+        """Whether the preferences keep ``job`` waiting (a cheaper window, a deadline)."""
+        return self.preferences is not None and self.preferences.hold(job, now) is not None
+
+    def _reclaim(self, now: float) -> None:
+        """Stop the running jobs the preferences reclaim, as preemption stops them (they
+        checkpoint and requeue); the reason goes with the ``preempted`` event."""
+        if self.preferences is None:
+            return
+        for job, reason in self.preferences.reclaim(list(self.running_jobs()), now):
+            self._stop(job, now)
+            job.preemptions += 1
+            self._emit(now, "preempted", job, reason=reason)
 
     def _exhausted(self, tries: dict[str, Any]) -> bool:
         """Nothing more this pass: scan depth reached, or no free devices and no preemption."""

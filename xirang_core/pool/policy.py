@@ -6,18 +6,25 @@ which running job a waiting job may preempt (:meth:`Policy.may_preempt`). The en
 rest (quota accounting, gang placement, requeues), identically for the service and the
 simulator. Policies are registered through the ``xirang_schedulers`` hook as
 :class:`PoolPolicySpec` entries named ``pool-<policy>``; :func:`load_policy` finds them.
+
+A pool started with a price book also has :class:`Preferences` (cost governance's, see
+:mod:`xirang_core.cost.preferences`): every policy's device-type order passes through them, and
+the engine asks them which jobs wait for a cheaper window or a deadline and which running jobs
+to reclaim first.
 """
 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from xirang_core.pool.errors import PoolError
 from xirang_core.specs import SchedulerSpec
 
 if TYPE_CHECKING:
+    from xirang_core.pool.cards import Throughputs
     from xirang_core.pool.engine import PoolEngine
     from xirang_core.pool.jobs import Job
 
@@ -28,6 +35,22 @@ POLICY_PREFIX = "pool-"
 @dataclass(frozen=True)
 class PoolPolicySpec(SchedulerSpec):
     """A pool scheduling policy, registered through ``xirang_schedulers``."""
+
+
+class Preferences(Protocol):
+    """Placement preferences a scheduling pass consults (when and where work is cheapest)."""
+
+    def order_types(self, job_class: str, types: list[str], throughputs: Throughputs) -> list[str]:
+        """``types`` (the policy's order) in the order the preferences favour."""
+
+    def hold(self, job: Job, now: float) -> str | None:
+        """Why ``job`` should not run now (e.g. it waits for a cheap window), else None."""
+
+    def reclaim(self, running: Iterable[Job], now: float) -> list[tuple[Job, str]]:
+        """Running jobs to stop now (they checkpoint and requeue), each with the reason."""
+
+    def wake_at(self, now: float) -> float | None:
+        """The next moment :meth:`hold` or :meth:`reclaim` may answer differently."""
 
 
 class Policy:
@@ -63,9 +86,13 @@ class Policy:
         return (job.submitted, job.id)
 
     def device_types(self, job: Job, engine: PoolEngine) -> list[str]:
-        """Device types ``job`` may use, preferred first (memoised per job class)."""
+        """Device types ``job`` may use, preferred first (memoised per job class); the
+        engine's preferences, when it has some, reorder the policy's choice."""
         if job.job_class not in self._types:
-            self._types[job.job_class] = self.prefer_types(job.job_class, engine)
+            types = self.prefer_types(job.job_class, engine)
+            if engine.preferences is not None:
+                types = engine.preferences.order_types(job.job_class, types, engine.throughputs)
+            self._types[job.job_class] = types
         return self._types[job.job_class]
 
     def prefer_types(self, job_class: str, engine: PoolEngine) -> list[str]:

@@ -90,7 +90,9 @@ class PoolService:
         self.executor = executor or RecordingExecutor()
         self.operator_hash = _hash(operator_token) if operator_token else ""
         cluster, throughputs = self._hardware(cluster_file)
-        self.engine = PoolEngine(cluster, throughputs, load_policy(policy))
+        self.engine = PoolEngine(
+            cluster, throughputs, load_policy(policy), preferences=self.budgets.preferences
+        )
         self.budgets.check_types(cluster.types)
         self.restored = store.load_into(self.engine, clock())
         self._apply(self.engine.schedule(clock()))
@@ -342,7 +344,8 @@ class PoolService:
                 leaves = span(self.engine.cluster, job.devices)["leaves"]
                 self.executor.start(job, nodes, leaves)
             elif event.kind == "preempted":
-                self.executor.stop(job, f"preempted by job {event.detail.get('by')}")
+                reason = event.detail.get("reason") or f"preempted by job {event.detail.get('by')}"
+                self.executor.stop(job, reason)
 
 
 def describe(job: Job) -> dict[str, Any]:

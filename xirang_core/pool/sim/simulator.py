@@ -18,7 +18,7 @@ from typing import Any
 from xirang_core.pool import clusterfile
 from xirang_core.pool.engine import Event, PoolEngine
 from xirang_core.pool.errors import PoolError
-from xirang_core.pool.policy import load_policy
+from xirang_core.pool.policy import Preferences, load_policy
 from xirang_core.pool.quota import Project
 from xirang_core.pool.sim.traces import TraceJob
 
@@ -58,9 +58,22 @@ class Result:
 
 
 class Simulator:
-    def __init__(self, cluster_data: dict, policy: str, restart_s: float = 30.0, **settings: Any):
+    def __init__(
+        self,
+        cluster_data: dict,
+        policy: str,
+        restart_s: float = 30.0,
+        preferences: Preferences | None = None,
+        **settings: Any,
+    ):
         cluster, throughputs, quotas = clusterfile.build(dict(cluster_data))
-        self.engine = PoolEngine(cluster, throughputs, load_policy(policy, **settings), quotas)
+        self.engine = PoolEngine(
+            cluster,
+            throughputs,
+            load_policy(policy, **settings),
+            quotas,
+            preferences=preferences,
+        )
         self.policy_name = policy
         self.restart_s = restart_s
         self.progress: dict[int, Progress] = {}
@@ -86,6 +99,7 @@ class Simulator:
                 rejected += self._handle(kind, ref, jobs, now)
             self._consume(self.engine.schedule(now), now)
             self._wake_for_demotion()
+            self._wake_for_preferences(now)
         return self._result(jobs, rejected, now, time.perf_counter() - wall)
 
     # --- events -----------------------------------------------------------------------------
@@ -148,6 +162,16 @@ class Simulator:
         demotions = self.engine._demotions
         if demotions and (not self.heap or demotions[0][0] < self.heap[0][0]):
             self._push(demotions[0][0], WAKE, 0)
+
+    def _wake_for_preferences(self, now: float) -> None:
+        """Schedule again when the preferences may change their mind (a cheap window opens, a
+        deadline nears) while jobs are still waiting or running."""
+        prefs = self.engine.preferences
+        if prefs is None or not (self.engine.queue or self.engine.running):
+            return
+        at = prefs.wake_at(now)
+        if at is not None and (not self.heap or at < self.heap[0][0]):
+            self._push(at, WAKE, 0)
 
     def _push(self, at: float, kind: int, ref: int) -> None:
         self._seq += 1
