@@ -108,6 +108,24 @@ def test_lower_priority_queues_new_jobs_at_low(pool: Pool) -> None:
     assert pool.submit("cv", priority="critical")["priority"] == "critical"
 
 
+def test_lower_priority_demotes_the_projects_queued_jobs_too(pool: Pool) -> None:
+    _budget(pool, 10.0, "lower_priority")
+    pool.submit("nlp")
+    pool.submit("cv")  # the pool is full now; 8-card jobs cannot preempt guaranteed work
+    queued = pool.submit("nlp", cards=8, priority="high")  # queued while the budget had room
+    behind = pool.submit("cv", cards=8)  # normal, queued after it
+    assert [j["id"] for j in pool.service.queue(OPERATOR)] == [queued["id"], behind["id"]]
+    pool.clock.now += HOUR
+    pool.service.tick()
+    assert pool.service.job(OPERATOR, queued["id"])["priority"] == "low"
+    assert [j["id"] for j in pool.service.queue(OPERATOR)] == [behind["id"], queued["id"]]
+    pool.clock.now += 60
+    pool.service.tick()  # demoted once, not again at every tick
+    events = [e for e in pool.service.store.events() if e["kind"] == "reprioritised"]
+    assert [(e["job_id"], e["detail"]["priority"]) for e in events] == [(queued["id"], 0)]
+    assert "budget: project 'nlp' spent 101% of its budget" in events[0]["detail"]["reason"]
+
+
 def test_checkpoint_stop_stops_running_jobs_at_the_next_tick_for_good(pool: Pool) -> None:
     _budget(pool, 10.0, "checkpoint_stop")
     running = pool.submit("nlp")

@@ -105,6 +105,14 @@ class Governor:
             f"`xirang cost budget set project {project} <amount>`"
         )
 
+    def demote_reason(self, project: str, priority: int) -> str | None:
+        """Why a queued job of ``project`` at ``priority`` must drop to the lowest class (its
+        project's ``lower_priority`` budget is spent), else None."""
+        status = self.status("project", project)
+        if status is None or status.action != "lower_priority" or priority <= LOWEST_PRIORITY:
+            return None
+        return f"project '{project}' spent {status.fraction:.0%} of its budget (lower_priority)"
+
     def stop_reason(self, project: str, job_ref: str) -> str | None:
         """Why a job must checkpoint and stop (its own budget or its project's), else None;
         the pool writes the reason into the job's event history."""
@@ -199,6 +207,11 @@ class PoolBudgets:
 
     def admit(self, project: str, priority: int) -> int:
         return self.governor.admit(project, priority)
+
+    def to_demote(self, queued: Iterable[Any]) -> list[tuple[Any, int, str]]:
+        """The queued jobs a ``lower_priority`` budget demotes: (job, new priority, reason)."""
+        reasons = ((job, self.governor.demote_reason(job.project, job.priority)) for job in queued)
+        return [(job, LOWEST_PRIORITY, reason) for job, reason in reasons if reason]
 
     def to_stop(self, jobs: Iterable[Any]) -> list[tuple[Any, str]]:
         """The jobs (running or queued) a budget ends, each with the reason."""

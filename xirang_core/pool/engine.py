@@ -173,6 +173,18 @@ class PoolEngine:
                 job.borrowed = borrowed
             self._index_running(job, now)
 
+    def reprioritise(self, job_id: int, priority: int, now: float, reason: str = "") -> Job:
+        """Move a queued job to another priority class (e.g. a budget's ``lower_priority``),
+        re-ranked in the queue at once; a ``reprioritised`` event records it."""
+        job = self.job(job_id)
+        if job.state is not JobState.QUEUED:
+            raise PoolError(f"job {job_id} is not queued ({job.state.value})", 409)
+        self.queue.remove((self._keys[job.id], job.id))
+        job.priority = priority
+        self._enqueue(job)
+        self._emit(now, "reprioritised", job, priority=priority, reason=reason)
+        return job
+
     def set_quota(self, project: Project) -> None:
         """Create or edit a project and re-split its running jobs into guaranteed and borrowed:
         after a cut, its worst-ranked jobs become borrowed (reclaimable); after a raise, its

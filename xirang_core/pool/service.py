@@ -316,12 +316,15 @@ class PoolService:
             self._apply(self.engine.schedule(now))
 
     def _enforce_budgets(self, now: float) -> None:
-        """Meter the pool's usage up to ``now``, then end every job a ``checkpoint_stop`` budget
-        stops: a running one is stopped as preemption stops it (TERM, so it checkpoints), and,
-        like a queued one, ends ``cancelled`` with a ``budget_stopped`` event naming the budget,
-        so the scheduler never starts it again."""
+        """Meter the pool's usage up to ``now``, drop the queued jobs of a spent
+        ``lower_priority`` budget to the lowest class, then end every job a ``checkpoint_stop``
+        budget stops: a running one is stopped as preemption stops it (TERM, so it
+        checkpoints), and, like a queued one, ends ``cancelled`` with a ``budget_stopped`` event
+        naming the budget, so the scheduler never starts it again."""
         if self.budgets.metered:
             self.budgets.record(read_state(self.store, now, usage=True), now)
+        for job, priority, reason in self.budgets.to_demote(list(self.engine.queued_jobs())):
+            self.engine.reprioritise(job.id, priority, now, f"budget: {reason}")
         live = [*self.engine.running_jobs(), *self.engine.queued_jobs()]
         for job, reason in self.budgets.to_stop(live):
             if job.state.value == "running":
