@@ -4,6 +4,13 @@ A file is cut into fixed-size chunks named by the SHA-256 of their bytes. A chun
 store is referenced instead of written again, so tensors that did not change since the previous
 checkpoint (frozen embeddings, sparse updates) cost nothing the second time; the chunk's name is
 also its checksum, so a flipped or truncated byte is found on read.
+
+The manifest also records an XXH3-128 digest of every chunk. Restoring checks that one: it finds
+any flipped, truncated or swapped byte as surely as SHA-256 (a chance miss is 2**-128) at over
+ten times the speed, so verifying a checkpoint costs far less than reading it. SHA-256 stays the
+chunk's name (deduplication) and ``xirang ckpt verify`` checks both. Chunks on a local disk are
+memory-mapped rather than read, so restoring copies each byte once: from the page cache into the
+tensor it belongs to.
 """
 
 from __future__ import annotations
@@ -12,10 +19,14 @@ import bisect
 import hashlib
 import io
 import itertools
-from collections.abc import Callable
+import mmap
+import os
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
+
+import xxhash
 
 from xirang_core.errors import XirangError
 from xirang_core.storage.tier import FsspecTier
@@ -37,18 +48,22 @@ class FileRecord:
     """One file of a checkpoint: its size, chunk digests in order, and a checksum over them.
 
     The file checksum is the SHA-256 of the ordered chunk digests, so it covers every byte
-    without hashing the data twice."""
+    without hashing the data twice. ``checks`` are the chunks' XXH3-128 digests, in the same
+    order (empty in checkpoints written before they existed: those are checked by SHA-256)."""
 
     bytes: int
     sha256: str
     chunks: list[str]
+    checks: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"bytes": self.bytes, "sha256": self.sha256, "chunks": self.chunks}
+        data = {"bytes": self.bytes, "sha256": self.sha256, "chunks": self.chunks}
+        return {**data, "checks": self.checks} if self.checks else data
 
     @classmethod
     def from_json(cls, data: dict) -> FileRecord:
-        return cls(int(data["bytes"]), str(data["sha256"]), list(data["chunks"]))
+        checks = list(data.get("checks") or [])
+        return cls(int(data["bytes"]), str(data["sha256"]), list(data["chunks"]), checks)
 
 
 @dataclass
@@ -74,6 +89,7 @@ class ChunkStore:
         pieces = [view[i : i + self.chunk_bytes] for i in range(0, len(data), self.chunk_bytes)]
         with ThreadPoolExecutor(self.threads) as pool:
             digests = list(pool.map(_sha256, pieces))
+            checks = list(pool.map(_xxh3, pieces))
             first = {d: i for i, d in reversed(list(enumerate(digests)))}  # equal chunks: once
             todo = [(i, d) for d, i in first.items() if not (self.dedupe and self._exists(d))]
 
@@ -84,7 +100,7 @@ class ChunkStore:
 
             list(pool.map(write, range(len(todo))))
         new = sum(len(pieces[i]) for i, _ in todo)
-        return FileRecord(len(data), digest_of(digests), digests), new
+        return FileRecord(len(data), digest_of(digests), digests, checks), new
 
     def _exists(self, digest: str) -> bool:
         if digest in self.known:
@@ -99,33 +115,55 @@ class ChunkStore:
         self.known.add(digest)
 
     def get(self, name: str, record: FileRecord) -> ChunkedBytes:
-        """The file's bytes (as its chunks, not joined), every chunk checked against its
-        digest; raises CorruptCheckpoint."""
-        _check_record(name, record)
-        with ThreadPoolExecutor(self.threads) as pool:
-            pieces = list(pool.map(lambda d: self._read_checked(name, d), record.chunks))
-        data = ChunkedBytes(pieces)
-        if len(data) != record.bytes:
-            raise CorruptCheckpoint(f"{name}: {len(data)} bytes, manifest says {record.bytes}")
-        return data
+        """The file's bytes (as its chunks, not joined), every chunk checked against the
+        manifest as it is read; raises CorruptCheckpoint."""
+        pieces = self._read_all(name, record, thorough=False)
+        return ChunkedBytes(pieces)
 
     def verify(self, name: str, record: FileRecord) -> None:
-        """Read and check every chunk of one file without keeping the bytes."""
-        _check_record(name, record)
-        with ThreadPoolExecutor(self.threads) as pool:
-            sizes = list(pool.map(lambda d: len(self._read_checked(name, d)), record.chunks))
-        if sum(sizes) != record.bytes:
-            raise CorruptCheckpoint(f"{name}: {sum(sizes)} bytes, manifest says {record.bytes}")
+        """Read every chunk of one file and check it by both digests, keeping no bytes."""
+        self._read_all(name, record, thorough=True)
 
-    def _read_checked(self, name: str, digest: str) -> bytes:
+    def _read_all(self, name: str, record: FileRecord, thorough: bool) -> list[Any]:
+        _check_record(name, record)
+        checks = record.checks or [None] * len(record.chunks)
+        if len(checks) != len(record.chunks):
+            raise CorruptCheckpoint(f"{name}: {len(checks)} checks for {len(record.chunks)} chunks")
+
+        def read(pair: tuple[str, str | None]) -> Any:
+            return self._read_checked(name, pair[0], pair[1], thorough)
+
+        with ThreadPoolExecutor(self.threads) as pool:
+            pieces = list(pool.map(read, zip(record.chunks, checks, strict=True)))
+        size = sum(len(p) for p in pieces)
+        if size != record.bytes:
+            raise CorruptCheckpoint(f"{name}: {size} bytes, manifest says {record.bytes}")
+        return pieces
+
+    def _read_checked(self, name: str, digest: str, check: str | None, thorough: bool) -> Any:
+        """One chunk, checked by its XXH3 digest when the manifest has one (and by SHA-256
+        too when ``thorough`` or when it has none)."""
         try:
-            piece = self.tier.read(chunk_key(digest))
+            piece = self._open(chunk_key(digest))
         except FileNotFoundError:
             raise CorruptCheckpoint(f"{name}: chunk {digest[:12]} is missing") from None
-        if _sha256(piece) != digest:
+        bad = (check is not None and _xxh3(piece) != check) or (
+            (thorough or check is None) and _sha256(piece) != digest
+        )
+        if bad:
             raise CorruptCheckpoint(f"{name}: chunk {digest[:12]} fails its checksum")
         self.known.add(digest)
         return piece
+
+    def _open(self, key: str) -> Any:
+        """A chunk's bytes: memory-mapped from a local disk (no copy), read from elsewhere."""
+        if "file" not in _protocols(self.tier.fs):
+            return self.tier.read(key)
+        with open(self.tier.path(key), "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                return b""
+            return mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
 
     def collect_garbage(self, referenced: set[str]) -> int:
         """Delete chunks no remaining checkpoint references; returns how many went."""
@@ -139,8 +177,17 @@ class ChunkStore:
         return removed
 
 
-def _sha256(piece: bytes | memoryview) -> str:
+def _sha256(piece: Any) -> str:
     return hashlib.sha256(piece).hexdigest()
+
+
+def _xxh3(piece: Any) -> str:
+    return xxhash.xxh3_128_hexdigest(piece)
+
+
+def _protocols(fs: Any) -> tuple[str, ...]:
+    protocol = fs.protocol
+    return (protocol,) if isinstance(protocol, str) else tuple(protocol)
 
 
 class ChunkedBytes:
@@ -160,6 +207,21 @@ class ChunkedBytes:
 
     def stream(self) -> io.BufferedReader:
         return io.BufferedReader(_ChunkStream(self), 1 << 20)
+
+    def segments(self, offset: int, length: int) -> Iterator[memoryview]:
+        """The bytes ``[offset, offset + length)`` as views into the chunks, in order: a
+        reader copies them where they belong without joining them first."""
+        end = min(offset + length, len(self))
+        index = bisect.bisect_right(self.starts, offset) - 1
+        while offset < end:
+            start = self.starts[index]
+            stop = min(end, self.starts[index + 1])
+            yield memoryview(self.pieces[index])[offset - start : stop - start]
+            offset, index = stop, index + 1
+
+    def read(self, offset: int, length: int) -> bytes:
+        """The bytes ``[offset, offset + length)`` joined (one copy)."""
+        return b"".join(self.segments(offset, length))
 
 
 class _ChunkStream(io.RawIOBase):
@@ -183,14 +245,10 @@ class _ChunkStream(io.RawIOBase):
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
         done = 0
-        while done < len(view) and self.pos < len(self.data):
-            index = bisect.bisect_right(self.data.starts, self.pos) - 1
-            piece = self.data.pieces[index]
-            offset = self.pos - self.data.starts[index]
-            n = min(len(view) - done, len(piece) - offset)
-            view[done : done + n] = piece[offset : offset + n]
-            done += n
-            self.pos += n
+        for segment in self.data.segments(self.pos, len(view)):
+            view[done : done + len(segment)] = segment
+            done += len(segment)
+        self.pos += done
         return done
 
 

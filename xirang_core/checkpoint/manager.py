@@ -34,6 +34,7 @@ from xirang_core.checkpoint.snapshot import (
     SaveFailed,
     SaveResult,
     Snapshot,
+    dcp_metadata,
     load_tensors,
     rank_file,
     write_snapshot,
@@ -163,6 +164,9 @@ class CheckpointManager:
 
     def _apply(self, files: dict[str, ChunkedBytes]) -> None:
         """Put model, optimizer, RNG and data position back from a checkpoint's files."""
+        prepare = getattr(self.adapter, "prepare_load", None)
+        if prepare is not None:  # empty optimizer state of the stored shapes, no warm-up step
+            prepare(self.model, self.optimizer, dcp_metadata(files))
         model_sd, optim_sd = self.adapter.get_state_dict(self.model, self.optimizer)
         state = load_tensors(files, {"model": model_sd, "optim": optim_sd}, self.peers)
         self.adapter.set_state_dict(self.model, self.optimizer, state["model"], state["optim"])

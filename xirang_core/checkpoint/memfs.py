@@ -14,8 +14,9 @@ from collections.abc import Generator
 from contextlib import contextmanager
 from typing import Any
 
-from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.filesystem import FileSystemBase
+
+from xirang_core.checkpoint.rawdcp import RawReader, RawWriter
 
 
 class _WriteBuffer(io.BytesIO):
@@ -79,20 +80,27 @@ class MemoryFileSystem(FileSystemBase):
     def rm_file(self, path: str | os.PathLike) -> None:
         self.store.pop(self._key(path), None)
 
+    def data(self, path: str | os.PathLike) -> Any:
+        """A file's contents as stored (bytes, or a chunked file kept unjoined)."""
+        key = self._key(path)
+        if key not in self.store:
+            raise FileNotFoundError(key)
+        return self.store[key]
+
     def files(self) -> dict[str, bytes]:
         """Every file, keyed by its name relative to the root (``/`` stripped)."""
         return dict(self.store)
 
 
-def memory_writer(fs: MemoryFileSystem) -> FileSystemWriter:
+def memory_writer(fs: MemoryFileSystem) -> RawWriter:
     """A DCP writer that puts one file per rank (plus ``.metadata`` on rank 0) into ``fs``."""
-    writer = FileSystemWriter("", single_file_per_rank=True, sync_files=False, overwrite=True)
+    writer = RawWriter("", single_file_per_rank=True, sync_files=False, overwrite=True)
     writer.fs = fs
     return writer
 
 
-def memory_reader(fs: MemoryFileSystem) -> FileSystemReader:
+def memory_reader(fs: MemoryFileSystem) -> RawReader:
     """A DCP reader over the files of ``fs``."""
-    reader = FileSystemReader("")
+    reader = RawReader("")
     reader.fs = fs
     return reader

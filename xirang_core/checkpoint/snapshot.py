@@ -18,6 +18,7 @@ from typing import Any
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.metadata import Metadata
 
 from xirang_core.checkpoint.chunks import FileRecord
 from xirang_core.checkpoint.manifest import Manifest
@@ -176,13 +177,23 @@ def _retain_safely(retain: Callable[[], Any]) -> None:
         logging.getLogger("xirang.checkpoint").warning("checkpoint retention failed: %s", exc)
 
 
+def dcp_metadata(files: dict[str, Any]) -> Metadata:
+    """DCP's metadata of a checkpoint (names, shapes, dtypes of every stored tensor)."""
+    return memory_reader(_dcp_fs(files)).read_metadata()
+
+
+def _dcp_fs(files: dict[str, Any]) -> MemoryFileSystem:
+    return MemoryFileSystem(
+        {n[len(DCP_PREFIX) :]: d for n, d in files.items() if n.startswith(DCP_PREFIX)}
+    )
+
+
 def load_tensors(
     files: dict[str, Any], template: dict[str, Any], peers: Collective
 ) -> dict[str, Any]:
     """Fill ``template`` (this rank's state-dict layout) from a checkpoint's DCP files; DCP
     reshards when the checkpoint was written by another world size or strategy."""
-    dcp_files = {n[len(DCP_PREFIX) :]: d for n, d in files.items() if n.startswith(DCP_PREFIX)}
-    fs = MemoryFileSystem(dcp_files)
+    fs = _dcp_fs(files)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         dcp.load(

@@ -17,8 +17,12 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
+from torch.distributed.checkpoint.state_dict import _get_fqns, get_state_dict, set_state_dict
 from torch.utils._pytree import tree_map_only
+
+#: the key of the optimizer's state in what a checkpoint saves (``{"model": .., "optim": ..}``)
+OPTIM_KEY = "optim"
 
 
 class StateAdapter(Protocol):
@@ -41,6 +45,56 @@ class TorchStateAdapter:
         self, model: torch.nn.Module, optimizer: Any, model_sd: dict, optim_sd: dict
     ) -> None:
         set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd)
+
+    def prepare_load(self, model: torch.nn.Module, optimizer: Any, metadata: Metadata) -> bool:
+        """Give a fresh optimizer empty state tensors shaped as the checkpoint stores them.
+
+        Without state, ``get_state_dict`` makes some by running one optimizer step on zero
+        gradients: an extra allocation of every gradient, zero-filled moments and a full step of
+        arithmetic, all overwritten by the load that follows. Done only when every parameter is
+        a whole local tensor with tensor-only state in the checkpoint (single, DDP); sharded
+        parameters keep the step. Returns whether it seeded."""
+        if optimizer is None or optimizer.state:
+            return False
+        stored = metadata.state_dict_metadata
+        names = {id(p): n for n, p in model.named_parameters()}
+        state: dict[int, dict[str, torch.Tensor]] = {}
+        index = 0
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                seeded = _seed(param, _fqns(model, names.get(id(param))), stored)
+                if seeded is None:
+                    return False
+                if seeded:
+                    state[index] = seeded
+                index += 1
+        if not state:
+            return False
+        groups = optimizer.state_dict()["param_groups"]
+        optimizer.load_state_dict({"state": state, "param_groups": groups})
+        return True
+
+
+def _fqns(model: torch.nn.Module, name: str | None) -> set[str]:
+    return _get_fqns(model, name) if name is not None else set()
+
+
+def _seed(param: Any, fqns: set[str], stored: dict[str, Any]) -> dict[str, torch.Tensor] | None:
+    """Empty state tensors for one parameter from the checkpoint's metadata; {} when it has no
+    state there; None when it cannot be seeded (sharded, or state that is not a tensor)."""
+    if type(param) not in (torch.Tensor, torch.nn.Parameter) or len(fqns) != 1:
+        return None
+    prefix = f"{OPTIM_KEY}.state.{next(iter(fqns))}."
+    entries = {k[len(prefix) :]: md for k, md in stored.items() if k.startswith(prefix)}
+    seeded = {}
+    for key, md in entries.items():
+        if "." in key or not isinstance(md, TensorStorageMetadata):
+            return None
+        if key != "step" and tuple(md.size) != tuple(param.shape):
+            return None
+        device = "cpu" if key == "step" else param.device  # load_state_dict moves it if due
+        seeded[key] = torch.empty(tuple(md.size), dtype=md.properties.dtype, device=device)
+    return seeded
 
 
 def adapter_for(strategy: Any) -> StateAdapter:
