@@ -17,7 +17,10 @@ from typing import Any
 
 from xirang_core.errors import XirangError
 from xirang_core.pool.client import PoolClient
+from xirang_core.pool.errors import PoolError
 from xirang_core.specs import JobSpec
+from xirang_core.train.interrupt import stop_on
+from xirang_pool.watch import PoolWatch
 
 
 @dataclass
@@ -67,16 +70,42 @@ class PoolScheduler:
     def _run_here(
         self, job_id: int, job: JobSpec, entrypoint: Callable[[str], Any], state: dict[str, Any]
     ) -> None:
-        """The local executor: the workers run in this process's care, on this machine."""
+        """The local executor: the workers run in this process's care, on this machine. When
+        the pool stops the job (preemption, a drained node) they checkpoint and exit; the run
+        waits for its next placement and resumes from that checkpoint. A job the pool ends
+        instead (cancelled, stopped by a budget) ends the run."""
+        while True:
+            print(f"pool: job {job_id} placed on {state['device_type']} devices {state['devices']}")
+            if self._run_placement(job_id, job, entrypoint, state):
+                return self._report_done(job_id)
+            state = self._wait(job_id, until=("running",))
+            print(f"pool: job {job_id} placed again; resuming from its checkpoint")
+
+    def _run_placement(
+        self, job_id: int, job: JobSpec, entrypoint: Callable[[str], Any], state: dict[str, Any]
+    ) -> bool:
+        """The workers of one placement; False when the pool stopped them first."""
         from xirang_local.scheduler import LocalScheduler
 
-        print(f"pool: job {job_id} admitted on {state['device_type']} devices {state['devices']}")
+        with stop_on(), PoolWatch(self.client, job_id, state, self.config.poll_s) as watch:
+            try:
+                LocalScheduler().launch(job, entrypoint)
+                return True
+            except BaseException:
+                if not watch.told.is_set():
+                    self.client.complete(job_id, ok=False)
+                    raise
+        print(f"pool: {watch.reason}; its workers checkpointed and stopped")
+        return False
+
+    def _report_done(self, job_id: int) -> None:
+        """The run finished; if the pool took the job back at that very moment, withdraw it."""
         try:
-            LocalScheduler().launch(job, entrypoint)
-        except BaseException:
-            self.client.complete(job_id, ok=False)
-            raise
-        self.client.complete(job_id, ok=True)
+            self.client.complete(job_id, ok=True)
+        except PoolError as exc:
+            if exc.status != 409:
+                raise
+            self.client.cancel(job_id)  # requeued as the run ended: nothing is left to run
 
     def _follow(self, job_id: int) -> None:
         final = self._wait(job_id, until=("done", "failed", "cancelled"))
@@ -89,5 +118,5 @@ class PoolScheduler:
             if state["state"] in until:
                 return state
             if state["state"] in ("done", "failed", "cancelled"):
-                raise JobNotRun(f"pool job {job_id} ended {state['state']} before it ran here")
+                raise JobNotRun(f"pool job {job_id} ended {state['state']} while waiting to run")
             time.sleep(self.config.poll_s)

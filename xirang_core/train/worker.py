@@ -23,6 +23,7 @@ from xirang_core.faults import RunGuard
 from xirang_core.plugins import Registry, get_registry
 from xirang_core.specs import WorkerContext
 from xirang_core.train import report
+from xirang_core.train.interrupt import StopAtStepEnd, stop_on
 from xirang_core.train.loop import LoopSettings, Trainer, evaluate
 from xirang_core.train.optim import build_optimizer
 
@@ -155,7 +156,8 @@ def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry
         parts.wrapped, parts.optimizer, parts.train, parts.settings, ctx, registry.hook, metrics
     )
     guard = RunGuard.open(config, parts, registry)  # resumes from the latest checkpoint
-    records = trainer.fit(guard.start_step, on_step_end=guard.on_step_end)
+    with stop_on():  # SIGTERM (preemption, scancel): checkpoint at the step's end and stop
+        records = trainer.fit(guard.start_step, on_step_end=StopAtStepEnd(guard, ctx))
     guard.finish(parts.settings.max_steps)
     wall = time.perf_counter() - started
     # a split model evaluates and samples on every worker together (their forwards exchange

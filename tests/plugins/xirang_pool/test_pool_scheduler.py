@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,3 +59,87 @@ def test_bad_priority_is_refused_with_the_service_message(run_xirang, pool_env) 
     result = run_xirang("scheduler=pool", "project=nlp", "pool.priority=urgent", *QUICK, env=env)
     assert result.returncode != 0
     assert "priority 'urgent' is not valid" in result.stderr + result.stdout
+
+
+def _until(check, what: str, timeout: float = 600.0, proc=None):
+    """Poll ``check`` until it returns something truthy (generous: the machine may be loaded)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the run exited ({proc.returncode}) while waiting for {what}")
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _events(run_dir: Path) -> list[dict]:
+    path = run_dir / "checkpoint_events.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.mark.slow
+def test_preempted_run_checkpoints_is_requeued_and_resumes(tmp_path: Path) -> None:
+    """Local executor: a borrowed run is preempted when the lender needs its card; its worker
+    is told (SIGTERM), saves a checkpoint and stops; placed again, it resumes and finishes."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(
+        yaml.safe_dump(
+            {
+                "nodes": [{"name": "here", "type": "cpu", "devices": 1}],
+                "projects": [{"name": "batch", "guaranteed": 0}, {"name": "prod", "guaranteed": 1}],
+            }
+        )
+    )
+    service = PoolService(PoolStore(tmp_path / "pool.db"), cluster, "priority", "op-token")
+    server = serve(service, "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    operator = PoolClient(url, "op-token")
+    token = operator.call("PUT", "/v1/projects/batch", {})["token"]
+    operator.call("PUT", "/v1/projects/prod", {})
+    runs, log = tmp_path / "runs", (tmp_path / "run.log").open("w")
+    env = {**os.environ, "XIRANG_POOL_URL": url, "XIRANG_POOL_TOKEN": token}
+    env.update(XIRANG_RUNS=str(runs), OMP_NUM_THREADS="1")
+    steps = 40
+    args = ["scheduler=pool", "project=batch", "scheduler.poll_s=0.2", "checkpoint.interval=0"]
+    args += [f"trainer.max_steps={steps}", "trainer.log_every=1", "trainer.sample_tokens=0"]
+    run = subprocess.Popen(
+        [sys.executable, "-m", "xirang", *args], cwd=tmp_path, env=env, stdout=log, stderr=log
+    )
+    try:
+        run_dir = Path(
+            _until(lambda: service.jobs(OPERATOR), "the submission", proc=run)[0]["payload"][
+                "run_dir"
+            ]
+        )
+        metrics = run_dir / "metrics.jsonl"
+        _until(
+            lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 2,
+            "two training steps",
+            proc=run,
+        )
+        urgent = operator.submit(project="prod", cards=1, priority="high")
+        assert urgent["state"] == "running"  # it took the card back from the borrowed run
+        saved = _until(
+            lambda: [e for e in _events(run_dir) if e["event"] == "save"],
+            "the checkpoint of the stopped run",
+            proc=run,
+        )
+        stopped_at = saved[0]["step"]
+        assert stopped_at < steps
+        operator.complete(urgent["id"], ok=True)  # the card is free again: the run resumes
+        assert run.wait(timeout=600) == 0, (tmp_path / "run.log").read_text()[-3000:]
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        server.shutdown()
+    output = (tmp_path / "run.log").read_text()
+    assert "its workers checkpointed and stopped" in output and "resuming" in output
+    job = service.job(OPERATOR, 1)
+    assert (job["state"], job["preemptions"]) == ("done", 1)
+    restores = [e["step"] for e in _events(run_dir) if e["event"] == "restore"]
+    assert restores == [stopped_at]
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == steps

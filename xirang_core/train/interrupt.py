@@ -1,0 +1,100 @@
+"""Stop a run cleanly when it is told to, so a requeued run loses no work.
+
+Whoever stops a run sends SIGTERM: Slurm (``scancel --signal=TERM``), Kubernetes, torch's
+elastic agent forwarding its own TERM to the workers, or the pool's local executor when the
+job is preempted or a budget stops it. Inside :func:`stop_on` the signal only raises a flag;
+:class:`StopAtStepEnd` checks it after every optimizer step, saves a checkpoint at that step
+and raises :class:`RunInterrupted`, and the resumed run continues from the next step. With
+several workers they agree (a max all-reduce of the flag) so all stop at the same step and the
+collective checkpoint is whole, even if the signal reached them at different moments.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from xirang_core.errors import XirangError
+
+_requested = threading.Event()
+_depth = [0]  # nesting of stop_on: the flag is cleared only when the outermost one starts
+
+
+class RunInterrupted(XirangError):
+    """The run stopped on request after saving a checkpoint (exit status of a TERM)."""
+
+    exit_code = 143
+
+
+def request_stop() -> None:
+    """Ask the run in this process to checkpoint and stop at the end of its current step."""
+    _requested.set()
+
+
+def stop_requested() -> bool:
+    return _requested.is_set()
+
+
+@contextmanager
+def stop_on(signals: tuple[int, ...] = (signal.SIGTERM,)) -> Iterator[None]:
+    """While inside, ``signals`` request a stop instead of killing the process.
+
+    Handlers can only be installed from the main thread; elsewhere the flag still works
+    through :func:`request_stop`. The previous handlers come back on exit.
+    """
+    if _depth[0] == 0:
+        _requested.clear()
+    _depth[0] += 1
+    main = threading.current_thread() is threading.main_thread()
+    previous = {s: signal.getsignal(s) for s in signals} if main else {}
+    for s in previous:
+        signal.signal(s, lambda *_: _requested.set())
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        _depth[0] -= 1
+
+
+class StopAtStepEnd:
+    """The loop's ``on_step_end``: the run guard's work, then stop if a stop was requested."""
+
+    def __init__(self, guard: Any, ctx: Any) -> None:
+        self.guard, self.ctx = guard, ctx
+
+    def __call__(self, step: int) -> None:
+        self.guard.on_step_end(step)
+        if self._agreed():
+            self._checkpoint(step)
+            raise RunInterrupted(
+                f"stopped on request at step {step} (checkpoint saved in {self.ctx.run_dir}); "
+                f"the resumed run continues from step {step + 1}"
+            )
+
+    def _agreed(self) -> bool:
+        """Whether any worker was told to stop (every worker asks at the same step)."""
+        flag = _requested.is_set()
+        if getattr(self.ctx, "world_size", 1) <= 1:
+            return flag
+        import torch
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            return flag
+        vote = torch.tensor([int(flag)], device=self.ctx.device)
+        dist.all_reduce(vote, op=dist.ReduceOp.MAX)
+        return bool(vote.item())
+
+    def _checkpoint(self, step: int) -> None:
+        """Save ``step`` (unless the interval just did) and wait until it is committed."""
+        manager = self.guard.manager
+        try:
+            if manager.last_saved != step:
+                manager.save(step)
+            manager.wait(raise_errors=True)
+        finally:
+            self.guard.heartbeat.stop()
