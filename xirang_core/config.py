@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from xirang_core.checkpoint.config import CheckpointConfig
+from xirang_core.checkpoint.config import CheckpointConfig, check_checkpoint
 from xirang_core.errors import ConfigError
 from xirang_core.plugins import Registry
 
@@ -147,6 +147,7 @@ def validate(cfg: DictConfig, registry: Registry) -> dict[str, Any]:
     data = _to_container(cfg)
     for section, schema in CORE_SCHEMAS.items():
         data[section] = _check_schema(section, data.get(section) or {}, schema)
+    check_checkpoint(data["checkpoint"])
     for group, kind in PLUGIN_GROUPS.items():
         data[group] = _check_plugin_group(group, kind, data.get(group), registry)
     data["model"] = _check_model(data.get("model"), registry)

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import math
+import re
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.conftest import run_dirs
 from xirang_core.checkpoint.interval import (
     AUTO_PROBE_STEPS,
     Interval,
@@ -15,6 +20,7 @@ from xirang_core.checkpoint.interval import (
     daly_interval,
     expected_waste,
 )
+from xirang_core.config import compose
 from xirang_core.errors import ConfigError
 
 
@@ -37,6 +43,38 @@ def test_interval_forms(text: object, kind: str, every: float) -> None:
 def test_bad_interval_names_the_valid_forms(text: str) -> None:
     with pytest.raises(ConfigError, match=r"checkpoint\.interval"):
         Interval.parse(text)
+
+
+def test_a_bad_interval_stops_the_run_before_any_process_starts(
+    run_xirang: Callable[..., subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    result = run_xirang("checkpoint.interval=bogus", timeout=300)
+    assert result.returncode != 0
+    text = " ".join(result.stderr.split())
+    assert "checkpoint.interval='bogus': use N or '<N>steps' (every N steps)" in text
+    assert "'<M>m' or '<M>min' (every M minutes), 'auto'" in text
+    assert "Traceback" not in result.stderr
+    assert run_dirs(tmp_path) == []  # no config written: no worker ever started
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("checkpoint.interval=2.5", "checkpoint.interval='2.5': steps must be a whole number"),
+        ("checkpoint.interval=10h", "checkpoint.interval='10h': use N"),
+        ("checkpoint.mtbf_hours=0", "checkpoint.mtbf_hours=0.0: the mean time between failures"),
+    ],
+)
+def test_bad_checkpoint_settings_fail_when_the_config_is_composed(
+    override: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        compose([override])
+
+
+@pytest.mark.parametrize("value", ["5m", "7.5min", "40", "20steps", "auto", "0"])
+def test_every_valid_interval_form_composes(value: str) -> None:
+    assert compose([f"checkpoint.interval={value}"])["checkpoint"]["interval"] == value
 
 
 def test_llama3_example_gives_about_six_minutes() -> None:

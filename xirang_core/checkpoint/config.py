@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from xirang_core.checkpoint.interval import Interval
+from xirang_core.errors import ConfigError
 
 
 @dataclass
@@ -10,8 +14,8 @@ class CheckpointConfig:
     """Validated by the core like any group; see docs/checkpoint.md for each setting.
 
     uri: where checkpoints go; empty = ``<run dir>/checkpoints``; ``s3://...`` through a tier.
-    interval: ``N`` steps, ``<M>min``, ``auto`` (Young/Daly from save cost and ``mtbf_hours``)
-        or 0 for the end of the run only.
+    interval: ``N`` steps, ``<M>m``/``<M>min``, ``auto`` (Young/Daly from save cost and
+        ``mtbf_hours``) or 0 for the end of the run only.
     resume: ``auto`` (latest valid checkpoint in ``uri``), ``never``, or a checkpoint path
         (a ``step-<N>`` folder, or a checkpoint root whose newest valid one is taken).
     heartbeat_s / hang_timeout_s: each worker writes ``heartbeat/rank<r>.json`` every
@@ -32,3 +36,14 @@ class CheckpointConfig:
     final: bool = True
     heartbeat_s: float = 5.0
     hang_timeout_s: float = 0.0
+
+
+def check_checkpoint(settings: dict[str, Any]) -> None:
+    """What the schema's types cannot say, checked when the config is composed, so a bad value
+    stops the run with one message before any worker starts (not in every worker after)."""
+    Interval.parse(settings["interval"])
+    if settings["mtbf_hours"] <= 0:
+        raise ConfigError(
+            f"checkpoint.mtbf_hours={settings['mtbf_hours']}: the mean time between failures "
+            f"must be a positive number of hours (e.g. 24)"
+        )

@@ -20,7 +20,10 @@ log = logging.getLogger("xirang.checkpoint")
 
 #: steps an ``auto`` policy trains before its first save, to measure a step and a save
 AUTO_PROBE_STEPS = 10
-_FORMS = "N (steps), '<N>steps', '<M>min', 'auto', or 0 for the end of the run only"
+_FORMS = (
+    "N or '<N>steps' (every N steps), '<M>m' or '<M>min' (every M minutes), "
+    "'auto' (from the save cost and checkpoint.mtbf_hours), or 0 (end of the run only)"
+)
 
 
 def daly_interval(save_cost_s: float, mtbf_s: float) -> float:
@@ -59,7 +62,9 @@ class Interval:
         unit = match.group(2) or "steps"
         if unit.startswith("step"):
             if not float(match.group(1)).is_integer():
-                raise ConfigError(f"checkpoint.interval={value!r}: steps must be a whole number")
+                raise ConfigError(
+                    f"checkpoint.interval={value!r}: steps must be a whole number; use {_FORMS}"
+                )
             return cls("steps", float(match.group(1)))
         return cls("minutes", float(match.group(1)))
 
