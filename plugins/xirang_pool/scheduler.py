@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xirang_core.cost.usage import run_usage
 from xirang_core.errors import XirangError
 from xirang_core.pool.client import PoolClient
 from xirang_core.pool.errors import PoolError
@@ -77,7 +78,7 @@ class PoolScheduler:
         while True:
             print(f"pool: job {job_id} placed on {state['device_type']} devices {state['devices']}")
             if self._run_placement(job_id, job, entrypoint, state):
-                return self._report_done(job_id)
+                return self._report_done(job_id, self._usage(job, state))
             state = self._wait(job_id, until=("running",))
             print(f"pool: job {job_id} placed again; resuming from its checkpoint")
 
@@ -98,10 +99,16 @@ class PoolScheduler:
         print(f"pool: {watch.reason}; its workers checkpointed and stopped")
         return False
 
-    def _report_done(self, job_id: int) -> None:
+    @staticmethod
+    def _usage(job: JobSpec, state: dict[str, Any]) -> dict[str, float]:
+        """What this executor measured of the placement that just ended: when the run ended
+        and its utilisation (the pool meters idle time and findings from them)."""
+        return run_usage(job.run_dir, len(state["devices"]), state["started"], time.time())
+
+    def _report_done(self, job_id: int, usage: dict[str, float] | None = None) -> None:
         """The run finished; if the pool took the job back at that very moment, withdraw it."""
         try:
-            self.client.complete(job_id, ok=True)
+            self.client.complete(job_id, ok=True, **(usage or {}))
         except PoolError as exc:
             if exc.status != 409:
                 raise

@@ -4,8 +4,9 @@ Two kinds, each with what it cost:
 
 * ``low_utilisation`` - a job held devices for long (``min_hours`` or more) at a mean
   utilisation under ``threshold``: the money for its idle share bought nothing;
-* ``idle_after_end`` - an allocation kept after its run ended (the process exited but the devices
-  were not released); the time held since is pure idle cost.
+* ``idle_after_end`` - an allocation kept ``min_idle_s`` or more after its run ended (the
+  process exited but the devices were not released); the time held since is pure idle cost.
+  The few seconds an executor needs to report an end are not a finding.
 """
 
 from __future__ import annotations
@@ -31,13 +32,16 @@ class Finding:
 
 
 def find(
-    charges: Iterable[Charge], threshold: float = 0.3, min_hours: float = 1.0
+    charges: Iterable[Charge],
+    threshold: float = 0.3,
+    min_hours: float = 1.0,
+    min_idle_s: float = 300.0,
 ) -> list[Finding]:
     """Every finding in ``charges``, costliest first."""
     found: list[Finding] = []
     for charge in charges:
         found.extend(_low_utilisation(charge, threshold, min_hours))
-        found.extend(_idle_after_end(charge))
+        found.extend(_idle_after_end(charge, min_idle_s))
     return sorted(found, key=lambda f: (-f.cost_micro, f.ref))
 
 
@@ -49,8 +53,8 @@ def _low_utilisation(charge: Charge, threshold: float, min_hours: float) -> list
     return [_finding("low_utilisation", charge, charge.held_s, charge.idle_micro, detail)]
 
 
-def _idle_after_end(charge: Charge) -> list[Finding]:
-    if charge.idle_after_s <= 0 or charge.held_s <= 0:
+def _idle_after_end(charge: Charge, min_idle_s: float) -> list[Finding]:
+    if charge.idle_after_s <= 0 or charge.idle_after_s < min_idle_s or charge.held_s <= 0:
         return []
     rest = charge.held_s - charge.idle_after_s
     weights = {"after": charge.idle_after_s, "before": rest}

@@ -50,8 +50,10 @@ class PoolClient:
     def job(self, job_id: int) -> dict[str, Any]:
         return self.call("GET", f"/v1/jobs/{job_id}")
 
-    def complete(self, job_id: int, ok: bool) -> dict[str, Any]:
-        return self.call("POST", f"/v1/jobs/{job_id}/complete", {"ok": ok})
+    def complete(self, job_id: int, ok: bool, **usage: float) -> dict[str, Any]:
+        """Report the job's end, with what the executor measured (utilisation, run_ended_at)."""
+        body: dict[str, Any] = {"ok": ok, **({"usage": usage} if usage else {})}
+        return self.call("POST", f"/v1/jobs/{job_id}/complete", body)
 
     def cancel(self, job_id: int) -> dict[str, Any]:
         return self.call("DELETE", f"/v1/jobs/{job_id}")

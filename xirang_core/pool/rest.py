@@ -7,7 +7,8 @@ with a 4xx status that names what is wrong. Bodies over ``MAX_BODY`` bytes are r
     POST   /v1/jobs                       submit                  project token (or operator)
     GET    /v1/jobs/<id>                  one job
     DELETE /v1/jobs/<id>                  cancel
-    POST   /v1/jobs/<id>/complete         {"ok": true}: the job's executor reports its end
+    POST   /v1/jobs/<id>/complete         {"ok": true, "usage": {...}}: the job's executor reports
+                                          its end (usage: utilisation, run_ended_at)
     GET    /v1/queue                      queued jobs in order, with positions
     GET    /v1/projects                   quotas and usage
     PUT    /v1/projects/<name>            create/edit quota (operator); returns a new token once
@@ -139,13 +140,24 @@ def _ok(body: dict) -> bool:
     return ok
 
 
+def _usage_report(body: dict) -> dict[str, Any]:
+    report = body.get("usage") or {}
+    if not isinstance(report, dict):
+        raise PoolError('\'usage\' must be an object: {"utilisation": 0.8, "run_ended_at": ...}')
+    return report
+
+
 _ROUTES: list[tuple[str, str, Any]] = [
     (r"/v1/status", "GET", lambda p, w, b, q: p.status(w)),
     (r"/v1/jobs", "GET", lambda p, w, b, q: p.jobs(w, q.get("state", [""])[0])),
     (r"/v1/jobs", "POST", lambda p, w, b, q: p.submit(w, b)),
     (r"/v1/jobs/(\d+)", "GET", lambda p, w, b, q, i: p.job(w, _job_id(i))),
     (r"/v1/jobs/(\d+)", "DELETE", lambda p, w, b, q, i: p.cancel(w, _job_id(i))),
-    (r"/v1/jobs/(\d+)/complete", "POST", lambda p, w, b, q, i: p.complete(w, _job_id(i), _ok(b))),
+    (
+        r"/v1/jobs/(\d+)/complete",
+        "POST",
+        lambda p, w, b, q, i: p.complete(w, _job_id(i), _ok(b), _usage_report(b)),
+    ),
     (r"/v1/queue", "GET", lambda p, w, b, q: p.queue(w)),
     (r"/v1/projects", "GET", lambda p, w, b, q: p.quotas(w)),
     (r"/v1/projects/([\w-]+)", "PUT", lambda p, w, b, q, n: p.set_quota(w, n, b)),

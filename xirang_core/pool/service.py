@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from xirang_core.console.state import read_state
 from xirang_core.cost.budgets import PoolBudgets
 from xirang_core.cost.errors import BudgetExceeded
+from xirang_core.cost.usage import UsageError, check_report
 from xirang_core.pool import clusterfile
 from xirang_core.pool.cards import DEFAULT_CLASS, Throughputs
 from xirang_core.pool.cluster import Cluster
@@ -185,13 +186,21 @@ class PoolService:
             self._apply(self.engine.schedule(now))
             return describe(job)
 
-    def complete(self, who: str, job_id: int, ok: bool) -> dict[str, Any]:
-        """An executor (or the submitter running its own job) reports the end of a job."""
+    def complete(
+        self, who: str, job_id: int, ok: bool, usage: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """An executor (or the submitter running its own job) reports the end of a job, and
+        what it measured (``utilisation``, ``run_ended_at``: kept in the payload for metering)."""
+        try:
+            report = check_report(usage or {})
+        except UsageError as exc:
+            raise PoolError(str(exc)) from None
         with self.lock:
             job = self.engine.job(job_id)
             self._visible(who, job)
             now = self.clock()
             self.engine.complete(job_id, now, ok)
+            job.payload.update(report)
             self._apply(self.engine.schedule(now))
             return describe(job)
 
