@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from xirang_local import scheduler as local_scheduler
 from xirang_pool import scheduler as pool_scheduler
 from xirang_pool.scheduler import PoolScheduler
 
@@ -49,6 +50,14 @@ class Clocks:
         return self.now + self.lag
 
 
+class InProcess:
+    """The local scheduler's one-worker path (the run in this process), without its device
+    probing, which needs a composed run config this test has no use for."""
+
+    def launch(self, job: JobSpec, entrypoint) -> None:
+        entrypoint(job.run_dir)
+
+
 @pytest.fixture
 def pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SimpleNamespace]:
     (tmp_path / "cluster.yaml").write_text(CLUSTER)
@@ -70,6 +79,7 @@ def pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SimpleName
     monkeypatch.setenv("XIRANG_POOL_TOKEN", token)
     fake_time = SimpleNamespace(time=clocks.executor, sleep=time.sleep)
     monkeypatch.setattr(pool_scheduler, "time", fake_time)
+    monkeypatch.setattr(local_scheduler, "LocalScheduler", InProcess)
     yield SimpleNamespace(service=service, url=url, clocks=clocks, budgets=budgets, costs=costs)
     server.shutdown()
     thread.join()
