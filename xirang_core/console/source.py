@@ -23,6 +23,7 @@ from xirang_core.cost.budgets import Governor
 from xirang_core.cost.charges import Charge
 from xirang_core.cost.meter import Meter
 from xirang_core.cost.money import from_micro
+from xirang_core.cost.pool_metering import PoolMetering
 from xirang_core.cost.store import CostStore
 from xirang_core.pool.store import PoolStore
 
@@ -56,6 +57,7 @@ class ConsoleSource:
         ttl: float = 2.0,
     ) -> None:
         self.pool, self.costs, self.metrics, self.meter = pool, costs, metrics, meter
+        self.metering = PoolMetering(meter) if meter is not None else None
         self.operator_token = operator_token
         self.clock = clock
         self.ttl = ttl
@@ -134,9 +136,9 @@ class ConsoleSource:
         """Meter the pool's allocations (when a price book is set) and record one set of
         metrics; the console's sampler thread calls this every interval."""
         now = self.clock()
-        state = read_state(self.pool, now, usage=self.meter is not None)
-        if self.meter is not None:
-            self.costs.record(self.meter.pool_charges(state, now))
+        if self.metering is not None:
+            self.costs.record(self.metering.charges(self.pool, now))
+        state = read_state(self.pool, now)
         capacity = view.capacity(state)
         samples: list[tuple[str, str, float]] = []
         for row in capacity["types"]:

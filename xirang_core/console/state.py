@@ -50,10 +50,25 @@ def read_state(store: PoolStore, now: float | None = None, usage: bool = False) 
     )
 
 
-def usage_segments(store: PoolStore) -> list[dict[str, Any]]:
+def read_usage_since(store: PoolStore, since_end: float | None, now: float) -> PoolState:
+    """What incremental metering needs: the usage segments that closed at ``since_end`` or
+    later, the running jobs, the jobs those segments belong to, and the projects (teams)."""
+    segments = usage_segments(store, since_end)
+    running = store.jobs(states=("running",))
+    closed_ids = sorted({s["job_id"] for s in segments} - {j.id for j in running})
+    jobs = running + (store.jobs(ids=closed_ids) if closed_ids else [])
+    return PoolState([], jobs, store.projects(), segments, now)
+
+
+def usage_segments(store: PoolStore, since_end: float | None = None) -> list[dict[str, Any]]:
     """The raw usage rows (one per stretch a job held devices), which metering charges one by
-    one; the pool's own ``usage()`` sums them into buckets, losing the job each belongs to."""
-    rows = store.db.execute("SELECT * FROM usage ORDER BY start, job_id")
+    one; the pool's own ``usage()`` sums them into buckets, losing the job each belongs to.
+    ``since_end``: only the segments that closed then or later."""
+    if since_end is None:
+        rows = store.db.execute("SELECT * FROM usage ORDER BY start, job_id")
+    else:
+        sql = 'SELECT * FROM usage WHERE "end" >= ? ORDER BY start, job_id'
+        rows = store.db.execute(sql, (since_end,))
     return [dict(r) for r in rows]
 
 

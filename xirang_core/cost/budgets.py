@@ -24,9 +24,11 @@ from xirang_core.cost.errors import BudgetExceeded, CostError
 
 if TYPE_CHECKING:
     from xirang_core.cost.meter import Meter
+    from xirang_core.cost.pool_metering import PoolMetering
     from xirang_core.cost.preferences import CostPreferences
     from xirang_core.cost.pricebook import PriceBook
     from xirang_core.cost.store import CostStore
+    from xirang_core.pool.store import PoolStore
 
 ACTIONS = ("stop_submissions", "lower_priority", "checkpoint_stop")
 SCOPES = ("project", "job")
@@ -153,6 +155,7 @@ class PoolBudgets:
         self.governor = governor
         self.meter = meter
         self.preferences = preferences
+        self._metering: PoolMetering | None = None
 
     @classmethod
     def open(
@@ -204,6 +207,16 @@ class PoolBudgets:
         if self.meter is None:
             return 0
         return self.governor.store.record(self.meter.pool_charges(state, now))
+
+    def meter_pool(self, store: PoolStore, now: float) -> int:
+        """Meter what changed in the pool's store since the last tick (the service's tick)."""
+        if self.meter is None:
+            return 0
+        from xirang_core.cost.pool_metering import PoolMetering
+
+        if self._metering is None or self._metering.meter is not self.meter:
+            self._metering = PoolMetering(self.meter)
+        return self.governor.store.record(self._metering.charges(store, now))
 
     def admit(self, project: str, priority: int) -> int:
         return self.governor.admit(project, priority)

@@ -121,7 +121,7 @@ class Meter:
         ]
 
     def _pool_charge(self, alloc: Allocation, job: Any, team: str) -> Charge:
-        payload = getattr(job, "payload", None) or {}
+        payload = _placement_report(alloc, job)
         held = max(0.0, alloc.end - alloc.start)
         idle_after = _idle_after(alloc, payload.get("run_ended_at"))
         utilisation = payload.get("utilisation")
@@ -142,6 +142,17 @@ class Meter:
             utilisation=None if utilisation is None else float(utilisation),
             idle_after_s=idle_after,
         )
+
+
+def _placement_report(alloc: Allocation, job: Any) -> Mapping[str, Any]:
+    """What the executor reported, for the allocation it describes: the job's current one (it
+    runs) or the one its end closed; earlier placements (preempted, requeued) get nothing, so a
+    charge never changes once its allocation closed - what incremental metering relies on."""
+    if job is None:
+        return {}
+    current = job.state.value == "running" and job.started == alloc.start
+    ended = job.finished is not None and job.finished == alloc.end
+    return (job.payload or {}) if current or ended else {}
 
 
 def _idle_after(alloc: Allocation, run_ended_at: Any) -> float:

@@ -23,7 +23,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
 
-from xirang_core.console.state import read_state
 from xirang_core.cost.budgets import PoolBudgets
 from xirang_core.cost.errors import BudgetExceeded
 from xirang_core.cost.usage import UsageError, check_report
@@ -331,7 +330,7 @@ class PoolService:
         checkpoints), and, like a queued one, ends ``cancelled`` with a ``budget_stopped`` event
         naming the budget, so the scheduler never starts it again."""
         if self.budgets.metered:
-            self.budgets.record(read_state(self.store, now, usage=True), now)
+            self.budgets.meter_pool(self.store, now)
         for job, priority, reason in self.budgets.to_demote(list(self.engine.queued_jobs())):
             self.engine.reprioritise(job.id, priority, now, f"budget: {reason}")
         live = [*self.engine.running_jobs(), *self.engine.queued_jobs()]

@@ -263,15 +263,18 @@ class PoolStore:
 
     # --- the read API (for the console and cost metering) -----------------------------------
 
-    def jobs(self, project: str | None = None, states: Iterable[str] = ()) -> list[Job]:
-        """Jobs, oldest first, optionally of one project and some states."""
+    def jobs(
+        self, project: str | None = None, states: Iterable[str] = (), ids: Iterable[int] = ()
+    ) -> list[Job]:
+        """Jobs, oldest first, optionally of one project, some states and some ids (cost
+        metering reads only the jobs whose usage changed)."""
         query, args = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE 1=1", []
         if project:
             query, args = query + " AND project = ?", [*args, project]
-        states = list(states)
-        if states:
-            query += f" AND state IN ({','.join('?' * len(states))})"
-            args.extend(states)
+        for column, values in (("state", list(states)), ("id", list(ids))):
+            if values:
+                query += f" AND {column} IN ({','.join('?' * len(values))})"
+                args.extend(values)
         return [_job(r) for r in self.db.execute(query + " ORDER BY id", args)]
 
     def nodes(self) -> list[dict[str, Any]]:
