@@ -42,12 +42,14 @@ def _device(nvml: Any, index: int) -> DeviceReading:
         return DeviceReading(index=index, lost=str(exc) or type(exc).__name__)
 
     def call(fn: str, *args: Any) -> Any:
-        return _optional(getattr(nvml, fn), handle, *args)
+        method = getattr(nvml, fn, None)  # older bindings lack some calls: not supported
+        return _optional(method, handle, *args) if method is not None else None
 
     ecc = (nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)
     memory = call("nvmlDeviceGetMemoryInfo")
     pci = call("nvmlDeviceGetPciInfo")
     reasons = call("nvmlDeviceGetCurrentClocksThrottleReasons") or 0
+    milliwatts = call("nvmlDeviceGetPowerUsage")
     return DeviceReading(
         index=index,
         model=name,
@@ -64,6 +66,7 @@ def _device(nvml: Any, index: int) -> DeviceReading:
         ecc_corrected=call("nvmlDeviceGetTotalEccErrors", ecc[0], nvml.NVML_VOLATILE_ECC),
         ecc_uncorrected=call("nvmlDeviceGetTotalEccErrors", ecc[1], nvml.NVML_VOLATILE_ECC),
         throttle=tuple(reason for bit, reason in THROTTLE_BITS.items() if reasons & bit),
+        power_w=milliwatts / 1000 if milliwatts is not None else None,
     )
 
 

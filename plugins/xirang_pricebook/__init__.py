@@ -53,5 +53,13 @@ def xirang_on_run_end(ctx: Any, summary: dict[str, Any]) -> None:
 
 
 @hookimpl
+def xirang_on_step_end(ctx: Any, step: int, metrics: dict[str, Any]) -> None:
+    """Sample the run's device power where its plugin reads it (energy metering)."""
+    from xirang_pricebook.observer import sample_power
+
+    sample_power(ctx)
+
+
+@hookimpl
 def xirang_config_search_paths() -> list[str]:
     return conf_folder(__file__)

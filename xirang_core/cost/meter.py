@@ -172,23 +172,32 @@ def idle_part(total_micro: int, busy_s: float, held_s: float) -> int:
     return split_exact(total_micro, {"busy": busy_s, "idle": idle})["idle"]
 
 
-def run_charge(summary: Mapping[str, Any], config: Mapping[str, Any], end: float) -> Charge:
-    """The charge of a finished training run, priced by the run's own cost policy quote."""
+def run_charge(
+    summary: Mapping[str, Any],
+    config: Mapping[str, Any],
+    end: float,
+    watts: float = 0.0,
+    amount: float | None = None,
+) -> Charge:
+    """The charge of a finished training run, priced by the run's own cost policy quote (or
+    ``amount`` when the caller re-priced it), drawing ``watts`` per device."""
     runtime = config.get("runtime") or {}
     wall = float(summary.get("wall_time_s") or 0.0)
     cost = summary.get("cost") or {}
     first, final = summary.get("first_loss"), summary.get("final_loss")
+    devices = int(runtime.get("devices") or summary.get("world_size") or 1)
     return Charge(
         source="run",
         ref=str(summary.get("run_dir") or ""),
         project=str(summary.get("project") or config.get("project") or "default"),
         team=str(config.get("team") or DEFAULT),
         device_type=str(runtime.get("device_type") or ""),
-        devices=int(runtime.get("devices") or summary.get("world_size") or 1),
+        devices=devices,
         start=end - wall,
         held_s=wall,
         busy_s=wall,
-        amount_micro=to_micro(float(cost.get("amount") or 0.0)),
+        amount_micro=to_micro(float(cost.get("amount") or 0.0) if amount is None else amount),
+        energy_wh=watts * devices * wall / 3600,
         currency=str(cost.get("currency") or "USD"),
         tokens=int(summary.get("tokens") or 0),
         loss_drop=float(first - final) if first is not None and final is not None else 0.0,

@@ -107,6 +107,11 @@ class AcceleratorBackend:
         members = tuple(d.index for d in self.read().usable)
         return Topology(groups=(InterconnectGroup("node", "node", members),) if members else ())
 
+    def power_watts(self) -> dict[int, float]:
+        """Power drawn now per device index, where the vendor source reports it (NVML does);
+        cost metering prefers it to the configured ``watts`` of a device type."""
+        return {d.index: d.power_w for d in self.read().usable if d.power_w is not None}
+
     def inventory(self) -> list[DeviceInfo]:
         node = self.read()
         return [d.info(self.type, node.driver, node.runtime) for d in node.usable]

@@ -32,6 +32,8 @@ class DeviceReading:
     throttle: tuple[str, ...] = ()
     lost: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
+    #: power drawn now, in watts (cost metering prefers it to configured watts)
+    power_w: float | None = None
 
     def info(self, device_type: str, driver: str, runtime: str) -> DeviceInfo:
         """The inventory record the core and the pool consume."""
