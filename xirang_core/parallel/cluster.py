@@ -27,6 +27,8 @@ class Cluster:
     inter_gbps: float  # GB/s per device between nodes (InfiniBand, RoCE, Ethernet)
     latency_us: float = 10.0  # per ring hop
     dtype_bytes: int = 2  # bytes per parameter/activation element the run trains in
+    #: workers share this host's cores (CPU workers): step times come from measuring it
+    shared: bool = False
 
     @property
     def devices(self) -> int:
@@ -113,4 +115,5 @@ def local_cluster(workers: int, registry: Any = None, device: str = "auto") -> C
         inter_gbps=calibration.link_bandwidth_gbps or calibration.memory_bandwidth_gbps / 4,
         latency_us=50.0 if shared else 10.0,
         dtype_bytes=4,
+        shared=shared,
     )

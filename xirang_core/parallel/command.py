@@ -45,7 +45,15 @@ def main(argv: list[str]) -> int:
     global_batch = int(kv.get("global_batch", config["trainer"]["global_batch"]))
     devices = int(kv["devices"]) if "devices" in kv else None
     cluster = cluster_from(kv, devices)
-    ranking = rank_plans(shape, cluster, global_batch, devices)
+    host = None
+    explicit_shape = bool((SHAPE_KEYS - {"seq", "params"}) & set(kv))
+    if cluster.shared and not explicit_shape:
+        from xirang_core.parallel.calibrate import measure_host
+        from xirang_core.parallel.plan import MICRO_BATCHES
+
+        # this host's workers share its cores: measure the zoo model's layer and the links
+        host = measure_host(config, cluster.devices, list(MICRO_BATCHES))
+    ranking = rank_plans(shape, cluster, global_batch, devices, host)
     report: dict[str, Any] = _report(shape, cluster, global_batch, ranking, args.top)
     if args.smoke:
         report["smoke"] = smoke(config, ranking, args.smoke_top, args.smoke_steps)

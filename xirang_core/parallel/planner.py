@@ -9,12 +9,15 @@ global batch (and so the number of steps), so a plan never silently changes conv
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xirang_core.parallel.cluster import Cluster
 from xirang_core.parallel.memory import MemoryEstimate, predict_memory
 from xirang_core.parallel.plan import ModelShape, ParallelPlan, PlanError, candidate_plans
-from xirang_core.parallel.timing import RateFn, TimeEstimate, predict_time
+from xirang_core.parallel.timing import TimeEstimate, predict_time
+
+if TYPE_CHECKING:
+    from xirang_core.parallel.calibrate import HostProfile
 
 
 @dataclass(frozen=True)
@@ -52,10 +55,11 @@ def rank_plans(
     cluster: Cluster,
     global_batch: int,
     devices: int | None = None,
-    rate: RateFn | None = None,
+    host: HostProfile | None = None,
     optimizer: str = "adamw",
 ) -> Ranking:
-    """Every valid split of ``devices`` (default: the whole cluster), ranked."""
+    """Every valid split of ``devices`` (default: the whole cluster), ranked; times on ``host``
+    as measured when given (this machine), else on the described ``cluster``."""
     world = devices or cluster.devices
     fitting, rejected = [], []
     for plan in candidate_plans(world, shape, global_batch):
@@ -66,7 +70,7 @@ def rank_plans(
         if why:
             rejected.append((plan, why))
             continue
-        time = predict_time(shape, plan, global_batch, cluster, rate)
+        time = predict_time(shape, plan, global_batch, cluster, host)
         tokens = global_batch * shape.seq_len / time.total
         fitting.append(Candidate(plan, memory, time, tokens))
     if not fitting:

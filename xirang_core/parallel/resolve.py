@@ -4,7 +4,6 @@ that cannot work (so no worker process starts for it)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from xirang_core.errors import ConfigError
@@ -41,7 +40,9 @@ def resolve_parallel(config: dict[str, Any], registry: Registry) -> None:
 
 def choose_plan(config: dict[str, Any], registry: Registry) -> ParallelPlan:
     """The planner's first choice for this machine, or the measured best of its top few."""
+    from xirang_core.parallel.calibrate import measure_host
     from xirang_core.parallel.cluster import local_cluster
+    from xirang_core.parallel.plan import MICRO_BATCHES
     from xirang_core.parallel.planner import rank_plans
 
     shape = model_shape(config, registry)
@@ -52,8 +53,8 @@ def choose_plan(config: dict[str, Any], registry: Registry) -> ParallelPlan:
         )
     trainer, auto = config["trainer"], config["parallel"]
     cluster = local_cluster(trainer["nproc"], registry, config["device"]["name"])
-    rate = calibrated_rate(config, trainer["nproc"])
-    ranking = rank_plans(shape, cluster, trainer["global_batch"], trainer["nproc"], rate)
+    host = measure_host(config, trainer["nproc"], list(MICRO_BATCHES)) if cluster.shared else None
+    ranking = rank_plans(shape, cluster, trainer["global_batch"], trainer["nproc"], host)
     if not auto.get("smoke"):
         return ranking.best.plan
     from xirang_core.parallel.smoke import run_plans
@@ -61,24 +62,3 @@ def choose_plan(config: dict[str, Any], registry: Registry) -> ParallelPlan:
     top = [c.plan for c in ranking.candidates[: auto.get("smoke_top", 3)]]
     measured = run_plans(config, top, auto.get("smoke_steps", 3))
     return min(zip(top, measured, strict=True), key=lambda pm: pm[1].step_s)[0]
-
-
-def calibrated_rate(
-    config: dict[str, Any], workers: int, concurrent: bool = False
-) -> Callable[[ParallelPlan], float]:
-    """FLOP/s per worker for a plan, measured on this model's layer per micro-batch size.
-
-    By default one measurement in this process (with its thread share), scaled down when
-    workers outnumber cores; ``concurrent`` measures in ``workers`` processes at once instead
-    (slower to calibrate, but sees every kind of sharing)."""
-    import os
-
-    from xirang_core.parallel.plan import MICRO_BATCHES
-    from xirang_core.parallel.smoke import concurrent_rates, measured_rate
-
-    if concurrent:
-        cache = concurrent_rates(config, list(MICRO_BATCHES), workers)
-    else:
-        share = min(1.0, (os.cpu_count() or 1) / workers)
-        cache = {mb: measured_rate(config, mb) * share for mb in MICRO_BATCHES}
-    return lambda plan: cache[plan.micro_batch]

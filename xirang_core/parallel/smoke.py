@@ -25,7 +25,8 @@ class Measurement:
 
     plan: str
     losses: list[float]
-    step_s: float
+    step_s: float  # median over the timed steps
+    best_step_s: float  # the fastest timed step: what load from other work disturbs least
     peak_bytes: int
     state_bytes: int
     activation_bytes: int
@@ -96,6 +97,7 @@ def _combine(plan: ParallelPlan, results: list[dict[str, Any]]) -> Measurement:
         plan=plan.label(),
         losses=main["losses"],
         step_s=max(r["step_s"] for r in results),
+        best_step_s=max(r["best_step_s"] for r in results),
         peak_bytes=worst["peak_bytes"],
         state_bytes=worst["state_bytes"],
         activation_bytes=worst["activation_bytes"],
@@ -156,11 +158,11 @@ def _train_and_measure(
         started = time.perf_counter()
         with meter.watch():
             loss = trainer.train_step(step)
+        times.append(time.perf_counter() - started)  # the loss's all-reduce is not training
         if world > 1:
             dist.all_reduce(loss)
             loss /= ctx.loss_replicas
         losses.append(loss.item())
-        times.append(time.perf_counter() - started)
     if resume.get("save"):
         save_state(wrapped, optimizer, resume["save"])
     states = state_bytes(wrapped, optimizer)
@@ -170,6 +172,7 @@ def _train_and_measure(
         "rank": rank,
         "losses": losses,
         "step_s": statistics.median(times[WARMUP_STEPS:] or times),
+        "best_step_s": min(times[WARMUP_STEPS:] or times),
         "state_bytes": state_total,
         "activation_bytes": meter.peak,
         "gathered_bytes": meter.gathered,
@@ -238,49 +241,3 @@ def _profile_shares(trainer: Any, step: int) -> dict[str, float]:
 
 def as_dict(m: Measurement) -> dict[str, Any]:
     return asdict(m)
-
-
-def concurrent_rates(
-    config: dict[str, Any], micro_batches: list[int], workers: int
-) -> dict[int, float]:
-    """:func:`measured_rate` per micro-batch size with ``workers`` processes measuring at once,
-    so that cores (and memory bandwidth) shared between workers count; the slowest rank's."""
-    from xirang_core.comm.launch import run_group
-
-    per_rank = run_group(_rates, workers, config, micro_batches)
-    return {mb: min(r[i] for r in per_rank) for i, mb in enumerate(micro_batches)}
-
-
-def _rates(rank: int, world: int, config: dict[str, Any], micro_batches: list[int]) -> list:
-    import torch.distributed as dist
-
-    rates = []
-    for mb in micro_batches:
-        dist.barrier()
-        rates.append(measured_rate(config, mb))
-    return rates
-
-
-def measured_rate(config: dict[str, Any], micro_batch: int, repeats: int = 3) -> float:
-    """FLOP/s this process reaches on one layer of the configured model at ``micro_batch``:
-    the planner's calibrated compute rate, which (unlike a big square matmul) includes the
-    small shapes and per-operation overhead of the real model."""
-    import torch
-
-    from xirang_core.plugins import get_registry
-
-    settings = {k: v for k, v in config["model"].items() if k not in ("family", "name")}
-    model = (
-        get_registry()
-        .load("model", config["model"]["family"])
-        .from_config({**settings, "n_layer": 1})
-    )
-    seq = config["data"]["seq_len"]
-    x = torch.randint(0, settings["vocab_size"], (micro_batch, seq))
-    model(x, x).backward()  # warm-up
-    best = float("inf")
-    for _ in range(repeats):
-        started = time.perf_counter()
-        model(x, x).backward()
-        best = min(best, time.perf_counter() - started)
-    return model.flops_per_token(seq) * micro_batch * seq / best

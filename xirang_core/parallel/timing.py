@@ -1,8 +1,16 @@
-"""Step time of a plan: compute from model FLOPs over a calibrated rate, collectives from ring
-costs over the links the plan's groups use, and the pipeline bubble.
+"""Step time of a plan: compute, the collectives the plan's strategy issues, the pipeline bubble.
 
-Collective costs are the ring model of :mod:`xirang_core.comm.cost_model` (nccl-tests' bus
-bandwidth: all-reduce ``(S/B)·2(n−1)/n + 2(n−1)α``, reduce-scatter and all-gather half that).
+Two forms share one count of the collectives (:func:`collectives`: which operation, how many
+bytes, over which group, how often):
+
+- a described cluster (dedicated devices): compute from model FLOPs over the device's sustained
+  rate, ring collectives (:mod:`xirang_core.comm.cost_model`, nccl-tests' bus bandwidth) on the
+  link each group uses, and the bubble ``(p - 1) / m`` of the compute;
+- this host, measured (:class:`~xirang_core.parallel.calibrate.HostProfile`): compute from the
+  model's own layer timed per micro-batch size (its fixed per-operation cost does not shrink
+  with tensor parallel), collectives on the links measured for each group size, and the step
+  simulated on workers that share the host's cores (:mod:`xirang_core.parallel.simulate`).
+
 Communication is counted as exposed (not hidden behind compute): on the CPU/gloo path it is,
 and elsewhere this keeps the ranking conservative for the communication-heavy plans.
 """
@@ -10,25 +18,27 @@ and elsewhere this keeps the ranking conservative for the communication-heavy pl
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from xirang_core.comm.cost_model import Link, ring_time
 from xirang_core.parallel.cluster import Cluster
 from xirang_core.parallel.memory import stage_layer_count, stage_params
 from xirang_core.parallel.plan import ModelShape, ParallelPlan
 
+if TYPE_CHECKING:
+    from xirang_core.parallel.calibrate import HostProfile, StageCost
+
 #: DDP's default gradient bucket (bytes): one all-reduce per bucket
 DDP_BUCKET = 25 * 2**20
-
-#: FLOP/s a plan's device reaches; defaults to the cluster's calibrated rate
-RateFn = Callable[[ParallelPlan], float]
+#: when a collective runs: in each micro-batch's forward or backward, or once per step
+PHASES = ("forward", "backward", "step")
 
 
 @dataclass(frozen=True)
 class TimeEstimate:
     compute: float  # seconds of arithmetic per step on the busiest device
-    bubble: float  # pipeline fill and drain
+    bubble: float  # pipeline fill and drain (idle waiting for other stages)
     comm: float  # exposed collective time per step
 
     @property
@@ -37,6 +47,19 @@ class TimeEstimate:
 
     def as_dict(self) -> dict[str, float]:
         return {**asdict(self), "total": self.total}
+
+
+@dataclass(frozen=True)
+class Collective:
+    """``calls`` calls of ``op`` on ``nbytes`` over ``group`` ranks spaced ``stride`` apart, per
+    micro-batch (forward/backward phases) or per step."""
+
+    op: str  # all_reduce | all_gather | reduce_scatter | p2p
+    nbytes: float
+    group: int
+    stride: int
+    calls: float
+    phase: str
 
 
 def flops_per_token(shape: ModelShape) -> float:
@@ -49,68 +72,177 @@ def predict_time(
     plan: ParallelPlan,
     global_batch: int,
     cluster: Cluster,
-    rate: RateFn | None = None,
+    host: HostProfile | None = None,
+) -> TimeEstimate:
+    """The step time of ``plan``: on ``host`` as measured when given, else on ``cluster``."""
+    if host is not None:
+        return _host_time(shape, plan, global_batch, host)
+    return _cluster_time(shape, plan, global_batch, cluster)
+
+
+def collectives(
+    shape: ModelShape, plan: ParallelPlan, global_batch: int, dtype_bytes: int
+) -> list[Collective]:
+    """What the busiest stage's worker sends per micro-batch and per step."""
+    layers = _busiest_layers(shape, plan)
+    act = plan.micro_batch * shape.seq_len * shape.hidden * dtype_bytes
+    found = _tp_collectives(plan, layers, act) + _dp_collectives(shape, plan, dtype_bytes)
+    if plan.pp > 1:
+        stride = plan.dp * plan.tp
+        found += [Collective("p2p", act, 2, stride, 1, "forward")]
+        found += [Collective("p2p", act, 2, stride, 1, "backward")]
+        if shape.tied_embeddings:  # first and last stage sum the tied weight's gradient
+            embed = shape.vocab * shape.hidden * dtype_bytes / plan.tp
+            found += [Collective("all_reduce", embed, 2, stride * (plan.pp - 1), 1, "step")]
+    return found
+
+
+def _tp_collectives(plan: ParallelPlan, layers: int, act: float) -> list[Collective]:
+    """Per layer and micro-batch: the attention and MLP outputs are all-reduced in forward and
+    their inputs' gradients in backward (Megatron), or under sequence parallel each becomes an
+    all-gather before and a reduce-scatter after; full recompute repeats the forward ones."""
+    if plan.tp == 1:
+        return []
+    redo = 2 if plan.recompute == "full" else 1
+    if plan.sp:
+        ops = [("all_gather", 2 * layers), ("reduce_scatter", 2 * layers)]
+    else:
+        ops = [("all_reduce", 2 * layers)]
+    return [
+        Collective(op, act, plan.tp, 1, calls * (redo if phase == "backward" else 1), phase)
+        for op, calls in ops
+        for phase in ("forward", "backward")
+    ]
+
+
+def _dp_collectives(shape: ModelShape, plan: ParallelPlan, dtype_bytes: int) -> list[Collective]:
+    """Gradient (and, sharded, parameter) traffic over the data-parallel group.
+
+    zero 0: DDP all-reduces its buckets once per step. FSDP, per unit (each layer and the
+    root): zero 3 gathers parameters in forward and again in backward and reduce-scatters
+    gradients in every backward; zero 2 gathers once per micro-batch; zero 1 gathers and
+    reduces once per step. Under a pipeline the stage defers gradient reduction (and, below
+    zero 3, resharding) to the step's last backward, as torch's PipelineStage does."""
+    if plan.dp == 1:
+        return []
+    stage = max(range(plan.pp), key=lambda s: stage_params(shape, plan, s).total)
+    nbytes = stage_params(shape, plan, stage).total * dtype_bytes
+    if plan.zero == 0:
+        buckets = max(1, math.ceil(nbytes / DDP_BUCKET))
+        return [Collective("all_reduce", nbytes / buckets, plan.dp, plan.tp, buckets, "step")]
+    units = stage_layer_count(shape.layers, stage, plan.pp) + 1
+    unit = nbytes / units
+
+    def ring(op: str, phase: str) -> Collective:
+        return Collective(op, unit, plan.dp, plan.tp, units, phase)
+
+    if plan.zero == 3:
+        gathers = [ring("all_gather", "forward"), ring("all_gather", "backward")]
+    elif plan.zero == 2 and plan.pp == 1:
+        gathers = [ring("all_gather", "forward")]
+    else:
+        gathers = [ring("all_gather", "step")]
+    per_micro = plan.zero >= 2 and plan.pp == 1
+    return [*gathers, ring("reduce_scatter", "backward" if per_micro else "step")]
+
+
+def _busiest_layers(shape: ModelShape, plan: ParallelPlan) -> int:
+    return max(stage_layer_count(shape.layers, s, plan.pp) for s in range(plan.pp))
+
+
+# --- a described cluster --------------------------------------------------------------------
+
+
+def _cluster_time(
+    shape: ModelShape, plan: ParallelPlan, global_batch: int, cluster: Cluster
 ) -> TimeEstimate:
     flops = flops_per_token(shape) * global_batch * shape.seq_len
     if plan.recompute == "full":
         flops *= 4 / 3  # the forward (a third of the work) runs twice
-    busiest = max(stage_layer_count(shape.layers, s, plan.pp) for s in range(plan.pp))
-    share = busiest / shape.layers  # the slowest stage sets the pipeline's pace
-    per_device = flops * share / (plan.dp * plan.tp)
-    compute = per_device / (rate(plan) if rate else cluster.tflops * 1e12)
+    share = _busiest_layers(shape, plan) / shape.layers  # the slowest stage sets the pace
+    compute = flops * share / (plan.dp * plan.tp) / (cluster.tflops * 1e12)
     m = plan.micro_batches(global_batch)
     bubble = compute * (plan.pp - 1) / m
-    comm = _tp_comm(shape, plan, cluster) * (m + plan.pp - 1)  # per micro-batch, on the path
-    comm += _pp_comm(shape, plan, cluster) * m + _dp_comm(shape, plan, global_batch, cluster)
+    comm = 0.0
+    for c in collectives(shape, plan, global_batch, cluster.dtype_bytes):
+        seconds = c.calls * _op_time(c, _cluster_link(cluster, c.group, c.stride))
+        if c.phase == "step":
+            comm += seconds
+        elif c.op == "p2p":
+            comm += seconds * m
+        else:  # tensor and sharded-data collectives sit on every micro-batch's path
+            tensor = plan.tp > 1 and c.group == plan.tp and c.stride == 1
+            comm += seconds * (m + plan.pp - 1 if tensor else m)
     return TimeEstimate(compute=compute, bubble=bubble, comm=comm)
 
 
-def _link(cluster: Cluster, group: int, stride: int) -> Link:
+def _cluster_link(cluster: Cluster, group: int, stride: int) -> Link:
     """The link a ring of ``group`` ranks spaced ``stride`` apart runs over."""
     return Link(cluster.latency_us * 1e-6, cluster.link_gbps(group, stride) * 1e9)
 
 
-def _tp_comm(shape: ModelShape, plan: ParallelPlan, cluster: Cluster) -> float:
-    """Per micro-batch on one stage: 4 all-reduces of b·s·h per layer (2 forward, 2 backward),
-    as all-gather + reduce-scatter pairs under sequence parallel (same volume); recompute
-    repeats the forward two."""
-    if plan.tp == 1:
-        return 0.0
-    layers = max(stage_layer_count(shape.layers, s, plan.pp) for s in range(plan.pp))
-    nbytes = plan.micro_batch * shape.seq_len * shape.hidden * cluster.dtype_bytes
-    per = ring_time("all_reduce", nbytes, plan.tp, _link(cluster, plan.tp, 1))
-    count = 6 if plan.recompute == "full" else 4
-    return layers * count * per
+def _op_time(c: Collective, link: Link) -> float:
+    if c.op == "p2p":
+        return c.nbytes / link.bandwidth_bps + link.latency_s
+    return ring_time(c.op, c.nbytes, c.group, link)
 
 
-def _pp_comm(shape: ModelShape, plan: ParallelPlan, cluster: Cluster) -> float:
-    """Per micro-batch: the activation forward and its gradient back across a stage boundary."""
-    if plan.pp == 1:
-        return 0.0
-    nbytes = plan.micro_batch * shape.seq_len * shape.hidden * cluster.dtype_bytes
-    link = _link(cluster, plan.pp, plan.dp * plan.tp)
-    return 2 * (nbytes / link.bandwidth_bps + link.latency_s)
+# --- this host, measured --------------------------------------------------------------------
 
 
-def _dp_comm(shape: ModelShape, plan: ParallelPlan, global_batch: int, cluster: Cluster) -> float:
-    """Gradient (and, sharded, parameter) traffic over the data-parallel group per step.
+def _host_time(
+    shape: ModelShape, plan: ParallelPlan, global_batch: int, host: HostProfile
+) -> TimeEstimate:
+    """Simulated step on the measured host; compute is the busiest stage's work at the speed
+    it gets while every worker computes, the bubble what the simulation adds beyond compute
+    and the micro-batches' own collectives."""
+    from xirang_core.parallel.simulate import StageWork, simulate_step
 
-    zero 0: all-reduce in DDP buckets once per step. FSDP, per layer unit: zero 3 gathers
-    parameters in forward and again in backward and reduce-scatters gradients every
-    micro-batch (1.5x the traffic); zero 2 gathers once per micro-batch; zero 1 gathers and
-    reduces once per step."""
-    if plan.dp == 1:
-        return 0.0
-    stage = max(range(plan.pp), key=lambda s: stage_params(shape, plan, s).total)
-    params = stage_params(shape, plan, stage)
-    nbytes = params.total * cluster.dtype_bytes
-    link = _link(cluster, plan.dp, plan.tp)
-    if plan.zero == 0:
-        buckets = max(1, math.ceil(nbytes / DDP_BUCKET))
-        return buckets * ring_time("all_reduce", nbytes / buckets, plan.dp, link)
-    units = stage_layer_count(shape.layers, stage, plan.pp) + 1
     m = plan.micro_batches(global_batch)
-    gathers = {1: 1, 2: m, 3: 2 * m}[plan.zero]
-    reduces = 1 if plan.zero == 1 else m
-    one_pass = units * ring_time("all_gather", nbytes / units, plan.dp, link)
-    return (gathers + reduces) * one_pass
+    found = collectives(shape, plan, global_batch, shape.dtype_bytes)
+    if (plan.tp, plan.sp) in host.tp_model:  # measured with the split layer's own collectives
+        found = [c for c in found if not (c.group == plan.tp and c.stride == 1)]
+    waits = {p: _host_wait(found, p, host) for p in PHASES}
+    work = [
+        StageWork(c.forward, c.backward, waits["forward"], waits["backward"])
+        for c in (_stage_cost(shape, plan, s, host) for s in range(plan.pp))
+    ]
+    hop = sum(_op_time(c, host.p2p) for c in found if c.op == "p2p" and c.phase == "forward")
+    makespan = simulate_step(work, plan.schedule, m, hop, host.slots, plan.dp * plan.tp)
+    slowdown = max(1.0, plan.world / host.slots)
+    busiest = max(w.forward + w.backward for w in work)
+    optimizer = _optimizer_seconds(shape, plan, host) * slowdown
+    compute = m * busiest * slowdown + optimizer
+    comm = m * (waits["forward"] + waits["backward"]) + waits["step"]
+    bubble = max(0.0, makespan + optimizer - compute - m * (waits["forward"] + waits["backward"]))
+    return TimeEstimate(compute=compute, bubble=bubble, comm=comm)
+
+
+def _stage_cost(shape: ModelShape, plan: ParallelPlan, stage: int, host: HostProfile) -> StageCost:
+    """One micro-batch's forward and backward on ``stage``, one worker alone: its layers (a
+    tensor-parallel share each; recompute runs the forward again in backward) and, on the last
+    stage, the embeddings, head and loss (replicated under tensor parallel)."""
+    from xirang_core.parallel.calibrate import StageCost
+
+    layer = host.layer_cost(plan.micro_batch, plan.tp, plan.sp)
+    if plan.recompute == "full":
+        layer = StageCost(layer.forward, layer.backward + layer.forward)
+    cost = layer.scaled(stage_layer_count(shape.layers, stage, plan.pp))
+    return cost + host.rest_cost(plan.micro_batch) if stage == plan.pp - 1 else cost
+
+
+def _optimizer_seconds(shape: ModelShape, plan: ParallelPlan, host: HostProfile) -> float:
+    """One optimizer step over the parameters this worker updates (its shard under ZeRO)."""
+    params = max(stage_params(shape, plan, s).total for s in range(plan.pp))
+    shard = plan.dp if plan.zero >= 1 else 1
+    return params / shard * host.optimizer_s_per_param
+
+
+def _host_wait(found: list[Collective], phase: str, host: HostProfile) -> float:
+    """Seconds of ``phase``'s collectives on the host's measured links (point-to-point
+    messages are the simulation's hops between stages, not waits)."""
+    return sum(
+        c.calls * _op_time(c, host.link(c.group))
+        for c in found
+        if c.phase == phase and c.op != "p2p"
+    )

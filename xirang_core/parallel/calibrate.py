@@ -1,0 +1,412 @@
+"""Measure this host for the planner's step-time model, as a run of ``world`` workers sees it.
+
+On one host the workers share cores, and small models spend much of their time outside the
+arithmetic (operator dispatch, gloo latency), so a peak FLOP rate alone mispredicts. Measured
+here, in ``world`` spawned workers:
+
+- compute: one layer's forward and backward (the model family's own layer) and the rest of the
+  model (embeddings, head, loss) per micro-batch size, on one worker alone with its thread
+  share. A line ``fixed + per_sequence * micro_batch`` through the layer times separates the
+  part that does not shrink when tensor parallel splits the layer's matrices (dispatch, norms)
+  from the part that does: the efficiency curve of small GEMMs.
+- cores really available: every worker runs the same layer at once; ``world * alone / at once``
+  is how many compute at full speed (fewer than the cores when other work loads the machine).
+- collectives: all-reduce on groups of each size, all groups at once (as a plan's groups run),
+  fitted to the ring model (per-hop latency, bandwidth); a point-to-point message likewise.
+- the optimizer step's cost per parameter.
+
+Every timing is the best of several repeats: the machine may be loaded by other work, and the
+best is the figure that load disturbs least.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from xirang_core.comm.cost_model import Link, fit_link
+
+#: message sizes (bytes) the links are fitted on: latency- to bandwidth-bound
+MESSAGE_BYTES = (4096, 65536, 1048576)
+#: the micro-batch the concurrency probe runs
+PROBE_MICRO_BATCH = 2
+#: layer passes per probe: long enough that workers running them at once share the cores
+PROBE_PASSES = 8
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """Seconds of one micro-batch's forward and backward on one worker computing alone."""
+
+    forward: float
+    backward: float
+
+    def scaled(self, factor: float) -> StageCost:
+        return StageCost(self.forward * factor, self.backward * factor)
+
+    def __add__(self, other: StageCost) -> StageCost:
+        return StageCost(self.forward + other.forward, self.backward + other.backward)
+
+
+@dataclass(frozen=True)
+class HostProfile:
+    """This host measured for ``world`` workers (compute in seconds of one worker alone)."""
+
+    world: int
+    #: workers that compute at full speed at once (at most the cores they share)
+    slots: float
+    layer: dict[int, StageCost]  # one layer, per micro-batch size
+    rest: dict[int, StageCost]  # embeddings, final norm, head and loss, per micro-batch size
+    #: share of a layer's time that does not shrink with its matrices (fit over micro-batches)
+    layer_fixed: float
+    optimizer_s_per_param: float
+    links: dict[int, Link]  # ring link per group size, every group busy at once
+    p2p: Link  # one point-to-point message between two workers
+    #: ``{(tp, sequence parallel): {micro-batch: seconds}}`` of the one-layer model split by the
+    #: family's tensor-parallel plan, every worker running it at once (collectives included)
+    tp_model: dict[tuple[int, bool], dict[int, float]] = field(default_factory=dict)
+
+    def layer_cost(self, micro_batch: int, tp: int, sp: bool = False) -> StageCost:
+        """One layer on one tensor-parallel rank, as one worker alone would run it. Measured
+        under the split where it was (its collectives and the split's per-operation overhead
+        included); otherwise only the matrix part splits ``tp`` ways."""
+        whole = _cost_at(self.layer, micro_batch)
+        if tp > 1 and (tp, sp) in self.tp_model:
+            rest = self.rest_cost(micro_batch)
+            together = _on_line(self.tp_model[(tp, sp)], micro_batch)
+            alone = together * self.slots / self.world - (rest.forward + rest.backward)
+            total = whole.forward + whole.backward
+            return whole.scaled(max(alone, total / tp) / total)
+        fixed = min(self.layer_fixed, whole.forward + whole.backward)
+        total = whole.forward + whole.backward
+        return whole.scaled((fixed + (total - fixed) / tp) / total)
+
+    def rest_cost(self, micro_batch: int) -> StageCost:
+        """Embeddings, head and loss of one micro-batch, one worker alone."""
+        return _cost_at(self.rest, micro_batch)
+
+    def link(self, group: int) -> Link:
+        """The measured link of the nearest group size (groups larger than measured: the
+        largest)."""
+        sizes = sorted(self.links)
+        return self.links[min(sizes, key=lambda g: (abs(g - group), -g))]
+
+
+def measure_host(config: dict[str, Any], world: int, micro_batches: list[int]) -> HostProfile:
+    """Measure in ``world`` fresh workers (see the module docstring)."""
+    from xirang_core.comm.launch import run_group
+
+    ranks = run_group(_probe, world, config, sorted(set(micro_batches)))
+    main = ranks[0]
+    slots = min(float(world), max(1.0, world * main["alone_s"] / main["together_s"]))
+    return HostProfile(
+        world=world,
+        slots=slots,
+        layer={mb: StageCost(*c) for mb, c in main["layer"].items()},
+        rest={mb: StageCost(*c) for mb, c in main["rest"].items()},
+        layer_fixed=_intercept({mb: sum(c) for mb, c in main["layer"].items()}),
+        optimizer_s_per_param=main["optimizer_s_per_param"],
+        links=_ring_links(main["rings"], main["busy"]) or {world: Link(1e-4, 1e9)},
+        p2p=_busy_link(_fit_line(main["p2p"]), main["busy"].get("p2p", 0.0), 1),
+        tp_model=main["tp_model"],
+    )
+
+
+def _ring_links(rings: dict[int, list], busy: dict[Any, float]) -> dict[int, Link]:
+    """Per group size: bandwidth from the idle timings, latency the larger of the idle fit's
+    and the one measured between computations (a hop then waits for a busy core)."""
+    links = {}
+    for g, rows in rings.items():
+        idle = fit_link("all_reduce", [(n, g, t) for n, t in rows])
+        links[g] = _busy_link(idle, busy.get(g, 0.0), 2 * (g - 1))
+    return links
+
+
+def _busy_link(idle: Link, op_seconds: float, hops: int) -> Link:
+    return Link(max(idle.latency_s, op_seconds / hops), idle.bandwidth_bps)
+
+
+def _probe(rank: int, world: int, config: dict[str, Any], micro_batches: list[int]) -> dict:
+    """One worker's share of :func:`measure_host` (inside the group ``run_group`` opened)."""
+    import torch.distributed as dist
+
+    parts = _ModelParts(config)
+    found: dict[str, Any] = {}
+    if rank == 0:  # alone: the others wait in the barrier
+        found["layer"] = {mb: parts.layer_times(mb) for mb in micro_batches}
+        found["rest"] = {mb: parts.rest_times(mb) for mb in micro_batches}
+        found["optimizer_s_per_param"] = parts.optimizer_time()
+        found["alone_s"] = _best(lambda: parts.passes(PROBE_MICRO_BATCH, PROBE_PASSES), 3)
+    dist.barrier()
+    found["together_s"] = _together(lambda: parts.passes(PROBE_MICRO_BATCH, PROBE_PASSES))
+    groups = _my_groups(rank, world)
+    found["rings"] = _ring_timings(groups)
+    found["p2p"] = _p2p_timings(rank, world)
+    found["busy"] = _busy_latencies(rank, world, parts, groups)
+    ends = [micro_batches[0], micro_batches[-1]]
+    found["tp_model"] = _tp_model_times(world, parts, sorted(set(ends)))
+    return found
+
+
+class _ModelParts:
+    """The configured model's layer and its remainder, timed on this worker."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        from xirang_core.plugins import get_registry
+
+        registry = get_registry()
+        family = config["model"]["family"]
+        settings = {k: v for k, v in config["model"].items() if k not in ("family", "name")}
+        self.family, self.settings = registry.load("model", family), settings
+        self.whole = self.family.from_config({**settings, "n_layer": 1})
+        self.rest = self.family.from_config({**settings, "n_layer": 0})
+        self.fns = fns = registry.spec("model", family).load_parallelize()
+        self.block = next(iter(fns.layers(self.whole).values()))
+        self.shape = fns.shape(settings, config["data"]["seq_len"])
+        self.config = config
+
+    def layer_times(self, micro_batch: int) -> tuple[float, float]:
+        """Forward and backward seconds of one layer (best of repeats)."""
+        import torch
+
+        x = torch.randn(micro_batch, self.shape.seq_len, self.shape.hidden, requires_grad=True)
+        return _forward_backward(lambda: self.block(x).sum())
+
+    def rest_times(self, micro_batch: int) -> tuple[float, float]:
+        """Forward and backward seconds of the model without layers (embeddings to loss)."""
+        import torch
+
+        tokens = torch.randint(0, self.shape.vocab, (micro_batch, self.shape.seq_len))
+        return _forward_backward(lambda: self.rest(tokens, tokens))
+
+    def split_model(self, mesh: Any, sequence_parallel: bool) -> Any:
+        """A fresh one-layer model split over ``mesh`` by the family's tensor-parallel plan."""
+        import torch
+
+        torch.manual_seed(0)
+        model = self.family.from_config({**self.settings, "n_layer": 1})
+        self.fns.apply_tp(model, mesh, sequence_parallel)
+        return model
+
+    def model_pass(self, model: Any, micro_batch: int) -> Callable[[], None]:
+        """One forward and backward of ``model`` on a micro-batch (warmed up once)."""
+        import torch
+
+        tokens = torch.randint(0, self.shape.vocab, (micro_batch, self.shape.seq_len))
+
+        def run() -> None:
+            model(tokens, tokens).backward()
+
+        run()
+        return run
+
+    def optimizer_time(self) -> float:
+        """Seconds per parameter of one optimizer step."""
+        from xirang_core.train.optim import build_optimizer
+
+        optimizer = build_optimizer(self.whole, self.config["optim"])
+        params = [p for p in self.whole.parameters() if p.requires_grad]
+        for p in params:
+            p.grad = p.detach().clone()
+        seconds = _best(optimizer.step)
+        optimizer.zero_grad(set_to_none=True)
+        return seconds / sum(p.numel() for p in params)
+
+    def passes(
+        self, micro_batch: int, count: int, between: Callable[[], Any] | None = None
+    ) -> None:
+        """``count`` forward-backward passes of the layer, ``between()`` after each."""
+        import torch
+
+        x = torch.randn(micro_batch, self.shape.seq_len, self.shape.hidden, requires_grad=True)
+        for _ in range(count):
+            self.block(x).sum().backward()
+            if between is not None:
+                between()
+
+
+def _tp_model_times(
+    world: int, parts: _ModelParts, micro_batches: list[int]
+) -> dict[tuple[int, bool], dict[int, float]]:
+    """Seconds of the one-layer model's forward and backward under each tensor-parallel split
+    the model allows (with and without sequence parallel), every worker in a group of ``tp``
+    at once."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    found: dict[tuple[int, bool], dict[int, float]] = {}
+    for tp in (g for g in range(2, world + 1) if world % g == 0 and parts.shape.heads % g == 0):
+        mesh = init_device_mesh("cpu", (world // tp, tp), mesh_dim_names=("dp", "tp"))
+        for sp in (False, True) if parts.shape.seq_len % tp == 0 else (False,):
+            model = parts.split_model(mesh["tp"], sp)
+            found[(tp, sp)] = {mb: _together(parts.model_pass(model, mb)) for mb in micro_batches}
+    return found
+
+
+def _on_line(points: dict[int, float], x: int) -> float:
+    """``points`` interpolated (or extended) linearly at ``x``."""
+    xs = sorted(points)
+    if len(xs) == 1:
+        return points[xs[0]] * x / xs[0]
+    lo, hi = xs[0], xs[-1]
+    return points[lo] + (points[hi] - points[lo]) * (x - lo) / (hi - lo)
+
+
+def _cost_at(costs: dict[int, StageCost], micro_batch: int) -> StageCost:
+    """The measured cost at ``micro_batch``, or the line through the measured ones."""
+    if micro_batch in costs:
+        return costs[micro_batch]
+    forward = _on_line({mb: c.forward for mb, c in costs.items()}, micro_batch)
+    backward = _on_line({mb: c.backward for mb, c in costs.items()}, micro_batch)
+    return StageCost(max(forward, 0.0), max(backward, 0.0))
+
+
+def _forward_backward(loss_fn: Callable[[], Any], repeats: int = 5) -> tuple[float, float]:
+    """Best forward seconds and best forward+backward seconds minus it."""
+    forward = _best(loss_fn, repeats)
+    both = _best(lambda: loss_fn().backward(), repeats)
+    return forward, max(both - forward, 0.0)
+
+
+def _best(fn: Callable[[], Any], repeats: int = 5) -> float:
+    """Best of ``repeats`` timed calls after one warm-up call."""
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def _together(fn: Callable[[], Any], repeats: int = 3) -> float:
+    """Best seconds for every worker to finish ``fn`` when all start it at once."""
+    import torch.distributed as dist
+
+    best = float("inf")
+    for _ in range(repeats):
+        dist.barrier()
+        started = time.perf_counter()
+        fn()
+        dist.barrier()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def _my_groups(rank: int, world: int) -> dict[int, Any]:
+    """This worker's group of each size dividing ``world`` (consecutive ranks); every worker
+    creates every group, as ``new_group`` requires."""
+    import torch.distributed as dist
+
+    mine = {}
+    for size in (g for g in range(2, world + 1) if world % g == 0):
+        groups = [dist.new_group(list(range(s, s + size))) for s in range(0, world, size)]
+        mine[size] = groups[rank // size]
+    return mine
+
+
+def _busy_latencies(
+    rank: int, world: int, parts: _ModelParts, groups: dict[int, Any]
+) -> dict[Any, float]:
+    """Seconds one small collective adds when it sits between computations on every worker, as
+    tensor-parallel and sharded layers place them: ``{group size: all-reduce, "p2p": one
+    message}``. On a host whose cores are all busy a hop waits for its peer to be scheduled,
+    which an idle ping does not see."""
+    import torch
+    import torch.distributed as dist
+
+    mb, count = 1, PROBE_PASSES
+    alone = _together(lambda: parts.passes(mb, count))
+    tensor = torch.ones(MESSAGE_BYTES[0] // 4)
+    found: dict[Any, float] = {}
+    for size, mine in groups.items():
+
+        def reduce(g: Any = mine) -> None:
+            dist.all_reduce(tensor, group=g)
+
+        found[size] = max(0.0, _together(lambda r=reduce: parts.passes(mb, count, r)) - alone)
+        found[size] /= count
+    if world >= 2:
+        peer = rank ^ 1
+
+        def exchange() -> None:
+            if peer < world:
+                _round_trip(rank, peer, tensor)
+
+        found["p2p"] = max(0.0, _together(lambda: parts.passes(mb, count, exchange)) - alone)
+        found["p2p"] /= 2 * count
+    return found
+
+
+def _round_trip(rank: int, peer: int, tensor: Any) -> None:
+    import torch.distributed as dist
+
+    if rank % 2 == 0:
+        dist.send(tensor, peer)
+        dist.recv(tensor, peer)
+    else:
+        dist.recv(tensor, peer)
+        dist.send(tensor, peer)
+
+
+def _ring_timings(groups: dict[int, Any], repeats: int = 5) -> dict[int, list]:
+    """``{group size: [(bytes, seconds)]}`` of all-reduce on each group size, all groups at
+    once."""
+    import torch
+    import torch.distributed as dist
+
+    timings: dict[int, list] = {}
+    for size, mine in groups.items():
+        rows = []
+        for nbytes in MESSAGE_BYTES:
+            tensor = torch.ones(nbytes // 4)
+            dist.barrier()
+            rows.append((nbytes, _best(lambda t=tensor, g=mine: _all_reduce(t, g), repeats)))
+        timings[size] = rows
+    return timings
+
+
+def _p2p_timings(rank: int, world: int, repeats: int = 5) -> list[tuple[int, float]]:
+    """``[(bytes, seconds)]`` of one message, from half a round trip between rank pairs."""
+    import torch
+    import torch.distributed as dist
+
+    peer = rank ^ 1
+    rows = []
+    for nbytes in MESSAGE_BYTES:
+        tensor = torch.ones(nbytes // 4)
+        dist.barrier()
+        if peer >= world:
+            continue
+
+        rows.append((nbytes, _best(lambda t=tensor: _round_trip(rank, peer, t), repeats) / 2))
+    return rows
+
+
+def _fit_line(rows: list[tuple[int, float]]) -> Link:
+    """Latency and bandwidth of ``seconds = latency + bytes / bandwidth``."""
+    import numpy as np
+
+    if len(rows) < 2:
+        return Link(1e-4, 1e9)
+    a = np.array([[1.0, n] for n, _ in rows])
+    (latency, inv_bw), *_ = np.linalg.lstsq(a, np.array([t for _, t in rows]), rcond=None)
+    return Link(max(float(latency), 1e-9), 1 / max(float(inv_bw), 1e-15))
+
+
+def _intercept(seconds: dict[int, float]) -> float:
+    """Where the line through ``(micro_batch, seconds)`` meets micro-batch 0 (>= 0)."""
+    import numpy as np
+
+    if len(seconds) < 2:
+        return 0.0
+    mbs = sorted(seconds)
+    _slope, intercept = np.polyfit(mbs, [seconds[mb] for mb in mbs], 1)
+    return max(float(intercept), 0.0)
+
+
+def _all_reduce(tensor: Any, group: Any) -> None:
+    import torch.distributed as dist
+
+    dist.all_reduce(tensor, group=group)
