@@ -84,13 +84,27 @@ class Trainer:
             )
             with self._sync_context(last=micro == s.accum_steps - 1):
                 loss = self.model(x, y) / s.accum_steps
-                loss.backward()
+                self._backward(loss)
             total += loss.detach()
         return total
 
+    def _backward(self, loss: torch.Tensor) -> None:
+        """``loss.backward()``, unless the strategy owns backward (Colossal-AI's Booster scales
+        and reduces gradients inside ``booster.backward``): the model then carries
+        ``xirang_backward``, as a pipeline carries ``xirang_step``."""
+        owned = getattr(self.model, "xirang_backward", None)
+        if owned is None:
+            loss.backward()
+        else:
+            owned(loss)
+
     def _clip(self, max_norm: float) -> None:
-        """Clip by the global gradient norm; a split model's norm spans all its shards."""
-        if self.ctx.mesh is None:
+        """Clip by the global gradient norm; a split model's norm spans all its shards (a
+        strategy whose optimizer holds the gradients clips through ``xirang_clip``)."""
+        owned = getattr(self.model, "xirang_clip", None)
+        if owned is not None:
+            owned(max_norm)
+        elif self.ctx.mesh is None:
             torch.nn.utils.clip_grad_norm_(self.params, max_norm)
         else:
             from xirang_core.parallel.grads import clip_grad_norm
