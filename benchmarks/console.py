@@ -5,7 +5,8 @@ A real pool service (its engine and SQLite store) with 10,000 simulated devices 
 requests the main page, the queue page, the JSON API and /metrics with a project token and the
 operator token, and reports p50/p95 per route. Side by side, the same client times the pool's
 own REST API (``/v1/status``, ``/v1/jobs``) on the same state: the peer every console figure is
-built from.
+built from. Before that it times one cost-metering tick over the pool's history, incremental
+against a full recomputation.
 
     python benchmarks/console.py [--requests 60]
 
@@ -28,7 +29,9 @@ import yaml
 from xirang_core.console.metrics_store import MetricsStore
 from xirang_core.console.server import serve as serve_console
 from xirang_core.console.source import ConsoleSource
+from xirang_core.console.state import read_state
 from xirang_core.cost.meter import Meter
+from xirang_core.cost.pool_metering import PoolMetering
 from xirang_core.cost.pricebook import PriceBook
 from xirang_core.cost.store import CostStore
 from xirang_core.pool.rest import serve as serve_pool
@@ -88,6 +91,43 @@ def build_pool(folder: Path, jobs: int) -> tuple[PoolService, dict[str, str]]:
     return service, tokens
 
 
+def add_history(service: PoolService, rounds: int) -> None:
+    """Finished work for metering to read: each round ends every other running job and
+    submits as many new ones, so the usage table holds their closed segments."""
+    for _ in range(rounds):
+        ended = [j["id"] for j in service.jobs(OPERATOR, "running")][::2]
+        for job_id in ended:
+            service.complete(OPERATOR, job_id, True, {"utilisation": 0.5})
+        for i, _ in enumerate(ended):
+            body = {"project": f"p{i % 20:02d}", "cards": (1, 2, 4, 8)[i % 4]}
+            service.submit(OPERATOR, body)
+
+
+def metering_figures(store: PoolStore, repeats: int = 5) -> str:
+    """Metering ticks two minutes apart: incremental (what the pool service and the console do
+    now: segments closed since the last tick, plus running jobs) against a full recomputation
+    over the whole history (what they did before)."""
+    meter = Meter(PriceBook(TYPES))
+    metering = PoolMetering(meter)
+    start = time.time()
+    metering.charges(store, start)  # the first tick reads everything once
+    incremental, full = [], []
+    for k in range(1, repeats + 1):
+        now = start + 120.0 * k
+        t0 = time.perf_counter()
+        metering.charges(store, now)
+        t1 = time.perf_counter()
+        meter.pool_charges(read_state(store, now, usage=True), now)
+        t2 = time.perf_counter()
+        incremental.append((t1 - t0) * 1000)
+        full.append((t2 - t1) * 1000)
+    segments = len(read_state(store, usage=True).segments)
+    return (
+        f"metering tick ({segments} closed segments): incremental p50 "
+        f"{percentile(incremental, 0.5):.0f} ms, full recomputation {percentile(full, 0.5):.0f} ms"
+    )
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -97,11 +137,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=60)
     parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--history", type=int, default=3, help="rounds of finished jobs")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         t0 = time.perf_counter()
         service, tokens = build_pool(folder, args.jobs)
+        add_history(service, args.history)
         print(
             f"pool: {service.engine.cluster.size} devices, {len(service.engine.jobs)} jobs "
             f"(built in {time.perf_counter() - t0:.1f} s)"
@@ -114,6 +156,7 @@ def main() -> None:
             OPERATOR_TOKEN,
         )
         source.sample()
+        print(metering_figures(source.pool))
         cold = []
         for _ in range(10):  # what a request pays when the cached snapshot has expired
             source.ttl = 0.0
