@@ -3,17 +3,31 @@
 One worker runs in the calling process, so a progress bar and a debugger work as usual. Several
 workers run under torch's elastic agent with a private rendezvous on loopback; every worker gets
 the run directory that the caller created, so one run has one directory.
+
+Workers go on healthy devices only (each device's health probe is asked before every launch).
+When a worker fails, the scheduler restarts the run, up to ``trainer.max_restarts`` times, from
+its latest checkpoint: on the same devices after a plain crash, or without a device that its
+probe now drains or whose worker's heartbeat went stale, with fewer workers if need be.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from xirang_core.checkpoint.events import read_events, record_event, recovery_note
+from xirang_core.checkpoint.manager import RESTART_ENV
 from xirang_core.errors import XirangError
+from xirang_core.faults.health import DEVICES_ENV
+from xirang_core.plugins import get_registry
 from xirang_core.specs import JobSpec
+from xirang_local.devices import Eviction, LocalDevices
+
+log = logging.getLogger("xirang.local")
 
 
 class WorkerFailed(XirangError):
@@ -22,39 +36,122 @@ class WorkerFailed(XirangError):
 
 class LocalScheduler:
     def launch(self, job: JobSpec, entrypoint: Callable[[str], Any]) -> None:
-        if job.nproc == 1 and job.max_restarts == 0:
-            entrypoint(job.run_dir)
-            return
-        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-        from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+        devices = LocalDevices.of_run(job.run_dir, get_registry())
+        restarts = 0
+        while True:
+            placed = _placement(devices, job, restarts)
+            started = len(read_events(job.run_dir))  # this attempt's events come after
+            with _worker_env(placed, restarts):
+                if job.nproc == 1 and job.max_restarts == 0:
+                    entrypoint(job.run_dir)
+                    return
+                failure = _attempt(job, entrypoint, len(placed))
+            if failure is None:
+                return
+            if restarts >= job.max_restarts:
+                raise WorkerFailed(_describe_failure(failure, job, len(placed), restarts))
+            restarts += 1
+            evicted = devices.evict_failed(placed, job.run_dir, started)
+            _report_restart(job, devices, evicted, placed, restarts)
 
-        logging.getLogger("torch.distributed.elastic").setLevel(logging.WARNING)
-        config = LaunchConfig(
-            min_nodes=1,
-            max_nodes=1,
-            nproc_per_node=job.nproc,
-            run_id=f"xirang-{uuid.uuid4().hex[:8]}",
-            rdzv_backend="c10d",
-            rdzv_endpoint="127.0.0.1:0",
-            max_restarts=job.max_restarts,
-            monitor_interval=0.1,
-            start_method="spawn",
+
+@contextlib.contextmanager
+def _worker_env(placed: list[int], restarts: int) -> Iterator[None]:
+    """The placement and restart count, in the environment the workers inherit, for the
+    attempt only (a later run in this process starts clean)."""
+    values = {DEVICES_ENV: ",".join(map(str, placed)), RESTART_ENV: str(restarts)}
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _placement(devices: LocalDevices, job: JobSpec, restarts: int) -> list[int]:
+    """Healthy devices for the next attempt; a clear error when none are left."""
+    for eviction in devices.probe():
+        _report_eviction(job, eviction)
+    placed = devices.place(job.nproc)
+    if not placed:
+        evicted = "; ".join(f"device {i}: {why}" for i, why in devices.evicted.items())
+        raise WorkerFailed(
+            f"no healthy local device left to run on after {restarts} restart(s) "
+            f"({evicted}); fix or replace them, then resume: {recovery_note(job.run_dir)}"
         )
-        try:
-            elastic_launch(config, entrypoint)(job.run_dir)
-        except ChildFailedError as exc:
-            raise WorkerFailed(_describe_failure(exc, job)) from None
+    return placed
 
 
-def _describe_failure(exc: Any, job: JobSpec) -> str:
+def _attempt(job: JobSpec, entrypoint: Callable[[str], Any], nproc: int) -> Any:
+    """One launch of ``nproc`` workers; the elastic failure, or None when they all finished."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.WARNING)
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=nproc,
+        run_id=f"xirang-{uuid.uuid4().hex[:8]}",
+        rdzv_backend="c10d",
+        rdzv_endpoint="127.0.0.1:0",
+        max_restarts=0,  # restarts are this scheduler's: it may move them to other devices
+        monitor_interval=0.1,
+        start_method="spawn",
+    )
+    try:
+        elastic_launch(config, entrypoint)(job.run_dir)
+    except ChildFailedError as exc:
+        return exc
+    return None
+
+
+def _report_eviction(job: JobSpec, eviction: Eviction) -> None:
+    log.warning("evicted device %d: %s", eviction.device, eviction.reason)
+    record_event(job.run_dir, "evict", device=eviction.device, reason=eviction.reason)
+
+
+def _report_restart(
+    job: JobSpec,
+    devices: LocalDevices,
+    evicted: list[Eviction],
+    placed: list[int],
+    restarts: int,
+) -> None:
+    """One line per restart: what was evicted, where the run goes on, from which checkpoint."""
+    for eviction in evicted:
+        record_event(job.run_dir, "evict", device=eviction.device, reason=eviction.reason)
+    following = len(devices.place(job.nproc))
+    if not following:  # the next placement stops the run and says why
+        return
+    why = "".join(f"evicted device {e.device} ({e.reason}); " for e in evicted)
+    log.warning(
+        "restart %d of %d: %scontinuing on %d worker(s) (was %d), from %s",
+        restarts,
+        job.max_restarts,
+        why,
+        following,
+        len(placed),
+        _latest(job.run_dir),
+    )
+
+
+def _latest(run_dir: str) -> str:
+    saves = [e["step"] for e in read_events(run_dir) if e["event"] == "save"]
+    return f"checkpoint step {max(saves)}" if saves else "the start (no checkpoint yet)"
+
+
+def _describe_failure(exc: Any, job: JobSpec, nproc: int, restarts: int) -> str:
     rank, failure = exc.get_first_failure()
     message = failure.message
     if isinstance(message, dict):
         message = message.get("message", message)
     detail = str(message).strip().splitlines()[-1] if message else f"exit code {failure.exitcode}"
-    from xirang_core.checkpoint.events import recovery_note
-
     return (
-        f"worker rank {rank} of {job.nproc} failed after {job.max_restarts} restart(s): {detail} "
+        f"worker rank {rank} of {nproc} failed after {restarts} restart(s): {detail} "
         f"(run directory {job.run_dir}; {recovery_note(job.run_dir)})"
     )

@@ -51,6 +51,8 @@ from xirang_core.checkpoint.tiers import checkpoint_uri, open_tier
 from xirang_core.errors import ConfigError
 
 log = logging.getLogger("xirang.checkpoint")
+#: how many times the scheduler has restarted this run (set for the workers it launches)
+RESTART_ENV = "XIRANG_RESTART"
 FailHook = Callable[[int], Callable[[int], None] | None]
 
 
@@ -134,7 +136,7 @@ class CheckpointManager:
         self.policy = IntervalPolicy(self.interval, self.settings.mtbf_hours, step + 1)
         if self.ctx.is_main:
             log.info("resumed from checkpoint step %d (%s)", step, store.tier.path(""))
-            restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+            restarts = int(os.environ.get(RESTART_ENV, 0))
             self._event("restore", step=step, world_size=self.ctx.world_size, restart=restarts)
         return step + 1
 

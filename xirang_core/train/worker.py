@@ -20,6 +20,7 @@ from xirang_core.data.tokens import TokenBatches
 from xirang_core.data.training import run_batches
 from xirang_core.errors import ConfigError
 from xirang_core.faults import RunGuard
+from xirang_core.faults.health import local_device
 from xirang_core.plugins import Registry, get_registry
 from xirang_core.specs import WorkerContext
 from xirang_core.train import report
@@ -72,9 +73,11 @@ def open_worker(config: dict[str, Any], run_dir: str, registry: Registry) -> Wor
     threads = config["trainer"]["threads"]
     torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // world_size))
     backend = registry.create("device", config["device"])
-    device = backend.torch_device(local_rank)
+    device = backend.torch_device(local_device(local_rank))  # healthy ones, as placed
     ctx = WorkerContext(rank, local_rank, world_size, device, run_dir, config)
-    if world_size > 1:
+    # under the elastic agent even one worker gets a group: a multi-process strategy (DDP)
+    # needs one when a restart shrank the run to a single healthy device
+    if world_size > 1 or "TORCHELASTIC_RUN_ID" in os.environ:
         backend_name = config["runtime"]["collective_backend"]
         store = restart_store(world_size)
         if store is None:
