@@ -3,8 +3,9 @@
 Each worker rewrites ``<run dir>/heartbeat/rank<r>.json`` (step, time, pid, host) every few
 seconds from a daemon thread, so a person or a scheduler can see which worker stopped making
 progress. With ``hang_timeout_s`` set, a worker whose step has not advanced for that long exits
-with :data:`HANG_EXIT`; the elastic launcher then restarts the run from its latest checkpoint
-instead of waiting forever on a collective that will never complete.
+with :data:`HANG_EXIT` and a ``hang`` event; the scheduler then restarts the run from its
+latest checkpoint without that worker's device, instead of waiting forever on a collective that
+will never complete.
 """
 
 from __future__ import annotations
