@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from datetime import datetime
 
 from xirang_core.errors import XirangError
 
@@ -51,6 +52,17 @@ def drain(node: str, reason: str) -> None:
 
 def resume(node: str) -> None:
     run("scontrol", "update", f"NodeName={node}", "State=RESUME")
+
+
+def end_time(slurm_id: str) -> float | None:
+    """When a job ended (``EndTime`` of ``scontrol show job``, the controller's local time), as
+    epoch seconds; None while it runs or when Slurm no longer knows it."""
+    records = parse_records(run("scontrol", "-o", "show", "job", slurm_id))
+    text = records[0].get("EndTime", "") if records else ""
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:  # "Unknown", "None" or missing
+        return None
 
 
 def job_state(slurm_id: str) -> tuple[str, int]:

@@ -44,6 +44,7 @@ class SlurmExecutor:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.partition = partition
         self.slurm_ids: dict[int, str] = {}
+        self.ended_at: dict[int, float] = {}
 
     def start(self, job: Any, nodes: list[str], leaves: int = 1) -> str:
         """sbatch the job on ``nodes``; returns Slurm's job id."""
@@ -83,8 +84,23 @@ class SlurmExecutor:
             state, code = commands.job_state(slurm_id)
             if state.split()[0] in TERMINAL:
                 ended.append((job_id, state.startswith("COMPLETED") and code == 0))
+                self._note_end(job_id, slurm_id)
                 del self.slurm_ids[job_id]
         return ended
+
+    def usage(self, job_id: int) -> dict[str, float]:
+        """What Slurm measured of an ended job: when it ended (the pool releases the devices
+        when it polls; any later is idle time metering shows)."""
+        ended = self.ended_at.pop(job_id, None)
+        return {"run_ended_at": ended} if ended is not None else {}
+
+    def _note_end(self, job_id: int, slurm_id: str) -> None:
+        try:
+            ended = commands.end_time(slurm_id)
+        except commands.SlurmError:
+            return
+        if ended is not None:
+            self.ended_at[job_id] = ended
 
     def drain(self, node: str, reason: str) -> None:
         commands.drain(node, reason)

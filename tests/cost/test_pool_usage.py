@@ -25,7 +25,7 @@ from xirang_core.cost.usage import run_usage
 from xirang_core.pool.client import PoolClient
 from xirang_core.pool.errors import PoolError
 from xirang_core.pool.rest import serve
-from xirang_core.pool.service import OPERATOR, PoolService
+from xirang_core.pool.service import OPERATOR, PoolService, RecordingExecutor
 from xirang_core.pool.store import PoolStore
 from xirang_core.specs import JobSpec
 
@@ -146,3 +146,43 @@ def test_the_seconds_an_executor_needs_to_report_an_end_are_no_finding(pool):
     (charge,) = pool.costs.charges()
     assert charge.idle_after_s == 3.0
     assert findings.find([charge]) == []
+
+
+class Batch(RecordingExecutor):
+    """A cluster executor (as Slurm's): it notices ends when polled and says when they were."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ends: dict[int, float] = {}
+
+    def poll(self) -> list[tuple[int, bool]]:
+        return [(job_id, True) for job_id in self.ends]
+
+    def usage(self, job_id: int) -> dict[str, float]:
+        return {"run_ended_at": self.ends.pop(job_id)}
+
+
+def test_a_cluster_executors_end_time_makes_the_idle_after_finding(tmp_path):
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    clock = Clocks()
+    costs = CostStore(tmp_path / "cost.db")
+    executor = Batch()
+    service = PoolService(
+        PoolStore(tmp_path / "pool.db"),
+        tmp_path / "cluster.yaml",
+        executor=executor,
+        clock=clock.service,
+        budgets=PoolBudgets(Governor(costs), Meter(PriceBook({"cpu": 1.0}))),
+    )
+    try:
+        job = service.submit(OPERATOR, {"project": "nlp", "cards": 2})
+        clock.now += 2 * HOUR
+        executor.ends[job["id"]] = clock.now - 0.5 * HOUR  # the pool was told 30 min late
+        service.tick()
+        assert service.job(OPERATOR, job["id"])["payload"]["run_ended_at"] == T0 + 1.5 * HOUR
+        (charge,) = costs.charges()
+        (finding,) = findings.find([charge])
+        assert (finding.kind, finding.cost_micro) == ("idle_after_end", 700_000)  # 1/4 of 2.80
+    finally:
+        service.store.close()
+        costs.close()

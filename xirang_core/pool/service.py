@@ -49,7 +49,8 @@ class Executor(Protocol):
     def stop(self, job: Job, reason: str) -> None: ...
 
     def poll(self) -> list[tuple[int, bool]]:
-        """Jobs that ended since the last poll, with whether they succeeded."""
+        """Jobs that ended since the last poll, with whether they succeeded (an executor may
+        also offer ``usage(job_id)``: what it measured of an ended job, for cost metering)."""
 
 
 class RecordingExecutor:
@@ -314,14 +315,22 @@ class PoolService:
             ended = self.executor.poll()
             now = self.clock()
             for job_id, ok in ended:
-                if (
-                    self.engine.jobs.get(job_id)
-                    and self.engine.jobs[job_id].state.value == "running"
-                ):
+                job = self.engine.jobs.get(job_id)
+                if job is not None and job.state.value == "running":
                     self.engine.complete(job_id, now, ok)
+                    job.payload.update(self._measured(job_id))
             self._apply([])  # persist first: metering reads the store
             self._enforce_budgets(now)
             self._apply(self.engine.schedule(now))
+
+    def _measured(self, job_id: int) -> dict[str, float]:
+        """What an executor that measures its jobs (``usage(job_id)``, e.g. Slurm's end time)
+        reported for one that ended; a report the meter cannot use is dropped, not fatal."""
+        usage = getattr(self.executor, "usage", None)
+        try:
+            return check_report(usage(job_id)) if usage is not None else {}
+        except UsageError:
+            return {}
 
     def _enforce_budgets(self, now: float) -> None:
         """Meter the pool's usage up to ``now``, drop the queued jobs of a spent

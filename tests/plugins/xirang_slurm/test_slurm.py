@@ -51,6 +51,17 @@ def test_placed_job_runs_on_the_chosen_node(slurm: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.service
+def test_an_ended_job_reports_when_it_ended_for_cost_metering(slurm: str, tmp_path: Path) -> None:
+    executor = SlurmExecutor(tmp_path)
+    before = time.time()
+    executor.start(_job(11, ["bash", "-c", "true"]), [slurm], 1)
+    assert _wait(executor) == [(11, True)]
+    ended = executor.usage(11)["run_ended_at"]
+    assert before - 2 <= ended <= time.time() + 1  # Slurm's EndTime has whole seconds
+    assert executor.usage(11) == {}  # reported once
+
+
+@pytest.mark.service
 def test_failed_job_is_reported_as_failed(slurm: str, tmp_path: Path) -> None:
     executor = SlurmExecutor(tmp_path)
     executor.start(_job(8, ["bash", "-c", "exit 3"]), [slurm], 1)
