@@ -110,3 +110,16 @@ def test_chunks_from_a_remote_tier_are_read_and_checked(tmp_path: Path) -> None:
     assert bytes(got) == data
     assert got.read(45, 20) == data[45:65]  # across a chunk boundary
     assert b"".join(got.segments(0, len(data))) == data
+
+
+def test_mapped_chunks_hold_no_file_descriptors(tmp_path: Path) -> None:
+    """A checkpoint of many chunks restores without one open file per chunk."""
+    import os
+
+    chunks = ChunkStore(local_store(tmp_path).tier, chunk_bytes=64)
+    data = os.urandom(64 * 300)
+    record, _ = chunks.put(data)
+    before = len(os.listdir("/proc/self/fd"))
+    held = chunks.get("f", record)  # every chunk mapped and alive
+    assert len(os.listdir("/proc/self/fd")) <= before
+    assert bytes(held) == data

@@ -19,13 +19,13 @@ import bisect
 import hashlib
 import io
 import itertools
-import mmap
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 import xxhash
 
 from xirang_core.errors import XirangError
@@ -156,14 +156,17 @@ class ChunkStore:
         return piece
 
     def _open(self, key: str) -> Any:
-        """A chunk's bytes: memory-mapped from a local disk (no copy), read from elsewhere."""
+        """A chunk's bytes: memory-mapped from a local disk (no copy), read from elsewhere.
+
+        The mapping is torch's private one, which keeps no file descriptor open (Python's
+        ``mmap`` keeps one per map: a large checkpoint would run out of them)."""
         if "file" not in _protocols(self.tier.fs):
             return self.tier.read(key)
-        with open(self.tier.path(key), "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size == 0:
-                return b""
-            return mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+        path = self.tier.path(key)
+        size = os.path.getsize(path)
+        if size == 0:
+            return b""
+        return torch.from_file(path, shared=False, size=size, dtype=torch.uint8).numpy()
 
     def collect_garbage(self, referenced: set[str]) -> int:
         """Delete chunks no remaining checkpoint references; returns how many went."""
