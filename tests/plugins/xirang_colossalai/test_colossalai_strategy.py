@@ -58,13 +58,24 @@ def test_pipeline_takes_the_steps_own_micro_batches() -> None:
 
 
 @needs_colossal
-def test_plan_maps_to_booster_plugins() -> None:
+def test_plan_maps_to_booster_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan's numbers reach each plugin (constructors recorded: the real ones need a
+    process group, and the GPU-only ones a GPU)."""
     from colossalai.booster import plugin
     from xirang_colossalai.strategy import booster_plugin
 
-    assert isinstance(booster_plugin(ColossalConfig()), plugin.TorchDDPPlugin)
-    hybrid = booster_plugin(ColossalConfig(plugin="hybrid_parallel", tp=2, pp=2), step_micro=4)
-    assert isinstance(hybrid, plugin.HybridParallelPlugin)
+    made: dict[str, dict[str, Any]] = {}
+    for name in ("TorchDDPPlugin", "LowLevelZeroPlugin", "GeminiPlugin", "HybridParallelPlugin"):
+        monkeypatch.setattr(plugin, name, lambda _n=name, **kw: made.setdefault(_n, kw))
+    booster_plugin(ColossalConfig())
+    booster_plugin(ColossalConfig(plugin="low_level_zero", zero=2))
+    booster_plugin(ColossalConfig(plugin="hybrid_parallel", tp=2, pp=2), step_micro=4)
+    assert set(made) == {"TorchDDPPlugin", "LowLevelZeroPlugin", "HybridParallelPlugin"}
+    assert made["LowLevelZeroPlugin"]["stage"] == 2
+    hybrid = made["HybridParallelPlugin"]
+    assert (hybrid["tp_size"], hybrid["pp_size"], hybrid["num_microbatches"]) == (2, 2, 4)
+    with pytest.raises(ConfigError, match="low_level_zero takes 1 or 2"):
+        booster_plugin(ColossalConfig(plugin="low_level_zero", zero=3))
 
 
 def _train(rank: int, world: int, parallel: dict[str, Any], device: str) -> list[float]:
