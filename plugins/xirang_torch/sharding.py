@@ -43,8 +43,16 @@ def _defer_reduction(model: Any) -> Iterator[None]:
         model.set_reshard_after_backward(True)
 
 
-def replicate_model(model: nn.Module, mesh: Any) -> nn.Module:
-    """Plain data parallel (zero=0) over the ``dp`` group: DDP's bucketed all-reduce."""
+def replicate_model(model: nn.Module, mesh: Any, pipeline: bool = False) -> nn.Module:
+    """Plain data parallel (zero=0) over the ``dp`` group: DDP's bucketed all-reduce.
+
+    Under a pipeline, torch's stage drives DDP's reducer by hand (``prepare_for_backward`` on
+    the step's last backward only), and with GPipe the reducer's one-time bucket rebuild then
+    counts every parameter twice and fails the second step ("rebuilt parameter indices size
+    is not same"). ``find_unused_parameters`` turns that rebuild off (the buckets keep their
+    construction order) at the cost of one graph walk per step."""
     from torch.nn.parallel import DistributedDataParallel
 
-    return DistributedDataParallel(model, process_group=mesh.get_group())
+    return DistributedDataParallel(
+        model, process_group=mesh.get_group(), find_unused_parameters=pipeline
+    )

@@ -72,7 +72,7 @@ class MeshStrategy:
         if degree(mesh, "dp") == 1:
             return model
         if plan.zero == 0:
-            return sharding.replicate_model(model, mesh["dp"])
+            return sharding.replicate_model(model, mesh["dp"], pipeline=plan.pp > 1)
         return sharding.shard_model(model, fns.layers(model), mesh["dp"], plan.zero)
 
     @staticmethod

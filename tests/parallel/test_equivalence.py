@@ -32,6 +32,8 @@ FOUR_WORKERS = {
     "dp x tp": ParallelPlan(dp=2, tp=2, zero=2, micro_batch=2),
     "tp x pp, sp": ParallelPlan(tp=2, pp=2, sp=True, micro_batch=2),
     "dp x pp, recompute": ParallelPlan(dp=2, pp=2, zero=3, micro_batch=2, recompute="full"),
+    # DDP under GPipe: the reducer's bucket rebuild used to fail the second step
+    "dp x pp, ddp gpipe": ParallelPlan(dp=2, pp=2, zero=0, micro_batch=1, schedule="gpipe"),
 }
 
 
