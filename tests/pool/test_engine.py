@@ -96,3 +96,15 @@ def test_bad_requests_are_clear_errors() -> None:
         engine.submit("a", 64, now=0)
     with pytest.raises(PoolError, match="no job 99"):
         engine.cancel(99, now=0)
+
+
+def test_demotion_at_a_large_clock_value_ends() -> None:
+    """At t=1e7 s, 7 cards reach 1 card-hour a float rounding short of it: the job must still
+    drop a level, not be demoted again at the same instant forever (the full Philly replay)."""
+    engine = make_engine(nodes=2, devices=4, las_thresholds=(1.0, 8.0))
+    job = engine.submit("a", 7, 1.0e7)
+    engine.schedule(1.0e7)
+    at = engine._demotions[0][0]
+    engine.schedule(at)  # returned at all: the demotion was applied once
+    assert engine.policy.level(3600.0) == 1 and engine._keys[job.id][1] == 1
+    assert engine._demotions[0][0] > at

@@ -62,6 +62,17 @@ class Segment:
     borrowed: bool
 
 
+@dataclass(slots=True)
+class PassState:
+    """What one scheduling pass has tried: jobs looked at, preemption attempts, misses in a
+    row and the (class, cards) shapes that found no free devices."""
+
+    scan: int = 0
+    preempt: int = 0
+    misses: int = 0
+    failed: set[tuple[str, int]] = field(default_factory=set)
+
+
 class PoolEngine:
     def __init__(
         self,
@@ -216,17 +227,23 @@ class PoolEngine:
         self._apply_demotions(now)
         self._reclaim(now)
         deferred: list[Job] = []
-        tries: dict[str, Any] = {"scan": 0, "preempt": 0, "misses": 0, "failed": set()}
+        tries = PassState()
+        # this loop runs for every job of every pass (a whole-trace replay makes hundreds of
+        # thousands of passes), so its cheap tests come before any call
+        blocking, held = self.policy.blocking, self.preferences is not None
+        within, failed = self.quotas.within_guarantee, tries.failed
         for _, job_id in self.queue[: self.max_scan]:
             if self._exhausted(tries):
                 break
             job = self.jobs[job_id]
-            if self._held(job, now) or self._hopeless(job, tries):
+            if held and self._held(job, now):
                 continue
-            if not self.policy.blocking and not self.quotas.within_guarantee(job):
+            if (job.job_class, job.cards) in failed and self._hopeless(job, tries):
+                continue
+            if not blocking and not within(job):
                 deferred.append(job)
                 continue
-            if not self._try(job, now, tries) and self.policy.blocking:
+            if not self._try(job, now, tries) and blocking:
                 break
         else:
             for job in deferred:
@@ -250,59 +267,60 @@ class PoolEngine:
             job.preemptions += 1
             self._emit(now, "preempted", job, reason=reason)
 
-    def _exhausted(self, tries: dict[str, Any]) -> bool:
+    def _exhausted(self, tries: PassState) -> bool:
         """Nothing more this pass: scan depth reached, or no free devices and no preemption."""
-        if tries["scan"] >= self.max_scan:
+        if tries.scan >= self.max_scan:
             return True
-        if self._can_preempt(tries):
+        if self.policy.preempts and tries.preempt < self.preempt_scan:
             return False
-        return self.cluster.free_devices() == 0 or tries["misses"] >= self.patience
+        return self.cluster.total_free == 0 or tries.misses >= self.patience
 
-    def _hopeless(self, job: Job, tries: dict[str, Any]) -> bool:
+    def _hopeless(self, job: Job, tries: PassState) -> bool:
         """A job whose shape already failed this pass, when it may not try preemption."""
-        if (job.job_class, job.cards) in tries["failed"] and not self._can_preempt(tries):
-            tries["scan"] += 1
-            tries["misses"] += 1
+        if (job.job_class, job.cards) in tries.failed and not self._can_preempt(tries):
+            tries.scan += 1
+            tries.misses += 1
             return not self.policy.blocking
         return False
 
-    def _can_preempt(self, tries: dict[str, Any]) -> bool:
-        return self.policy.preempts and tries["preempt"] < self.preempt_scan
+    def _can_preempt(self, tries: PassState) -> bool:
+        return self.policy.preempts and tries.preempt < self.preempt_scan
 
-    def _try(self, job: Job, now: float, tries: dict[str, Any]) -> bool:
+    def _try(self, job: Job, now: float, tries: PassState) -> bool:
         """Place ``job`` on free devices, else by preemption; True when it started.
 
         A (class, cards) shape that found no free devices cannot find any later in the same
         pass unless a preemption frees some, so it is not tried again until then.
         """
-        tries["scan"] += 1
-        tries["misses"] += 1
+        tries.scan += 1
+        tries.misses += 1
         if not self.quotas.may_borrow(job):
             return False
         types = self.policy.device_types(job, self)
         shape = (job.job_class, job.cards)
-        if shape not in tries["failed"]:
+        if shape not in tries.failed:
             for device_type in types:
                 need = self.throughputs.devices_for(job.job_class, job.cards, device_type)
                 devices = place(self.cluster, device_type, need) if need else None
                 if devices:
                     self._start(job, device_type, devices, now)
-                    tries["misses"] = 0
+                    tries.misses = 0
                     return True
-            tries["failed"].add(shape)
-        if self.policy.preempts and tries["preempt"] < self.preempt_scan:
-            tries["preempt"] += 1
+            tries.failed.add(shape)
+        if self.policy.preempts and tries.preempt < self.preempt_scan:
+            tries.preempt += 1
             if self._preempt_for(job, types, now):
-                tries["failed"].clear()
-                tries["misses"] = 0
+                tries.failed.clear()
+                tries.misses = 0
                 return True
         return False
 
     def _preempt_for(self, job: Job, types: list[str], now: float) -> bool:
         """Preempt the fewest worst-ranked allowed victims on one device type, then place."""
+        reclaim = self._may_reclaim(job)  # changes only when victims were stopped
         for device_type in types:
             need = self.throughputs.devices_for(job.job_class, job.cards, device_type) or 0
-            victims = self._victims(job, device_type, need, now)
+            victims = self._victims(job, device_type, need, now, reclaim)
             if victims is None:
                 continue
             for victim in victims:
@@ -313,9 +331,12 @@ class PoolEngine:
             if devices:
                 self._start(job, device_type, devices, now)
                 return True
+            reclaim = self._may_reclaim(job)
         return False
 
-    def _victims(self, job: Job, device_type: str, need: int, now: float) -> list[Job] | None:
+    def _victims(
+        self, job: Job, device_type: str, need: int, now: float, reclaim: bool
+    ) -> list[Job] | None:
         """The worst-ranked running jobs the policy lets ``job`` preempt on ``device_type``,
         just enough of them; None when even all of them would not make room."""
         short = need - self.cluster.type_free.get(device_type, 0)
@@ -323,12 +344,13 @@ class PoolEngine:
             return None  # free capacity exists but is fragmented: preemption would not help
         depth, mine = self.policy.rank_depth, self._keys[job.id][: self.policy.rank_depth]
         chosen: dict[int, Job] = {}
-        reclaim = self._may_reclaim(job)
         # own project's worse-ranked jobs, then borrowed jobs (worse-ranked, or any on reclaim)
         pools = [(self._borrowed[device_type], reclaim)]
         if job.cards <= self.quotas.projects[job.project].guaranteed:
             pools.insert(0, (self._own[(job.project, device_type)], False))
         for pool, any_rank in pools:
+            if not pool:
+                continue
             for looked, (key, victim_id) in enumerate(reversed(pool)):
                 if looked >= self.max_victims or (not any_rank and key[:depth] <= mine):
                     break  # from here on every job ranks as high as the waiting one
@@ -406,13 +428,18 @@ class PoolEngine:
 
     def _index_running(self, job: Job, now: float) -> None:
         attained = job.attained_at(now)
+        threshold = self.policy.next_threshold(attained)
+        if threshold is not None and now + (threshold - attained) / job.cards <= now:
+            # at its demotion time but a rounding short of the threshold (large clock values):
+            # it has crossed, else the demotion would fire again at this same instant forever
+            attained = threshold
+            threshold = self.policy.next_threshold(attained)
         key = self.policy.rank(job, self.policy.level(attained))
         self._keys[job.id] = key
         self.running.add((key, job.id))
         self._own[(job.project, job.device_type)].add((key, job.id))
         if job.borrowed:
             self._borrowed[job.device_type].add((key, job.id))
-        threshold = self.policy.next_threshold(attained)
         if threshold is not None:
             at = now + (threshold - attained) / job.cards
             heapq.heappush(self._demotions, (at, job.id, job.started or 0.0))
