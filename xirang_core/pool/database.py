@@ -40,6 +40,8 @@ class Database(Protocol):
 
     def script(self, ddl: str) -> None: ...
 
+    def columns(self, table: str) -> set[str]: ...
+
     def transaction(self) -> Any: ...
 
     def close(self) -> None: ...
@@ -84,6 +86,9 @@ class SQLiteDatabase:
 
     def script(self, ddl: str) -> None:
         self.db.executescript(ddl)
+
+    def columns(self, table: str) -> set[str]:
+        return {r["name"] for r in self.db.execute(f"PRAGMA table_info({table})")}
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -141,6 +146,14 @@ class PostgresDatabase:
             for statement in ddl.split(";"):
                 if statement.strip():
                     self.db.execute(statement)
+
+    def columns(self, table: str) -> set[str]:
+        rows = self.execute(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = current_schema() AND table_name = ?",
+            (table,),
+        )
+        return {r["column_name"] for r in rows}
 
     @contextmanager
     def transaction(self) -> Iterator[None]:

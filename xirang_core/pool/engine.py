@@ -32,8 +32,8 @@ from sortedcontainers import SortedList
 from xirang_core.pool.cards import DEFAULT_CLASS, Throughputs
 from xirang_core.pool.cluster import Cluster
 from xirang_core.pool.errors import PoolError
-from xirang_core.pool.jobs import Job, JobState, check_cards
-from xirang_core.pool.placement import place
+from xirang_core.pool.jobs import MIX, Job, JobState, check_cards
+from xirang_core.pool.placement import place, place_mixed
 from xirang_core.pool.policy import Policy, Preferences
 from xirang_core.pool.quota import Project, QuotaBook
 
@@ -65,12 +65,12 @@ class Segment:
 @dataclass(slots=True)
 class PassState:
     """What one scheduling pass has tried: jobs looked at, preemption attempts, misses in a
-    row and the (class, cards) shapes that found no free devices."""
+    row and the (class, cards, allows mixing) shapes that found no free devices."""
 
     scan: int = 0
     preempt: int = 0
     misses: int = 0
-    failed: set[tuple[str, int]] = field(default_factory=set)
+    failed: set[tuple[str, int, bool]] = field(default_factory=set)
 
 
 class PoolEngine:
@@ -238,7 +238,9 @@ class PoolEngine:
             job = self.jobs[job_id]
             if held and self._held(job, now):
                 continue
-            if (job.job_class, job.cards) in failed and self._hopeless(job, tries):
+            if (job.job_class, job.cards, job.allow_mixing) in failed and self._hopeless(
+                job, tries
+            ):
                 continue
             if not blocking and not within(job):
                 deferred.append(job)
@@ -277,7 +279,8 @@ class PoolEngine:
 
     def _hopeless(self, job: Job, tries: PassState) -> bool:
         """A job whose shape already failed this pass, when it may not try preemption."""
-        if (job.job_class, job.cards) in tries.failed and not self._can_preempt(tries):
+        shape = (job.job_class, job.cards, job.allow_mixing)
+        if shape in tries.failed and not self._can_preempt(tries):
             tries.scan += 1
             tries.misses += 1
             return not self.policy.blocking
@@ -297,15 +300,11 @@ class PoolEngine:
         if not self.quotas.may_borrow(job):
             return False
         types = self.policy.device_types(job, self)
-        shape = (job.job_class, job.cards)
+        shape = (job.job_class, job.cards, job.allow_mixing)
         if shape not in tries.failed:
-            for device_type in types:
-                need = self.throughputs.devices_for(job.job_class, job.cards, device_type)
-                devices = place(self.cluster, device_type, need) if need else None
-                if devices:
-                    self._start(job, device_type, devices, now)
-                    tries.misses = 0
-                    return True
+            if self._place_free(job, types, now):
+                tries.misses = 0
+                return True
             tries.failed.add(shape)
         if self.policy.preempts and tries.preempt < self.preempt_scan:
             tries.preempt += 1
@@ -314,6 +313,24 @@ class PoolEngine:
                 tries.misses = 0
                 return True
         return False
+
+    def _place_free(self, job: Job, types: list[str], now: float) -> bool:
+        """Start ``job`` on free devices of one type, the policy's preferred first; failing
+        that, a job that allows mixing spans several types (cards converted per type)."""
+        for device_type in types:
+            need = self.throughputs.devices_for(job.job_class, job.cards, device_type)
+            devices = place(self.cluster, device_type, need) if need else None
+            if devices:
+                self._start(job, device_type, devices, now)
+                return True
+        if not job.allow_mixing or len(types) < 2:
+            return False
+        plan = place_mixed(self.cluster, self.throughputs, job.job_class, job.cards, types)
+        if plan is None:
+            return False
+        devices = [d for _, part in plan for d in part]
+        self._start(job, MIX.join(t for t, _ in plan), devices, now)
+        return True
 
     def _preempt_for(self, job: Job, types: list[str], now: float) -> bool:
         """Preempt the fewest worst-ranked allowed victims on one device type, then place."""
@@ -355,19 +372,26 @@ class PoolEngine:
                 if looked >= self.max_victims or (not any_rank and key[:depth] <= mine):
                     break  # from here on every job ranks as high as the waiting one
                 if victim_id not in chosen:
-                    short = self._consider(job, victim_id, chosen, short, now)
+                    short = self._consider(job, victim_id, chosen, short, now, device_type)
                     if short <= 0:
                         return list(chosen.values())
         return None
 
     def _consider(
-        self, job: Job, victim_id: int, chosen: dict[int, Job], short: int, now: float
+        self,
+        job: Job,
+        victim_id: int,
+        chosen: dict[int, Job],
+        short: int,
+        now: float,
+        device_type: str,
     ) -> int:
-        """Add a victim the policy allows; returns how many devices are still missing."""
+        """Add a victim the policy allows; returns how many devices of ``device_type`` are
+        still missing (a mixed victim frees only its devices of that type there)."""
         victim = self.jobs[victim_id]
         if self.policy.may_preempt(job, victim, self, now):
             chosen[victim_id] = victim
-            short -= self._healthy_devices(victim)
+            short -= self._healthy_devices(victim, device_type)
         return short
 
     def _may_reclaim(self, job: Job) -> bool:
@@ -395,22 +419,44 @@ class PoolEngine:
     def _release(self, job: Job, now: float) -> None:
         self._unindex_running(job)
         if job.started is not None:
-            self.segments.append(
-                Segment(
-                    job.id,
-                    job.project,
-                    job.device_type,
-                    job.started,
-                    now,
-                    len(job.devices),
-                    job.cards,
-                    job.borrowed,
+            for device_type, devices, cards in self._shares(job):
+                self.segments.append(
+                    Segment(
+                        job.id,
+                        job.project,
+                        device_type,
+                        job.started,
+                        now,
+                        devices,
+                        cards,
+                        job.borrowed,
+                    )
                 )
-            )
         job.attained = job.attained_at(now)
         self.cluster.release(job.devices)
         self.quotas.release(job)
         job.devices, job.started = (), None
+
+    def _shares(self, job: Job) -> list[tuple[str, int, int]]:
+        """(type, devices, cards) per device type a job holds, for usage segments: a mixed
+        job's cards split by what each type's devices are worth to its class."""
+        if len(job.held_types) == 1:
+            return [(job.device_type, len(job.devices), job.cards)]
+        counts = {t: 0 for t in job.held_types}
+        for d in job.devices:
+            counts[self.cluster.node_of(d).type] += 1
+        worth = {t: n * self.throughputs.relative(job.job_class, t) for t, n in counts.items()}
+        total, shares, given = sum(worth.values()) or 1.0, [], 0
+        for i, (t, n) in enumerate(counts.items()):
+            last = i == len(counts) - 1
+            cards = (
+                job.cards - given
+                if last
+                else min(job.cards - given, round(job.cards * worth[t] / total))
+            )
+            given += cards
+            shares.append((t, n, cards))
+        return shares
 
     def _end(self, job: Job, state: JobState, now: float) -> None:
         if job.state is JobState.RUNNING:
@@ -437,9 +483,10 @@ class PoolEngine:
         key = self.policy.rank(job, self.policy.level(attained))
         self._keys[job.id] = key
         self.running.add((key, job.id))
-        self._own[(job.project, job.device_type)].add((key, job.id))
-        if job.borrowed:
-            self._borrowed[job.device_type].add((key, job.id))
+        for device_type in job.held_types:
+            self._own[(job.project, device_type)].add((key, job.id))
+            if job.borrowed:
+                self._borrowed[device_type].add((key, job.id))
         if threshold is not None:
             at = now + (threshold - attained) / job.cards
             heapq.heappush(self._demotions, (at, job.id, job.started or 0.0))
@@ -448,16 +495,18 @@ class PoolEngine:
         """Put a running job back into the running indices under its current key."""
         entry = (self._keys[job.id], job.id)
         self.running.add(entry)
-        self._own[(job.project, job.device_type)].add(entry)
-        if job.borrowed:
-            self._borrowed[job.device_type].add(entry)
+        for device_type in job.held_types:
+            self._own[(job.project, device_type)].add(entry)
+            if job.borrowed:
+                self._borrowed[device_type].add(entry)
 
     def _unindex_running(self, job: Job) -> None:
         entry = (self._keys[job.id], job.id)
         self.running.remove(entry)
-        self._own[(job.project, job.device_type)].remove(entry)
-        if job.borrowed:
-            self._borrowed[job.device_type].remove(entry)
+        for device_type in job.held_types:
+            self._own[(job.project, device_type)].remove(entry)
+            if job.borrowed:
+                self._borrowed[device_type].remove(entry)
 
     def _apply_demotions(self, now: float) -> None:
         """Re-rank running jobs whose attained service crossed a level since the last pass."""
@@ -474,11 +523,16 @@ class PoolEngine:
         self.events.append(Event(now, kind, job.id, detail))
 
     def _fits_somewhere(self, job: Job) -> bool:
+        """Whether the whole pool could ever hold ``job``: on one type, or (mixing) on all."""
+        worth = 0.0
         for device_type in self.cluster.types:
             need = self.throughputs.devices_for(job.job_class, job.cards, device_type)
-            if need and need <= self.cluster.capacity(device_type, healthy_only=False):
+            capacity = self.cluster.capacity(device_type, healthy_only=False)
+            if need and need <= capacity:
                 return True
-        return False
+            if need is not None:
+                worth += capacity * self.throughputs.relative(job.job_class, device_type)
+        return job.allow_mixing and worth >= job.cards - 1e-9
 
     def _capacity_text(self) -> str:
         types = self.cluster.types
@@ -487,8 +541,9 @@ class PoolEngine:
     def _on_node(self, job: Job, node_id: int) -> bool:
         return any(self.cluster.device_node[d] == node_id for d in job.devices)
 
-    def _healthy_devices(self, job: Job) -> int:
-        return sum(1 for d in job.devices if self.cluster.node_of(d).healthy)
+    def _healthy_devices(self, job: Job, device_type: str) -> int:
+        nodes = (self.cluster.node_of(d) for d in job.devices)
+        return sum(1 for n in nodes if n.healthy and n.type == device_type)
 
     def running_jobs(self) -> Iterable[Job]:
         return (self.jobs[jid] for _, jid in self.running)

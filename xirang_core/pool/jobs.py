@@ -27,6 +27,10 @@ class JobState(str, Enum):
         return self in (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
 
 
+#: joins the device types of a mixed placement in ``Job.device_type`` ("v100+p100")
+MIX = "+"
+
+
 @dataclass
 class Job:
     """One gang job. ``attained`` is card-seconds of service so far (Tiresias' attained service).
@@ -55,6 +59,11 @@ class Job:
     requeues: int = 0
     work: float = 0.0
     payload: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def held_types(self) -> tuple[str, ...]:
+        """The device types the job runs on: one, or several for a mixed placement."""
+        return tuple(self.device_type.split(MIX)) if self.device_type else ()
 
     def attained_at(self, now: float) -> float:
         """Attained service including the current run, in card-seconds."""

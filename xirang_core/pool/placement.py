@@ -9,9 +9,14 @@ spans as few nodes as possible. Placement is all or nothing (gang admission).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from xirang_core.pool.cluster import Cluster, Node
+
+if TYPE_CHECKING:
+    from xirang_core.pool.cards import Throughputs
 
 
 def place(cluster: Cluster, device_type: str, count: int) -> list[int] | None:
@@ -26,6 +31,29 @@ def place(cluster: Cluster, device_type: str, count: int) -> list[int] | None:
         if group is not None:
             return _across(_members(cluster, device_type, level, group), count)
     return _across(_members(cluster, device_type, None, None), count)
+
+
+def place_mixed(
+    cluster: Cluster, throughputs: Throughputs, job_class: str, cards: int, types: list[str]
+) -> list[tuple[str, list[int]]] | None:
+    """``cards`` logical cards from free devices of several types, for a job that allows
+    mixing: the preferred types first, each device counting for its type's throughput on
+    ``job_class`` (a device twice as fast as the reference is two cards), each type's share
+    placed topology-aware as above. All or nothing; None when the free devices fall short."""
+    plan: list[tuple[str, int]] = []
+    left = float(cards)
+    for device_type in types:
+        rel = throughputs.relative(job_class, device_type)
+        eligible = throughputs.devices_for(job_class, 1, device_type) is not None
+        free = cluster.type_free.get(device_type, 0)
+        if left <= 1e-9 or not eligible or free == 0:
+            continue
+        take = min(free, max(1, math.ceil(left / rel - 1e-9)))
+        plan.append((device_type, take))
+        left -= take * rel
+    if left > 1e-9:
+        return None
+    return [(t, place(cluster, t, n) or []) for t, n in plan]
 
 
 def _tightest(index: dict[tuple[str, str], int], device_type: str, count: int) -> str | None:

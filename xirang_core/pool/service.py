@@ -152,6 +152,9 @@ class PoolService:
         payload = body.get("payload") or {}
         if not isinstance(payload, dict):
             raise PoolError("payload must be a JSON object")
+        mixing = body.get("allow_mixing", False)
+        if not isinstance(mixing, bool):
+            raise PoolError(f"allow_mixing must be true or false, got {mixing!r}")
         priority = self._admit(project, parse_priority(body.get("priority", "normal")))
         with self.lock:
             now = self.clock()
@@ -163,6 +166,7 @@ class PoolService:
                 priority,
                 name=name,
                 payload=payload,
+                allow_mixing=mixing,
             )
             self._apply(self.engine.schedule(now))
             return describe(job)
@@ -383,6 +387,7 @@ def describe(job: Job) -> dict[str, Any]:
         "finished": job.finished,
         "device_type": job.device_type,
         "devices": list(job.devices),
+        "allow_mixing": job.allow_mixing,
         "borrowed": job.borrowed,
         "preemptions": job.preemptions,
         "requeues": job.requeues,

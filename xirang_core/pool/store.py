@@ -43,7 +43,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     submitted DOUBLE PRECISION NOT NULL, started DOUBLE PRECISION, finished DOUBLE PRECISION,
     attained DOUBLE PRECISION NOT NULL,
     device_type TEXT NOT NULL, devices TEXT NOT NULL, borrowed INTEGER NOT NULL,
-    preemptions INTEGER NOT NULL, requeues INTEGER NOT NULL, payload TEXT NOT NULL);
+    preemptions INTEGER NOT NULL, requeues INTEGER NOT NULL, payload TEXT NOT NULL,
+    allow_mixing INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, project);
 CREATE TABLE IF NOT EXISTS events (
     seq {serial}, time DOUBLE PRECISION NOT NULL, kind TEXT NOT NULL,
@@ -58,8 +59,10 @@ CREATE INDEX IF NOT EXISTS usage_by_project ON usage(project, start);
 
 _JOB_COLUMNS = (
     "id, name, project, job_class, cards, priority, state, submitted, started, finished, "
-    "attained, device_type, devices, borrowed, preemptions, requeues, payload"
+    "attained, device_type, devices, borrowed, preemptions, requeues, payload, allow_mixing"
 )
+#: columns added after the first release: (table, column, type) for stores made before them
+_ADDED_COLUMNS = (("jobs", "allow_mixing", "INTEGER NOT NULL DEFAULT 0"),)
 
 
 def upsert(table: str, columns: Sequence[str], key: str) -> str:
@@ -92,10 +95,17 @@ class PoolStore:
         self.db: Database = connect(location)
         self.path = self.db.location  # no password in it: safe to print
         self.db.script(SCHEMA.format(serial=self.db.serial_key))
+        self._add_columns()
         self.db.execute(
             "INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING",
             (str(SCHEMA_VERSION),),
         )
+
+    def _add_columns(self) -> None:
+        """Bring a store made by an earlier version up to the current columns."""
+        for table, column, kind in _ADDED_COLUMNS:
+            if column not in self.db.columns(table):
+                self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
     def close(self) -> None:
         self.db.close()
@@ -183,6 +193,7 @@ class PoolStore:
                 job.preemptions,
                 job.requeues,
                 json.dumps(job.payload),
+                int(job.allow_mixing),
             ),
         )
         self.db.execute("UPDATE devices SET job_id = NULL WHERE job_id = ?", (job.id,))
@@ -362,4 +373,5 @@ def _job(row: Mapping[str, Any]) -> Job:
         preemptions=row["preemptions"],
         requeues=row["requeues"],
         payload=json.loads(row["payload"]),
+        allow_mixing=bool(row["allow_mixing"]),
     )

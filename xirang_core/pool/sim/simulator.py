@@ -18,6 +18,7 @@ from typing import Any
 from xirang_core.pool import clusterfile
 from xirang_core.pool.engine import Event, PoolEngine
 from xirang_core.pool.errors import PoolError
+from xirang_core.pool.jobs import MIX, Job
 from xirang_core.pool.policy import Preferences, load_policy
 from xirang_core.pool.quota import Project
 from xirang_core.pool.sim.traces import TraceJob
@@ -134,14 +135,22 @@ class Simulator:
         job_id = event.job
         job = self.engine.jobs[job_id]
         progress = self.progress[job_id]
-        rel = self.engine.throughputs.relative(job.job_class, event.detail["device_type"])
         progress.devices = len(event.detail["devices"])
-        progress.rate = progress.devices * rel
+        progress.rate = self._rate(job, event.detail["devices"])
         progress.since = now + (self.restart_s if progress.started_once is not None else 0.0)
         if progress.started_once is None:
             progress.started_once = now
         progress.finish_at = progress.since + self._eta(job_id)
         self._push(progress.finish_at, FINISH, job_id)
+
+    def _rate(self, job: Job, devices: list[int]) -> float:
+        """Reference cards of work per second: each device at its type's speed for the job's
+        class (a mixed placement's devices each at their own)."""
+        relative = self.engine.throughputs.relative
+        if MIX not in job.device_type:
+            return len(devices) * relative(job.job_class, job.device_type)
+        types = (self.engine.cluster.node_of(d).type for d in devices)
+        return sum(relative(job.job_class, t) for t in types)
 
     def _eta(self, job_id: int) -> float:
         progress = self.progress[job_id]
