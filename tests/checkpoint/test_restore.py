@@ -123,3 +123,33 @@ def test_mapped_chunks_hold_no_file_descriptors(tmp_path: Path) -> None:
     held = chunks.get("f", record)  # every chunk mapped and alive
     assert len(os.listdir("/proc/self/fd")) <= before
     assert bytes(held) == data
+
+
+class RacedTier(FsspecTier):
+    """A tier on which another rank stores each chunk first, at the same moment: the move of
+    this writer's temporary file fails as it does when two ranks write equal chunks."""
+
+    def write(self, key: str, data: bytes) -> None:
+        super().write(key, data)  # the other rank's copy lands
+        raise FileNotFoundError(f"{self.path(key)}.partial")
+
+
+def test_a_chunk_another_rank_stored_at_the_same_moment_counts_as_stored(tmp_path: Path) -> None:
+    import fsspec
+
+    chunks = ChunkStore(RacedTier(fsspec.filesystem("file"), str(tmp_path)), chunk_bytes=16)
+    data = bytes(range(100))
+    record, _ = chunks.put(data)
+    assert bytes(chunks.get("f", record)) == data
+
+
+def test_a_failed_chunk_write_that_nobody_completed_still_fails(tmp_path: Path) -> None:
+    import fsspec
+
+    class LostTier(FsspecTier):
+        def write(self, key: str, data: bytes) -> None:
+            raise FileNotFoundError(f"{self.path(key)}.partial")
+
+    chunks = ChunkStore(LostTier(fsspec.filesystem("file"), str(tmp_path)), chunk_bytes=16)
+    with pytest.raises(FileNotFoundError):
+        chunks.put(b"never stored anywhere")

@@ -111,7 +111,15 @@ class ChunkStore:
         return found
 
     def _write(self, digest: str, piece: memoryview) -> None:
-        self.tier.write(chunk_key(digest), bytes(piece))
+        key = chunk_key(digest)
+        try:
+            self.tier.write(key, bytes(piece))
+        except FileNotFoundError:
+            # another rank stored the same bytes at the same moment: the tier's temporary
+            # names collided and its move took ours. The name is the content, so its copy
+            # is ours (every rank's put ends before the commit; restore checks it anyway).
+            if not self.tier.exists(key):
+                raise
         self.known.add(digest)
 
     def get(self, name: str, record: FileRecord) -> ChunkedBytes:
