@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from xirang_core.comm.cost_model import Link, fit_link
@@ -34,6 +34,8 @@ MESSAGE_BYTES = (4096, 65536, 1048576)
 PROBE_MICRO_BATCH = 2
 #: layer passes per probe: long enough that workers running them at once share the cores
 PROBE_PASSES = 8
+#: micro-batches of the probe pipeline (two stages of one layer each, micro-batch 1)
+PROBE_PIPELINE_MICRO = 8
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,16 @@ class HostProfile:
     #: ``{(tp, sequence parallel): {micro-batch: seconds}}`` of the one-layer model split by the
     #: family's tensor-parallel plan, every worker running it at once (collectives included)
     tp_model: dict[tuple[int, bool], dict[int, float]] = field(default_factory=dict)
+    #: seconds from one stage's action ending to the next stage's starting on its output,
+    #: through torch's pipeline schedule (its message handling and waking the peer included)
+    pipeline_hop_s: float = 0.0
+    #: bytes of the activation the hop was measured with
+    pipeline_hop_bytes: int = 0
+
+    def hop_seconds(self, nbytes: float) -> float:
+        """A pipeline hop carrying ``nbytes``: the measured hop, plus the extra bytes' time."""
+        extra = max(0.0, nbytes - self.pipeline_hop_bytes)
+        return self.pipeline_hop_s + extra / self.p2p.bandwidth_bps
 
     def layer_cost(self, micro_batch: int, tp: int, sp: bool = False) -> StageCost:
         """One layer on one tensor-parallel rank, as one worker alone would run it. Measured
@@ -101,7 +113,7 @@ def measure_host(config: dict[str, Any], world: int, micro_batches: list[int]) -
     ranks = run_group(_probe, world, config, sorted(set(micro_batches)))
     main = ranks[0]
     slots = min(float(world), max(1.0, world * main["alone_s"] / main["together_s"]))
-    return HostProfile(
+    profile = HostProfile(
         world=world,
         slots=slots,
         layer={mb: StageCost(*c) for mb, c in main["layer"].items()},
@@ -112,6 +124,34 @@ def measure_host(config: dict[str, Any], world: int, micro_batches: list[int]) -
         p2p=_busy_link(_fit_line(main["p2p"]), main["busy"].get("p2p", 0.0), 1),
         tp_model=main["tp_model"],
     )
+    if "pipeline_s" in main:
+        profile = replace(
+            profile,
+            pipeline_hop_s=_fit_hop(profile, main["pipeline_s"]),
+            pipeline_hop_bytes=main["pipeline_bytes"],
+        )
+    return profile
+
+
+def _fit_hop(profile: HostProfile, seconds: float) -> float:
+    """The hop latency under which the simulated probe pipeline takes the measured
+    ``seconds`` (the simulation grows with the hop, so bisection finds it)."""
+    from xirang_core.parallel.simulate import StageWork, simulate_step
+
+    cost = profile.layer_cost(1, 1)
+    stages = [StageWork(cost.forward, cost.backward)] * 2
+    replicas = profile.world // 2
+
+    def simulated(hop: float) -> float:
+        return simulate_step(stages, "1f1b", PROBE_PIPELINE_MICRO, hop, profile.slots, replicas)
+
+    low, high = 0.0, seconds
+    if simulated(low) >= seconds:
+        return 0.0
+    for _ in range(40):
+        mid = (low + high) / 2
+        low, high = (mid, high) if simulated(mid) < seconds else (low, mid)
+    return (low + high) / 2
 
 
 def _ring_links(rings: dict[int, list], busy: dict[Any, float]) -> dict[int, Link]:
@@ -130,7 +170,6 @@ def _busy_link(idle: Link, op_seconds: float, hops: int) -> Link:
 
 def _probe(rank: int, world: int, config: dict[str, Any], micro_batches: list[int]) -> dict:
     """One worker's share of :func:`measure_host` (inside the group ``run_group`` opened)."""
-    import torch.distributed as dist
 
     parts = _ModelParts(config)
     found: dict[str, Any] = {}
@@ -138,15 +177,16 @@ def _probe(rank: int, world: int, config: dict[str, Any], micro_batches: list[in
         found["layer"] = {mb: parts.layer_times(mb) for mb in micro_batches}
         found["rest"] = {mb: parts.rest_times(mb) for mb in micro_batches}
         found["optimizer_s_per_param"] = parts.optimizer_time()
-        found["alone_s"] = _best(lambda: parts.passes(PROBE_MICRO_BATCH, PROBE_PASSES), 3)
-    dist.barrier()
-    found["together_s"] = _together(lambda: parts.passes(PROBE_MICRO_BATCH, PROBE_PASSES))
+    found["alone_s"], found["together_s"] = _alone_and_together(rank, parts)
     groups = _my_groups(rank, world)
     found["rings"] = _ring_timings(groups)
     found["p2p"] = _p2p_timings(rank, world)
     found["busy"] = _busy_latencies(rank, world, parts, groups)
     ends = [micro_batches[0], micro_batches[-1]]
     found["tp_model"] = _tp_model_times(world, parts, sorted(set(ends)))
+    if world % 2 == 0:
+        found["pipeline_s"] = _pipeline_probe(rank, world, parts)
+        found["pipeline_bytes"] = parts.shape.seq_len * parts.shape.hidden * 4
     return found
 
 
@@ -180,6 +220,12 @@ class _ModelParts:
 
         tokens = torch.randint(0, self.shape.vocab, (micro_batch, self.shape.seq_len))
         return _forward_backward(lambda: self.rest(tokens, tokens))
+
+    def layer_copy(self) -> Any:
+        """A fresh copy of the model's layer (a probe pipeline's stage)."""
+        import copy
+
+        return copy.deepcopy(self.block)
 
     def split_model(self, mesh: Any, sequence_parallel: bool) -> Any:
         """A fresh one-layer model split over ``mesh`` by the family's tensor-parallel plan."""
@@ -244,6 +290,35 @@ def _tp_model_times(
     return found
 
 
+def _pipeline_probe(rank: int, world: int, parts: _ModelParts) -> float:
+    """Best seconds of a 1F1B step of two-stage pipelines (rank pairs, all at once), each
+    stage one layer of the model at micro-batch 1: torch's schedule as the strategies run it."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed import pipelining
+
+    pairs = [dist.new_group([s, s + 1]) for s in range(0, world, 2)]
+    index = rank % 2
+    stage = pipelining.PipelineStage(
+        parts.layer_copy(), index, 2, torch.device("cpu"), group=pairs[rank // 2]
+    )
+    schedule = pipelining.Schedule1F1B(stage, PROBE_PIPELINE_MICRO, loss_fn=_mean_square)
+    x = torch.randn(PROBE_PIPELINE_MICRO, parts.shape.seq_len, parts.shape.hidden)
+
+    def step() -> None:
+        if index == 0:
+            schedule.step(x)
+        else:
+            schedule.step(target=x, losses=[])
+
+    step()  # the first step settles shapes
+    return _together(step)
+
+
+def _mean_square(out: Any, target: Any) -> Any:
+    return (out - target).pow(2).mean()
+
+
 def _on_line(points: dict[int, float], x: int) -> float:
     """``points`` interpolated (or extended) linearly at ``x``."""
     xs = sorted(points)
@@ -278,6 +353,24 @@ def _best(fn: Callable[[], Any], repeats: int = 5) -> float:
         fn()
         best = min(best, time.perf_counter() - started)
     return best
+
+
+def _alone_and_together(rank: int, parts: _ModelParts, rounds: int = 4) -> tuple[float, float]:
+    """Best seconds of the probe passes on rank 0 alone and on every worker at once, taken in
+    alternating rounds so that both see the same spells of outside load."""
+    import torch.distributed as dist
+
+    def probe() -> None:
+        parts.passes(PROBE_MICRO_BATCH, PROBE_PASSES)
+
+    probe()  # warm-up
+    alone = together = float("inf")
+    for _ in range(rounds):
+        dist.barrier()
+        if rank == 0:
+            alone = min(alone, _best(probe, repeats=1))
+        together = min(together, _together(probe, repeats=1))
+    return alone, together
 
 
 def _together(fn: Callable[[], Any], repeats: int = 3) -> float:

@@ -16,7 +16,9 @@ and without dropout masks (xirang's models train without dropout by default):
 Model states follow ZeRO (Rajbhandari et al. 2020) with fp32 Adam: parameters and gradients one
 copy each, optimizer two; sharded over ``dp`` from stage 1 (optimizer), 2 (gradients) and here
 also parameters (FSDP2 shards them at every stage), plus the parameters FSDP gathers whole for
-compute: all of them at zero 1 and 2, the root unit and one layer at zero 3.
+compute: all of them at zero 1 and 2, the root unit and one layer at zero 3. Under a pipeline
+torch's stage keeps gathered parameters and whole gradients until the step's last backward, so
+every ZeRO stage holds them there.
 """
 
 from __future__ import annotations
@@ -93,19 +95,46 @@ def stage_layer_count(layers: int, stage: int, stages: int) -> int:
 def _stage_memory(
     shape: ModelShape, plan: ParallelPlan, global_batch: int, optimizer: str, stage: int
 ) -> MemoryEstimate:
+    """The stage's peak. With more than one micro-batch, zero 1 (and, under a pipeline, torch's
+    PipelineStage at any ZeRO stage) defers the reduce-scatter and resharding to the step's
+    last backward: whole gradients and parameters stay from the first backward on. GPipe has
+    freed one micro-batch's activations by then, so its peak is the larger of the forward
+    phase's end and the first backward's."""
+    m = plan.micro_batches(global_batch)
+    acts = activation_elements(shape, plan, global_batch, stage)
+    deferred = plan.dp > 1 and m > 1 and (plan.zero == 1 or (plan.pp > 1 and plan.zero >= 1))
+    if not deferred:
+        return _memory(shape, plan, optimizer, stage, acts, deferred=False)
+    held = _memory(shape, plan, optimizer, stage, acts, deferred=True)
+    if plan.pp == 1 or plan.schedule != "gpipe":
+        return held
+    forward = _memory(shape, plan, optimizer, stage, acts, deferred=False)
+    backward = _memory(shape, plan, optimizer, stage, acts * (m - 1) / m, deferred=True)
+    return max(forward, backward, key=lambda e: e.total)
+
+
+def _memory(
+    shape: ModelShape,
+    plan: ParallelPlan,
+    optimizer: str,
+    stage: int,
+    acts: float,
+    deferred: bool,
+) -> MemoryEstimate:
+    """Bytes of one moment: model states (whole gradients and gathered parameters when the
+    reduction is ``deferred``), parameters FSDP gathers, and ``acts`` activation elements."""
     width = shape.dtype_bytes
     params = stage_params(shape, plan, stage)
     shard = plan.dp if plan.zero >= 1 else 1
     local = params.total / shard
-    grads = local if plan.zero >= 2 or plan.zero == 0 else local + params.total
+    grads = local + params.total if deferred else local
     states = OPTIMIZER_STATES.get(optimizer, 2) * local
-    if plan.zero in (1, 2) and plan.dp > 1:
+    if (plan.zero in (1, 2) or deferred) and plan.dp > 1:
         gathered = params.total
     elif plan.zero == 3 and plan.dp > 1:
         gathered = params.root + params.layer
     else:
         gathered = 0
-    acts = activation_elements(shape, plan, global_batch, stage)
     return MemoryEstimate(
         params=round(local * width),
         grads=round(grads * width),

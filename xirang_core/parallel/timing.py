@@ -207,7 +207,7 @@ def _host_time(
         StageWork(c.forward, c.backward, waits["forward"], waits["backward"])
         for c in (_stage_cost(shape, plan, s, host) for s in range(plan.pp))
     ]
-    hop = sum(_op_time(c, host.p2p) for c in found if c.op == "p2p" and c.phase == "forward")
+    hop = sum(host.hop_seconds(c.nbytes) for c in found if c.op == "p2p" and c.phase == "forward")
     makespan = simulate_step(work, plan.schedule, m, hop, host.slots, plan.dp * plan.tp)
     slowdown = max(1.0, plan.world / host.slots)
     busiest = max(w.forward + w.backward for w in work)
