@@ -79,6 +79,12 @@ class PoolScheduler:
             print(f"pool: job {job_id} placed on {state['device_type']} devices {state['devices']}")
             if self._run_placement(job_id, job, entrypoint, state):
                 return self._report_done(job_id, self._usage(job, state))
+            state = self.client.job(job_id)
+            if state["state"] in ("done", "failed", "cancelled"):
+                raise JobNotRun(
+                    f"pool job {job_id} was {state['state']} by the pool; the run stopped after "
+                    f"saving a checkpoint in {job.run_dir}"
+                )
             state = self._wait(job_id, until=("running",))
             print(f"pool: job {job_id} placed again; resuming from its checkpoint")
 
