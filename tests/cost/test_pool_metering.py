@@ -146,3 +146,20 @@ def test_a_tick_reads_only_the_segments_closed_since_the_last(tmp_path: Path) ->
         assert refs == [f"{second['id']}@{second['started']:.3f}"]  # the first is not re-read
     finally:
         service.store.close()
+
+
+def test_a_running_job_on_two_device_types_is_charged_per_type(tmp_path: Path) -> None:
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    clock = Clock(1_700_000_000.0)
+    service = PoolService(PoolStore(tmp_path / "pool.db"), tmp_path / "cluster.yaml", clock=clock)
+    try:
+        # 8 a100 cards and 4 v100 devices (0.6 each): 10 cards fit only on both types
+        job = service.submit(OPERATOR, {"project": "nlp", "cards": 10, "allow_mixing": True})
+        assert job["state"] == "running"
+        clock.now += 3600
+        charges = PoolMetering(Meter(BOOK)).charges(service.store, clock.now)
+        held = {c.device_type: c.devices for c in charges}
+        assert held == {"a100": 8, "v100": 4}
+        assert all(c.amount_micro > 0 for c in charges)
+    finally:
+        service.store.close()

@@ -32,6 +32,7 @@ class PoolState:
     projects: list[Project]
     segments: list[dict[str, Any]] = field(default_factory=list)
     read_at: float = 0.0
+    device_types: dict[int, str] = field(default_factory=dict)  # for jobs placed on several
 
     def live_jobs(self) -> list[Job]:
         return [j for j in self.jobs if not j.state.finished]
@@ -41,12 +42,14 @@ def read_state(store: PoolStore, now: float | None = None, usage: bool = False) 
     """What the console shows, read in one go from the pool's store: nodes, projects and the
     queued and running jobs. ``usage`` adds what metering needs as well: every job (finished
     ones carry the payload that refines their charge) and the closed usage segments."""
+    jobs = store.jobs() if usage else store.jobs(states=LIVE)
     return PoolState(
         nodes=store.nodes(),
-        jobs=store.jobs() if usage else store.jobs(states=LIVE),
+        jobs=jobs,
         projects=store.projects(),
         segments=usage_segments(store) if usage else [],
         read_at=time.time() if now is None else now,
+        device_types=_device_types(store, jobs) if usage else {},
     )
 
 
@@ -57,7 +60,14 @@ def read_usage_since(store: PoolStore, since_end: float | None, now: float) -> P
     running = store.jobs(states=("running",))
     closed_ids = sorted({s["job_id"] for s in segments} - {j.id for j in running})
     jobs = running + (store.jobs(ids=closed_ids) if closed_ids else [])
-    return PoolState([], jobs, store.projects(), segments, now)
+    return PoolState([], jobs, store.projects(), segments, now, _device_types(store, running))
+
+
+def _device_types(store: PoolStore, jobs: list[Job]) -> dict[int, str]:
+    """Each device's type, read only when a running job spans several types (metering splits
+    its charge by type); empty otherwise, so a tick on a large pool does not read every device."""
+    mixed = any(j.state.value == "running" and len(j.held_types) > 1 for j in jobs)
+    return {d["id"]: d["type"] for d in store.devices()} if mixed else {}
 
 
 def usage_segments(store: PoolStore, since_end: float | None = None) -> list[dict[str, Any]]:

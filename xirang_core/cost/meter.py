@@ -36,10 +36,15 @@ class Allocation:
 
 
 def pool_allocations(
-    segments: Iterable[Mapping[str, Any]], jobs: Iterable[Any], now: float
+    segments: Iterable[Mapping[str, Any]],
+    jobs: Iterable[Any],
+    now: float,
+    device_types: Mapping[int, str] | None = None,
 ) -> list[Allocation]:
     """Every allocation of the pool: its closed usage segments (rows of the pool store's
-    ``usage`` table) and its running jobs, held up to ``now``."""
+    ``usage`` table) and its running jobs, held up to ``now``. A running job placed on several
+    device types is one allocation per type (``device_types``: device id -> type), each priced
+    at its own type's rate, as its usage segments are once it ends."""
     closed = [
         Allocation(
             s["job_id"],
@@ -53,11 +58,21 @@ def pool_allocations(
         for s in segments
     ]
     held = [
-        Allocation(j.id, j.project, j.device_type, len(j.devices), j.started, now, j.borrowed)
+        Allocation(j.id, j.project, kind, count, j.started, now, j.borrowed)
         for j in jobs
         if j.state.value == "running" and j.started is not None
+        for kind, count in _held_per_type(j, device_types or {}).items()
     ]
     return closed + held
+
+
+def _held_per_type(job: Any, device_types: Mapping[int, str]) -> dict[str, int]:
+    if len(job.held_types) <= 1:
+        return {job.device_type: len(job.devices)}
+    counts = {kind: 0 for kind in job.held_types}
+    for device in job.devices:
+        counts[device_types[device]] += 1
+    return counts
 
 
 class Meter:
@@ -116,7 +131,7 @@ class Meter:
         jobs = {j.id: j for j in state.jobs}
         return [
             self._pool_charge(alloc, jobs.get(alloc.job), teams.get(alloc.project, DEFAULT))
-            for alloc in pool_allocations(state.segments, state.jobs, now)
+            for alloc in pool_allocations(state.segments, state.jobs, now, state.device_types)
             if alloc.devices > 0
         ]
 
