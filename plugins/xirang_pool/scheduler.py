@@ -33,6 +33,8 @@ class PoolSchedulerConfig:
     poll_s: float = 2.0
     #: the run may wait for a cheap window and be stopped (it checkpoints) before it ends
     interruptible: bool = False
+    #: when no single device type has room, the job may span types (cards converted per type)
+    allow_mixing: bool = False
 
 
 class JobNotRun(XirangError):
@@ -50,6 +52,7 @@ class PoolScheduler:
             cards=self.config.cards,
             priority=self.config.priority,
             job_class=self.config.job_class,
+            allow_mixing=self.config.allow_mixing,
             name=Path(job.run_dir).name,
             payload={
                 "run_dir": job.run_dir,

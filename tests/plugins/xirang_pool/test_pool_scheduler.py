@@ -44,13 +44,13 @@ def pool_env(tmp_path: Path) -> Iterator[tuple[PoolService, dict[str, str]]]:
 @pytest.mark.slow
 def test_run_is_admitted_by_the_pool_and_reported_done(run_xirang, pool_env) -> None:
     service, env = pool_env
-    result = run_xirang(
-        "scheduler=pool", "project=nlp", "pool.cards=1", "pool.priority=high", *QUICK, env=env
-    )
+    settings = ["pool.cards=1", "pool.priority=high", "pool.allow_mixing=true"]
+    result = run_xirang("scheduler=pool", "project=nlp", *settings, *QUICK, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "pool: job 1 submitted" in result.stdout
     (job,) = service.jobs(OPERATOR)
     assert (job["state"], job["priority"], job["project"]) == ("done", "high", "nlp")
+    assert job["allow_mixing"] is True
     assert job["payload"]["run_dir"]
 
 
