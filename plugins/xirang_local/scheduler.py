@@ -25,6 +25,7 @@ from xirang_core.errors import XirangError
 from xirang_core.faults.health import DEVICES_ENV
 from xirang_core.plugins import get_registry
 from xirang_core.specs import JobSpec
+from xirang_core.train.interrupt import RunInterrupted
 from xirang_local.devices import Eviction, LocalDevices
 
 log = logging.getLogger("xirang.local")
@@ -88,6 +89,7 @@ def _placement(devices: LocalDevices, job: JobSpec, restarts: int) -> list[int]:
 
 def _attempt(job: JobSpec, entrypoint: Callable[[str], Any], nproc: int) -> Any:
     """One launch of ``nproc`` workers; the elastic failure, or None when they all finished."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -107,6 +109,11 @@ def _attempt(job: JobSpec, entrypoint: Callable[[str], Any], nproc: int) -> Any:
         elastic_launch(config, entrypoint)(job.run_dir)
     except ChildFailedError as exc:
         return exc
+    except SignalException as exc:
+        # the agent forwarded the stop to the workers, which checkpoint at their step's end
+        raise RunInterrupted(
+            f"run stopped by {exc.sigval.name}: {recovery_note(job.run_dir)}"
+        ) from None
     return None
 
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -51,3 +55,34 @@ def test_a_new_run_starts_without_an_old_stop_request() -> None:
     with stop_on():
         stopper(1)  # the earlier request belonged to the earlier run
     assert guard.manager.saved == []
+
+
+@pytest.mark.slow
+def test_a_two_worker_run_told_to_stop_checkpoints_and_says_how_to_resume(tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    args = ["trainer.nproc=2", "parallel=ddp", "trainer.max_steps=5000", "checkpoint.interval=0"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xirang", *args, f"hydra.run.dir={run_dir}"],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 600
+        while not _logged_steps(run_dir / "metrics.jsonl") and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stdout.read()[-2000:]
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        output = proc.communicate(timeout=600)[0]
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, output[-2000:]
+    assert f"resume with checkpoint.resume={run_dir}" in output
+    assert "Traceback" not in output
+    events = [json.loads(line) for line in (run_dir / "checkpoint_events.jsonl").open()]
+    assert len({e["step"] for e in events if e["event"] == "save"}) == 1  # the stop's save
+
+
+def _logged_steps(path) -> bool:
+    return path.exists() and path.stat().st_size > 0
