@@ -41,3 +41,28 @@ def test_resume_on_another_world_size_and_strategy_matches_the_uninterrupted_run
     assert sorted(down) == [4, 5, 6] and sorted(up) == [7, 8, 9]
     for step, loss in {**down, **up}.items():
         assert loss == pytest.approx(whole[step], rel=1e-6), step
+
+
+def _losses(run_dir: Path) -> dict[int, float]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return {r["step"]: r["loss"] for r in map(json.loads, lines) if "loss" in r}
+
+
+def test_a_run_saved_under_fsdp_resumes_under_tensor_parallel(run_xirang, tmp_path: Path) -> None:
+    """The real run end to end: ZeRO-3 shards on 2 workers, resumed as tensor-parallel shards
+    on 2 workers, continues the single-process trajectory."""
+    quick = ["trainer.log_every=1", "trainer.sample_tokens=16", "trainer.threads=1"]
+    runs = {name: tmp_path / name for name in ("whole", "fsdp", "tp")}
+    two = ["trainer.nproc=2"]
+    steps = {
+        "whole": ["trainer.max_steps=8"],
+        "fsdp": [*two, "parallel=fsdp", "trainer.max_steps=4", "checkpoint.interval=4"],
+        "tp": [*two, "parallel=tp", "trainer.max_steps=8", f"checkpoint.resume={runs['fsdp']}"],
+    }
+    for name, args in steps.items():
+        done = run_xirang(*quick, *args, f"hydra.run.dir={runs[name]}")
+        assert done.returncode == 0, done.stderr[-2000:]
+    whole, resumed = _losses(runs["whole"]), _losses(runs["tp"])
+    assert sorted(resumed) == [5, 6, 7, 8]
+    for step, loss in resumed.items():
+        assert loss == pytest.approx(whole[step], rel=1e-4), step
