@@ -12,7 +12,7 @@ from xirang.specs import StrategySpec
 
 INSTALL = (
     "pip install --no-deps colossalai==0.5.0 && pip install peft==0.13.2 transformers==4.51.3 "
-    "'huggingface-hub<1.0' 'tokenizers<0.22' galore-torch bitsandbytes"
+    "'huggingface-hub<1.0' 'tokenizers<0.22' galore-torch bitsandbytes einops"
 )
 
 
