@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from xirang_core.cost.errors import CostError
+from xirang_core.cost.moments import iso_timestamp
 from xirang_core.cost.placement import (
     cheap_start,
     cheap_until,
@@ -116,18 +117,8 @@ def _epoch(value: Any) -> float:
     """A deadline as epoch seconds: a number, or an ISO time (UTC unless it names a zone)."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
-    if isinstance(value, datetime):
-        moment = value
-    else:
-        try:
-            moment = datetime.fromisoformat(str(value).strip())
-        except ValueError:
-            raise CostError(
-                f"placement.deadlines entry {value!r}: give an ISO time like 2026-12-01T18:00Z"
-            ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.timestamp()
+    hint = f"placement.deadlines entry {value!r}: give an ISO time like 2026-12-01T18:00Z"
+    return iso_timestamp(value, hint)
 
 
 def _iso(epoch_s: float) -> str:

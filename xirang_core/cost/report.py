@@ -11,11 +11,11 @@ import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 from xirang_core.cost.charges import Charge
 from xirang_core.cost.errors import CostError
+from xirang_core.cost.moments import iso_timestamp
 from xirang_core.cost.money import from_micro
 from xirang_core.cost.value import per_cost
 
@@ -82,15 +82,8 @@ def parse_since(text: str | None, now: float | None = None) -> float | None:
     match = re.fullmatch(r"(\d+(?:\.\d+)?)([mhdw])", text.strip())
     if match:
         return now - float(match[1]) * _UNITS[match[2]]
-    try:
-        moment = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise CostError(
-            f"--since {text!r}: give a span like 7d, 24h, 30m, 2w or a date like 2026-11-01"
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.timestamp()
+    hint = f"--since {text!r}: give a span like 7d, 24h, 30m, 2w or a date like 2026-11-01"
+    return iso_timestamp(text, hint)
 
 
 CSV_FIELDS = ["key", "amount", "idle", "device_hours", "energy_kwh", "tokens", "charges"]
