@@ -14,6 +14,8 @@ here, in ``world`` spawned workers:
 - collectives: all-reduce on groups of each size, all groups at once (as a plan's groups run),
   fitted to the ring model (per-hop latency, bandwidth); a point-to-point message likewise.
 - the optimizer step's cost per parameter.
+- what FSDP and DDP cost beyond their collectives' bytes: hooks per micro-batch, copies and
+  bookkeeping per collective call (:mod:`xirang_core.parallel.wrappers`).
 
 Every timing is the best of several repeats: the machine may be loaded by other work, and the
 best is the figure that load disturbs least.
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from xirang_core.comm.cost_model import Link, fit_link
+from xirang_core.parallel.wrappers import GROUP, WrapperCosts, derive, measure_wrappers
 
 #: message sizes (bytes) the links are fitted on: latency- to bandwidth-bound
 MESSAGE_BYTES = (4096, 65536, 1048576)
@@ -74,6 +77,8 @@ class HostProfile:
     pipeline_hop_s: float = 0.0
     #: bytes of the activation the hop was measured with
     pipeline_hop_bytes: int = 0
+    #: what FSDP and DDP cost beyond their collectives' bytes (:mod:`.wrappers`)
+    wrappers: WrapperCosts = field(default_factory=WrapperCosts)
 
     def hop_seconds(self, nbytes: float) -> float:
         """A pipeline hop carrying ``nbytes``: the measured hop, plus the extra bytes' time."""
@@ -124,6 +129,11 @@ def measure_host(config: dict[str, Any], world: int, micro_batches: list[int]) -
         p2p=_busy_link(_fit_line(main["p2p"]), main["busy"].get("p2p", 0.0), 1),
         tp_model=main["tp_model"],
     )
+    if "wrappers" in main:
+        slowdown = world / slots  # the optimizer measured alone, the wrappers all at once
+        per_param = main["optimizer_s_per_param"] * slowdown
+        costs = derive(main["wrappers"], profile.link(GROUP), per_param)
+        profile = replace(profile, wrappers=costs)
     if "pipeline_s" in main:
         profile = replace(
             profile,
@@ -184,6 +194,8 @@ def _probe(rank: int, world: int, config: dict[str, Any], micro_batches: list[in
     found["busy"] = _busy_latencies(rank, world, parts, groups)
     ends = [micro_batches[0], micro_batches[-1]]
     found["tp_model"] = _tp_model_times(world, parts, sorted(set(ends)))
+    if world % GROUP == 0:
+        found["wrappers"] = measure_wrappers(world, parts, micro_batches[0])
     if world % 2 == 0:
         found["pipeline_s"] = _pipeline_probe(rank, world, parts)
         found["pipeline_bytes"] = parts.shape.seq_len * parts.shape.hidden * 4

@@ -60,6 +60,8 @@ class Collective:
     stride: int
     calls: float
     phase: str
+    #: the data-parallel wrapper that issues it ("fsdp" or "ddp"; "" for the others)
+    wrapper: str = ""
 
 
 def flops_per_token(shape: ModelShape) -> float:
@@ -121,29 +123,38 @@ def _dp_collectives(shape: ModelShape, plan: ParallelPlan, dtype_bytes: int) -> 
     zero 0: DDP all-reduces its buckets once per step. FSDP, per unit (each layer and the
     root): zero 3 gathers parameters in forward and again in backward and reduce-scatters
     gradients in every backward; zero 2 gathers once per micro-batch; zero 1 gathers and
-    reduces once per step. Under a pipeline the stage defers gradient reduction (and, below
-    zero 3, resharding) to the step's last backward, as torch's PipelineStage does."""
+    reduces once per step. Under a pipeline the stage defers gradient reduction and resharding
+    after backward to the step's last backward, as torch's PipelineStage does: zero 3 then
+    re-gathers in each backward only (the next forward finds the parameters gathered)."""
     if plan.dp == 1:
         return []
     stage = max(range(plan.pp), key=lambda s: stage_params(shape, plan, s).total)
     nbytes = stage_params(shape, plan, stage).total * dtype_bytes
     if plan.zero == 0:
         buckets = max(1, math.ceil(nbytes / DDP_BUCKET))
-        return [Collective("all_reduce", nbytes / buckets, plan.dp, plan.tp, buckets, "step")]
-    units = stage_layer_count(shape.layers, stage, plan.pp) + 1
+        bucket = nbytes / buckets
+        return [Collective("all_reduce", bucket, plan.dp, plan.tp, buckets, "step", "ddp")]
+    units = _fsdp_units(shape, plan)
     unit = nbytes / units
 
     def ring(op: str, phase: str) -> Collective:
-        return Collective(op, unit, plan.dp, plan.tp, units, phase)
+        return Collective(op, unit, plan.dp, plan.tp, units, phase, "fsdp")
 
-    if plan.zero == 3:
-        gathers = [ring("all_gather", "forward"), ring("all_gather", "backward")]
+    if plan.zero == 3:  # a stage keeps what its backward gathered for the next forward
+        first = "forward" if plan.pp == 1 else "step"
+        gathers = [ring("all_gather", first), ring("all_gather", "backward")]
     elif plan.zero == 2 and plan.pp == 1:
         gathers = [ring("all_gather", "forward")]
     else:
         gathers = [ring("all_gather", "step")]
     per_micro = plan.zero >= 2 and plan.pp == 1
     return [*gathers, ring("reduce_scatter", "backward" if per_micro else "step")]
+
+
+def _fsdp_units(shape: ModelShape, plan: ParallelPlan) -> int:
+    """FSDP units of the stage with the most parameters: each layer and the root."""
+    stage = max(range(plan.pp), key=lambda s: stage_params(shape, plan, s).total)
+    return stage_layer_count(shape.layers, stage, plan.pp) + 1
 
 
 def _busiest_layers(shape: ModelShape, plan: ParallelPlan) -> int:
@@ -203,6 +214,9 @@ def _host_time(
     if (plan.tp, plan.sp) in host.tp_model:  # measured with the split layer's own collectives
         found = [c for c in found if not (c.group == plan.tp and c.stride == 1)]
     waits = {p: _host_wait(found, p, host) for p in PHASES}
+    hooks = _wrapper_hooks(shape, plan, host) / 2  # a micro-batch's forward, then backward
+    waits["forward"] += hooks
+    waits["backward"] += hooks
     work = [
         StageWork(c.forward, c.backward, waits["forward"], waits["backward"])
         for c in (_stage_cost(shape, plan, s, host) for s in range(plan.pp))
@@ -239,10 +253,34 @@ def _optimizer_seconds(shape: ModelShape, plan: ParallelPlan, host: HostProfile)
 
 
 def _host_wait(found: list[Collective], phase: str, host: HostProfile) -> float:
-    """Seconds of ``phase``'s collectives on the host's measured links (point-to-point
-    messages are the simulation's hops between stages, not waits)."""
+    """Seconds of ``phase``'s collectives on the host's measured links, with what their
+    wrapper adds to each call (point-to-point messages are the simulation's hops between
+    stages, not waits)."""
     return sum(
-        c.calls * _op_time(c, host.link(c.group))
+        c.calls * (_op_time(c, host.link(c.group)) + _call_overhead(c, host))
         for c in found
         if c.phase == phase and c.op != "p2p"
     )
+
+
+def _call_overhead(c: Collective, host: HostProfile) -> float:
+    """Measured seconds a wrapper spends around one call beyond the ring time: FSDP's copy-in
+    and copy-out (a re-gather inside a micro-batch has its own figure), DDP's per-step reducer
+    work (counted once, on its first bucket's call)."""
+    w = host.wrappers
+    if c.wrapper == "fsdp":
+        regather = c.op == "all_gather" and c.phase != "step"
+        return w.fsdp_regather_s if regather else w.fsdp_call_s
+    if c.wrapper == "ddp":
+        return w.ddp_step_s / max(c.calls, 1.0)
+    return 0.0
+
+
+def _wrapper_hooks(shape: ModelShape, plan: ParallelPlan, host: HostProfile) -> float:
+    """Seconds the data-parallel wrapper's hooks add to each micro-batch: FSDP's per unit,
+    DDP's once (its root forward and ``no_sync`` bookkeeping)."""
+    if plan.dp == 1:
+        return 0.0
+    if plan.zero == 0:
+        return host.wrappers.ddp_micro_s
+    return _fsdp_units(shape, plan) * host.wrappers.fsdp_hook_s

@@ -1,0 +1,161 @@
+"""What the data-parallel wrappers cost on this host, beyond their collectives' bytes.
+
+FSDP2 (``fully_shard``) and DDP run Python hooks on every forward and backward, copy
+parameters and gradients in and out of their flat buffers, and drive their collectives from
+Python; on a CPU host with a small model those costs rival the arithmetic, and a ring model of
+the bytes alone misses them. Measured here, every worker at once in data-parallel groups of
+each size (as a plan's groups run), with the model's own layer as the one wrapped unit, driven
+the way ``torch.distributed.pipelining``'s stage drives it (gradient sync and resharding only
+on the step's last backward):
+
+- FSDP, ``reshard_after_forward=False`` (zero 1/2), one and several micro-batches: the slope is
+  the per-unit hook cost of one micro-batch; the intercept, less the plain optimizer step and
+  less the ring time of the unit's all-gather and reduce-scatter, is the per-unit cost of each
+  collective call (copy-in/out, stream bookkeeping) plus the sharded optimizer's DTensor
+  overhead.
+- FSDP, ``reshard_after_forward=True`` (zero 3): the extra slope is the re-gather each
+  micro-batch's backward then pays (the next forward finds the parameters still gathered,
+  as resharding after backward waits for the last).
+- DDP under a pipeline (``no_sync`` until the last backward): per micro-batch and per step,
+  beyond the all-reduce's ring time.
+
+Each figure is a difference of two timings taken back to back, so load from other work mostly
+cancels; each is floored at zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from xirang_core.comm.cost_model import Link, ring_time
+
+#: micro-batch counts the wrappers are timed at (a line through them: slope and intercept)
+MICRO_COUNTS = (1, 2, 4)
+#: the data-parallel group the wrappers are timed on: their overheads are per call, and the
+#: bytes' share that grows with the group is the measured link's ring time
+GROUP = 2
+
+
+@dataclass(frozen=True)
+class WrapperCosts:
+    """Seconds per worker with every worker busy (shared-core wall time), beyond ring time."""
+
+    #: FSDP hooks per unit and micro-batch (forward and backward together)
+    fsdp_hook_s: float = 0.0
+    #: FSDP per unit and step-time collective call (copy-in/out, the sharded optimizer's
+    #: DTensor dispatch, bookkeeping)
+    fsdp_call_s: float = 0.0
+    #: FSDP per unit and re-gather in a micro-batch under ``reshard_after_forward``, beyond
+    #: its ring time
+    fsdp_regather_s: float = 0.0
+    #: DDP per micro-batch under ``no_sync`` (its forward's and the context's bookkeeping)
+    ddp_micro_s: float = 0.0
+    #: DDP per step (reducer preparation, bucket copies)
+    ddp_step_s: float = 0.0
+
+
+def measure_wrappers(world: int, parts: Any, micro_batch: int) -> dict[str, Any]:
+    """This worker's timings of the layer plain, under FSDP (both reshard choices) and under
+    DDP, data-parallel groups of :data:`GROUP` consecutive ranks all running at once."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    shape = (world // GROUP, GROUP)
+    mesh = init_device_mesh("cpu", shape, mesh_dim_names=("rest", "dp"))["dp"]
+    builds = {
+        "plain": parts.layer_copy,
+        "fsdp": lambda: _sharded(parts, mesh, reshard=False),
+        "regather": lambda: _sharded(parts, mesh, reshard=True),
+        "ddp": lambda: _replicated(parts, mesh),
+    }
+    found: dict[str, Any] = {
+        name: {m: _timed(parts, build(), micro_batch, m) for m in MICRO_COUNTS}
+        for name, build in builds.items()
+    }
+    params = list(parts.block.parameters())
+    found["bytes"] = sum(p.numel() * p.element_size() for p in params)
+    found["params"] = sum(p.numel() for p in params)
+    return found
+
+
+def derive(found: dict[str, Any], link: Link, optimizer_s_per_param: float) -> WrapperCosts:
+    """The per-unit primitives from the timings (see the module docstring). ``link`` is the
+    measured link of the group; ``optimizer_s_per_param`` the plain optimizer's cost with
+    every worker busy (the sharded step's arithmetic is the planner's own term)."""
+    nbytes = found["bytes"]
+    optimizer_s = optimizer_s_per_param * found["params"]
+    plain, fsdp, regather, ddp = (_line(found[k]) for k in ("plain", "fsdp", "regather", "ddp"))
+    gather = ring_time("all_gather", nbytes, GROUP, link)
+    scatter = ring_time("reduce_scatter", nbytes, GROUP, link)
+    # the sharded run's optimizer works on 1/GROUP of the parameters: add back the rest
+    fsdp_step = fsdp[1] - plain[1] + optimizer_s * (1 - 1 / GROUP)
+    ddp_step = ddp[1] - plain[1] - ring_time("all_reduce", nbytes, GROUP, link)
+    return WrapperCosts(
+        fsdp_hook_s=max(0.0, fsdp[0] - plain[0]),
+        fsdp_call_s=max(0.0, (fsdp_step - gather - scatter) / 2),
+        fsdp_regather_s=max(0.0, regather[0] - fsdp[0] - gather),
+        ddp_micro_s=max(0.0, ddp[0] - plain[0]),
+        ddp_step_s=max(0.0, ddp_step),
+    )
+
+
+def _line(seconds: dict[int, float]) -> tuple[float, float]:
+    """Slope (per micro-batch) and intercept (per step) of the least-squares line."""
+    import numpy as np
+
+    counts = sorted(seconds)
+    slope, intercept = np.polyfit(counts, [seconds[m] for m in counts], 1)
+    return float(slope), float(intercept)
+
+
+def _sharded(parts: Any, mesh: Any, reshard: bool) -> Any:
+    from torch.distributed.fsdp import fully_shard
+
+    return fully_shard(parts.layer_copy(), mesh=mesh, reshard_after_forward=reshard)
+
+
+def _replicated(parts: Any, mesh: Any) -> Any:
+    from torch.nn.parallel import DistributedDataParallel
+
+    return DistributedDataParallel(parts.layer_copy(), process_group=mesh.get_group())
+
+
+def _timed(parts: Any, module: Any, micro_batch: int, micro: int) -> float:
+    """Best seconds, every worker at once, of one step: ``micro`` forward-backward passes of
+    ``module`` (gradients synchronised on the last only, as the pipeline stage and gradient
+    accumulation do), then the optimizer step."""
+    import torch
+
+    from xirang_core.parallel.calibrate import _together
+    from xirang_core.train.optim import build_optimizer
+
+    x = torch.randn(micro_batch, parts.shape.seq_len, parts.shape.hidden)
+    optimizer = build_optimizer(module, parts.config["optim"])
+
+    def step() -> None:
+        for i in range(micro):
+            _pass(module, i == micro - 1, lambda: module(x).sum().backward())
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step()  # warm-up: buffers, optimizer state
+    return _together(step, repeats=4)
+
+
+def _pass(module: Any, last: bool, run: Callable[[], None]) -> None:
+    """One forward-backward as ``PipelineStage`` drives the wrapper: FSDP syncs and reshards on
+    the last backward only; DDP's earlier passes run under ``no_sync``."""
+    from torch.distributed.fsdp import FSDPModule
+    from torch.nn.parallel import DistributedDataParallel
+
+    if isinstance(module, FSDPModule):
+        module.set_is_last_backward(last)
+        module.set_reshard_after_backward(last)
+        module.set_requires_gradient_sync(last)
+        run()
+    elif isinstance(module, DistributedDataParallel) and not last:
+        with module.no_sync():
+            run()
+    else:
+        run()
