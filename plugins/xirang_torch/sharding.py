@@ -46,13 +46,17 @@ def _defer_reduction(model: Any) -> Iterator[None]:
 def replicate_model(model: nn.Module, mesh: Any, pipeline: bool = False) -> nn.Module:
     """Plain data parallel (zero=0) over the ``dp`` group: DDP's bucketed all-reduce.
 
-    Under a pipeline, torch's stage drives DDP's reducer by hand (``prepare_for_backward`` on
-    the step's last backward only), and with GPipe the reducer's one-time bucket rebuild then
-    counts every parameter twice and fails the second step ("rebuilt parameter indices size
-    is not same"). ``find_unused_parameters`` turns that rebuild off (the buckets keep their
-    construction order) at the cost of one graph walk per step."""
+    Under a pipeline, torch's stage runs every forward under ``no_sync`` and arms DDP's reducer
+    by hand (``prepare_for_backward``) for the step's last backward only. Its first step's
+    shape inference, though, calls the module directly, which would arm the reducer too: the
+    first real backward then reduces early and records the parameters for the one-time bucket
+    rebuild, the last backward records them again, and the second step fails ("rebuilt
+    parameter indices size is not same"). So the replica never arms itself in forward; the
+    stage's last backward alone does, and the rebuild sees each parameter once.
+    """
     from torch.nn.parallel import DistributedDataParallel
 
-    return DistributedDataParallel(
-        model, process_group=mesh.get_group(), find_unused_parameters=pipeline
-    )
+    replica = DistributedDataParallel(model, process_group=mesh.get_group())
+    if pipeline:
+        replica.require_backward_grad_sync = False  # as no_sync sets it, for good
+    return replica
