@@ -19,8 +19,8 @@ on the step's last backward):
 - DDP under a pipeline (``no_sync`` until the last backward): per micro-batch and per step,
   beyond the all-reduce's ring time.
 
-Each figure is a difference of two timings taken back to back, so load from other work mostly
-cancels; each is floored at zero.
+The variants are timed in alternating rounds (best of each), so a spell of load from other work
+hits them alike and mostly cancels in the differences; each figure is floored at zero.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ MICRO_COUNTS = (1, 2, 4)
 #: the data-parallel group the wrappers are timed on: their overheads are per call, and the
 #: bytes' share that grows with the group is the measured link's ring time
 GROUP = 2
+#: alternating timing rounds; each figure is the best of its rounds
+ROUNDS = 4
 
 
 @dataclass(frozen=True)
@@ -61,18 +63,22 @@ def measure_wrappers(world: int, parts: Any, micro_batch: int) -> dict[str, Any]
     DDP, data-parallel groups of :data:`GROUP` consecutive ranks all running at once."""
     from torch.distributed.device_mesh import init_device_mesh
 
+    from xirang_core.parallel.calibrate import _together
+
     shape = (world // GROUP, GROUP)
     mesh = init_device_mesh("cpu", shape, mesh_dim_names=("rest", "dp"))["dp"]
-    builds = {
-        "plain": parts.layer_copy,
-        "fsdp": lambda: _sharded(parts, mesh, reshard=False),
-        "regather": lambda: _sharded(parts, mesh, reshard=True),
-        "ddp": lambda: _replicated(parts, mesh),
+    steps = {
+        "plain": _stepper(parts, parts.layer_copy(), micro_batch),
+        "fsdp": _stepper(parts, _sharded(parts, mesh, reshard=False), micro_batch),
+        "regather": _stepper(parts, _sharded(parts, mesh, reshard=True), micro_batch),
+        "ddp": _stepper(parts, _replicated(parts, mesh), micro_batch),
     }
-    found: dict[str, Any] = {
-        name: {m: _timed(parts, build(), micro_batch, m) for m in MICRO_COUNTS}
-        for name, build in builds.items()
-    }
+    found: dict[str, Any] = {name: dict.fromkeys(MICRO_COUNTS, float("inf")) for name in steps}
+    for _ in range(ROUNDS):  # alternating: a spell of outside load hits every variant alike
+        for name, step in steps.items():
+            for m in MICRO_COUNTS:
+                seconds = _together(lambda s=step, m=m: s(m), repeats=1)
+                found[name][m] = min(found[name][m], seconds)
     params = list(parts.block.parameters())
     found["bytes"] = sum(p.numel() * p.element_size() for p in params)
     found["params"] = sum(p.numel() for p in params)
@@ -121,31 +127,31 @@ def _replicated(parts: Any, mesh: Any) -> Any:
     return DistributedDataParallel(parts.layer_copy(), process_group=mesh.get_group())
 
 
-def _timed(parts: Any, module: Any, micro_batch: int, micro: int) -> float:
-    """Best seconds, every worker at once, of one step: ``micro`` forward-backward passes of
-    ``module`` (gradients synchronised on the last only, as the pipeline stage and gradient
-    accumulation do), then the optimizer step."""
+def _stepper(parts: Any, module: Any, micro_batch: int) -> Callable[[int], None]:
+    """One step of ``module`` as a function of its micro-batch count: that many
+    forward-backward passes (gradients synchronised on the last only, as the pipeline stage
+    and gradient accumulation do), then the optimizer step. Warmed up once."""
     import torch
 
-    from xirang_core.parallel.calibrate import _together
     from xirang_core.train.optim import build_optimizer
 
     x = torch.randn(micro_batch, parts.shape.seq_len, parts.shape.hidden)
     optimizer = build_optimizer(module, parts.config["optim"])
 
-    def step() -> None:
+    def step(micro: int) -> None:
         for i in range(micro):
-            _pass(module, i == micro - 1, lambda: module(x).sum().backward())
+            _pass(module, i == micro - 1, x)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    step()  # warm-up: buffers, optimizer state
-    return _together(step, repeats=4)
+    step(1)  # buffers, optimizer state
+    return step
 
 
-def _pass(module: Any, last: bool, run: Callable[[], None]) -> None:
+def _pass(module: Any, last: bool, x: Any) -> None:
     """One forward-backward as ``PipelineStage`` drives the wrapper: FSDP syncs and reshards on
-    the last backward only; DDP's earlier passes run under ``no_sync``."""
+    the last backward only; DDP runs every forward under ``no_sync`` and its reducer is armed
+    by hand for the last backward."""
     from torch.distributed.fsdp import FSDPModule
     from torch.nn.parallel import DistributedDataParallel
 
@@ -153,9 +159,14 @@ def _pass(module: Any, last: bool, run: Callable[[], None]) -> None:
         module.set_is_last_backward(last)
         module.set_reshard_after_backward(last)
         module.set_requires_gradient_sync(last)
-        run()
-    elif isinstance(module, DistributedDataParallel) and not last:
-        with module.no_sync():
-            run()
+    if not isinstance(module, DistributedDataParallel):
+        module(x).sum().backward()
+        return
+    with module.no_sync():
+        loss = module(x).sum()
+    if last:
+        module.reducer.prepare_for_backward([loss])
+        loss.backward()
     else:
-        run()
+        with module.no_sync():
+            loss.backward()
