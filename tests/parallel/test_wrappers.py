@@ -29,8 +29,12 @@ def test_primitives_are_the_differences_beyond_ring_time() -> None:
         "fsdp": _timings(0.011, 0.020),
         "regather": _timings(0.015, 0.020),
         "ddp": _timings(0.012, 0.006),
+        "root_plain": _timings(0.003, 0.001),
+        "root_fsdp": _timings(0.0035, 0.006),
         "bytes": nbytes,
         "params": params,
+        "root_bytes": nbytes * 2,
+        "root_params": params * 2,
     }
     costs = derive(found, LINK, optimizer)
     gather = ring_time("all_gather", nbytes, GROUP, LINK)
@@ -39,14 +43,20 @@ def test_primitives_are_the_differences_beyond_ring_time() -> None:
     assert costs.fsdp_hook_s == pytest.approx(0.001)
     assert costs.fsdp_call_s == pytest.approx((0.018 + sharded_optimizer - gather - scatter) / 2)
     assert costs.fsdp_regather_s == pytest.approx(0.004 - gather)
+    root_gather = ring_time("all_gather", 2 * nbytes, GROUP, LINK)
+    root_scatter = ring_time("reduce_scatter", 2 * nbytes, GROUP, LINK)
+    root_step = 0.005 + 2 * sharded_optimizer
+    assert costs.fsdp_root_hook_s == pytest.approx(0.0005)
+    assert costs.fsdp_root_call_s == pytest.approx((root_step - root_gather - root_scatter) / 2)
     assert costs.ddp_micro_s == pytest.approx(0.002)
     assert costs.ddp_step_s == pytest.approx(0.004 - ring_time("all_reduce", nbytes, 2, LINK))
 
 
 def test_a_wrapper_faster_than_plain_costs_nothing() -> None:
     same = _timings(0.01, 0.01)
-    found = {k: same for k in ("plain", "fsdp", "regather", "ddp")}
-    costs = derive({**found, "bytes": 4, "params": 1}, LINK, 0.0)
+    found = {k: same for k in ("plain", "fsdp", "regather", "ddp", "root_plain", "root_fsdp")}
+    sizes = {"bytes": 4, "params": 1, "root_bytes": 4, "root_params": 1}
+    costs = derive({**found, **sizes}, LINK, 0.0)
     assert costs == WrapperCosts()
 
 
@@ -71,6 +81,8 @@ def _host(wrappers: WrapperCosts) -> HostProfile:
         (ParallelPlan(dp=2, pp=2, zero=1, micro_batch=1, schedule="gpipe"), "fsdp_call_s"),
         (ParallelPlan(dp=2, pp=2, zero=3, micro_batch=1), "fsdp_regather_s"),
         (ParallelPlan(dp=4, zero=2, micro_batch=1), "fsdp_hook_s"),
+        (ParallelPlan(dp=4, zero=2, micro_batch=1), "fsdp_root_hook_s"),
+        (ParallelPlan(dp=2, pp=2, zero=2, micro_batch=2), "fsdp_root_call_s"),
         (ParallelPlan(dp=2, pp=2, zero=0, micro_batch=1), "ddp_micro_s"),
         (ParallelPlan(dp=4, zero=0, micro_batch=2), "ddp_step_s"),
     ],

@@ -269,8 +269,10 @@ def _call_overhead(c: Collective, host: HostProfile) -> float:
     work (counted once, on its first bucket's call)."""
     w = host.wrappers
     if c.wrapper == "fsdp":
-        regather = c.op == "all_gather" and c.phase != "step"
-        return w.fsdp_regather_s if regather else w.fsdp_call_s
+        if c.op == "all_gather" and c.phase != "step":
+            return w.fsdp_regather_s
+        units = max(c.calls, 1.0)  # one call per unit: the layers' and the root's
+        return ((units - 1) * w.fsdp_call_s + w.fsdp_root_call_s) / units
     if c.wrapper == "ddp":
         return w.ddp_step_s / max(c.calls, 1.0)
     return 0.0
@@ -283,4 +285,5 @@ def _wrapper_hooks(shape: ModelShape, plan: ParallelPlan, host: HostProfile) -> 
         return 0.0
     if plan.zero == 0:
         return host.wrappers.ddp_micro_s
-    return _fsdp_units(shape, plan) * host.wrappers.fsdp_hook_s
+    w = host.wrappers
+    return (_fsdp_units(shape, plan) - 1) * w.fsdp_hook_s + w.fsdp_root_hook_s

@@ -52,6 +52,10 @@ class WrapperCosts:
     #: FSDP per unit and re-gather in a micro-batch under ``reshard_after_forward``, beyond
     #: its ring time
     fsdp_regather_s: float = 0.0
+    #: the root unit's (embeddings, final norm, head: fewer, larger tensors) hooks per
+    #: micro-batch and cost per step-time collective call
+    fsdp_root_hook_s: float = 0.0
+    fsdp_root_call_s: float = 0.0
     #: DDP per micro-batch under ``no_sync`` (its forward's and the context's bookkeeping)
     ddp_micro_s: float = 0.0
     #: DDP per step (reducer preparation, bucket copies)
@@ -61,17 +65,31 @@ class WrapperCosts:
 def measure_wrappers(world: int, parts: Any, micro_batch: int) -> dict[str, Any]:
     """This worker's timings of the layer plain, under FSDP (both reshard choices) and under
     DDP, data-parallel groups of :data:`GROUP` consecutive ranks all running at once."""
+    import copy
+
+    import torch
     from torch.distributed.device_mesh import init_device_mesh
 
     from xirang_core.parallel.calibrate import _together
 
     shape = (world // GROUP, GROUP)
     mesh = init_device_mesh("cpu", shape, mesh_dim_names=("rest", "dp"))["dp"]
+    x = torch.randn(micro_batch, parts.shape.seq_len, parts.shape.hidden)
+    tokens = torch.randint(0, parts.shape.vocab, (micro_batch, parts.shape.seq_len))
+
+    def layer(module: Any) -> Callable[[int], None]:
+        return _stepper(parts, module, lambda: module(x).sum())
+
+    def root(module: Any) -> Callable[[int], None]:
+        return _stepper(parts, module, lambda: module(tokens, tokens))
+
     steps = {
-        "plain": _stepper(parts, parts.layer_copy(), micro_batch),
-        "fsdp": _stepper(parts, _sharded(parts, mesh, reshard=False), micro_batch),
-        "regather": _stepper(parts, _sharded(parts, mesh, reshard=True), micro_batch),
-        "ddp": _stepper(parts, _replicated(parts, mesh), micro_batch),
+        "plain": layer(parts.layer_copy()),
+        "fsdp": layer(_sharded(parts.layer_copy(), mesh, reshard=False)),
+        "regather": layer(_sharded(parts.layer_copy(), mesh, reshard=True)),
+        "ddp": layer(_replicated(parts.layer_copy(), mesh)),
+        "root_plain": root(copy.deepcopy(parts.rest)),
+        "root_fsdp": root(_sharded(copy.deepcopy(parts.rest), mesh, reshard=False)),
     }
     found: dict[str, Any] = {name: dict.fromkeys(MICRO_COUNTS, float("inf")) for name in steps}
     for _ in range(ROUNDS):  # alternating: a spell of outside load hits every variant alike
@@ -79,9 +97,10 @@ def measure_wrappers(world: int, parts: Any, micro_batch: int) -> dict[str, Any]
             for m in MICRO_COUNTS:
                 seconds = _together(lambda s=step, m=m: s(m), repeats=1)
                 found[name][m] = min(found[name][m], seconds)
-    params = list(parts.block.parameters())
-    found["bytes"] = sum(p.numel() * p.element_size() for p in params)
-    found["params"] = sum(p.numel() for p in params)
+    for prefix, module in (("", parts.block), ("root_", parts.rest)):
+        params = list(module.parameters())
+        found[prefix + "bytes"] = sum(p.numel() * p.element_size() for p in params)
+        found[prefix + "params"] = sum(p.numel() for p in params)
     return found
 
 
@@ -90,20 +109,35 @@ def derive(found: dict[str, Any], link: Link, optimizer_s_per_param: float) -> W
     measured link of the group; ``optimizer_s_per_param`` the plain optimizer's cost with
     every worker busy (the sharded step's arithmetic is the planner's own term)."""
     nbytes = found["bytes"]
-    optimizer_s = optimizer_s_per_param * found["params"]
     plain, fsdp, regather, ddp = (_line(found[k]) for k in ("plain", "fsdp", "regather", "ddp"))
     gather = ring_time("all_gather", nbytes, GROUP, link)
-    scatter = ring_time("reduce_scatter", nbytes, GROUP, link)
-    # the sharded run's optimizer works on 1/GROUP of the parameters: add back the rest
-    fsdp_step = fsdp[1] - plain[1] + optimizer_s * (1 - 1 / GROUP)
+    hook, call = _fsdp_unit(found, "", link, optimizer_s_per_param)
+    root_hook, root_call = _fsdp_unit(found, "root_", link, optimizer_s_per_param)
     ddp_step = ddp[1] - plain[1] - ring_time("all_reduce", nbytes, GROUP, link)
     return WrapperCosts(
-        fsdp_hook_s=max(0.0, fsdp[0] - plain[0]),
-        fsdp_call_s=max(0.0, (fsdp_step - gather - scatter) / 2),
+        fsdp_hook_s=hook,
+        fsdp_call_s=call,
         fsdp_regather_s=max(0.0, regather[0] - fsdp[0] - gather),
+        fsdp_root_hook_s=root_hook,
+        fsdp_root_call_s=root_call,
         ddp_micro_s=max(0.0, ddp[0] - plain[0]),
         ddp_step_s=max(0.0, ddp_step),
     )
+
+
+def _fsdp_unit(
+    found: dict[str, Any], prefix: str, link: Link, optimizer_s_per_param: float
+) -> tuple[float, float]:
+    """Hooks per micro-batch and cost per step-time collective call of one FSDP unit (the
+    layer, or with ``prefix`` "root_" the model's remainder)."""
+    nbytes = found[prefix + "bytes"]
+    plain, fsdp = _line(found[prefix + "plain"]), _line(found[prefix + "fsdp"])
+    gather = ring_time("all_gather", nbytes, GROUP, link)
+    scatter = ring_time("reduce_scatter", nbytes, GROUP, link)
+    # the sharded run's optimizer works on 1/GROUP of the parameters: add back the rest
+    optimizer_s = optimizer_s_per_param * found[prefix + "params"] * (1 - 1 / GROUP)
+    step = fsdp[1] - plain[1] + optimizer_s
+    return max(0.0, fsdp[0] - plain[0]), max(0.0, (step - gather - scatter) / 2)
 
 
 def _line(seconds: dict[int, float]) -> tuple[float, float]:
@@ -115,32 +149,29 @@ def _line(seconds: dict[int, float]) -> tuple[float, float]:
     return float(slope), float(intercept)
 
 
-def _sharded(parts: Any, mesh: Any, reshard: bool) -> Any:
+def _sharded(module: Any, mesh: Any, reshard: bool) -> Any:
     from torch.distributed.fsdp import fully_shard
 
-    return fully_shard(parts.layer_copy(), mesh=mesh, reshard_after_forward=reshard)
+    return fully_shard(module, mesh=mesh, reshard_after_forward=reshard)
 
 
-def _replicated(parts: Any, mesh: Any) -> Any:
+def _replicated(module: Any, mesh: Any) -> Any:
     from torch.nn.parallel import DistributedDataParallel
 
-    return DistributedDataParallel(parts.layer_copy(), process_group=mesh.get_group())
+    return DistributedDataParallel(module, process_group=mesh.get_group())
 
 
-def _stepper(parts: Any, module: Any, micro_batch: int) -> Callable[[int], None]:
+def _stepper(parts: Any, module: Any, loss_of: Callable[[], Any]) -> Callable[[int], None]:
     """One step of ``module`` as a function of its micro-batch count: that many
     forward-backward passes (gradients synchronised on the last only, as the pipeline stage
     and gradient accumulation do), then the optimizer step. Warmed up once."""
-    import torch
-
     from xirang_core.train.optim import build_optimizer
 
-    x = torch.randn(micro_batch, parts.shape.seq_len, parts.shape.hidden)
     optimizer = build_optimizer(module, parts.config["optim"])
 
     def step(micro: int) -> None:
         for i in range(micro):
-            _pass(module, i == micro - 1, x)
+            _pass(module, i == micro - 1, loss_of)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -148,7 +179,7 @@ def _stepper(parts: Any, module: Any, micro_batch: int) -> Callable[[int], None]
     return step
 
 
-def _pass(module: Any, last: bool, x: Any) -> None:
+def _pass(module: Any, last: bool, loss_of: Callable[[], Any]) -> None:
     """One forward-backward as ``PipelineStage`` drives the wrapper: FSDP syncs and reshards on
     the last backward only; DDP runs every forward under ``no_sync`` and its reducer is armed
     by hand for the last backward."""
@@ -160,10 +191,10 @@ def _pass(module: Any, last: bool, x: Any) -> None:
         module.set_reshard_after_backward(last)
         module.set_requires_gradient_sync(last)
     if not isinstance(module, DistributedDataParallel):
-        module(x).sum().backward()
+        loss_of().backward()
         return
     with module.no_sync():
-        loss = module(x).sum()
+        loss = loss_of()
     if last:
         module.reducer.prepare_for_backward([loss])
         loss.backward()
