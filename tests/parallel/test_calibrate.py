@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from xirang_core.parallel.calibrate import measure_host
+from xirang_core.parallel.calibrate import compute_slots, measure_host
 from xirang_core.parallel.cluster import local_cluster
 from xirang_core.parallel.plan import ParallelPlan
 from xirang_core.parallel.planner import rank_plans
@@ -31,3 +31,19 @@ def test_host_measured_and_used_by_the_planner(tiny_config: dict[str, Any]) -> N
     ranking = rank_plans(shape, cluster, 8, 2, host)
     speeds = [c.tokens_per_s for c in ranking.candidates]
     assert speeds == sorted(speeds, reverse=True)
+
+
+@pytest.mark.parametrize(
+    ("world", "alone", "together", "cores", "slots"),
+    [
+        (4, 1.0, 2.0, 2, 2.0),  # 4 workers on 2 free cores take twice as long
+        (4, 1.0, 2.5, 2, 1.6),  # outside load leaves fewer cores
+        (4, 1.0, 1.8, 2, 2.0),  # more than the cores: the lone run was slow, not extra cores
+        (2, 1.0, 0.9, 8, 2.0),  # never more than the workers
+        (4, 1.0, 9.0, 2, 1.0),  # at least one
+    ],
+)
+def test_workers_computing_at_once_stay_within_workers_and_cores(
+    world: int, alone: float, together: float, cores: int, slots: float
+) -> None:
+    assert compute_slots(world, alone, together, cores) == pytest.approx(slots)

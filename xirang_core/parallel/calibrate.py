@@ -23,6 +23,7 @@ best is the figure that load disturbs least.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -111,13 +112,26 @@ class HostProfile:
         return self.links[min(sizes, key=lambda g: (abs(g - group), -g))]
 
 
+def compute_slots(world: int, alone_s: float, together_s: float, cores: int) -> float:
+    """How many of ``world`` workers compute at full speed at once: ``world * alone /
+    together``, at least one and never more than the workers or the cores they may run on (a
+    probe that finds more measured its lone worker below full speed, not extra cores)."""
+    return min(float(min(world, cores)), max(1.0, world * alone_s / together_s))
+
+
+def _usable_cores() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def measure_host(config: dict[str, Any], world: int, micro_batches: list[int]) -> HostProfile:
     """Measure in ``world`` fresh workers (see the module docstring)."""
     from xirang_core.comm.launch import run_group
 
     ranks = run_group(_probe, world, config, sorted(set(micro_batches)))
     main = ranks[0]
-    slots = min(float(world), max(1.0, world * main["alone_s"] / main["together_s"]))
+    slots = compute_slots(world, main["alone_s"], main["together_s"], _usable_cores())
     profile = HostProfile(
         world=world,
         slots=slots,
