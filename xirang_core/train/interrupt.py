@@ -5,8 +5,9 @@ elastic agent forwarding its own TERM to the workers, or the pool's local execut
 job is preempted or a budget stops it. Inside :func:`stop_on` the signal only raises a flag;
 :class:`StopAtStepEnd` checks it after every optimizer step, saves a checkpoint at that step
 and raises :class:`RunInterrupted`, and the resumed run continues from the next step. With
-several workers they agree (a max all-reduce of the flag) so all stop at the same step and the
-collective checkpoint is whole, even if the signal reached them at different moments.
+several workers they agree (a max all-reduce of the flag, read one step later so the loop never
+waits for it) so all stop at the same step and the collective checkpoint is whole, even if the
+signal reached them at different moments.
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ class StopAtStepEnd:
 
     def __init__(self, guard: Any, ctx: Any) -> None:
         self.guard, self.ctx = guard, ctx
+        self._group = _vote_group(ctx)
+        self._pending: tuple[Any, Any] | None = None
 
     def __call__(self, step: int) -> None:
         self.guard.on_step_end(step)
@@ -76,18 +79,23 @@ class StopAtStepEnd:
             )
 
     def _agreed(self) -> bool:
-        """Whether any worker was told to stop (every worker asks at the same step)."""
-        flag = _requested.is_set()
-        if getattr(self.ctx, "world_size", 1) <= 1:
-            return flag
+        """Whether any worker was told to stop. With several workers each step casts a vote on a
+        CPU group and reads the previous step's, which arrived long ago: the loop never waits
+        for it or synchronises the device, and every worker stops at the same step."""
+        if self._group is None:
+            return _requested.is_set()
         import torch
         import torch.distributed as dist
 
-        if not dist.is_initialized():
-            return flag
-        vote = torch.tensor([int(flag)], device=self.ctx.device)
-        dist.all_reduce(vote, op=dist.ReduceOp.MAX)
-        return bool(vote.item())
+        if self._pending is not None:
+            work, vote = self._pending
+            work.wait()
+            if vote.item():
+                return True
+        vote = torch.tensor([int(_requested.is_set())])
+        work = dist.all_reduce(vote, op=dist.ReduceOp.MAX, group=self._group, async_op=True)
+        self._pending = (work, vote)
+        return False
 
     def _checkpoint(self, step: int) -> None:
         """Save ``step`` (unless the interval just did) and wait until it is committed."""
@@ -98,3 +106,13 @@ class StopAtStepEnd:
             manager.wait(raise_errors=True)
         finally:
             self.guard.heartbeat.stop()
+
+
+def _vote_group(ctx: Any) -> Any:
+    """A gloo group of its own for the stop votes (None for one worker): kept apart from the
+    training collectives, which a comm hook may issue from another thread."""
+    import torch.distributed as dist
+
+    if getattr(ctx, "world_size", 1) <= 1 or not dist.is_initialized():
+        return None
+    return dist.new_group(backend="gloo")
