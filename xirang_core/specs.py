@@ -32,10 +32,12 @@ __all__ = [
     "DeviceBackend",
     "DeviceBackendSpec",
     "DeviceInfo",
+    "HFInterop",
     "HealthFinding",
     "ImplSpec",
     "InterconnectGroup",
     "JobSpec",
+    "Model",
     "ModelSpec",
     "Scheduler",
     "SchedulerSpec",
@@ -136,10 +138,17 @@ class ModelSpec(ImplSpec):
 
     kind: ClassVar[str] = "model"
     parallelize: str = ""
+    #: optional ``"module:Class"``: the family's Hugging Face mapping (:class:`HFInterop`), used
+    #: by ``xirang ckpt export --format hf`` and ``model.pretrained=<dir>``
+    hf: str = ""
 
     def load_parallelize(self) -> Any:
         """An instance of the family's split plan."""
         return import_target(self.parallelize)()
+
+    def load_hf(self) -> Any:
+        """An instance of the family's Hugging Face mapping, or None if it has none."""
+        return import_target(self.hf)() if self.hf else None
 
 
 @dataclass(frozen=True)
@@ -295,6 +304,70 @@ class Scheduler(Protocol):
     """Runs a placed job; returns the exit status of the job."""
 
     def launch(self, job: JobSpec, entrypoint: Any) -> None: ...
+
+
+@runtime_checkable
+class Model(Protocol):
+    """What the worker, planner, sampler and strategies need of a model family's module.
+
+    The class named by a :class:`ModelSpec`'s ``target`` builds it with ``from_config`` from the
+    ``model`` config section (``family`` and ``name`` removed, checked against the spec's
+    ``schema``). Everything else a strategy needs to *split* the model (its repeated layers,
+    tensor-parallel layout, pipeline stages, shape for the planner) lives on the family's
+    ``parallelize`` object, so strategies never look inside the module.
+    """
+
+    @classmethod
+    def from_config(cls, settings: dict[str, Any]) -> Model:
+        """A freshly initialised model (on the current default device, which may be ``meta``)."""
+        ...
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits ``[batch, seq, vocab]`` for token ids ``[batch, seq]``; the mean cross-entropy
+        (a scalar) when ``targets`` is given. A pipeline stage (some parts set to ``None`` by
+        the family's ``split_stage``) takes and returns hidden states instead."""
+        ...
+
+    def init_weights(self) -> None:
+        """(Re)initialise every parameter and buffer in place, as construction does: the model
+        is built on the meta device, sharded, materialised with ``to_empty``, then this runs."""
+        ...
+
+    def num_params(self, non_embedding: bool = True) -> int:
+        """Parameters counted for FLOPs (PaLM's N: position embeddings excluded)."""
+        ...
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """Training FLOPs per token, ``6N + 12·L·h·s``: the MFU numerator."""
+        ...
+
+    def generate(
+        self, idx: torch.Tensor, new_tokens: int, temperature: float = 0.8, top_k: int = 40
+    ) -> torch.Tensor:
+        """``idx`` with ``new_tokens`` sampled tokens appended (the end-of-run sample)."""
+        ...
+
+
+@runtime_checkable
+class HFInterop(Protocol):
+    """A model family's mapping to and from the layout Hugging Face ``transformers`` loads.
+
+    Tensors keep their values; names (and, where the layouts differ, the order of rows) change.
+    ``xirang ckpt export --format hf`` writes ``to_hf``'s config as ``config.json`` and its
+    tensors as safetensors; ``model.pretrained=<dir>`` reads them back with ``from_hf``.
+    """
+
+    def to_hf(
+        self, settings: dict[str, Any], state: dict[str, torch.Tensor]
+    ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        """``(config.json contents, tensors by Hugging Face name)`` for a full state dict."""
+        ...
+
+    def from_hf(
+        self, hf_config: dict[str, Any], tensors: dict[str, torch.Tensor]
+    ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        """``(model settings, xirang state dict)`` from a Hugging Face directory's contents."""
+        ...
 
 
 @runtime_checkable
