@@ -328,9 +328,14 @@ class Model(Protocol):
         the family's ``split_stage``) takes and returns hidden states instead."""
         ...
 
-    def init_weights(self) -> None:
-        """(Re)initialise every parameter and buffer in place, as construction does: the model
-        is built on the meta device, sharded, materialised with ``to_empty``, then this runs."""
+    def param_init(self, name: str, tensor: torch.Tensor, generator: torch.Generator) -> None:
+        """Fill ``tensor`` (the whole, unsharded CPU tensor of parameter ``name``) in place,
+        drawing only from ``generator``. Construction initialises through
+        :func:`xirang_core.train.init.init_parameters`, which seeds one generator per parameter
+        name: weights are then the same whether the model is built whole, split into stages,
+        or created on the meta device and materialised already sharded. A family with
+        non-parameter buffers (RoPE tables) also defines ``init_buffers()``, called after
+        ``to_empty`` materialises a meta-device model."""
         ...
 
     def num_params(self, non_embedding: bool = True) -> int:
