@@ -10,6 +10,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from xirang_core.train.init import init_parameters
+
+#: parameters of the residual projections, drawn with GPT-2's depth-scaled deviation
+RESIDUAL_PROJECTIONS = ("proj.weight", "down.weight")
+
 
 @dataclass
 class GPTConfig:
@@ -82,20 +87,26 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleDict({str(i): Block(cfg) for i in range(cfg.n_layer)})
         self.ln_f = nn.LayerNorm(cfg.n_embd)
         self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
-        self.head.weight = self.tok_emb.weight  # tied: fewer parameters, better small models
-        self.apply(self._init_weights)
-        for name, p in self.named_parameters():  # GPT-2's scaled init of residual projections
-            if name.endswith(("proj.weight", "down.weight")):
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+        # tied: fewer parameters, better small models; the weight keeps the embedding's name
+        # (named_parameters yields it once, first), so it is drawn once, as tok_emb.weight
+        self.head.weight = self.tok_emb.weight
+        init_parameters(self)
 
     @classmethod
     def from_config(cls, settings: dict) -> GPT:
         return cls(GPTConfig(**settings))
 
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+    def param_init(self, name: str, tensor: torch.Tensor, generator: torch.Generator) -> None:
+        """GPT-2's init, by parameter name: LayerNorms (``ln*``) weight 1 and bias 0, the
+        residual projections normal with deviation 0.02/sqrt(2·layers), every other weight
+        (embeddings, q/k/v, MLP up, the tied head) normal with deviation 0.02."""
+        module, kind = name.rsplit(".", 1)
+        if module.rsplit(".", 1)[-1].startswith("ln"):
+            tensor.fill_(1.0 if kind == "weight" else 0.0)
+        elif name.endswith(RESIDUAL_PROJECTIONS):
+            tensor.normal_(0.0, 0.02 / math.sqrt(2 * self.cfg.n_layer), generator=generator)
+        else:
+            tensor.normal_(0.0, 0.02, generator=generator)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
         """Logits, or the mean cross-entropy against ``targets`` when given.

@@ -39,6 +39,12 @@ class MeshStrategy:
         dp, tp, pp = resolve_degrees(c.dp, c.tp, c.pp, world)
         return ParallelPlan(dp, tp, pp, c.sp, c.zero, micro_batch, c.recompute, c.schedule)
 
+    def shards_parameters(self, ctx: Any) -> bool:
+        """Whether :meth:`wrap` shards parameters over data parallel (FSDP2, zero >= 1): the
+        worker then builds the model on the meta device and materialises it once wrapped."""
+        plan = self.plan(ctx.world_size, ctx.config["trainer"]["micro_batch"])
+        return plan.dp > 1 and plan.zero >= 1
+
     def build_mesh(self, ctx: Any) -> Any:
         """The (pp, dp, tp) mesh; the worker puts it in the context before wrapping."""
         plan = self.plan(ctx.world_size, ctx.config["trainer"]["micro_batch"])

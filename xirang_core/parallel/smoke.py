@@ -122,18 +122,22 @@ def _train_and_measure(
     from xirang_core.parallel.meter import SavedTensorMeter, state_bytes
     from xirang_core.plugins import get_registry
     from xirang_core.specs import WorkerContext
+    from xirang_core.train.init import materialize
     from xirang_core.train.loop import LoopSettings, Trainer
     from xirang_core.train.optim import build_optimizer
+    from xirang_core.train.worker import build_model, starts_sharded
 
     registry = get_registry()
     ctx = WorkerContext(rank, rank, world, torch.device("cpu"), "", config)
-    torch.manual_seed(config["seed"])
     settings = {k: v for k, v in config["model"].items() if k not in ("family", "name")}
-    model = registry.load("model", config["model"]["family"]).from_config(settings)
     strategy = registry.create("parallel", config["parallel"])
+    on_meta = starts_sharded(config, ctx, strategy)  # as a worker starts: sharded plans on meta
+    model = build_model(config, settings, ctx.device, registry, on_meta)
     if hasattr(strategy, "build_mesh"):
         ctx.mesh = strategy.build_mesh(ctx)
     wrapped = strategy.wrap(model, ctx)
+    if on_meta:
+        materialize(model, ctx.device, config["seed"])
     optimizer = build_optimizer(model, config["optim"])
     trainer_cfg, seq_len = config["trainer"], config["data"]["seq_len"]
     micro = trainer_cfg["micro_batch"]

@@ -24,6 +24,7 @@ from xirang_core.faults.health import local_device
 from xirang_core.plugins import Registry, get_registry
 from xirang_core.specs import WorkerContext
 from xirang_core.train import report
+from xirang_core.train.init import materialize
 from xirang_core.train.interrupt import StopAtStepEnd, stop_on
 from xirang_core.train.loop import LoopSettings, Trainer, evaluate
 from xirang_core.train.optim import build_optimizer
@@ -104,16 +105,17 @@ def restart_store(world_size: int) -> Any:
 
 def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> Assembly:
     trainer, data = config["trainer"], config["data"]
-    torch.manual_seed(config["seed"])
     model_settings = {k: v for k, v in config["model"].items() if k not in ("family", "name")}
-    model = registry.load("model", config["model"]["family"]).from_config(model_settings)
-    model = model.to(ctx.device)
+    strategy = registry.create("parallel", config["parallel"])
+    on_meta = starts_sharded(config, ctx, strategy)
+    model = build_model(config, model_settings, ctx.device, registry, on_meta)
     flops_per_token = model.flops_per_token(data["seq_len"])  # of the whole model, before a split
     params = model.num_params()  # likewise: a pipeline stage keeps only its own layers
-    strategy = registry.create("parallel", config["parallel"])
     if hasattr(strategy, "build_mesh"):
         ctx.mesh = strategy.build_mesh(ctx)
     wrapped = strategy.wrap(model, ctx)
+    if on_meta:  # the strategy sharded the empty model: each worker draws its own shards
+        materialize(model, ctx.device, config["seed"])
     comm, sync = config["comm"], None
     if comm["name"] != "auto":
         sync = registry.create("comm", comm)
@@ -148,6 +150,31 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
         strategy=strategy,
         params=params,
     )
+
+
+def starts_sharded(config: dict[str, Any], ctx: WorkerContext, strategy: Any) -> bool:
+    """Whether the model is built on the meta device and materialised only after the strategy
+    sharded it (FSDP2: each worker then holds its shards plus one whole parameter at a time,
+    so a model too large for one worker starts). Pretrained weights load into a whole model."""
+    shards = getattr(strategy, "shards_parameters", None)
+    return bool(shards and shards(ctx)) and not config["model"].get("pretrained")
+
+
+def build_model(
+    config: dict[str, Any],
+    settings: dict[str, Any],
+    device: Any,
+    registry: Registry,
+    on_meta: bool,
+) -> torch.nn.Module:
+    """The configured model from its ``settings``: initialised on ``device``, or without
+    storage on the meta device (``on_meta``) for :func:`materialize` to fill once sharded."""
+    torch.manual_seed(config["seed"])
+    family = registry.load("model", config["model"]["family"])
+    if on_meta:
+        with torch.device("meta"):
+            return family.from_config(settings)
+    return family.from_config(settings).to(device)
 
 
 def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry) -> None:
