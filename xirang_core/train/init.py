@@ -65,8 +65,9 @@ def materialize(model: nn.Module, device: torch.device | str, seed: int | None =
     since) storage on ``device``, then fill each parameter's local part with the matching part
     of the value :func:`init_parameters` would give it.
 
-    One parameter's whole value exists at a time, on the CPU: a worker's peak is its own
-    shards plus the largest parameter, never the whole model. A DTensor parameter (FSDP2's
+    One parameter's whole value exists at a time (drawn on the CPU; a sharded one is split on
+    its mesh's device): a worker's peak is its own shards plus the largest parameter, never
+    the whole model. A DTensor parameter (FSDP2's
     ``Shard(0)``, padded when uneven; tensor parallel's shards; both at once) receives the
     slice its placements give this rank, so the weights equal the single-process ones bit for
     bit at any world size. Buffers come from the family's optional ``init_buffers()``.
