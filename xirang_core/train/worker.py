@@ -27,6 +27,7 @@ from xirang_core.train import report
 from xirang_core.train.interrupt import StopAtStepEnd, stop_on
 from xirang_core.train.loop import LoopSettings, Trainer, evaluate
 from xirang_core.train.optim import build_optimizer
+from xirang_core.train.pretrained import load_pretrained
 
 CONFIG_FILE = "config.yaml"
 EVAL_BATCHES = 8
@@ -107,6 +108,7 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
     torch.manual_seed(config["seed"])
     model_settings = {k: v for k, v in config["model"].items() if k not in ("family", "name")}
     model = registry.load("model", config["model"]["family"]).from_config(model_settings)
+    load_pretrained(model, config, registry)  # model.pretrained=<dir>: before any split
     model = model.to(ctx.device)
     flops_per_token = model.flops_per_token(data["seq_len"])  # of the whole model, before a split
     params = model.num_params()  # likewise: a pipeline stage keeps only its own layers
