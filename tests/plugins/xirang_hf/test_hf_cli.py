@@ -1,0 +1,49 @@
+"""Bad model=hf input stops the command line with one ``xirang error:`` line, before any
+worker starts; a good one trains."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import QUICK, run_dirs
+
+pytestmark = pytest.mark.slow
+
+
+def test_config_transformers_cannot_build_stops_before_workers(run_xirang, tmp_path: Path) -> None:
+    from transformers import ViTConfig
+
+    folder = tmp_path / "vit"
+    ViTConfig().save_pretrained(folder)
+    result = run_xirang("model=hf", f"model.config={folder}")
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and errors[0].startswith("xirang error: model.config="), errors
+    assert "cannot build a causal LM" in errors[0]
+    assert "Traceback" not in result.stderr and not run_dirs(tmp_path)
+
+
+def test_tensor_parallel_on_gpt2_is_refused_naming_what_splits(
+    run_xirang, tmp_path: Path, gpt2_dir: Path
+) -> None:
+    result = run_xirang(
+        "model=hf", f"model.config={gpt2_dir}", "parallel=tp", "trainer.nproc=2", "data.seq_len=16"
+    )
+    assert result.returncode == 2
+    assert "xirang error:" in result.stderr and "no tensor-parallel layout" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_gpt2_config_trains_from_the_command_line(
+    run_xirang, tmp_path: Path, gpt2_dir: Path
+) -> None:
+    bytes_ = "model.vocab_size=256"  # the embedded data are bytes
+    result = run_xirang("model=hf", f"model.config={gpt2_dir}", bytes_, "data.seq_len=32", *QUICK)
+    assert result.returncode == 0, result.stderr[-3000:]
+    [run] = run_dirs(tmp_path)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["model"] == "hf" and summary["final_loss"] < summary["first_loss"]
+    assert summary["mfu"] > 0
