@@ -94,15 +94,11 @@ class HFParallelize:
     def apply_tp(self, model: nn.Module, mesh: Any, sequence_parallel: bool) -> None:
         """Megatron layout per decoder layer, as the GPT's: q, k, v, gate and up split by
         columns (heads), o and down by rows; with sequence parallel the norms and residual
-        stream are split along the sequence between layers. Embeddings and head replicated."""
+        stream are split along the sequence between layers, the first layer takes its share of
+        the (replicated) embeddings and the final norm gathers the whole sequence back before
+        the replicated head."""
         from torch.distributed.tensor import Replicate, Shard
-        from torch.distributed.tensor.parallel import (
-            ColwiseParallel,
-            PrepareModuleInput,
-            RowwiseParallel,
-            SequenceParallel,
-            parallelize_module,
-        )
+        from torch.distributed.tensor.parallel import parallelize_module
 
         model_type = model.config.model_type
         if model_type not in LLAMA_SHAPED:
@@ -111,41 +107,50 @@ class HFParallelize:
                 f"{', '.join(LLAMA_SHAPED)}); this config is model_type '{model_type}'. "
                 f"Use parallel=ddp or parallel=fsdp"
             )
-        between = Shard(1) if sequence_parallel else Replicate()
-        plan: dict[str, Any] = {
-            **{f"self_attn.{p}_proj": ColwiseParallel() for p in "qkv"},
-            "self_attn.o_proj": RowwiseParallel(output_layouts=between),
-            "mlp.gate_proj": ColwiseParallel(),
-            "mlp.up_proj": ColwiseParallel(),
-            "mlp.down_proj": RowwiseParallel(output_layouts=between),
-        }
-        if sequence_parallel:
-            plan["input_layernorm"] = SequenceParallel()
-            plan["post_attention_layernorm"] = SequenceParallel()
-            # transformers passes the attention's input by keyword, the MLP's by position
-            plan["self_attn"] = PrepareModuleInput(
-                input_kwarg_layouts={"hidden_states": between},
-                desired_input_kwarg_layouts={"hidden_states": Replicate()},
-                use_local_output=True,
-            )
-            plan["mlp"] = PrepareModuleInput(
-                input_layouts=(between,),
-                desired_input_layouts=(Replicate(),),
-                use_local_output=True,
-            )
         layers = self.layers(model)
+        plan = _layer_plan(sequence_parallel)
         for layer in layers.values():
             parallelize_module(layer, mesh, plan)
         if sequence_parallel:
-            split = PrepareModuleInput(
-                input_layouts=(Replicate(),),
-                desired_input_layouts=(Shard(1),),
-                use_local_output=True,
-            )
-            parallelize_module(layers["0"], mesh, split)
-            join = PrepareModuleInput(
-                input_layouts=(Shard(1),),
-                desired_input_layouts=(Replicate(),),
-                use_local_output=True,
-            )
-            parallelize_module(model.hf.base_model.norm, mesh, join)
+            parallelize_module(layers["0"], mesh, _relayout(Replicate(), Shard(1)))
+            parallelize_module(model.hf.base_model.norm, mesh, _relayout(Shard(1), Replicate()))
+
+
+def _layer_plan(sequence_parallel: bool) -> dict[str, Any]:
+    """The tensor-parallel style of each module in a Llama-shaped decoder layer."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+    )
+
+    between = Shard(1) if sequence_parallel else Replicate()
+    plan: dict[str, Any] = {
+        **{f"self_attn.{p}_proj": ColwiseParallel() for p in "qkv"},
+        "self_attn.o_proj": RowwiseParallel(output_layouts=between),
+        "mlp.gate_proj": ColwiseParallel(),
+        "mlp.up_proj": ColwiseParallel(),
+        "mlp.down_proj": RowwiseParallel(output_layouts=between),
+    }
+    if sequence_parallel:
+        plan["input_layernorm"] = SequenceParallel()
+        plan["post_attention_layernorm"] = SequenceParallel()
+        # transformers passes the attention's input by keyword, the MLP's by position
+        plan["self_attn"] = PrepareModuleInput(
+            input_kwarg_layouts={"hidden_states": between},
+            desired_input_kwarg_layouts={"hidden_states": Replicate()},
+            use_local_output=True,
+        )
+        plan["mlp"] = _relayout(between, Replicate())
+    return plan
+
+
+def _relayout(have: Any, want: Any) -> Any:
+    """Turn a module's first positional input from layout ``have`` into ``want``."""
+    from torch.distributed.tensor.parallel import PrepareModuleInput
+
+    return PrepareModuleInput(
+        input_layouts=(have,), desired_input_layouts=(want,), use_local_output=True
+    )

@@ -67,6 +67,9 @@ def load_pretrained(model: nn.Module, config: dict[str, Any], registry: Any) -> 
     folder = config["model"].get("pretrained")
     if not folder:
         return
+    if any(p.is_meta for p in model.parameters()):
+        # copying into meta parameters would silently keep nothing
+        raise RuntimeError("load_pretrained needs a materialised model, not one on meta")
     spec = registry.spec("model", config["model"]["family"])
     hf_config, tensors = read_hf_dir(Path(folder))
     _, state = _from_hf(spec, Path(folder), hf_config, tensors)
