@@ -140,3 +140,21 @@ def test_shape_counts_every_parameter(hf_config, llama_dir: Path, gpt2_dir: Path
 
 def model_settings(config: dict) -> dict:
     return {k: v for k, v in config["model"].items() if k not in FAMILY}
+
+
+def test_without_transformers_the_error_says_what_to_install(llama_dir: Path) -> None:
+    import dataclasses
+
+    from xirang_core.config import compose
+    from xirang_core.errors import PluginError
+    from xirang_core.plugins import Registry
+
+    registry = get_registry()
+    lacking = Registry.__new__(Registry)
+    lacking.__dict__.update(registry.__dict__)
+    spec = dataclasses.replace(registry.spec("model", "hf"), requires=("no_such_transformers",))
+    lacking.specs = {**registry.specs, "model": {**registry.specs["model"], "hf": spec}}
+    with pytest.raises(
+        PluginError, match=r"needs no_such_transformers.*pip install 'xirang\[hf\]'"
+    ):
+        compose(["model=hf", f"model.config={llama_dir}"], lacking)
