@@ -147,13 +147,11 @@ def test_without_transformers_the_error_says_what_to_install(llama_dir: Path) ->
 
     from xirang_core.config import compose
     from xirang_core.errors import PluginError
-    from xirang_core.plugins import Registry
 
     registry = get_registry()
-    lacking = Registry.__new__(Registry)
-    lacking.__dict__.update(registry.__dict__)
     spec = dataclasses.replace(registry.spec("model", "hf"), requires=("no_such_transformers",))
-    lacking.specs = {**registry.specs, "model": {**registry.specs["model"], "hf": spec}}
+    models = {**registry.specs["model"], "hf": spec}
+    lacking = dataclasses.replace(registry, specs={**registry.specs, "model": models})
     with pytest.raises(
         PluginError, match=r"needs no_such_transformers.*pip install 'xirang\[hf\]'"
     ):
