@@ -10,6 +10,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from xirang_core.train.sample import sample
+
 
 @dataclass
 class GPTConfig:
@@ -132,6 +134,4 @@ class GPT(nn.Module):
         self, idx: torch.Tensor, new_tokens: int, temperature: float = 0.8, top_k: int = 40
     ) -> torch.Tensor:
         """Append ``new_tokens`` sampled tokens to ``idx`` (batch, seq)."""
-        from xirang_core.train.sampling import sample
-
         return sample(self, idx, new_tokens, self.cfg.max_seq_len, temperature, top_k)

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from xirang_core.train.sample import sample
 from xirang_hf.source import load_config
 
 #: what transformers reads on a parameter to skip it in ``_init_weights``
@@ -106,8 +107,6 @@ class HFCausalLM(nn.Module):
         self, idx: torch.Tensor, new_tokens: int, temperature: float = 0.8, top_k: int = 40
     ) -> torch.Tensor:
         """Append ``new_tokens`` sampled tokens to ``idx`` (batch, seq)."""
-        from xirang_core.train.sampling import sample
-
         return sample(self, idx, new_tokens, self.max_seq_len, temperature, top_k)
 
 
