@@ -38,7 +38,7 @@ class HFCausalLM(nn.Module):
             )
         self.hf.tie_weights()  # transformers ties inside the init it was told to skip
         self.max_seq_len = int(self.config.max_position_embeddings)
-        if torch.empty(()).device.type != "meta":
+        if torch.empty(()).device.type != "meta":  # on meta, the worker's materialise draws
             from xirang_core.train.init import init_parameters
 
             init_parameters(self)
