@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
 from xirang_gpt.hf import GPTHF
 from xirang_gpt.model import GPT, GPTConfig
@@ -70,6 +72,26 @@ def test_round_trip_gives_back_settings_and_every_tensor(gpt: GPT) -> None:
     assert settings == shape
     own = gpt.state_dict()
     assert set(state) == set(own) - {"head.weight"}  # the tied copy comes with tok_emb
+    assert all(torch.equal(state[k], own[k]) for k in state)
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    layers=st.integers(1, 3),
+    heads=st.integers(1, 3),
+    head_dim=st.integers(1, 4),
+    vocab=st.integers(2, 40),
+    seq=st.integers(1, 12),
+)
+def test_every_shape_maps_there_and_back_exactly(
+    layers: int, heads: int, head_dim: int, vocab: int, seq: int
+) -> None:
+    cfg = GPTConfig(layers, heads, heads * head_dim, seq, vocab)
+    own = GPT(cfg).state_dict()
+    config, tensors = GPTHF().to_hf(vars(cfg), own)
+    assert tensors["transformer.h.0.attn.c_attn.weight"].shape == (cfg.n_embd, 3 * cfg.n_embd)
+    settings_back, state = GPTHF().from_hf(config, tensors)
+    assert settings_back["n_embd"] == cfg.n_embd and settings_back["max_seq_len"] == seq
     assert all(torch.equal(state[k], own[k]) for k in state)
 
 
