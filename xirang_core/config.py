@@ -210,9 +210,20 @@ def _check_model(values: Any, registry: Registry) -> dict[str, Any]:
     if not isinstance(values, dict) or "family" not in values:
         raise ConfigError("model: choose one with model=<option> (each option names a family)")
     spec = registry.spec("model", values["family"])
+    if spec.missing():  # checking its settings may need what is missing (model=hf)
+        registry.load("model", values["family"])  # raises the error naming what to install
     schema = spec.load_schema() if spec.schema else None
     settings = {k: v for k, v in values.items() if k not in ("family", "name")}
     checked = _check_schema("model", settings, schema) if schema else settings
+    # a family may check what types cannot (a config file that must build) and fill derived
+    # values, through a ``resolve(settings) -> settings`` on its schema
+    resolve = getattr(schema, "resolve", None)
+    if resolve is not None:
+        checked = resolve(checked)
+    if checked.get("pretrained"):
+        from xirang_core.train.pretrained import check_pretrained
+
+        checked = check_pretrained(spec, checked)
     return {"family": values["family"], "name": values.get("name", values["family"]), **checked}
 
 

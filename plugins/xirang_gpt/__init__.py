@@ -12,6 +12,7 @@ def xirang_models() -> list[ModelSpec]:
             target="xirang_gpt.model:GPT",
             schema="xirang_gpt.model:GPTConfig",
             parallelize="xirang_gpt.parallelize:GPTParallelize",
+            hf="xirang_gpt.hf:GPTHF",
             description="decoder-only transformer (pre-norm, tied embeddings, causal SDPA)",
         )
     ]

@@ -11,6 +11,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from xirang_core.train.init import init_parameters
+from xirang_core.train.sample import sample
 
 #: parameters of the residual projections, drawn with GPT-2's depth-scaled deviation
 RESIDUAL_PROJECTIONS = ("proj.weight", "down.weight")
@@ -24,6 +25,8 @@ class GPTConfig:
     max_seq_len: int = 256
     vocab_size: int = 256
     dropout: float = 0.0
+    #: a Hugging Face GPT-2 directory to start from ("" = fresh init); see xirang_gpt.hf
+    pretrained: str = ""
 
 
 class CausalSelfAttention(nn.Module):
@@ -137,16 +140,8 @@ class GPT(nn.Module):
         """Training FLOPs per token: 6N + 12·L·h·s (PaLM, appendix B)."""
         return 6 * self.num_params() + 12 * self.cfg.n_layer * self.cfg.n_embd * seq_len
 
-    @torch.no_grad()
     def generate(
         self, idx: torch.Tensor, new_tokens: int, temperature: float = 0.8, top_k: int = 40
     ) -> torch.Tensor:
         """Append ``new_tokens`` sampled tokens to ``idx`` (batch, seq)."""
-        for _ in range(new_tokens):
-            context = idx[:, -self.cfg.max_seq_len :]
-            logits = self(context)[:, -1, :] / max(temperature, 1e-5)
-            if top_k:
-                kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1, None]
-                logits = logits.masked_fill(logits < kth, float("-inf"))
-            idx = torch.cat([idx, torch.multinomial(F.softmax(logits, dim=-1), 1)], dim=1)
-        return idx
+        return sample(self, idx, new_tokens, self.cfg.max_seq_len, temperature, top_k)

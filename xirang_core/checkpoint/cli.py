@@ -35,9 +35,19 @@ def _parser() -> argparse.ArgumentParser:
     verify = sub.add_parser("verify", help="read every chunk and check it against the manifest")
     verify.add_argument("--step", type=int, help="only this step (default: all)")
     verify.set_defaults(action=cmd_verify)
-    export = sub.add_parser("export", help="write the model weights as safetensors")
+    export = sub.add_parser(
+        "export", help="write the model weights: safetensors, or a Hugging Face directory"
+    )
     export.add_argument("--step", type=int, help="this step (default: newest valid)")
-    export.add_argument("-o", "--output", type=Path, help="file (default: RUN/model-<step>...)")
+    export.add_argument(
+        "--format",
+        choices=("safetensors", "hf"),
+        default="safetensors",
+        help="safetensors: one file, xirang's names; hf: a directory transformers loads",
+    )
+    export.add_argument(
+        "-o", "--output", type=Path, help="file or folder (default: RUN/model-step<N>...)"
+    )
     export.set_defaults(action=cmd_export)
     keep = sub.add_parser("keep", help="exempt a checkpoint from retention (--undo lifts it)")
     keep.add_argument("step", type=int)
@@ -45,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     keep.set_defaults(action=cmd_keep)
     for p in (ls, verify, export, keep):
         p.add_argument("run", help="run directory, or checkpoint root path/URL")
+    export.add_argument("out", nargs="?", type=Path, help="where to write (as -o)")
     return parser
 
 
@@ -53,9 +64,8 @@ def open_store(run: str) -> CheckpointStore:
     from xirang_core.checkpoint.config import CheckpointConfig
     from xirang_core.checkpoint.tiers import checkpoint_uri, open_tier
 
-    config_path = Path(run) / CONFIG_FILE
-    if config_path.is_file():
-        config: dict[str, Any] = yaml.safe_load(config_path.read_text()) or {}
+    if (Path(run) / CONFIG_FILE).is_file():
+        config = _run_config(run, "")
         settings = CheckpointConfig(**(config.get("checkpoint") or {}))
         uri = checkpoint_uri(settings.uri, run)
         return CheckpointStore(open_tier(uri, config.get("storage"), _registry()))
@@ -138,13 +148,29 @@ def cmd_verify(store: CheckpointStore, args: argparse.Namespace) -> int:
 
 
 def cmd_export(store: CheckpointStore, args: argparse.Namespace) -> int:
-    from xirang_core.checkpoint.export import export_safetensors
+    from xirang_core.checkpoint.export import export_hf, export_safetensors
 
     manifest = _pick(store, args.step)
-    out = args.output or Path(args.run) / f"model-step{manifest.step}.safetensors"
-    count = export_safetensors(store, manifest, out)
+    out = args.out or args.output
+    if args.format == "hf":
+        model = _run_config(args.run, "--format hf").get("model") or {}
+        out = out or Path(args.run) / f"hf-step{manifest.step}"
+        count = export_hf(store, manifest, out, model, _registry())
+    else:
+        out = out or Path(args.run) / f"model-step{manifest.step}.safetensors"
+        count = export_safetensors(store, manifest, out)
     print(f"wrote {count} tensors of step {manifest.step} to {out}")
     return 0
+
+
+def _run_config(run: str, needs: str) -> dict[str, Any]:
+    """A run directory's ``config.yaml``; ``needs`` says what asked for it."""
+    path = Path(run) / CONFIG_FILE
+    if not path.is_file():
+        raise ConfigError(
+            f"{needs} needs a run directory (its {CONFIG_FILE} names the model); {run} has none"
+        )
+    return yaml.safe_load(path.read_text()) or {}
 
 
 def cmd_keep(store: CheckpointStore, args: argparse.Namespace) -> int:

@@ -1,9 +1,14 @@
-"""Weights out of a checkpoint, for use outside xirang (safetensors)."""
+"""Weights out of a checkpoint, for use outside xirang: plain safetensors under xirang's own
+names, or a Hugging Face directory (``--format hf``) through the model family's mapping.
+
+Checkpoints are read through DCP's metadata and the chunk store (no pickle)."""
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed.checkpoint as dcp
@@ -13,6 +18,7 @@ from xirang_core.checkpoint.manifest import Manifest
 from xirang_core.checkpoint.memfs import MemoryFileSystem, memory_reader
 from xirang_core.checkpoint.snapshot import DCP_PREFIX
 from xirang_core.checkpoint.store import CheckpointStore
+from xirang_core.errors import ConfigError
 
 MODEL_PREFIX = "model."
 
@@ -46,3 +52,41 @@ def export_safetensors(store: CheckpointStore, manifest: Manifest, out: Path) ->
     out.parent.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out), metadata={"step": str(manifest.step), "format": "xirang"})
     return len(tensors)
+
+
+def export_hf(
+    store: CheckpointStore, manifest: Manifest, out: Path, model: dict[str, Any], registry: Any
+) -> int:
+    """Write a directory ``transformers`` loads (``from_pretrained(out)``): ``config.json`` and
+    ``model.safetensors`` from the family's Hugging Face mapping, and ``generation_config.json``
+    with xirang's sampling defaults. ``model`` is the run's ``model`` config section."""
+    from safetensors.torch import save_file
+
+    spec = registry.spec("model", model["family"])
+    interop = spec.load_hf()
+    if interop is None:
+        raise ConfigError(
+            f"--format hf: the model family '{spec.name}' has no Hugging Face mapping; "
+            f"use --format safetensors"
+        )
+    settings = {k: v for k, v in model.items() if k not in ("family", "name")}
+    hf_config, tensors = interop.to_hf(settings, model_tensors(store, manifest))
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(
+        {k: v.contiguous() for k, v in tensors.items()},
+        str(out / "model.safetensors"),
+        metadata={"format": "pt", "step": str(manifest.step)},  # transformers requires "pt"
+    )
+    (out / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
+    (out / "generation_config.json").write_text(json.dumps(generation_config(hf_config), indent=2))
+    return len(tensors)
+
+
+def generation_config(hf_config: dict[str, Any]) -> dict[str, Any]:
+    """Sampling as xirang's end-of-run sample does it (top-k 40, temperature 0.8)."""
+    tokens = {
+        key: hf_config[key]
+        for key in ("bos_token_id", "eos_token_id", "pad_token_id")
+        if hf_config.get(key) is not None
+    }
+    return {"do_sample": True, "temperature": 0.8, "top_k": 40, **tokens}

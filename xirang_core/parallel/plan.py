@@ -36,6 +36,8 @@ class ModelShape:
     tied_embeddings: bool = True
     #: bytes per activation element and per model-state element of one copy
     dtype_bytes: int = 4
+    #: the model splits its family implements for it: "tp" (tensor/sequence parallel), "pp"
+    splits: tuple[str, ...] = ("tp", "pp")
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,14 @@ def plan_problem(plan: ParallelPlan, shape: ModelShape, global_batch: int) -> st
         (plan.zero not in ZERO_STAGES, f"zero={plan.zero} is not one of {ZERO_STAGES}"),
         (plan.recompute not in RECOMPUTE, f"recompute={plan.recompute!r} not in {RECOMPUTE}"),
         (plan.schedule not in SCHEDULES, f"schedule={plan.schedule!r} not in {SCHEDULES}"),
+        (
+            plan.tp > 1 and "tp" not in shape.splits,
+            f"tp={plan.tp}: this model family has no tensor-parallel layout for this model",
+        ),
+        (
+            plan.pp > 1 and "pp" not in shape.splits,
+            f"pp={plan.pp}: this model family cannot cut this model into pipeline stages",
+        ),
         (shape.heads % plan.tp != 0, f"tp={plan.tp} does not divide the {shape.heads} heads"),
         (plan.sp and plan.tp == 1, "sequence parallel (sp) needs tp > 1"),
         (

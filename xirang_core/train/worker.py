@@ -28,6 +28,7 @@ from xirang_core.train.init import materialize
 from xirang_core.train.interrupt import StopAtStepEnd, stop_on
 from xirang_core.train.loop import LoopSettings, Trainer, evaluate
 from xirang_core.train.optim import build_optimizer
+from xirang_core.train.pretrained import load_pretrained
 
 CONFIG_FILE = "config.yaml"
 EVAL_BATCHES = 8
@@ -107,8 +108,9 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
     trainer, data = config["trainer"], config["data"]
     model_settings = {k: v for k, v in config["model"].items() if k not in ("family", "name")}
     strategy = registry.create("parallel", config["parallel"])
-    on_meta = starts_sharded(config, ctx, strategy)
+    on_meta = starts_sharded(config, ctx, strategy)  # never with model.pretrained
     model = build_model(config, model_settings, ctx.device, registry, on_meta)
+    load_pretrained(model, config, registry)  # model.pretrained=<dir>: before any split
     flops_per_token = model.flops_per_token(data["seq_len"])  # of the whole model, before a split
     params = model.num_params()  # likewise: a pipeline stage keeps only its own layers
     if hasattr(strategy, "build_mesh"):
