@@ -129,8 +129,9 @@ class Layer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
-#: torchtitan's depth-scaled projections (its w2, w3 and wo): std 0.02 / sqrt(2 (layer + 1))
-_DEPTH_SCALED = re.compile(r"layers\.(\d+)\.(self_attn\.o_proj|mlp\.down_proj|mlp\.up_proj)\.")
+#: torchtitan's depth-scaled projections (its wo, w2 and w3): std 0.02 / sqrt(2 (layer + 1));
+#: searched, not matched, so wrapper prefixes (recompute, compile) in a name do not matter
+_DEPTH_SCALED = re.compile(r"layers\.(\d+)\..*(o_proj|down_proj|up_proj)\.weight$")
 
 
 class Llama(nn.Module):
@@ -156,16 +157,16 @@ class Llama(nn.Module):
         for layer l; the output head std dim^-1/2 cut at 3 std; norms one. torchtitan does not
         tie; a tied embedding (also the head) takes Hugging Face's std 0.02 instead: N(0, 1)
         would make the head's first logits favour the input token by ~dim."""
-        if name.endswith("layernorm.weight") or name == "norm.weight":
+        if name.endswith("norm.weight"):
             tensor.fill_(1.0)
-        elif name == "embed_tokens.weight":
+        elif name.endswith("embed_tokens.weight"):
             nn.init.normal_(
                 tensor, std=0.02 if self.cfg.tie_embeddings else 1.0, generator=generator
             )
-        elif name == "lm_head.weight":
+        elif name.endswith("lm_head.weight"):
             std = self.cfg.dim**-0.5
             nn.init.trunc_normal_(tensor, std=std, a=-3 * std, b=3 * std, generator=generator)
-        elif match := _DEPTH_SCALED.match(name):
+        elif match := _DEPTH_SCALED.search(name):
             std = 0.02 / math.sqrt(2 * (int(match.group(1)) + 1))
             nn.init.trunc_normal_(tensor, std=std, generator=generator)
         else:

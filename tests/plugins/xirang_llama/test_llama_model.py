@@ -124,3 +124,15 @@ def test_generate_appends_tokens_within_the_vocabulary() -> None:
     model = Llama(LlamaConfig(**{**vars(TINY), "max_seq_len": 8})).eval()
     out = model.generate(torch.zeros(1, 3, dtype=torch.long), new_tokens=10)
     assert out.shape == (1, 13) and int(out.max()) < TINY.vocab_size
+
+
+def test_init_reads_names_through_wrappers() -> None:
+    """A name with a wrapper's prefix (recompute, compile) draws as the bare name does."""
+    model, gen = Llama(TINY), torch.Generator
+    for name in ("layers.1.mlp.down_proj.weight", "embed_tokens.weight", "norm.weight"):
+        shape = dict(model.named_parameters())[name].shape
+        wrapped = name.replace("layers.1.", "layers.1._checkpoint_wrapped_module.")
+        a, b = torch.empty(shape), torch.empty(shape)
+        model.param_init(name, a, gen().manual_seed(1))
+        model.param_init("_orig_mod." + wrapped, b, gen().manual_seed(1))
+        assert torch.equal(a, b), name
