@@ -9,6 +9,7 @@ from typing import Any
 
 from torch import nn
 
+from xirang_core.errors import ConfigError
 from xirang_core.parallel.layers import keep_stage_layers, parallelize_blocks
 from xirang_core.parallel.plan import ModelShape
 
@@ -29,6 +30,12 @@ class LlamaParallelize:
         from xirang_llama.model import LlamaConfig
 
         cfg = LlamaConfig(**settings)
+        if cfg.vocab_size < 1:  # filled from the tokenizer when the config is composed
+            raise ConfigError(
+                f"model.vocab_size={cfg.vocab_size} takes the tokenizer's vocabulary, which is "
+                "not known here: give the model option a vocab_size (on a run, "
+                "model.vocab_size=<n>)"
+            )
         h, kv = cfg.dim, cfg.n_kv_heads * cfg.head_dim
         layer = 2 * h * h + 2 * h * kv + 3 * h * cfg.ffn_dim + 2 * h
         embed = cfg.vocab_size * h

@@ -9,6 +9,7 @@ import torch
 from xirang_llama.model import Llama, LlamaConfig
 from xirang_llama.parallelize import LlamaParallelize
 
+from xirang_core.errors import ConfigError
 from xirang_core.parallel.memory import stage_params
 from xirang_core.parallel.plan import ParallelPlan, PlanError, check_plan
 
@@ -58,3 +59,8 @@ def test_stages_chain_to_the_whole_model(tied: bool) -> None:
     else:
         assert stages[2].embed_tokens is None
         assert plan.tied(stages[0]) is None and plan.tied(stages[2]) is None
+
+
+def test_an_unresolved_vocabulary_is_a_config_error_for_the_planner() -> None:
+    with pytest.raises(ConfigError, match="model.vocab_size=0"):
+        LlamaParallelize().shape({**vars(CFG), "vocab_size": 0}, seq_len=8)
