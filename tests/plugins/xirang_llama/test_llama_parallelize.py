@@ -62,5 +62,5 @@ def test_stages_chain_to_the_whole_model(tied: bool) -> None:
 
 
 def test_an_unresolved_vocabulary_is_a_config_error_for_the_planner() -> None:
-    with pytest.raises(ConfigError, match="model.vocab_size=0"):
+    with pytest.raises(ConfigError, match=r"model\.vocab_size=0"):
         LlamaParallelize().shape({**vars(CFG), "vocab_size": 0}, seq_len=8)
