@@ -72,11 +72,12 @@ def rope_tables(seq_len: int, head_dim: int, theta: float, device: torch.device)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x`` ``[batch, heads, seq, head_dim]``: the first half of each head pairs with
+    """Rotate ``x`` ``[batch, seq, heads, head_dim]``: the first half of each head pairs with
     the second (``rotate_half``)."""
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+    cos, sin = cos[:, None, :].to(x.dtype), sin[:, None, :].to(x.dtype)
+    return x * cos + rotated * sin
 
 
 class Attention(nn.Module):
@@ -94,11 +95,13 @@ class Attention(nn.Module):
         # heads are counted from the projections' widths: under tensor parallel a worker holds
         # only its share of the query and of the key/value heads
         q, k, v = (
-            p(x).view(batch, seq, -1, self.head_dim).transpose(1, 2)
+            p(x).view(batch, seq, -1, self.head_dim)
             for p in (self.q_proj, self.k_proj, self.v_proj)
         )
         cos, sin = rope_tables(seq, self.head_dim, self.theta, x.device)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        # rotated in the [batch, seq, heads, dim] layout, so attention's output comes back in it
+        # and the reshape for o_proj is a view, not a copy
+        q, k, v = (t.transpose(1, 2) for t in (apply_rope(q, cos, sin), apply_rope(k, cos, sin), v))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         return self.o_proj(y.transpose(1, 2).reshape(batch, seq, -1))
 

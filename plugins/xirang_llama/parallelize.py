@@ -26,7 +26,8 @@ class LlamaParallelize:
 
     def shape(self, settings: dict[str, Any], seq_len: int) -> ModelShape:
         """Model dimensions for the planner, from the ``model`` config section. Grouped-query
-        attention narrows k and v to ``n_kv_heads`` heads; SwiGLU has three FFN matrices."""
+        attention narrows k and v to ``n_kv_heads`` heads; SwiGLU has three FFN matrices and
+        keeps four ``ffn_dim``-wide activations for backward."""
         from xirang_llama.model import LlamaConfig
 
         cfg = LlamaConfig(**settings)
@@ -50,6 +51,7 @@ class LlamaParallelize:
             tied_embeddings=cfg.tie_embeddings,
             kv_heads=cfg.n_kv_heads,
             layer_params=layer,
+            split_activations=2 + 2 * cfg.n_kv_heads / cfg.n_heads + 4 * cfg.ffn_dim / h,
         )
 
     def apply_tp(self, model: nn.Module, mesh: Any, sequence_parallel: bool) -> None:

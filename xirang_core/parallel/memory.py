@@ -10,6 +10,9 @@ and without dropout masks (xirang's models train without dropout by default):
 - tensor parallel splits 12 of the 16 by ``t``; the norms' 4 stay whole.
 - sequence parallel as DTensor does it splits the norms too but keeps the two all-gathered norm
   outputs that feed the column-parallel layers: ``2 + 14/t``.
+- other blocks give their split part as ``ModelShape.split_activations``: a Llama layer keeps
+  q (1), k and v (2·kv_heads/heads), the attention output (1) and SwiGLU's gate, activation,
+  up and product (4·ffn/h) in place of the 12.
 - full recompute keeps only each layer's input (``1``, or ``1/t`` under sequence parallel).
 - the last stage adds the final norm (2) and the softmax output of the logits ``s·b·V``.
 
@@ -154,20 +157,21 @@ def activation_elements(
     b, s, h = plan.micro_batch, shape.seq_len, shape.hidden
     sbh = s * b * h
     layers = stage_layer_count(shape.layers, stage, plan.pp)
-    per_micro = layers * sbh * per_layer_factor(plan)
+    per_micro = layers * sbh * per_layer_factor(plan, shape.split_activations)
     if stage == plan.pp - 1:
         per_micro += 2 * sbh + s * b * shape.vocab
     return per_micro * in_flight(plan, global_batch, stage)
 
 
-def per_layer_factor(plan: ParallelPlan) -> float:
-    """Activation elements per layer in units of s·b·h (see the module docstring)."""
+def per_layer_factor(plan: ParallelPlan, split: float = 12.0) -> float:
+    """Activation elements per layer in units of s·b·h, of which ``split`` are split by tensor
+    parallel (see the module docstring)."""
     t = plan.tp
     if plan.recompute == "full":
         return 1 / t if plan.sp else 1.0
     if plan.sp:
-        return 2 + 14 / t
-    return 4 + 12 / t
+        return 2 + (split + 2) / t
+    return 4 + split / t
 
 
 def in_flight(plan: ParallelPlan, global_batch: int, stage: int) -> float:
