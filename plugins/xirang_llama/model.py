@@ -42,8 +42,9 @@ class LlamaConfig:
         """Raise ValueError naming the setting that cannot build a model."""
         if self.vocab_size < 1:
             raise ValueError(
-                f"vocab_size={self.vocab_size}: must be at least 1 (0 means the tokenizer's "
-                "vocabulary, which must be resolved before the model is built)"
+                f"vocab_size={self.vocab_size}: must be at least 1; 0 takes the tokenizer's "
+                "vocabulary, which is not known here (give the model option a vocab_size, or "
+                "model.vocab_size=<n> on a run)"
             )
         if self.n_heads < 1 or self.dim % self.n_heads:
             raise ValueError(f"dim={self.dim} must be a multiple of n_heads={self.n_heads}")

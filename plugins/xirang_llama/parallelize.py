@@ -31,12 +31,10 @@ class LlamaParallelize:
         from xirang_llama.model import LlamaConfig
 
         cfg = LlamaConfig(**settings)
-        if cfg.vocab_size < 1:  # filled from the tokenizer when the config is composed
-            raise ConfigError(
-                f"model.vocab_size={cfg.vocab_size} takes the tokenizer's vocabulary, which is "
-                "not known here: give the model option a vocab_size (on a run, "
-                "model.vocab_size=<n>)"
-            )
+        try:  # every run asks before its workers start: bad settings stop here
+            cfg.check()
+        except ValueError as exc:
+            raise ConfigError(f"model.{exc}") from None
         h, kv = cfg.dim, cfg.n_kv_heads * cfg.head_dim
         layer = 2 * h * h + 2 * h * kv + 3 * h * cfg.ffn_dim + 2 * h
         embed = cfg.vocab_size * h

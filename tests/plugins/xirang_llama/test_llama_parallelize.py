@@ -61,6 +61,15 @@ def test_stages_chain_to_the_whole_model(tied: bool) -> None:
         assert plan.tied(stages[0]) is None and plan.tied(stages[2]) is None
 
 
-def test_an_unresolved_vocabulary_is_a_config_error_for_the_planner() -> None:
-    with pytest.raises(ConfigError, match=r"model\.vocab_size=0"):
-        LlamaParallelize().shape({**vars(CFG), "vocab_size": 0}, seq_len=8)
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        ({"vocab_size": 0}, "vocab_size=0"),
+        ({"n_kv_heads": 3}, "n_kv_heads=3"),
+        ({"dim": 30}, "dim=30"),
+    ],
+)
+def test_bad_settings_are_a_config_error_before_any_worker(change: dict, key: str) -> None:
+    """The planner's shape is asked for on every run before its workers start."""
+    with pytest.raises(ConfigError, match=rf"^model\.{key}"):
+        LlamaParallelize().shape({**vars(CFG), **change}, seq_len=8)
