@@ -9,7 +9,6 @@ before launch.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
@@ -52,18 +51,11 @@ class HFParallelize:
 
     def layers(self, model: nn.Module) -> LayerView:
         """The decoder layers: the module list as long as the config's layer count."""
-        count = model.config.num_hidden_layers
-        for module in model.hf.base_model.modules():
-            if isinstance(module, nn.ModuleList) and len(module) == count:
-                return LayerView(module)
-        raise ConfigError(
-            f"model=hf: found no list of {count} decoder layers in {type(model.hf).__name__}, "
-            f"so it cannot be sharded layer by layer; use parallel=single or parallel=ddp"
-        )
+        return LayerView(decoder_layers(model.hf))
 
     def shape(self, settings: dict[str, Any], seq_len: int) -> ModelShape:
-        """Dimensions from the config; parameters counted on a meta-device build. Tensor
-        parallel splits key/value heads too, so the heads it may divide are their gcd."""
+        """Dimensions from the config; parameters (all, and one decoder layer's) counted on a
+        meta-device build."""
         import torch
         from transformers import AutoModelForCausalLM
 
@@ -78,11 +70,12 @@ class HFParallelize:
         ]
         head = hf.get_output_embeddings()
         heads = config.num_attention_heads
-        kv_heads = getattr(config, "num_key_value_heads", None) or heads
         return ModelShape(
             layers=config.num_hidden_layers,
             hidden=config.hidden_size,
-            heads=math.gcd(heads, kv_heads),
+            heads=heads,
+            kv_heads=getattr(config, "num_key_value_heads", None) or heads,
+            layer_params=sum(p.numel() for p in decoder_layers(hf)[0].parameters()),
             vocab=config.vocab_size,
             seq_len=seq_len,
             params=sum(p.numel() for p in hf.parameters()),
@@ -153,4 +146,16 @@ def _relayout(have: Any, want: Any) -> Any:
 
     return PrepareModuleInput(
         input_layouts=(have,), desired_input_layouts=(want,), use_local_output=True
+    )
+
+
+def decoder_layers(hf: nn.Module) -> nn.ModuleList:
+    """The transformers model's module list as long as its config's layer count."""
+    count = hf.config.num_hidden_layers
+    for module in hf.base_model.modules():
+        if isinstance(module, nn.ModuleList) and len(module) == count:
+            return module
+    raise ConfigError(
+        f"model=hf: found no list of {count} decoder layers in {type(hf).__name__}, "
+        f"so it cannot be sharded layer by layer; use parallel=single or parallel=ddp"
     )

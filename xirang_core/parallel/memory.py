@@ -10,6 +10,9 @@ and without dropout masks (xirang's models train without dropout by default):
 - tensor parallel splits 12 of the 16 by ``t``; the norms' 4 stay whole.
 - sequence parallel as DTensor does it splits the norms too but keeps the two all-gathered norm
   outputs that feed the column-parallel layers: ``2 + 14/t``.
+- other blocks give their split part as ``ModelShape.split_activations``: a Llama layer keeps
+  q (1), k and v (2·kv_heads/heads), the attention output (1) and SwiGLU's gate, activation,
+  up and product (4·ffn/h) in place of the 12.
 - full recompute keeps only each layer's input (``1``, or ``1/t`` under sequence parallel).
 - the last stage adds the final norm (2) and the softmax output of the logits ``s·b·V``.
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from xirang_core.parallel.layers import stage_bounds
 from xirang_core.parallel.plan import ModelShape, ParallelPlan
 
 #: Adam keeps two moments per parameter
@@ -74,7 +78,8 @@ def predict_memory(
 
 def stage_params(shape: ModelShape, plan: ParallelPlan, stage: int) -> StageParams:
     h, t = shape.hidden, plan.tp
-    layer = 12 * h * h // t + 4 * h
+    norms = 4 * h  # at most: the norms stay whole on every tensor-parallel rank
+    layer = (shape.layer_size() - norms) // t + norms
     count = stage_layer_count(shape.layers, stage, plan.pp)
     first, last = stage == 0, stage == plan.pp - 1
     embed = shape.vocab * h
@@ -88,8 +93,8 @@ def stage_params(shape: ModelShape, plan: ParallelPlan, stage: int) -> StagePara
 
 def stage_layer_count(layers: int, stage: int, stages: int) -> int:
     """Balanced contiguous split: later stages take the remainder (the first holds embeddings)."""
-    base, extra = divmod(layers, stages)
-    return base + (1 if stage >= stages - extra else 0)
+    lo, hi = stage_bounds(layers, stage, stages)
+    return hi - lo
 
 
 def _stage_memory(
@@ -152,20 +157,21 @@ def activation_elements(
     b, s, h = plan.micro_batch, shape.seq_len, shape.hidden
     sbh = s * b * h
     layers = stage_layer_count(shape.layers, stage, plan.pp)
-    per_micro = layers * sbh * per_layer_factor(plan)
+    per_micro = layers * sbh * per_layer_factor(plan, shape.split_activations)
     if stage == plan.pp - 1:
         per_micro += 2 * sbh + s * b * shape.vocab
     return per_micro * in_flight(plan, global_batch, stage)
 
 
-def per_layer_factor(plan: ParallelPlan) -> float:
-    """Activation elements per layer in units of s·b·h (see the module docstring)."""
+def per_layer_factor(plan: ParallelPlan, split: float = 12.0) -> float:
+    """Activation elements per layer in units of s·b·h, of which ``split`` are split by tensor
+    parallel (see the module docstring)."""
     t = plan.tp
     if plan.recompute == "full":
         return 1 / t if plan.sp else 1.0
     if plan.sp:
-        return 2 + 14 / t
-    return 4 + 12 / t
+        return 2 + (split + 2) / t
+    return 4 + split / t
 
 
 def in_flight(plan: ParallelPlan, global_batch: int, stage: int) -> float:

@@ -38,6 +38,17 @@ class ModelShape:
     dtype_bytes: int = 4
     #: the model splits its family implements for it: "tp" (tensor/sequence parallel), "pp"
     splits: tuple[str, ...] = ("tp", "pp")
+    #: key/value heads under grouped-query attention (0: as many as ``heads``)
+    kv_heads: int = 0
+    #: parameters of one layer (0: a GPT-2 block's 12·h² + 4·h; SwiGLU and GQA differ)
+    layer_params: int = 0
+    #: activation elements per layer and token, in units of h, that tensor parallel splits:
+    #: a GPT-2 block's q, k, v (3), attention output (1) and MLP (8) (see parallel/memory.py)
+    split_activations: float = 12.0
+
+    def layer_size(self) -> int:
+        """Parameters of one layer."""
+        return self.layer_params or 12 * self.hidden * self.hidden + 4 * self.hidden
 
 
 @dataclass(frozen=True)
@@ -155,6 +166,10 @@ def plan_problem(plan: ParallelPlan, shape: ModelShape, global_batch: int) -> st
             f"pp={plan.pp}: this model family cannot cut this model into pipeline stages",
         ),
         (shape.heads % plan.tp != 0, f"tp={plan.tp} does not divide the {shape.heads} heads"),
+        (
+            shape.kv_heads % plan.tp != 0,
+            f"tp={plan.tp} does not divide the {shape.kv_heads} key/value heads",
+        ),
         (plan.sp and plan.tp == 1, "sequence parallel (sp) needs tp > 1"),
         (
             plan.sp and shape.seq_len % plan.tp != 0,
