@@ -33,6 +33,8 @@ class LlamaConfig:
     rope_theta: float = 500000.0
     norm_eps: float = 1e-5
     tie_embeddings: bool = False
+    #: a Hugging Face Llama directory to start from (xirang ckpt export --format hf)
+    pretrained: str = ""
 
     @property
     def head_dim(self) -> int:

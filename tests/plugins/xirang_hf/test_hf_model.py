@@ -117,7 +117,8 @@ def test_tensor_parallel_only_for_llama_shaped_and_no_pipeline(
     plans = HFParallelize()
     llama = plans.shape(model_settings(hf_config(llama_dir)), 16)
     gpt2 = plans.shape(model_settings(hf_config(gpt2_dir)), 16)
-    assert (llama.heads, llama.layers, llama.positions, llama.tied_embeddings) == (2, 2, 0, False)
+    shape = (llama.heads, llama.kv_heads, llama.layers, llama.positions, llama.tied_embeddings)
+    assert shape == (4, 2, 2, 0, False)
     assert (gpt2.heads, gpt2.positions, gpt2.tied_embeddings) == (2, 32, True)
     check_plan(ParallelPlan(tp=2, micro_batch=4), llama, 8)
     with pytest.raises(ConfigError, match="no tensor-parallel layout"):
