@@ -36,7 +36,7 @@ def report_error(exc: BaseException) -> None:
 
 
 def _looks_like_command(word: str) -> bool:
-    return not word.startswith("-") and "=" not in word and not word.startswith("+")
+    return "=" not in word and not word.startswith(("-", "+", "~"))
 
 
 def _run_command(name: str, argv: list[str]) -> int:
