@@ -6,11 +6,12 @@ import argparse
 import json
 from typing import Any
 
+from xirang_core.cli import help_text
 from xirang_core.plugins import Registry, get_registry
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="xirang plugins", description=__doc__)
+    parser = argparse.ArgumentParser(prog="xirang plugins", description=help_text(__doc__))
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     args = parser.parse_args(argv)
     registry = get_registry()
