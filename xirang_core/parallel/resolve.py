@@ -32,18 +32,32 @@ def resolve_parallel(config: dict[str, Any], registry: Registry) -> None:
         config["parallel"] = plan.settings()
         trainer["micro_batch"] = plan.micro_batch
         log.warning("parallel=auto chose %s (%s)", plan.label(), plan.strategy())
+    else:
+        strategy = registry.create("parallel", config["parallel"])
+        shape = model_shape(config, registry)
+        if hasattr(strategy, "plan") and shape is not None:
+            plan = plan_on_workers(config, strategy, shape)
+            check_plan(plan, shape, trainer["global_batch"])
+    note_one_worker(config, registry)
+
+
+def note_one_worker(config: dict[str, Any], registry: Registry) -> None:
+    """One warning line for each choice that acts between workers when there is only one: it
+    runs, but a user who asked for it should not believe it did something."""
+    if config["trainer"]["nproc"] > 1:
         return
-    name = config["parallel"]["name"]
-    strategy = registry.create("parallel", config["parallel"])
-    shape = model_shape(config, registry)
-    if hasattr(strategy, "plan") and shape is not None:
-        plan = plan_on_workers(config, strategy, shape)
-        check_plan(plan, shape, trainer["global_batch"])
-    if trainer["nproc"] == 1 and registry.spec("parallel", name).multi_process:
+    strategy, comm = config["parallel"]["name"], config["comm"]["name"]
+    if registry.spec("parallel", strategy).multi_process:
         log.warning(
             "parallel=%s runs on one worker (trainer.nproc=1), so nothing is split or "
             "replicated; trainer.nproc=N runs it on N workers",
-            name,
+            strategy,
+        )
+    if comm != "auto":
+        log.warning(
+            "comm=%s changes how workers exchange gradients; with one worker (trainer.nproc=1) "
+            "there is no exchange, so it does nothing in this run",
+            comm,
         )
 
 
