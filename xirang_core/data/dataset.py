@@ -61,6 +61,10 @@ def resolve(data: dict[str, Any], storage: dict[str, Any] | None) -> tuple[Fsspe
     from xirang_core.storage.locate import origin_errors, tier_for
 
     cfg = check(data)
+    if cfg.name == "stdlib" and cfg.uri:
+        # data.uri=ROOT alone (as the stdlib option's own comment invites) trains on ROOT: the
+        # run says so, rather than calling the user's dataset the embedded corpus
+        data["name"] = "snapshot"
     uri = cfg.uri or str(ensure_prepared())
     tier = tier_for(uri, storage)
     with origin_errors(uri):
