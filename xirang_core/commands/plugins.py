@@ -42,6 +42,8 @@ def describe(registry: Registry) -> list[dict[str, Any]]:
 
 
 def _describe_spec(registry: Registry, plugin: str, spec: Any) -> dict[str, Any]:
+    """Available = importable, not claimed twice, its programs on PATH and, for a device
+    backend, its hardware present: the same reason ``xirang devices`` gives when it is not."""
     missing = spec.missing()
     conflict = registry.conflicts.get((spec.kind, spec.name))
     reason = ""
@@ -51,13 +53,30 @@ def _describe_spec(registry: Registry, plugin: str, spec: Any) -> dict[str, Any]
         )
     elif conflict:
         reason = f"also registered by {' and '.join(p for p in conflict if p != plugin)}"
+    elif spec.missing_tools():
+        reason = f"installed, not usable here: {', '.join(spec.missing_tools())} not on PATH"
+    elif spec.kind == "device":
+        reason = _no_device(registry, spec.name)
     return {
         "kind": spec.kind,
         "name": spec.name,
         "description": spec.description,
-        "available": not missing and not conflict,
+        "installed": not missing,
+        "available": not reason,
         "reason": reason,
     }
+
+
+def _no_device(registry: Registry, name: str) -> str:
+    """Why the backend finds no device here ("" when it does), from its torch-free ``present``
+    check (the vendor's library or tool); ``xirang devices`` adds torch's view of them."""
+    try:
+        backend = registry.load("device", name)()
+        probe = getattr(backend, "present", backend.detect)
+        found, why = probe()
+    except Exception as exc:  # a backend that cannot load or probe is listed, not fatal
+        found, why = False, f"{type(exc).__name__}: {exc}"
+    return "" if found else f"installed, no device: {why}"
 
 
 def _print_table(rows: list[dict[str, Any]]) -> None:
