@@ -79,28 +79,40 @@ def _no_device(registry: Registry, name: str) -> str:
     return "" if found else f"installed, no device: {why}"
 
 
+#: below this width the version column goes (every built-in shares the distribution's)
+WIDE = 120
+
+
 def _print_table(rows: list[dict[str, Any]]) -> None:
+    """Names never wrap or truncate; the notes column takes what the terminal has left and
+    wraps, so the table fits an 80-column terminal."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="xirang plugins", show_lines=False)
-    for column in ("plugin", "version", "kind", "name", "available", "notes"):
-        table.add_column(column)
+    console = Console()
+    wide = console.width >= WIDE
+    table = Table(
+        title="xirang plugins", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
+    )
+    for column in ("plugin", "version", "kind", "name", "usable"):
+        if column != "version" or wide:
+            table.add_column(column, no_wrap=True)
+    table.add_column("notes", overflow="fold")
     for row in rows:
-        version = row["version"] or "-"
+        version = [row["version"] or "-"] if wide else []
         if row["status"] != "loaded" or not row["registers"]:
             style = "red" if row["status"] == "failed" else "yellow"
             table.add_row(
-                row["plugin"], version, "-", "-", row["status"], row["error"], style=style
+                row["plugin"], *version, "-", "-", row["status"], row["error"], style=style
             )
         for item in row["registers"]:
-            notes = item["reason"] or item["description"]
             table.add_row(
                 row["plugin"],
-                version,
+                *version,
                 item["kind"],
                 item["name"],
                 "yes" if item["available"] else "[red]no[/]",
-                notes,
+                item["reason"] or item["description"],
             )
-    Console().print(table)
+    console.print(table)
