@@ -35,6 +35,7 @@ def test_plugins_json_lists_every_builtin_with_availability():
             "kind": "device",
             "name": "cpu",
             "description": cpu["registers"][0]["description"],
+            "installed": True,
             "available": True,
             "reason": "",
         }

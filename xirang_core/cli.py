@@ -1,6 +1,7 @@
 """The ``xirang`` command line: Hydra overrides train; a first word names a subcommand.
 
-    xirang [hydra overrides]        train (``python -m xirang`` is the same)
+    xirang hydra overrides          train (``python -m xirang [overrides]`` is the same)
+    xirang                          the subcommands (bare ``python -m xirang`` trains the default)
     xirang plugins [--json]         what is installed and available
     xirang <command> ...            any command a plugin registers (``xirang --commands``)
 
@@ -9,16 +10,26 @@ Start-up stays light: torch and Hydra are imported only when a run needs them.
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any
 
 from xirang_core.errors import XirangError
 
+USAGE = """usage: xirang <command> [args]     (xirang <command> --help for its own)
+       python -m xirang [overrides]   train: a bare python -m xirang trains the embedded default
 
-def main(argv: list[str] | None = None) -> int:
+commands:"""
+
+
+def main(argv: list[str] | None = None, bare_trains: bool = False) -> int:
+    """The ``xirang`` command; ``python -m xirang`` passes ``bare_trains`` (a bare ``xirang``
+    typed to see what it does lists the commands rather than starting a 300-step run)."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        if args == ["--commands"]:
+        if args == ["--commands"] or (not args and not bare_trains):
+            if not args:
+                print(USAGE)
             return _list_commands()
         if args and _looks_like_command(args[0]):
             return _run_command(args[0], args[1:])
@@ -26,6 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     except XirangError as exc:
         report_error(exc)
         return exc.exit_code
+
+
+def help_text(doc: str) -> str:
+    """A docstring as a terminal shows it: reST's ``literal`` markup without the backticks."""
+    return re.sub(r"``(.+?)``", r"\1", doc, flags=re.S)
 
 
 def report_error(exc: BaseException) -> None:
@@ -36,7 +52,7 @@ def report_error(exc: BaseException) -> None:
 
 
 def _looks_like_command(word: str) -> bool:
-    return not word.startswith("-") and "=" not in word and not word.startswith("+")
+    return "=" not in word and not word.startswith(("-", "+", "~"))
 
 
 def _run_command(name: str, argv: list[str]) -> int:
@@ -57,7 +73,7 @@ def _list_commands() -> int:
 
     registry = get_registry()
     for name in registry.names("command"):
-        print(f"{name:12s} {registry.spec('command', name).description}")
+        print(f"  {name:12s} {registry.spec('command', name).description}")
     return 0
 
 

@@ -19,6 +19,7 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from xirang_core.checkpoint.config import CheckpointConfig, check_checkpoint
 from xirang_core.errors import ConfigError
+from xirang_core.overrides import check_keys, did_you_mean
 from xirang_core.plugins import Registry
 
 #: config groups whose option is a registry name, and the registry kind it names
@@ -126,8 +127,9 @@ def group_options(registry: Registry) -> dict[str, set[str]]:
 
 
 def check_overrides(args: list[str], registry: Registry) -> None:
-    """Reject ``group=option`` overrides naming an option that does not exist, listing the valid
-    ones, before Hydra prints its search path at the user."""
+    """Reject ``group=option`` overrides naming an option that does not exist, and keys or
+    groups that do not exist, naming the close ones and the valid ones, before Hydra prints its
+    search path (or "not in struct") at the user."""
     options = group_options(registry)
     for arg in args:
         match = re.fullmatch(r"([A-Za-z_][\w]*)=([\w.,-]+)", arg)
@@ -138,8 +140,10 @@ def check_overrides(args: list[str], registry: Registry) -> None:
             if value not in options[group]:
                 valid = ", ".join(sorted(options[group]))
                 raise ConfigError(
-                    f"{group}={value}: no such option. Valid {group} options: {valid}"
+                    f"{group}={value}: no such option. {did_you_mean(value, options[group])}"
+                    f"Valid {group} options: {valid}"
                 )
+    check_keys(args, options, registry)
 
 
 def validate(cfg: DictConfig, registry: Registry) -> dict[str, Any]:
@@ -178,8 +182,8 @@ def _check_schema(section: str, values: Any, schema: type) -> dict[str, Any]:
     unknown = sorted(set(values) - known)
     if unknown:
         raise ConfigError(
-            f"{section}.{unknown[0]}: no such setting. Valid keys of {section}: "
-            f"{', '.join(sorted(known))}"
+            f"{section}.{unknown[0]}: no such setting. {did_you_mean(unknown[0], known)}"
+            f"Valid keys of {section}: {', '.join(sorted(known))}"
         )
     try:
         typed = OmegaConf.merge(OmegaConf.structured(schema), values)

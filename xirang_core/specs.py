@@ -57,7 +57,8 @@ class ImplSpec:
     ``target`` is ``"package.module:Attribute"``; ``schema`` (optional, same form) is a dataclass
     whose fields the config group option is validated against; ``requires`` lists importable
     module names without which the implementation cannot run, and ``install`` tells the user how
-    to get them.
+    to get them. ``tools`` lists the programs it runs (``sbatch``): without them on PATH it is
+    installed but not usable here.
     """
 
     kind: ClassVar[str] = "implementation"
@@ -68,10 +69,17 @@ class ImplSpec:
     schema: str | None = None
     requires: tuple[str, ...] = ()
     install: str = ""
+    tools: tuple[str, ...] = ()
 
     def missing(self) -> list[str]:
         """The required modules that cannot be found, without importing anything."""
         return [mod for mod in self.requires if not _module_exists(mod)]
+
+    def missing_tools(self) -> list[str]:
+        """The programs it runs that are not on PATH."""
+        import shutil
+
+        return [tool for tool in self.tools if shutil.which(tool) is None]
 
     def load(self) -> Any:
         """Import and return the implementation (a class or factory)."""

@@ -51,21 +51,35 @@ class SweepTable(Callback):
             self.rows = _rows_from_folder(Path(config.hydra.sweep.dir))
         if not self.rows:
             return
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(title="sweep results (best first)")
-        for column in self.rows[0]:
-            table.add_column(column)
         ranked = sorted(self.rows, key=lambda r: (r["final_loss"] is None, r["final_loss"] or 0))
-        for row in ranked:
-            table.add_row(*("-" if v is None else str(v) for v in row.values()))
-        Console().print(table)
         out = Path(config.hydra.sweep.dir) / "sweep_results.csv"
         with out.open("w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(self.rows[0]))
             writer.writeheader()
             writer.writerows(ranked)
+        _print_table(ranked, out)
+
+
+#: below this width the run directories leave the table (the CSV keeps them)
+WIDE = 120
+
+
+def _print_table(ranked: list[dict[str, Any]], csv_path: Path) -> None:
+    """Figures never truncate: overrides wrap, and on a narrow terminal the long run
+    directories are left to the CSV, whose path is printed below the table."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    columns = [c for c in ranked[0] if c != "run_dir" or console.width >= WIDE]
+    table = Table(title="sweep results (best first)", box=box.SIMPLE_HEAD, collapse_padding=True)
+    for column in columns:
+        table.add_column(column, overflow="fold", no_wrap=column != "overrides")
+    for row in ranked:
+        table.add_row(*("-" if row[c] is None else str(row[c]) for c in columns))
+    console.print(table)
+    console.print(f"every job's figures and run directory:\n  {csv_path}", soft_wrap=True)
 
 
 def _rows_from_folder(sweep_dir: Path) -> list[dict[str, Any]]:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
-
-import torch
+from typing import TYPE_CHECKING
 
 from xirang_core.devices.calibration import (
     cached_calibration,
@@ -14,6 +13,9 @@ from xirang_core.devices.calibration import (
     measure_memory_bandwidth_gbps,
 )
 from xirang_core.specs import Calibration, DeviceInfo, HealthFinding, InterconnectGroup, Topology
+
+if TYPE_CHECKING:  # torch is imported by the methods that use it: `xirang plugins` asks
+    import torch  # present() of every device backend and must not wait for torch
 
 #: free memory below this fraction of the total makes the host unfit for new work
 LOW_MEMORY_FRACTION = 0.05
@@ -29,7 +31,12 @@ class CpuBackend:
     def detect(self) -> tuple[bool, str]:
         return True, "the host CPU is always available"
 
+    def present(self) -> tuple[bool, str]:
+        return self.detect()
+
     def inventory(self) -> list[DeviceInfo]:
+        import torch
+
         return [
             DeviceInfo(
                 type="cpu",
@@ -58,11 +65,15 @@ class CpuBackend:
         return [HealthFinding(0, "memory", "ok", f"{free / 2**30:.1f} GiB free")]
 
     def calibrate(self, refresh: bool = False) -> Calibration:
+        import torch
+
         threads = torch.get_num_threads()
         key = f"cpu-{cpu_model()}-{threads}threads-torch{torch.__version__}"
         return cached_calibration(key, lambda: self._measure(threads), refresh)
 
     def _measure(self, threads: int) -> Calibration:
+        import torch
+
         device = torch.device("cpu")
         return Calibration(
             device_model=cpu_model(),
@@ -71,6 +82,8 @@ class CpuBackend:
         )
 
     def torch_device(self, local_rank: int) -> torch.device:
+        import torch
+
         return torch.device("cpu")
 
     def collective_backend(self) -> str:

@@ -14,6 +14,7 @@ def xirang_schedulers() -> list[SchedulerSpec]:
             target="xirang_slurm.scheduler:SlurmScheduler",
             schema="xirang_slurm.scheduler:SlurmConfig",
             description="sbatch the run's workers (srun + torchrun) on a Slurm cluster and wait",
+            tools=("sbatch",),
         )
     ]
 

@@ -15,6 +15,7 @@ import yaml
 
 from xirang_core.checkpoint.chunks import CorruptCheckpoint
 from xirang_core.checkpoint.store import CheckpointStore
+from xirang_core.cli import help_text
 from xirang_core.errors import ConfigError
 
 CONFIG_FILE = "config.yaml"
@@ -27,7 +28,7 @@ def main(argv: list[str]) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="xirang ckpt", description=__doc__)
+    parser = argparse.ArgumentParser(prog="xirang ckpt", description=help_text(__doc__))
     sub = parser.add_subparsers(required=True, metavar="{ls,verify,export,keep}")
     ls = sub.add_parser("ls", help="list checkpoints: step, size, new bytes, kept, state")
     ls.add_argument("--json", action="store_true", help="machine-readable output")

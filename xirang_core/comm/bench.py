@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from xirang_core.cli import help_text
 from xirang_core.comm import bench_report
 from xirang_core.comm.cost_model import OPS, ClusterDescription, Link, bus_bandwidth, fit_link
 from xirang_core.comm.launch import run_group
@@ -24,6 +25,9 @@ BENCHES = ("comm",)
 
 def main(argv: list[str]) -> int:
     """``xirang bench <what>``: the only benchmark so far is ``comm``."""
+    if argv[:1] in (["-h"], ["--help"]):
+        _parser().print_help()  # the one benchmark's help
+        return 0
     if not argv or argv[0] not in BENCHES:
         raise ConfigError(f"usage: xirang bench <what> [options]; <what> is one of {BENCHES}")
     args = _parser().parse_args(argv[1:])
@@ -36,7 +40,7 @@ def main(argv: list[str]) -> int:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="xirang bench comm",
-        description=__doc__,
+        description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--workers", default="1,2,4", help="worker counts; 1 is the baseline")

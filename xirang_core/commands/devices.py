@@ -7,11 +7,12 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+from xirang_core.cli import help_text
 from xirang_core.plugins import get_registry
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="xirang devices", description=__doc__)
+    parser = argparse.ArgumentParser(prog="xirang devices", description=help_text(__doc__))
     parser.add_argument("--calibrate", action="store_true", help="measure again, ignore the cache")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     args = parser.parse_args(argv)

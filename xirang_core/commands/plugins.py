@@ -6,11 +6,12 @@ import argparse
 import json
 from typing import Any
 
+from xirang_core.cli import help_text
 from xirang_core.plugins import Registry, get_registry
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="xirang plugins", description=__doc__)
+    parser = argparse.ArgumentParser(prog="xirang plugins", description=help_text(__doc__))
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     args = parser.parse_args(argv)
     registry = get_registry()
@@ -41,6 +42,8 @@ def describe(registry: Registry) -> list[dict[str, Any]]:
 
 
 def _describe_spec(registry: Registry, plugin: str, spec: Any) -> dict[str, Any]:
+    """Available = importable, not claimed twice, its programs on PATH and, for a device
+    backend, its hardware present: the same reason ``xirang devices`` gives when it is not."""
     missing = spec.missing()
     conflict = registry.conflicts.get((spec.kind, spec.name))
     reason = ""
@@ -50,37 +53,66 @@ def _describe_spec(registry: Registry, plugin: str, spec: Any) -> dict[str, Any]
         )
     elif conflict:
         reason = f"also registered by {' and '.join(p for p in conflict if p != plugin)}"
+    elif spec.missing_tools():
+        reason = f"installed, not usable here: {', '.join(spec.missing_tools())} not on PATH"
+    elif spec.kind == "device":
+        reason = _no_device(registry, spec.name)
     return {
         "kind": spec.kind,
         "name": spec.name,
         "description": spec.description,
-        "available": not missing and not conflict,
+        "installed": not missing,
+        "available": not reason,
         "reason": reason,
     }
 
 
+def _no_device(registry: Registry, name: str) -> str:
+    """Why the backend finds no device here ("" when it does), from its torch-free ``present``
+    check (the vendor's library or tool); ``xirang devices`` adds torch's view of them."""
+    try:
+        backend = registry.load("device", name)()
+        probe = getattr(backend, "present", backend.detect)
+        found, why = probe()
+    except Exception as exc:  # a backend that cannot load or probe is listed, not fatal
+        found, why = False, f"{type(exc).__name__}: {exc}"
+    return "" if found else f"installed, no device: {why}"
+
+
+#: below this width the version column goes (every built-in shares the distribution's)
+WIDE = 120
+
+
 def _print_table(rows: list[dict[str, Any]]) -> None:
+    """Names never wrap or truncate; the notes column takes what the terminal has left and
+    wraps, so the table fits an 80-column terminal."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="xirang plugins", show_lines=False)
-    for column in ("plugin", "version", "kind", "name", "available", "notes"):
-        table.add_column(column)
+    console = Console()
+    wide = console.width >= WIDE
+    table = Table(
+        title="xirang plugins", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
+    )
+    for column in ("plugin", "version", "kind", "name", "usable"):
+        if column != "version" or wide:
+            table.add_column(column, no_wrap=True)
+    table.add_column("notes", overflow="fold")
     for row in rows:
-        version = row["version"] or "-"
+        version = [row["version"] or "-"] if wide else []
         if row["status"] != "loaded" or not row["registers"]:
             style = "red" if row["status"] == "failed" else "yellow"
             table.add_row(
-                row["plugin"], version, "-", "-", row["status"], row["error"], style=style
+                row["plugin"], *version, "-", "-", row["status"], row["error"], style=style
             )
         for item in row["registers"]:
-            notes = item["reason"] or item["description"]
             table.add_row(
                 row["plugin"],
-                version,
+                *version,
                 item["kind"],
                 item["name"],
                 "yes" if item["available"] else "[red]no[/]",
-                notes,
+                item["reason"] or item["description"],
             )
-    Console().print(table)
+    console.print(table)

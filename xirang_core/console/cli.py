@@ -16,6 +16,7 @@ import signal
 import threading
 from pathlib import Path
 
+from xirang_core.cli import help_text
 from xirang_core.console.metrics_store import MetricsStore
 from xirang_core.console.server import Sampler, serve
 from xirang_core.console.source import ConsoleSource
@@ -50,7 +51,9 @@ def main(argv: list[str]) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="xirang console", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="xirang console", description=help_text(__doc__.split("\n\n")[0])
+    )
     parser.add_argument("--state", required=True, help="the pool's state file (pool serve --state)")
     parser.add_argument("--prices", help="price book YAML; meters pool jobs into the cost store")
     parser.add_argument("--host", default="127.0.0.1")

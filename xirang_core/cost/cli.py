@@ -13,6 +13,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from xirang_core.cli import help_text
 from xirang_core.cost import findings as findings_mod
 from xirang_core.cost import report as report_mod
 from xirang_core.cost.budgets import ACTIONS, SCOPES, Budget, Governor
@@ -31,7 +32,9 @@ def main(argv: list[str]) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="xirang cost", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="xirang cost", description=help_text(__doc__.split("\n\n")[0])
+    )
     parser.add_argument("--db", help="cost database (default XIRANG_HOME/cost/cost.db)")
     sub = parser.add_subparsers(dest="command", required=True)
     rep = sub.add_parser("report", help="costs grouped by team, project or device type")

@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from rich.console import Console
 from rich.table import Table
 
+from xirang_core.cli import help_text
 from xirang_core.data.prepare import PrepareSettings, prepare
 from xirang_core.data.quality import Report, Rules
 from xirang_core.data.snapshot import list_ids, load
@@ -39,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="xirang data",
         description="Prepare, list, sync and verify dataset snapshots.",
-        epilog=__doc__.split("\n\n", 1)[1],
+        epilog=help_text(__doc__.split("\n\n", 1)[1]),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(required=True, metavar="COMMAND")

@@ -10,6 +10,7 @@ from xirang_core.data.fetch import TierSettings
 from xirang_core.data.reader import ReadSettings, ShardReader
 from xirang_core.data.snapshot import Snapshot, load
 from xirang_core.errors import ConfigError
+from xirang_core.overrides import did_you_mean
 from xirang_core.paths import xirang_home
 from xirang_core.storage.cache import check_separate
 from xirang_core.storage.retry import RetryPolicy
@@ -41,7 +42,10 @@ def check(data: dict[str, Any]) -> DataConfig:
     known = {f.name for f in fields(DataConfig)}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise ConfigError(f"data.{unknown[0]}: no such setting. Valid: {', '.join(sorted(known))}")
+        raise ConfigError(
+            f"data.{unknown[0]}: no such setting. {did_you_mean(unknown[0], known)}"
+            f"Valid: {', '.join(sorted(known))}"
+        )
     cfg = DataConfig(**data)
     if not 0 <= cfg.val_fraction < 1:
         raise ConfigError(f"data.val_fraction={cfg.val_fraction}: must be in [0, 1)")
@@ -57,6 +61,10 @@ def resolve(data: dict[str, Any], storage: dict[str, Any] | None) -> tuple[Fsspe
     from xirang_core.storage.locate import origin_errors, tier_for
 
     cfg = check(data)
+    if cfg.name == "stdlib" and cfg.uri:
+        # data.uri=ROOT alone (as the stdlib option's own comment invites) trains on ROOT: the
+        # run says so, rather than calling the user's dataset the embedded corpus
+        data["name"] = "snapshot"
     uri = cfg.uri or str(ensure_prepared())
     tier = tier_for(uri, storage)
     with origin_errors(uri):

@@ -84,12 +84,29 @@ class AcceleratorBackend:
         except Exception as exc:
             return False, f"{self.vendor} detection failed: {type(exc).__name__}: {exc}"
 
+    def present(self) -> tuple[bool, str]:
+        """Whether the vendor's driver lists usable devices, or why not, read with the vendor's
+        library or tool only: ``xirang plugins`` asks this without importing torch, and
+        :meth:`detect` goes on from the same reading to the driver/runtime/torch checks."""
+        try:
+            missing = self._missing(self.read())
+        except Exception as exc:
+            return False, f"{self.vendor} detection failed: {type(exc).__name__}: {exc}"
+        return not missing, missing
+
+    def _missing(self, node: NodeReading) -> str:
+        """Why ``node`` has no usable device; empty when it has."""
+        if not node.devices:
+            return node.problem or f"no {self.vendor} devices found"
+        if not node.usable:
+            return f"all {len(node.devices)} {self.vendor} devices are lost"
+        return ""
+
     def _detect(self) -> tuple[bool, str]:
         node = self.read()
-        if not node.devices:
-            return False, node.problem or f"no {self.vendor} devices found"
-        if not node.usable:
-            return False, f"all {len(node.devices)} {self.vendor} devices are lost"
+        missing = self._missing(node)
+        if missing:
+            return False, missing
         blockers = [f.message for f in self.compatibility(node) if f.severity == DRAIN]
         if blockers:
             return False, "; ".join(blockers)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from xirang_core.checkpoint.events import read_events
+from xirang_core.cli import help_text
 from xirang_core.errors import ConfigError
 
 SCENARIOS = ("kill", "corrupt", "fail_save", "storage")
@@ -51,7 +52,7 @@ class DrillReport:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="xirang drill",
-        description=__doc__,
+        description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("scenario", choices=[*SCENARIOS, "all"])

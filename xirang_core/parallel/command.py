@@ -18,6 +18,7 @@ import sys
 from dataclasses import fields
 from typing import Any
 
+from xirang_core.cli import help_text
 from xirang_core.errors import ConfigError
 from xirang_core.parallel.cluster import Cluster, load_cluster, local_cluster
 from xirang_core.parallel.plan import ModelShape
@@ -30,7 +31,7 @@ RUN_KEYS = {"model", "cluster", "devices", "global_batch"}
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="xirang plan",
-        description=__doc__,
+        description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("settings", nargs="*", help="key=value (see above)")

@@ -7,10 +7,12 @@ import logging
 from typing import Any
 
 from xirang_core.errors import ConfigError
-from xirang_core.parallel.plan import ModelShape, ParallelPlan, check_plan
+from xirang_core.parallel.plan import ModelShape, ParallelPlan, PlanError, check_plan, plan_problem
 from xirang_core.plugins import Registry
 
 log = logging.getLogger("xirang.plan")
+#: worker counts tried when a plan needs another one (the counts named are the first few)
+MAX_WORKERS = 64
 
 
 def model_shape(config: dict[str, Any], registry: Registry) -> ModelShape | None:
@@ -30,12 +32,67 @@ def resolve_parallel(config: dict[str, Any], registry: Registry) -> None:
         config["parallel"] = plan.settings()
         trainer["micro_batch"] = plan.micro_batch
         log.warning("parallel=auto chose %s (%s)", plan.label(), plan.strategy())
+    else:
+        strategy = registry.create("parallel", config["parallel"])
+        shape = model_shape(config, registry)
+        if hasattr(strategy, "plan") and shape is not None:
+            plan = plan_on_workers(config, strategy, shape)
+            check_plan(plan, shape, trainer["global_batch"])
+    note_one_worker(config, registry)
+
+
+def note_one_worker(config: dict[str, Any], registry: Registry) -> None:
+    """One warning line for each choice that acts between workers when there is only one: it
+    runs, but a user who asked for it should not believe it did something."""
+    if config["trainer"]["nproc"] > 1:
         return
-    strategy = registry.create("parallel", config["parallel"])
-    shape = model_shape(config, registry)
-    if hasattr(strategy, "plan") and shape is not None:
-        plan = strategy.plan(trainer["nproc"], trainer["micro_batch"])
-        check_plan(plan, shape, trainer["global_batch"])
+    strategy, comm = config["parallel"]["name"], config["comm"]["name"]
+    if registry.spec("parallel", strategy).multi_process:
+        log.warning(
+            "parallel=%s runs on one worker (trainer.nproc=1), so nothing is split or "
+            "replicated; trainer.nproc=N runs it on N workers",
+            strategy,
+        )
+    if comm != "auto":
+        log.warning(
+            "comm=%s changes how workers exchange gradients; with one worker (trainer.nproc=1) "
+            "there is no exchange, so it does nothing in this run",
+            comm,
+        )
+
+
+def plan_on_workers(config: dict[str, Any], strategy: Any, shape: ModelShape) -> ParallelPlan:
+    """The strategy's plan for ``trainer.nproc`` workers. When the worker count is what stops
+    it (``parallel=sp`` or ``parallel.tp=2`` on one worker), the error names ``trainer.nproc``
+    and the counts it runs on, rather than the splits of a world size the user never set."""
+    trainer, name = config["trainer"], config["parallel"]["name"]
+    nproc, global_batch = trainer["nproc"], trainer["global_batch"]
+    try:
+        plan = strategy.plan(nproc, trainer["micro_batch"])
+    except PlanError as exc:
+        plan, error, reason = None, exc, str(exc).partition(". Valid splits")[0]
+    else:
+        reason = plan_problem(plan, shape, global_batch)
+        if not reason or nproc > 1:
+            return plan  # on several workers check_plan names the plans that fit them
+    counts = [n for n in range(1, MAX_WORKERS + 1) if _runs_on(strategy, n, shape, global_batch)]
+    if not counts:  # no worker count helps: the plan's own error says what does
+        if plan is None:
+            raise error
+        return plan
+    raise PlanError(
+        f"parallel={name} cannot run on trainer.nproc={nproc} worker(s): {reason}. "
+        f"It runs with trainer.nproc={' or '.join(map(str, counts[:4]))}"
+    )
+
+
+def _runs_on(strategy: Any, workers: int, shape: ModelShape, global_batch: int) -> bool:
+    """Whether some micro-batch lets the strategy's degrees run on ``workers`` workers."""
+    try:
+        plan = strategy.plan(workers, 1)
+    except PlanError:
+        return False
+    return not plan_problem(plan, shape, global_batch)
 
 
 def choose_plan(config: dict[str, Any], registry: Registry) -> ParallelPlan:

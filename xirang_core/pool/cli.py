@@ -22,6 +22,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from xirang_core.cli import help_text
 from xirang_core.paths import xirang_home
 from xirang_core.pool.client import PoolClient
 
@@ -39,7 +40,7 @@ def main(argv: list[str]) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="xirang pool",
-        description=__doc__,
+        description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--url", default="", help="pool service URL (XIRANG_POOL_URL)")

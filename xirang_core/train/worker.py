@@ -77,15 +77,19 @@ def open_worker(config: dict[str, Any], run_dir: str, registry: Registry) -> Wor
     backend = registry.create("device", config["device"])
     device = backend.torch_device(local_device(local_rank))  # healthy ones, as placed
     ctx = WorkerContext(rank, local_rank, world_size, device, run_dir, config)
+    backend_name = config["runtime"]["collective_backend"]
     # under the elastic agent even one worker gets a group: a multi-process strategy (DDP)
     # needs one when a restart shrank the run to a single healthy device
     if world_size > 1 or "TORCHELASTIC_RUN_ID" in os.environ:
-        backend_name = config["runtime"]["collective_backend"]
         store = restart_store(world_size)
         if store is None:
             dist.init_process_group(backend=backend_name)
         else:
             dist.init_process_group(backend_name, store=store, rank=rank, world_size=world_size)
+    elif registry.spec("parallel", config["parallel"]["name"]).multi_process:
+        # one in-process worker of a multi-process strategy (parallel=ddp, trainer.nproc=1):
+        # a group of one, as torchrun --nproc-per-node=1 would give it, with no rendezvous
+        dist.init_process_group(backend_name, store=dist.HashStore(), rank=0, world_size=1)
     return ctx
 
 
