@@ -17,7 +17,7 @@ class GPTConfig:
     n_head: int = 4
     n_embd: int = 128
     max_seq_len: int = 256
-    vocab_size: int = 256
+    vocab_size: int = 256  # a config's 0 means the tokenizer's, filled in when it is composed
     dropout: float = 0.0
 
 
