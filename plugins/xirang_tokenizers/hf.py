@@ -119,7 +119,7 @@ def tokenizer_file(path: str) -> Path:
     """``tokenizer.path``: the tokenizer.json it names, or the one inside the folder."""
     if not path:
         raise ConfigError("tokenizer.path: required; a tokenizer.json or a folder holding one")
-    given = Path(path).expanduser()
+    given = Path(path).expanduser().resolve()  # workers may start elsewhere
     file = given / TOKENIZER_FILE if given.is_dir() else given
     if not file.is_file():
         what = f"{given} holds no {TOKENIZER_FILE}" if given.is_dir() else "no such file"
