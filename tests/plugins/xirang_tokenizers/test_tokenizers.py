@@ -199,3 +199,26 @@ def test_a_tokenizer_json_that_does_not_parse_is_a_config_error(tmp_path) -> Non
     empty.mkdir()
     with pytest.raises(ConfigError, match=r"holds no tokenizer\.json"):
         compose(["tokenizer=hf", f"tokenizer.path={empty}"])
+
+
+def test_listing_and_composing_leave_the_tokenizers_library_unimported() -> None:
+    """``xirang plugins`` lists bpe and hf (with the install hint) where ``tokenizers`` is
+    missing: neither the plugin's modules nor composing a bpe config import it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from xirang_core.config import compose\n"
+        "from xirang_core.plugins import get_registry\n"
+        "registry = get_registry()\n"
+        "for name in registry.names('tokenizer'):\n"
+        "    registry.load('tokenizer', name)\n"
+        "compose(['tokenizer=bpe'])\n"
+        "print('tokenizers' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.strip() == "False", done.stderr[-2000:]
+    for name in ("bpe", "hf"):
+        spec = get_registry().spec("tokenizer", name)
+        assert spec.requires == ("tokenizers",) and "xirang[hf]" in spec.install
