@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from xirang_core.checkpoint.config import CheckpointConfig, check_checkpoint
+from xirang_core.data.tokenizer import settle_vocab
 from xirang_core.errors import ConfigError
 from xirang_core.overrides import check_keys, did_you_mean
 from xirang_core.plugins import Registry
@@ -30,6 +31,7 @@ PLUGIN_GROUPS: dict[str, str] = {
     "storage": "storage",
     "scheduler": "scheduler",
     "cost": "cost",
+    "tokenizer": "tokenizer",
 }
 #: group options resolved by the core rather than a plugin
 AUTO = "auto"
@@ -155,6 +157,7 @@ def validate(cfg: DictConfig, registry: Registry) -> dict[str, Any]:
     for group, kind in PLUGIN_GROUPS.items():
         data[group] = _check_plugin_group(group, kind, data.get(group), registry)
     data["model"] = _check_model(data.get("model"), registry)
+    settle_vocab(data, registry)  # model.vocab_size: 0 -> the tokenizer's; too small -> error
     _check_batch(data["trainer"])
     _check_strategy(data, registry)
     return data

@@ -21,6 +21,7 @@ from xirang_core.specs import (
     SchedulerSpec,
     StorageTierSpec,
     StrategySpec,
+    TokenizerSpec,
 )
 
 PROJECT = "xirang"
@@ -79,6 +80,12 @@ def xirang_cost_policies() -> list[CostPolicySpec]:
 @hookspec
 def xirang_models() -> list[ModelSpec]:
     """Model families (the ``family`` key of a ``model=`` option) and how they may be split."""
+
+
+@hookspec
+def xirang_tokenizers() -> list[TokenizerSpec]:
+    """Tokenizers (``tokenizer=<name>``), each a :class:`~xirang_core.specs.Tokenizer` class:
+    how a snapshot's text becomes the token ids a run trains on, and how ids read back."""
 
 
 @hookspec

@@ -33,6 +33,7 @@ REGISTRATION_HOOKS: dict[str, str] = {
     "scheduler": "xirang_schedulers",
     "cost": "xirang_cost_policies",
     "model": "xirang_models",
+    "tokenizer": "xirang_tokenizers",
     "command": "xirang_commands",
 }
 assert set(REGISTRATION_HOOKS) == {k.kind for k in SPEC_KINDS}

@@ -16,6 +16,7 @@ import yaml
 from omegaconf import DictConfig
 
 from xirang_core.config import AUTO, compose, validate
+from xirang_core.data.tokenizer import resolve_tokenizer
 from xirang_core.data.training import resolve_dataset
 from xirang_core.errors import ConfigError
 from xirang_core.parallel.resolve import resolve_parallel
@@ -33,6 +34,7 @@ def launch(cfg: DictConfig) -> dict[str, Any]:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     config["runtime"] = resolve_runtime(config, registry)
     resolve_dataset(config["data"], config["storage"])  # pin the snapshot once, not per worker
+    resolve_tokenizer(config, registry)  # bpe trains here (once per snapshot), never in a worker
     (run_dir / worker.CONFIG_FILE).write_text(yaml.safe_dump(config, sort_keys=False))
     trainer = config["trainer"]
     job = JobSpec(str(run_dir), trainer["nproc"], config["project"], trainer["max_restarts"])
@@ -43,11 +45,14 @@ def launch(cfg: DictConfig) -> dict[str, Any]:
 
 
 def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
-    """A run's validated config with its runtime resolved (device, backend, measured peak), as
-    a worker reads it: for benchmarks and notebooks that assemble a worker in-process."""
+    """A run's validated config with its runtime resolved (device, backend, measured peak,
+    pinned snapshot, prepared tokenizer), as a worker reads it: for benchmarks and notebooks
+    that assemble a worker in-process."""
     registry = get_registry()
     config = compose(overrides, registry)
     config["runtime"] = resolve_runtime(config, registry)
+    resolve_dataset(config["data"], config["storage"])
+    resolve_tokenizer(config, registry)
     return config
 
 

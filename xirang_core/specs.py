@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import numpy as np
     import torch
 
 __all__ = [
@@ -44,6 +48,9 @@ __all__ = [
     "StorageTierSpec",
     "Strategy",
     "StrategySpec",
+    "TextCorpus",
+    "Tokenizer",
+    "TokenizerSpec",
     "Topology",
     "WorkerContext",
     "import_target",
@@ -160,6 +167,13 @@ class ModelSpec(ImplSpec):
 
 
 @dataclass(frozen=True)
+class TokenizerSpec(ImplSpec):
+    """A tokenizer (``tokenizer=<name>``); ``target`` is a :class:`Tokenizer` class."""
+
+    kind: ClassVar[str] = "tokenizer"
+
+
+@dataclass(frozen=True)
 class CommandSpec(ImplSpec):
     """A ``xirang <name>`` subcommand; ``target`` is a ``main(argv: list[str]) -> int``."""
 
@@ -174,6 +188,7 @@ SPEC_KINDS: tuple[type[ImplSpec], ...] = (
     SchedulerSpec,
     CostPolicySpec,
     ModelSpec,
+    TokenizerSpec,
     CommandSpec,
 )
 
@@ -380,6 +395,91 @@ class HFInterop(Protocol):
         self, hf_config: dict[str, Any], tensors: dict[str, torch.Tensor]
     ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
         """``(model settings, xirang state dict)`` from a Hugging Face directory's contents."""
+        ...
+
+
+@dataclass(frozen=True)
+class TextCorpus:
+    """A run's pinned snapshot as text: what :meth:`Tokenizer.prepare` may train on.
+
+    ``batches()`` yields the documents' texts, a list per shard, in the snapshot's stored order
+    (read afresh on each call); ``cache`` is the folder under ``XIRANG_HOME`` where trained
+    tokenizers are kept, one subfolder per key."""
+
+    snapshot: str
+    documents: int
+    batches: Callable[[], Iterator[list[str]]]
+    cache: Path
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """Text to token ids and back: the vocabulary a run trains in.
+
+    The class named by a :class:`TokenizerSpec`'s ``target`` is used in two places. The
+    launching process calls ``prepare`` once, after the dataset is pinned: a tokenizer that
+    learns from the corpus trains there (and caches what it learned under
+    ``TextCorpus.cache``), so workers never train. What ``runtime()`` returns is written into
+    the run's ``config.yaml`` (``runtime.tokenizer``) and every worker rebuilds the same
+    tokenizer from it with ``load``. Both receive the ``tokenizer`` config section without
+    ``name``, checked against the spec's ``schema``.
+
+    Documents and their end: ``encode_batch`` returns each document's ids *followed by the
+    tokenizer's end-of-document marker*, so a training window that runs on into the next
+    document sees where one ended. The marker is one special token where the tokenizer has one
+    (bpe's ``<|endoftext|>``, an hf tokenizer's eos token) and otherwise the ids of a text
+    separator (bytes: ``"\\n\\n"``, as the byte corpus always had). ``encode`` (a prompt) adds no
+    marker; ``decode`` drops special tokens and ids at or past ``vocab_size`` (a model's
+    vocabulary may be padded past the tokenizer's, as GPT-2's 50,257 to 50,304).
+    """
+
+    name: str
+    #: ids lie in ``[0, vocab_size)``; ``model.vocab_size: 0`` becomes this size
+    vocab_size: int
+    #: a hash of everything that decides the ids (vocabulary, merges, normaliser, marker): part
+    #: of the feature-cache key, so tokens of one tokenizer are never read as another's, and
+    #: recorded in the run's config and an export's manifest
+    fingerprint: str
+
+    @classmethod
+    def max_vocab(cls, settings: dict[str, Any]) -> int:
+        """The vocabulary size this option will have at most, known without training: the
+        config is checked against it when composed (before the corpus is read), and
+        ``model.vocab_size: 0`` takes it; ``prepare`` never returns a larger one."""
+        ...
+
+    @classmethod
+    def prepare(cls, settings: dict[str, Any], corpus: TextCorpus) -> Tokenizer:
+        """The run's tokenizer, in the launching process: trains on ``corpus`` if it must
+        (once per corpus and settings; later runs load the cached result)."""
+        ...
+
+    @classmethod
+    def load(cls, settings: dict[str, Any], runtime: Mapping[str, Any]) -> Tokenizer:
+        """The tokenizer ``prepare`` returned, in a worker, from its ``runtime()``; never
+        trains (a file that went missing is a :class:`~xirang_core.errors.DataError`)."""
+        ...
+
+    def runtime(self) -> dict[str, Any]:
+        """Plain data (paths, strings) from which ``load`` rebuilds this tokenizer."""
+        ...
+
+    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """One integer array per document: its ids, then the end-of-document marker."""
+        ...
+
+    def encode(self, text: str) -> list[int]:
+        """The ids of ``text`` alone (a sampling prompt)."""
+        ...
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids``; special tokens and ids outside the vocabulary are dropped."""
+        ...
+
+    def save(self, folder: Path) -> None:
+        """Write Hugging Face tokenizer files into ``folder``: ``tokenizer.json`` and a
+        ``tokenizer_config.json``, so ``transformers.AutoTokenizer.from_pretrained(folder)``
+        (or ``PreTrainedTokenizerFast(tokenizer_file=...)``) encodes exactly as this one."""
         ...
 
 

@@ -23,7 +23,7 @@ class GPTConfig:
     n_head: int = 4
     n_embd: int = 128
     max_seq_len: int = 256
-    vocab_size: int = 256
+    vocab_size: int = 256  # a config's 0 means the tokenizer's, filled in when it is composed
     dropout: float = 0.0
     #: a Hugging Face GPT-2 directory to start from ("" = fresh init); see xirang_gpt.hf
     pretrained: str = ""

@@ -20,6 +20,7 @@ def config(uri: str, **data) -> dict:
     return {
         "seed": 7,
         "storage": {"name": "local", "root": ""},
+        "tokenizer": {"name": "bytes", "separator": "\n\n"},
         "data": {"name": "snapshot", "uri": uri, "seq_len": 16, "val_fraction": 0.1, **data},
     }
 

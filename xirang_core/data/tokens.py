@@ -5,7 +5,7 @@ offset inside it, running on into the next stored documents when it is short. Wh
 a (step, micro-batch, rank) reads comes from the reader's order and partition, so the draw
 depends on nothing else: a run resumes at any step, on any number of workers, with exactly the
 batches it would have seen; ranks never overlap, and each epoch sees every document once.
-Tokens come from the feature cache, computed once per (snapshot, tokeniser).
+Tokens come from the feature cache, computed once per (snapshot, tokenizer).
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from xirang_core.data.features import Features, cached, utf8_bytes
+from xirang_core.data.features import Features, cached, tokenize
 from xirang_core.data.order import EpochOrder, Partition
 from xirang_core.data.reader import ShardReader
 from xirang_core.errors import DataError
+from xirang_core.specs import Tokenizer
 
 
 @dataclass
@@ -34,21 +35,25 @@ class TokenCorpus:
     order: EpochOrder
     snapshot: str
     from_cache: bool
+    tokenizer: Tokenizer
 
     @classmethod
-    def open(cls, reader: ShardReader, root, val_fraction: float) -> TokenCorpus:
-        transform, apply = utf8_bytes()
+    def open(
+        cls, reader: ShardReader, root, val_fraction: float, tokenizer: Tokenizer
+    ) -> TokenCorpus:
+        transform, apply = tokenize(tokenizer)
         snap = reader.snap
-        features, hit = cached(root, snap.id, transform, lambda: _all_tables(reader), apply)
+        features, hit = cached(root, snap.id, transform, lambda: snapshot_tables(reader), apply)
         n = len(features.offsets) - 1
         n_val = round(n * val_fraction) if val_fraction else 0
         if n - n_val < 1:
             raise DataError(f"snapshot {snap.id} has {n} samples; none left for training")
         ids = np.arange(n)
-        return cls(features, ids[: n - n_val], ids[n - n_val :], reader.order(), snap.id, hit)
+        train, val = ids[: n - n_val], ids[n - n_val :]
+        return cls(features, train, val, reader.order(), snap.id, hit, tokenizer)
 
 
-def _all_tables(reader: ShardReader) -> Iterator[pa.Table]:
+def snapshot_tables(reader: ShardReader) -> Iterator[pa.Table]:
     """Every shard in index order, through the reader's tiers (checksums included)."""
     fetcher = reader.fetcher
     for shard in range(len(reader.snap.shards)):

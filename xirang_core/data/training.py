@@ -7,6 +7,7 @@ from typing import Any
 from xirang_core.data import dataset
 from xirang_core.data.order import Partition
 from xirang_core.data.reader import ReadSettings
+from xirang_core.data.tokenizer import open_tokenizer
 from xirang_core.data.tokens import TokenBatches, TokenCorpus
 
 
@@ -22,13 +23,15 @@ def resolve_dataset(data: dict[str, Any], storage: dict[str, Any] | None = None)
 def run_batches(
     config: dict[str, Any], rank: int, world: int, micro: int, accum: int
 ) -> tuple[TokenBatches, TokenBatches]:
-    """Training and held-out batches of one data-parallel rank."""
+    """Training and held-out batches of one data-parallel rank, in the run's tokenizer."""
     data, seed = config["data"], config["seed"]
     cfg = dataset.check(data)
     read = ReadSettings(micro, seed, cfg.shuffle, cfg.shuffle_block, world, rank)
     reader = dataset.open_reader(data, config.get("storage"), read)
     try:
-        corpus = TokenCorpus.open(reader, dataset.feature_root(), cfg.val_fraction)
+        corpus = TokenCorpus.open(
+            reader, dataset.feature_root(), cfg.val_fraction, open_tokenizer(config)
+        )
     finally:
         reader.close()
     part = Partition(micro, world, rank)

@@ -20,7 +20,7 @@ import torch.distributed as dist
 from xirang_core.data.tokens import TokenBatches
 from xirang_core.specs import WorkerContext
 from xirang_core.train.optim import lr_at
-from xirang_core.train.report import MetricsLog
+from xirang_core.train.report import MetricsLog, bits_per_byte
 
 log = logging.getLogger("xirang.train")
 
@@ -36,6 +36,7 @@ class LoopSettings:
     optim: dict[str, Any]
     flops_per_token: float
     peak_flops: float
+    bytes_per_token: float = 0.0  # of the corpus's text, for bits per byte; 0 = unknown
 
 
 class Trainer:
@@ -156,6 +157,7 @@ class Trainer:
         return {
             "step": step,
             "loss": round(loss.item(), 5),
+            "bpb": bits_per_byte(loss.item(), self.settings.bytes_per_token),
             "lr": self.optimizer.param_groups[0]["lr"],
             "tokens": step * self.tokens_per_step,
             "tokens_per_s": round(tokens_per_s, 1),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,12 @@ class MetricsLog:
         self.records.append(record)
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
+
+
+def bits_per_byte(loss: float, bytes_per_token: float) -> float | None:
+    """A loss in nats per token as bits per byte of text: comparable between runs whose
+    tokenizers cut the same text into different tokens. None when the bytes are unknown."""
+    return round(loss / math.log(2) / bytes_per_token, 5) if bytes_per_token else None
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
@@ -61,6 +68,14 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
     return json.loads((run_dir / SUMMARY_FILE).read_text())
 
 
+def _validation(summary: dict[str, Any]) -> str:
+    """Validation loss, with bits per byte when the run knows its text bytes per token."""
+    text = f"{summary['val_loss']:.3f}"
+    if summary.get("val_bpb") is not None:
+        text += f" ({summary['val_bpb']:.3f} bits per byte, tokenizer {summary['tokenizer']})"
+    return text
+
+
 def print_summary(summary: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -79,7 +94,7 @@ def print_summary(summary: dict[str, Any]) -> None:
             f"{summary['first_loss']:.3f} → {summary['final_loss']:.3f} "
             f"({summary['loss_drop_pct']:.0f}% lower)",
         ),
-        ("validation loss", f"{summary['val_loss']:.3f}"),
+        ("validation loss", _validation(summary)),
         ("tokens/s", f"{summary['tokens_per_s']:,.0f}"),
         ("MFU", f"{summary['mfu'] * 100:.1f}% of {summary['peak_tflops']:.3f} TFLOP/s calibrated"),
         (

@@ -22,7 +22,7 @@ from xirang_core.errors import ConfigError
 from xirang_core.faults import RunGuard
 from xirang_core.faults.health import local_device
 from xirang_core.plugins import Registry, get_registry
-from xirang_core.specs import WorkerContext
+from xirang_core.specs import Tokenizer, WorkerContext
 from xirang_core.train import report
 from xirang_core.train.init import materialize
 from xirang_core.train.interrupt import StopAtStepEnd, stop_on
@@ -131,9 +131,11 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
     max_len = model_settings.get("max_seq_len", seq_len)
     if seq_len > max_len:
         raise ConfigError(f"data.seq_len={seq_len} exceeds model.max_seq_len={max_len}")
+    accum = trainer["global_batch"] // ctx.data_world // micro
+    train, val = run_batches(config, ctx.data_rank, ctx.data_world, micro, accum)
     settings = LoopSettings(
         max_steps=trainer["max_steps"],
-        accum_steps=trainer["global_batch"] // ctx.data_world // micro,
+        accum_steps=accum,
         micro_batch=micro,
         seq_len=seq_len,
         log_every=trainer["log_every"],
@@ -141,8 +143,8 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
         optim=config["optim"],
         flops_per_token=flops_per_token,
         peak_flops=config["runtime"]["peak_flops_per_worker"] * ctx.world_size,
+        bytes_per_token=train.corpus.features.bytes_per_token,
     )
-    train, val = run_batches(config, ctx.data_rank, ctx.data_world, micro, settings.accum_steps)
     return Assembly(
         ctx=ctx,
         model=model,
@@ -205,7 +207,10 @@ def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry
     # sampling feeds growing prompts: a pipeline's stages and sequence parallel's even sequence
     # shards take fixed shapes only
     fixed_shapes = hasattr(parts.wrapped, "xirang_step") or config["parallel"].get("sp", False)
-    sample = "" if fixed_shapes else sample_text(parts.model, config["trainer"], ctx.device)
+    sample = ""
+    if not fixed_shapes:
+        tokenizer = parts.train.corpus.tokenizer
+        sample = sample_text(parts.model, config["trainer"], ctx.device, tokenizer)
     if not ctx.is_main:
         return
     records = records or report.read_metrics(run_dir)[-1:]  # resumed from the final checkpoint
@@ -242,6 +247,9 @@ def summarize(
         "first_loss": first["loss"],
         "final_loss": last["loss"],
         "val_loss": last["val_loss"],
+        "val_bpb": report.bits_per_byte(last["val_loss"], parts.settings.bytes_per_token),
+        "tokenizer": config["tokenizer"]["name"],
+        "bytes_per_token": round(parts.settings.bytes_per_token, 5),
         "loss_drop_pct": round(100 * (1 - last["loss"] / first["loss"]), 2),
         "tokens_per_s": round(tokens_per_s, 1),
         "mfu": round(tokens_per_s * parts.settings.flops_per_token / peak, 5) if peak else 0.0,
@@ -269,12 +277,14 @@ def comm_report(parts: Assembly, steps: int) -> dict[str, Any]:
     return {"comm": report_of(steps)} if report_of and parts.ctx.world_size > 1 else {}
 
 
-def sample_text(model: torch.nn.Module, trainer: dict[str, Any], device: Any) -> str:
-    """A short continuation of ``trainer.sample_prompt``; tokens are bytes (ids over 255 are
-    not text in the embedded corpus and are dropped)."""
+def sample_text(
+    model: torch.nn.Module, trainer: dict[str, Any], device: Any, tokenizer: Tokenizer
+) -> str:
+    """A short continuation of ``trainer.sample_prompt``, encoded and decoded with the run's
+    tokenizer (ids past its vocabulary, which a padded model can draw, are dropped)."""
     if trainer["sample_tokens"] <= 0:
         return ""
     torch.manual_seed(0)
-    prompt = torch.tensor([list(trainer["sample_prompt"].encode())], device=device)
+    prompt = torch.tensor([tokenizer.encode(trainer["sample_prompt"])], device=device)
     out = model.generate(prompt, trainer["sample_tokens"])
-    return bytes(t for t in out[0].tolist() if t < 256).decode("utf-8", errors="replace")
+    return tokenizer.decode(out[0].tolist())

@@ -136,7 +136,8 @@ def test_training_config_reads_s3_with_storage_s3_cache(s3_server, tmp_path: Pat
         "val_fraction": 0.1,
         "cache_dir": str(tmp_path / "cache"),
     }
-    config = {"seed": 1, "storage": storage, "data": data}
+    tokenizer = {"name": "bytes", "separator": "\n\n"}
+    config = {"seed": 1, "storage": storage, "data": data, "tokenizer": tokenizer}
     train, _ = run_batches(config, 0, 1, 2, 1)
     assert train.get(1)[0].shape == (2, 8) and data["snapshot"] == snap.id
 

@@ -1,0 +1,103 @@
+"""The run's tokenizer: chosen with ``tokenizer=<name>``, prepared once by the launching process
+and rebuilt by every worker from what the run's config.yaml records.
+
+Three moments, three functions. When the config is composed, :func:`settle_vocab` fills
+``model.vocab_size: 0`` with the tokenizer's vocabulary and refuses a model vocabulary too
+small for it (no corpus is read). After the dataset is pinned, :func:`resolve_tokenizer` lets
+the tokenizer train if it must (bpe, once per snapshot and settings) and records in
+``config["runtime"]["tokenizer"]`` what a worker needs; :func:`open_tokenizer` is that worker's
+side, and never trains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from xirang_core.errors import ConfigError, DataError
+from xirang_core.paths import xirang_home
+from xirang_core.plugins import Registry, get_registry
+from xirang_core.specs import TextCorpus, Tokenizer
+
+#: the snapshot column whose text is tokenized
+TEXT_FIELD = "text"
+
+
+def settle_vocab(config: dict[str, Any], registry: Registry) -> None:
+    """``model.vocab_size`` against the tokenizer's largest vocabulary: 0 takes it, a smaller
+    size is a :class:`ConfigError`. A model section without the key is left alone (a family
+    that reads its vocabulary elsewhere)."""
+    cls, settings = _tokenizer_class(config, registry)
+    check_vocab(config, cls.max_vocab(settings))
+
+
+def check_vocab(config: dict[str, Any], vocab: int) -> None:
+    """Fill or check ``config["model"]["vocab_size"]`` for a tokenizer of ``vocab`` ids."""
+    model, name = config["model"], config["tokenizer"]["name"]
+    if "vocab_size" not in model:
+        return
+    size = model["vocab_size"]
+    if size == 0:
+        model["vocab_size"] = vocab
+    elif size < vocab:
+        raise ConfigError(
+            f"model.vocab_size={size} is smaller than the vocabulary of tokenizer={name} "
+            f"({vocab} ids). Use model.vocab_size=0 (the tokenizer's) or any size >= {vocab} "
+            f"(a padded size such as a multiple of 64 is fine)."
+        )
+
+
+def resolve_tokenizer(config: dict[str, Any], registry: Registry) -> Tokenizer:
+    """The launching process's step after the dataset is pinned (``data.snapshot`` set): the
+    tokenizer prepared (trained when it learns from the corpus and no cached one fits), the
+    model's vocabulary checked against it, and ``config["runtime"]["tokenizer"]`` recorded."""
+    cls, settings = _tokenizer_class(config, registry)
+    tokenizer = cls.prepare(settings, text_corpus(config))
+    check_vocab(config, tokenizer.vocab_size)
+    config.setdefault("runtime", {})["tokenizer"] = {
+        "vocab_size": tokenizer.vocab_size,
+        "fingerprint": tokenizer.fingerprint,
+        **tokenizer.runtime(),
+    }
+    return tokenizer
+
+
+def open_tokenizer(config: dict[str, Any], registry: Registry | None = None) -> Tokenizer:
+    """A worker's copy of the tokenizer :func:`resolve_tokenizer` recorded in ``config``; a
+    tokenizer whose files changed since the launch is refused rather than read differently."""
+    cls, settings = _tokenizer_class(config, registry or get_registry())
+    runtime = (config.get("runtime") or {}).get("tokenizer") or {}
+    tokenizer = cls.load(settings, runtime)
+    recorded = runtime.get("fingerprint")
+    if recorded and tokenizer.fingerprint != recorded:
+        raise DataError(
+            f"tokenizer={config['tokenizer']['name']} changed since the run was launched "
+            f"(fingerprint {recorded}, now {tokenizer.fingerprint}); launch the run again"
+        )
+    return tokenizer
+
+
+def text_corpus(config: dict[str, Any]) -> TextCorpus:
+    """The pinned snapshot's documents as text, read only if the tokenizer asks for them."""
+    from xirang_core.data import dataset
+
+    _, snap = dataset.resolve(config["data"], config.get("storage"))
+
+    def batches() -> Iterator[list[str]]:
+        from xirang_core.data.reader import ReadSettings
+        from xirang_core.data.tokens import snapshot_tables
+
+        reader = dataset.open_reader(config["data"], config.get("storage"), ReadSettings())
+        try:
+            for table in snapshot_tables(reader):
+                yield table.column(TEXT_FIELD).to_pylist()
+        finally:
+            reader.close()
+
+    return TextCorpus(snap.id, snap.samples, batches, xirang_home() / "tokenizers")
+
+
+def _tokenizer_class(config: dict[str, Any], registry: Registry) -> tuple[Any, dict[str, Any]]:
+    section = config["tokenizer"]
+    settings = {k: v for k, v in section.items() if k != "name"}
+    return registry.load("tokenizer", section["name"]), settings
