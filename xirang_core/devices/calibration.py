@@ -71,7 +71,8 @@ def measure_matmul_tflops(
         for name, call in calls.items():
             with _tf32(torch, name == "tfloat32"):
                 best[name] = max(best[name], _window_rate(call, sync, seconds / WINDOWS))
-    return {name: round(2 * size**3 * rate / 1e12, 4) for name, rate in best.items()}
+    # four significant digits: a slow dtype (fp16 on a CPU) must not round to zero
+    return {name: float(f"{2 * size**3 * rate / 1e12:.4g}") for name, rate in best.items()}
 
 
 def _matmul(name: str, size: int, device: object) -> Callable[[], object]:
