@@ -7,6 +7,7 @@ directory that the launching process created and filled with ``config.yaml``.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -177,7 +178,8 @@ def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry
         return
     with trainer.precision.autocast():
         val_loss = held_out_loss(parts)
-        sample = final_sample(config, parts)
+        # a model the guard could not save (weights already non-finite) has nothing to say
+        sample = final_sample(config, parts) if math.isfinite(val_loss) else ""
     if not ctx.is_main:
         return
     records = records or report.read_metrics(run_dir)[-1:]  # resumed from the final checkpoint
