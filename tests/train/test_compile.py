@@ -51,7 +51,7 @@ def compiled_run(run_xirang: Callable, tmp_path: Path, *args: str) -> tuple[dict
     assert "compile" in result.stdout  # the printed summary shows it
     run_dir = run_dirs(tmp_path)[-1]
     summary = json.loads((run_dir / "summary.json").read_text())
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().split()]
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return summary, records, run_dir
 
 

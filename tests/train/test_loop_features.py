@@ -80,7 +80,7 @@ def test_records_carry_lr_grad_norm_memory_and_periodic_val_loss(
     result = run_xirang(*QUICK, "device=cpu", "trainer.eval_every=3", "trainer.log_every=4")
     assert result.returncode == 0, result.stderr[-2000:]
     run_dir = run_dirs(tmp_path)[-1]
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().split()]
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 3, 4, 6]  # log steps plus the eval step 3
     for record in records:
         assert {"lr", "grad_norm", "mem_bytes", "loss", "tokens_per_s"} <= record.keys()

@@ -115,3 +115,16 @@ def test_bf16_ends_within_2_percent_of_fp32_and_saves_fp32_weights(
     peaks = json.loads(cached.read_text())["matmul_tflops"]
     assert bf16["peak_tflops"] == round(peaks["bfloat16"], 4)
     assert fp32["peak_tflops"] == round(peaks["float32"], 4)
+
+
+@pytest.mark.slow
+def test_bf16_under_fsdp2_and_ddp_trains_like_fp32_in_one_process(tiny: dict[str, Any]) -> None:
+    from xirang_core.parallel.plan import ParallelPlan
+    from xirang_core.parallel.smoke import run_plans
+
+    (reference,) = run_plans(tiny, [ParallelPlan(micro_batch=4)], 6)
+    bf16 = {**tiny, "trainer": {**tiny["trainer"], "precision": "bf16"}}
+    plans = [ParallelPlan(dp=2, zero=3, micro_batch=2), ParallelPlan(dp=2, zero=0, micro_batch=2)]
+    for measured in run_plans(bf16, plans, 6):
+        gaps = [abs(a - b) / b for a, b in zip(measured.losses, reference.losses, strict=True)]
+        assert max(gaps) < 0.02, (measured.losses, reference.losses)
