@@ -23,17 +23,19 @@ def test_an_unknown_optimizer_is_refused_when_the_config_is_composed() -> None:
         compose(["optim.name=lion"])
 
 
-def test_plain_parameters_take_fused_kernels_and_dtensors_foreach() -> None:
+def test_plain_parameters_take_fused_kernels_and_fsdp_shards_foreach() -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard, distribute_tensor
 
     assert implementation([torch.nn.Parameter(torch.ones(4))]) == {"fused": True}
-    assert implementation([torch.nn.Parameter(torch.ones(4, device="meta"))]) == {"foreach": True}
+    plain = torch.nn.Parameter(torch.ones(4))
+    assert implementation([torch.nn.Parameter(torch.ones(4, device="meta"))]) == {"foreach": False}
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         mesh = init_device_mesh("cpu", (1,))
         shard = torch.nn.Parameter(distribute_tensor(torch.ones(4, 4), mesh, [Shard(0)]))
         assert implementation([shard]) == {"foreach": True}
+        assert implementation([shard, plain]) == {"foreach": False}  # tensor parallel's mix
     finally:
         dist.destroy_process_group()
 

@@ -33,17 +33,25 @@ FUSED_DEVICES = ("cuda", "cpu")
 
 
 def implementation(params: list[torch.Tensor]) -> dict[str, bool]:
-    """``fused=True`` (one kernel per step over all parameters) where every parameter is a plain
-    tensor on a device with fused kernels; ``foreach=True`` (batched ops, DTensor-aware) else.
+    """How the optimizer's update runs, by what the parameters are:
 
-    Sharded and tensor-parallel parameters (DTensors) take foreach: its per-element arithmetic
-    is the single-process update's, so a split run keeps training like one process."""
+    - ``fused=True`` (one kernel over all parameters) where every one is a plain tensor on a
+      device with fused kernels (CUDA, the CPU);
+    - ``foreach=True`` (batched ops) where every one is a DTensor of one device mesh (FSDP2
+      shards, as torchtitan runs them);
+    - ``foreach=False`` (a loop over tensors) for a mix of DTensors and plain tensors (tensor
+      parallel keeps embeddings whole), which batched ops cannot take in one list.
+
+    Each computes the single-process update's arithmetic, so a split run still trains like one
+    process (tests/parallel/test_equivalence.py)."""
     from torch.distributed.tensor import DTensor
 
-    plain = not any(isinstance(p, DTensor) for p in params)
-    if params and plain and all(p.device.type in FUSED_DEVICES for p in params):
+    split = [p for p in params if isinstance(p, DTensor)]
+    if params and not split and all(p.device.type in FUSED_DEVICES for p in params):
         return {"fused": True}
-    return {"foreach": True}
+    if params and len(split) == len(params) and len({p.device_mesh for p in split}) == 1:
+        return {"foreach": True}
+    return {"foreach": False}
 
 
 def lr_at(step: int, max_steps: int, optim: dict[str, Any]) -> float:
