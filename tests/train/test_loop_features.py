@@ -23,25 +23,39 @@ def test_an_unknown_optimizer_is_refused_when_the_config_is_composed() -> None:
         compose(["optim.name=lion"])
 
 
+FUSED = {"fused": True, "foreach": False}
+FOREACH = {"fused": False, "foreach": True}
+LOOP = {"fused": False, "foreach": False}
+
+
 def test_plain_parameters_take_fused_kernels_and_fsdp_shards_foreach() -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard, distribute_tensor
 
-    assert implementation([torch.nn.Parameter(torch.ones(4))]) == {"fused": True}
+    assert implementation([torch.nn.Parameter(torch.ones(4))]) == FUSED
     plain = torch.nn.Parameter(torch.ones(4))
-    assert implementation([torch.nn.Parameter(torch.ones(4, device="meta"))]) == {"foreach": False}
+    assert implementation([torch.nn.Parameter(torch.ones(4, device="meta"))]) == LOOP
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         mesh = init_device_mesh("cpu", (1,))
         shard = torch.nn.Parameter(distribute_tensor(torch.ones(4, 4), mesh, [Shard(0)]))
-        assert implementation([shard]) == {"foreach": True}
-        assert implementation([shard, plain]) == {"foreach": False}  # tensor parallel's mix
+        assert implementation([shard]) == FOREACH
+        assert implementation([shard, plain]) == LOOP  # tensor parallel's mix
     finally:
         dist.destroy_process_group()
 
 
 def test_the_default_adamw_is_fused_on_the_cpu(make_trainer: Callable) -> None:
     assert make_trainer().optimizer.defaults["fused"] is True
+
+
+def test_a_checkpoint_of_another_split_keeps_this_runs_kernels(make_trainer: Callable) -> None:
+    optimizer = make_trainer().optimizer
+    state = optimizer.state_dict()
+    for group in state["param_groups"]:  # as an FSDP run saved them
+        group.update(FOREACH)
+    optimizer.load_state_dict(state)
+    assert all(g["fused"] and not g["foreach"] for g in optimizer.param_groups)
 
 
 def test_skip_drops_a_non_finite_step_and_counts_it(make_trainer: Callable) -> None:

@@ -20,12 +20,29 @@ def build_optimizer(model: torch.nn.Module, optim: dict[str, Any]) -> torch.opti
     ]
     impl = implementation(params)
     if optim["name"] == "adamw":
-        return torch.optim.AdamW(
+        built: torch.optim.Optimizer = torch.optim.AdamW(
             groups, lr=optim["lr"], betas=(optim["beta1"], optim["beta2"]), **impl
         )
-    if optim["name"] == "sgd":
-        return torch.optim.SGD(groups, lr=optim["lr"], momentum=optim["beta1"], **impl)
-    raise ConfigError(f"optim.name={optim['name']!r}: valid optimizers are {', '.join(OPTIMIZERS)}")
+    elif optim["name"] == "sgd":
+        built = torch.optim.SGD(groups, lr=optim["lr"], momentum=optim["beta1"], **impl)
+    else:
+        raise ConfigError(
+            f"optim.name={optim['name']!r}: valid optimizers are {', '.join(OPTIMIZERS)}"
+        )
+    # a checkpoint's param groups carry the saving run's choice, made for its own split
+    built.register_load_state_dict_post_hook(lambda opt: _choose(opt, impl))
+    return built
+
+
+def _choose(optimizer: torch.optim.Optimizer, impl: dict[str, bool]) -> None:
+    """This run's kernels for every group; fused kernels take their step counts on the
+    parameters' device (another kernel's checkpoint keeps them on the CPU)."""
+    for group in optimizer.param_groups:
+        group.update(impl)
+    if impl["fused"]:
+        for param, state in optimizer.state.items():
+            if torch.is_tensor(state.get("step")):
+                state["step"] = state["step"].to(param.device, torch.float32)
 
 
 #: device types whose fused optimizer kernels xirang uses
@@ -48,10 +65,10 @@ def implementation(params: list[torch.Tensor]) -> dict[str, bool]:
 
     split = [p for p in params if isinstance(p, DTensor)]
     if params and not split and all(p.device.type in FUSED_DEVICES for p in params):
-        return {"fused": True}
+        return {"fused": True, "foreach": False}
     if params and len(split) == len(params) and len({p.device_mesh for p in split}) == 1:
-        return {"foreach": True}
-    return {"foreach": False}
+        return {"fused": False, "foreach": True}
+    return {"fused": False, "foreach": False}
 
 
 def lr_at(step: int, max_steps: int, optim: dict[str, Any]) -> float:
