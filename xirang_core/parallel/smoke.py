@@ -150,6 +150,7 @@ def _train_and_measure(
     loop = LoopSettings(
         schedule, accum, micro, seq_len, 1, trainer_cfg["grad_clip"], config["optim"], 0.0, 0.0
     )
+    loop.precision = trainer_cfg.get("precision", "fp32")  # as the run computes
     trainer = Trainer(wrapped, optimizer, batches, loop, ctx, registry.hook, None)
     meter = SavedTensorMeter(wrapped)
     losses, times = [], []
