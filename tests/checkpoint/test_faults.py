@@ -14,6 +14,8 @@ from xirang_core.faults.drill import run_drill, same_weights, train_run, with_de
 pytestmark = pytest.mark.slow
 
 SMALL = [
+    "model=gpt_tiny",
+    "tokenizer=bytes",
     "model.n_layer=1",
     "model.n_embd=32",
     "model.n_head=2",

@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 
 TINY = [
+    "model=gpt_tiny",
+    "tokenizer=bytes",
     "model.n_layer=2",
     "model.n_head=2",
     "model.n_embd=32",
@@ -28,7 +30,8 @@ TINY_LLAMA = [
     "model.vocab_size=256",
     "model.max_seq_len=16",
     "model.tie_embeddings=true",
-    *TINY[4:],
+    "tokenizer=bytes",
+    *TINY[6:],
 ]
 
 

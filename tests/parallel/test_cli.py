@@ -22,6 +22,8 @@ def test_parallel_auto_trains_with_the_chosen_plan(run_xirang, tmp_path) -> None
         "trainer.nproc=2",
         "trainer.max_steps=2",
         "trainer.sample_tokens=0",
+        "model=gpt_tiny",
+        "tokenizer=bytes",
         "model.n_layer=2",
         "model.n_embd=32",
         "model.n_head=2",

@@ -84,7 +84,15 @@ def _train(rank: int, world: int, parallel: dict[str, Any], device: str) -> list
     from xirang_core.parallel.smoke import SyntheticBatches
     from xirang_core.train.loop import LoopSettings, Trainer
 
-    config = compose_config(["model.n_layer=2", "model.n_embd=32", "model.n_head=2"])
+    config = compose_config(
+        [
+            "model=gpt_tiny",
+            "tokenizer=bytes",
+            "model.n_layer=2",
+            "model.n_embd=32",
+            "model.n_head=2",
+        ]
+    )
     config["parallel"] = parallel
     config["trainer"].update(global_batch=4 * world, micro_batch=2)
     dev = torch.device(device, rank) if device == "cuda" else torch.device(device)

@@ -21,6 +21,8 @@ from tests.conftest import run_dirs
 
 CFG = GPTConfig(n_layer=2, n_head=2, n_embd=32, max_seq_len=16, vocab_size=64)
 SMALL = [
+    "model=gpt_tiny",
+    "tokenizer=bytes",
     "model.n_layer=2",
     "model.n_head=2",
     "model.n_embd=32",
