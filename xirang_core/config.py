@@ -169,6 +169,7 @@ def validate(cfg: DictConfig, registry: Registry) -> dict[str, Any]:
         data[group] = _check_plugin_group(group, kind, data.get(group), registry)
     data["model"] = _check_model(data.get("model"), registry)
     settle_vocab(data, registry)  # model.vocab_size: 0 -> the tokenizer's; too small -> error
+    _check_pretrained(data["model"], registry)  # against the settled shape, vocabulary included
     _check_batch(data["trainer"])
     _check_choices(data["trainer"], data["optim"])
     _check_strategy(data, registry)
@@ -239,11 +240,16 @@ def _check_model(values: Any, registry: Registry) -> dict[str, Any]:
     resolve = getattr(schema, "resolve", None)
     if resolve is not None:
         checked = resolve(checked)
-    if checked.get("pretrained"):
+    return {"family": values["family"], "name": values.get("name", values["family"]), **checked}
+
+
+def _check_pretrained(model: dict[str, Any], registry: Registry) -> None:
+    """``model.pretrained=<dir>``: the directory's shape must be the run's (read from headers)."""
+    if model.get("pretrained"):
         from xirang_core.train.pretrained import check_pretrained
 
-        checked = check_pretrained(spec, checked)
-    return {"family": values["family"], "name": values.get("name", values["family"]), **checked}
+        settings = {k: v for k, v in model.items() if k not in ("family", "name")}
+        model.update(check_pretrained(registry.spec("model", model["family"]), settings))
 
 
 def _check_batch(trainer: dict[str, Any]) -> None:

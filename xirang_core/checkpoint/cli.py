@@ -149,14 +149,15 @@ def cmd_verify(store: CheckpointStore, args: argparse.Namespace) -> int:
 
 
 def cmd_export(store: CheckpointStore, args: argparse.Namespace) -> int:
-    from xirang_core.checkpoint.export import export_hf, export_safetensors
+    from xirang_core.checkpoint.export import export_hf, export_safetensors, export_tokenizer
 
     manifest = _pick(store, args.step)
     out = args.out or args.output
     if args.format == "hf":
-        model = _run_config(args.run, "--format hf").get("model") or {}
+        config = _run_config(args.run, "--format hf")
         out = out or Path(args.run) / f"hf-step{manifest.step}"
-        count = export_hf(store, manifest, out, model, _registry())
+        count = export_hf(store, manifest, out, config.get("model") or {}, _registry())
+        export_tokenizer(config, out)
     else:
         out = out or Path(args.run) / f"model-step{manifest.step}.safetensors"
         count = export_safetensors(store, manifest, out)

@@ -82,6 +82,16 @@ def export_hf(
     return len(tensors)
 
 
+def export_tokenizer(config: dict[str, Any], out: Path) -> None:
+    """The run's tokenizer beside the weights (``tokenizer.json``, ``tokenizer_config.json``),
+    so ``AutoTokenizer.from_pretrained(out)`` encodes as the run did. Runs from before the
+    tokenizer group trained on bytes, which is what their config then gets."""
+    from xirang_core.data.tokenizer import open_tokenizer
+
+    config = {**config, "tokenizer": config.get("tokenizer") or {"name": "bytes"}}
+    open_tokenizer(config).save(out)
+
+
 def generation_config(hf_config: dict[str, Any]) -> dict[str, Any]:
     """Sampling as xirang's end-of-run sample does it (top-k 40, temperature 0.8)."""
     tokens = {

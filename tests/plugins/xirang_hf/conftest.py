@@ -11,6 +11,7 @@ import pytest
 
 #: the run settings every test here shares: 16-token sequences, 8 per step
 TINY_RUN = [
+    "tokenizer=bytes",  # 256 ids: the tiny configs here have 288
     "data.seq_len=16",
     "trainer.global_batch=8",
     "trainer.max_steps=10",
@@ -29,7 +30,7 @@ def llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        vocab_size=96,
+        vocab_size=288,
         max_position_embeddings=32,
         tie_word_embeddings=False,
     ).save_pretrained(folder)
@@ -43,7 +44,7 @@ def gpt2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("gpt2")
     no_dropout = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}  # runs compare exactly
     GPT2Config(
-        n_embd=32, n_layer=2, n_head=2, vocab_size=96, n_positions=32, **no_dropout
+        n_embd=32, n_layer=2, n_head=2, vocab_size=288, n_positions=32, **no_dropout
     ).save_pretrained(folder)
     return folder
 

@@ -30,7 +30,12 @@ def test_tensor_parallel_on_gpt2_is_refused_naming_what_splits(
     run_xirang, tmp_path: Path, gpt2_dir: Path
 ) -> None:
     result = run_xirang(
-        "model=hf", f"model.config={gpt2_dir}", "parallel=tp", "trainer.nproc=2", "data.seq_len=16"
+        "model=hf",
+        f"model.config={gpt2_dir}",
+        "tokenizer=bytes",
+        "parallel=tp",
+        "trainer.nproc=2",
+        "data.seq_len=16",
     )
     assert result.returncode == 2
     assert "xirang error:" in result.stderr and "no tensor-parallel layout" in result.stderr
@@ -51,8 +56,8 @@ def test_a_trained_llama_exports_to_what_transformers_loads(
     from transformers import AutoModelForCausalLM
     from xirang_hf.model import HFCausalLM
 
-    bytes_ = "model.vocab_size=256"  # the embedded data are bytes
-    result = run_xirang("model=hf", f"model.config={llama_dir}", bytes_, "data.seq_len=32", *QUICK)
+    bytes_ = ("tokenizer=bytes", "model.vocab_size=256")
+    result = run_xirang("model=hf", f"model.config={llama_dir}", *bytes_, "data.seq_len=32", *QUICK)
     assert result.returncode == 0, result.stderr[-3000:]
     [run] = run_dirs(tmp_path)
     summary = json.loads((run / "summary.json").read_text())

@@ -30,19 +30,19 @@ def test_sizes_come_from_the_config_unless_overridden(hf_config, llama_dir: Path
         "config": "",
         "pretrained": "",
         "max_seq_len": 32,
-        "vocab_size": 96,
+        "vocab_size": 288,
     }
-    model = build(hf_config(llama_dir, "model.vocab_size=128"))
-    assert model.hf.get_input_embeddings().weight.shape == (128, 32)
+    model = build(hf_config(llama_dir, "model.vocab_size=320"))
+    assert model.hf.get_input_embeddings().weight.shape == (320, 32)
 
 
 def test_loss_is_the_mean_cross_entropy_of_the_logits(hf_config, gpt2_dir: Path) -> None:
     model = build(hf_config(gpt2_dir)).eval()
-    x = torch.randint(0, 96, (2, 16))
-    y = torch.randint(0, 96, (2, 16))
+    x = torch.randint(0, 288, (2, 16))
+    y = torch.randint(0, 288, (2, 16))
     logits = model(x)
-    assert logits.shape == (2, 16, 96)
-    expected = torch.nn.functional.cross_entropy(logits.view(-1, 96), y.view(-1))
+    assert logits.shape == (2, 16, 288)
+    expected = torch.nn.functional.cross_entropy(logits.view(-1, 288), y.view(-1))
     assert torch.allclose(model(x, y), expected)
     assert model.generate(x[:, :3], 5).shape == (2, 8)
 
@@ -83,7 +83,7 @@ def test_pretrained_loads_saved_weights(
     saving.hf.save_pretrained(tmp_path)
     config = hf_config(folder, f"model.pretrained={tmp_path}")
     fresh = build(config, seed=2).eval()
-    x = torch.randint(0, 96, (2, 16))
+    x = torch.randint(0, 288, (2, 16))
     assert not torch.allclose(fresh(x), saving(x))
     load_pretrained(fresh, config, get_registry())
     assert torch.equal(fresh(x), saving(x))
@@ -95,8 +95,8 @@ def test_pretrained_that_does_not_fit_is_one_config_error(
     build(hf_config(gpt2_dir)).hf.save_pretrained(tmp_path)
     with pytest.raises(ConfigError, match=r"model.pretrained=.*do not fit.*missing hf\.model\."):
         hf_config(llama_dir, f"model.pretrained={tmp_path}")
-    with pytest.raises(ConfigError, match=r"wte.weight is \[96, 32\] in the directory, \[64, 32\]"):
-        hf_config(gpt2_dir, f"model.pretrained={tmp_path}", "model.vocab_size=64")
+    with pytest.raises(ConfigError, match=r"wte.weight is \[288, 32\] in the directory, \[272, 32\]"):
+        hf_config(gpt2_dir, f"model.pretrained={tmp_path}", "model.vocab_size=272")
     with pytest.raises(ConfigError, match="not a Hugging Face model directory"):
         hf_config(gpt2_dir, f"model.pretrained={llama_dir}")  # a config.json but no weights
 
@@ -134,7 +134,7 @@ def test_shape_counts_every_parameter(hf_config, llama_dir: Path, gpt2_dir: Path
         shape = HFParallelize().shape(model_settings(config), 16)
         assert shape.params == model.num_params(non_embedding=False)
         # FLOPs: 6N + 12·L·h·s with N without lookup-only tables
-        lookups = shape.positions * 32 + (0 if shape.tied_embeddings else 96 * 32)
+        lookups = shape.positions * 32 + (0 if shape.tied_embeddings else 288 * 32)
         assert model.num_params() == shape.params - lookups
         assert model.flops_per_token(16) == 6 * model.num_params() + 12 * 2 * 32 * 16
 
