@@ -82,12 +82,16 @@ def profiled(watch: Stopwatch, work: Path, side: str) -> Iterator[None]:
         return
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    plan = schedule(skip_first=watch.plan["warmup"], wait=0, warmup=1, active=PROFILE_STEPS)
-    with profile(activities=[ProfilerActivity.CPU], schedule=plan) as prof:
-        watch.profiler = prof
+    def write(prof: Any) -> None:
+        table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15)
+        (work / f"profile-{side}.txt").write_text(table)
+
+    steps = schedule(
+        skip_first=watch.plan["warmup"], wait=0, warmup=1, active=PROFILE_STEPS, repeat=1
+    )
+    with profile(activities=[ProfilerActivity.CPU], schedule=steps, on_trace_ready=write) as p:
+        watch.profiler = p
         yield
-    table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15)
-    (work / f"profile-{side}.txt").write_text(table)
 
 
 def autocast(plan: dict[str, Any]) -> contextlib.AbstractContextManager:

@@ -43,7 +43,15 @@ from typing import Any
 
 import numpy as np
 import torch
-from llm_peer import TORCHTITAN, TORCHTITAN_EXTRA, Stopwatch, eval_loss, load_plan, profiled
+from llm_peer import (
+    PROFILE_STEPS,
+    TORCHTITAN,
+    TORCHTITAN_EXTRA,
+    Stopwatch,
+    eval_loss,
+    load_plan,
+    profiled,
+)
 from llm_peer import tokens as load_tokens
 
 from xirang_core.errors import ConfigError, XirangError
@@ -300,15 +308,19 @@ class Side:
     why: str = ""
     runs: list[dict[str, Any]] = field(default_factory=list)
 
-    def run(self, work: Path) -> None:
+    def run(self, work: Path, keep: bool = True) -> None:
+        """One round in a fresh process; ``keep=False`` for a round that is not measured."""
         if self.command is None:
             return
         done = subprocess.run([*self.command, str(work)], capture_output=True, text=True)
         lines = done.stdout.strip().splitlines()
         try:
-            self.runs.append(json.loads(lines[-1]))
+            figures = json.loads(lines[-1])
         except (IndexError, json.JSONDecodeError):
             self.command, self.why = None, f"exit {done.returncode}: {tail(done.stderr)}"
+            return
+        if keep:
+            self.runs.append(figures)
 
     def figures(self, plan: dict[str, Any]) -> dict[str, float] | None:
         if not self.runs:
@@ -364,10 +376,10 @@ def profile(sides: list[Side], work: Path) -> None:
     plan = load_plan(work)
     (work / "plan.json").write_text(json.dumps({**plan, "profile": True}))
     for side in sides:
-        side.run(work)
+        side.run(work, keep=False)
         path = work / f"profile-{side.name}.txt"
         if path.is_file():
-            print(f"\n{side.name}: top operators over {len(path.read_text()) and 3} steps")
+            print(f"\n{side.name}: top operators over {PROFILE_STEPS} steps after the warm-up")
             print(path.read_text())
 
 
