@@ -37,6 +37,13 @@ AUTO_GROUPS = ("device", "comm", "parallel")
 
 _RUN_UID = secrets.token_hex(3)
 
+#: ``trainer.precision`` values and the torch dtype each computes in
+PRECISIONS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+#: ``trainer.nonfinite``: what a non-finite loss or gradient norm does to the run
+NONFINITE = ("stop", "skip")
+#: ``optim.name`` values (xirang_core.train.optim builds them)
+OPTIMIZERS = ("adamw", "sgd")
+
 
 @dataclass
 class TrainerConfig:
@@ -50,6 +57,10 @@ class TrainerConfig:
     threads: int = 0
     sample_tokens: int = 200
     sample_prompt: str = "def "
+    precision: str = "fp32"
+    compile: bool = False
+    eval_every: int = 0
+    nonfinite: str = "stop"
 
 
 @dataclass
@@ -152,6 +163,7 @@ def validate(cfg: DictConfig, registry: Registry) -> dict[str, Any]:
         data[group] = _check_plugin_group(group, kind, data.get(group), registry)
     data["model"] = _check_model(data.get("model"), registry)
     _check_batch(data["trainer"])
+    _check_choices(data["trainer"], data["optim"])
     _check_strategy(data, registry)
     return data
 
@@ -235,6 +247,23 @@ def _check_batch(trainer: dict[str, Any]) -> None:
             f"takes per step (global_batch / nproc). Use a divisor of {per_worker}, or 0."
         )
     trainer["micro_batch"] = micro
+
+
+def _check_choices(trainer: dict[str, Any], optim: dict[str, Any]) -> None:
+    """Settings that take one of a few names, and the evaluation interval."""
+    choices = (
+        ("trainer.precision", trainer["precision"], tuple(PRECISIONS)),
+        ("trainer.nonfinite", trainer["nonfinite"], NONFINITE),
+        ("optim.name", optim["name"], OPTIMIZERS),
+    )
+    for key, value, valid in choices:
+        if value not in valid:
+            raise ConfigError(f"{key}={value!r}: not one of the valid values {', '.join(valid)}")
+    if trainer["eval_every"] < 0:
+        raise ConfigError(
+            f"trainer.eval_every={trainer['eval_every']}: must be 0 (evaluate at the end only) "
+            f"or a step interval of at least 1"
+        )
 
 
 def _check_strategy(data: dict[str, Any], registry: Registry) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig
 
-from xirang_core.config import AUTO, compose, validate
+from xirang_core.config import AUTO, PRECISIONS, compose, validate
 from xirang_core.data.training import resolve_dataset
 from xirang_core.errors import ConfigError
 from xirang_core.parallel.resolve import resolve_parallel
@@ -81,13 +81,49 @@ def resolve_runtime(config: dict[str, Any], registry: Registry) -> dict[str, Any
     with _torch_threads(threads):
         calibration = backend.calibrate()
         resolve_parallel(config, registry)  # parallel=auto -> a plan; a bad plan stops here
+    check_trainer_support(config, backend)
     return {
         "device_type": backend.type,
         "device_model": inventory[0].model,
         "devices": min(nproc, len(inventory)),
         "collective_backend": collective,
-        "peak_flops_per_worker": calibration.peak_flops("float32"),
+        "peak_flops_per_worker": calibration.peak_flops(
+            compute_dtype(config["trainer"]["precision"], backend.type, calibration)
+        ),
     }
+
+
+def check_trainer_support(config: dict[str, Any], backend: DeviceBackend) -> None:
+    """``trainer.precision`` and ``trainer.compile`` against what the device and the plan can
+    do, in the launching process: a ConfigError before any worker starts."""
+    from xirang_core.train.compile import compiler_problem
+
+    trainer, device = config["trainer"], config["device"]["name"]
+    dtype = PRECISIONS[trainer["precision"]]
+    supports = getattr(backend, "supports_dtype", lambda name: name == "float32")
+    if not supports(dtype):
+        valid = [p for p, d in PRECISIONS.items() if supports(d)]
+        raise ConfigError(
+            f"trainer.precision={trainer['precision']}: device={device} cannot compute in "
+            f"{dtype} here; valid on this device: {', '.join(valid)}"
+        )
+    if trainer["precision"] == "fp16" and config["parallel"].get("pp", 1) > 1:
+        raise ConfigError(
+            "trainer.precision=fp16 needs a gradient scaler, which a pipeline schedule "
+            "(parallel.pp>1) does not apply; use trainer.precision=bf16 or fp32"
+        )
+    problem = compiler_problem(backend.type) if trainer["compile"] else None
+    if problem:
+        raise ConfigError(f"trainer.compile=true cannot work on device={device}: {problem}")
+
+
+def compute_dtype(precision: str, device_type: str, calibration: Any) -> str:
+    """The dtype a run's matmuls compute in, as its calibration names it: an fp32 run on CUDA
+    computes in TF32 (the trainer allows it) where the calibration measured that."""
+    dtype = PRECISIONS[precision]
+    if dtype == "float32" and device_type == "cuda" and "tfloat32" in calibration.matmul_tflops:
+        return "tfloat32"
+    return dtype
 
 
 def pick_device(registry: Registry) -> str:

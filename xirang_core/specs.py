@@ -282,6 +282,10 @@ class DeviceBackend(Protocol):
     def collective_backend(self) -> str:
         """The torch.distributed backend name this device family uses by default."""
 
+    def supports_dtype(self, name: str) -> bool:
+        """Whether training can compute in the torch dtype ``name`` (``trainer.precision``);
+        optional: a backend without it is taken to compute in float32 only."""
+
 
 @runtime_checkable
 class Strategy(Protocol):

@@ -15,6 +15,9 @@ from xirang_core.devices.calibration import (
 )
 from xirang_core.specs import Calibration, DeviceInfo, HealthFinding, InterconnectGroup, Topology
 
+#: matmul edge for calibration: each call long enough (~10 ms on two cores) that the threads'
+#: barrier waits on a busy host do not dominate it, as they did at 512
+CALIBRATION_MATMUL_SIZE = 1024
 #: free memory below this fraction of the total makes the host unfit for new work
 LOW_MEMORY_FRACTION = 0.05
 
@@ -59,15 +62,29 @@ class CpuBackend:
 
     def calibrate(self, refresh: bool = False) -> Calibration:
         threads = torch.get_num_threads()
-        key = f"cpu-{cpu_model()}-{threads}threads-torch{torch.__version__}"
+        # v2: dtypes measured in turns on larger matmuls (v1 entries could hold a bf16 figure
+        # measured during a burst of other work, at 0.001 TFLOP/s)
+        key = f"cpu-{cpu_model()}-{threads}threads-torch{torch.__version__}-v2"
         return cached_calibration(key, lambda: self._measure(threads), refresh)
 
     def _measure(self, threads: int) -> Calibration:
         device = torch.device("cpu")
         return Calibration(
             device_model=cpu_model(),
-            matmul_tflops=measure_matmul_tflops(device, ["float32", "bfloat16"], size=512),
+            matmul_tflops=measure_matmul_tflops(
+                device, ["float32", "bfloat16"], size=CALIBRATION_MATMUL_SIZE, seconds=0.6
+            ),
             memory_bandwidth_gbps=measure_memory_bandwidth_gbps(device, mbytes=64),
+        )
+
+    def supports_dtype(self, name: str) -> bool:
+        """Whether training can compute in ``name`` (a torch dtype name) here: float32 always;
+        bfloat16 and float16 where torch's CPU autocast runs them."""
+        if name == "float32":
+            return True
+        return torch.amp.autocast_mode.is_autocast_available("cpu") and name in (
+            "bfloat16",
+            "float16",
         )
 
     def torch_device(self, local_rank: int) -> torch.device:

@@ -10,6 +10,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from xirang_core.train.sample import sample
+
 
 @dataclass
 class GPTConfig:
@@ -126,16 +128,8 @@ class GPT(nn.Module):
         """Training FLOPs per token: 6N + 12·L·h·s (PaLM, appendix B)."""
         return 6 * self.num_params() + 12 * self.cfg.n_layer * self.cfg.n_embd * seq_len
 
-    @torch.no_grad()
     def generate(
         self, idx: torch.Tensor, new_tokens: int, temperature: float = 0.8, top_k: int = 40
     ) -> torch.Tensor:
         """Append ``new_tokens`` sampled tokens to ``idx`` (batch, seq)."""
-        for _ in range(new_tokens):
-            context = idx[:, -self.cfg.max_seq_len :]
-            logits = self(context)[:, -1, :] / max(temperature, 1e-5)
-            if top_k:
-                kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1, None]
-                logits = logits.masked_fill(logits < kth, float("-inf"))
-            idx = torch.cat([idx, torch.multinomial(F.softmax(logits, dim=-1), 1)], dim=1)
-        return idx
+        return sample(self, idx, new_tokens, self.cfg.max_seq_len, temperature, top_k)

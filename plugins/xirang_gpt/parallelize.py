@@ -11,11 +11,15 @@ from typing import Any
 
 from torch import nn
 
+from xirang_core.parallel.layers import keep_stage_layers, parallelize_blocks
 from xirang_core.parallel.plan import ModelShape
 
 
 class GPTParallelize:
     """The GPT family's answers to the questions a parallel strategy asks."""
+
+    #: the ``model`` setting that counts layers (the planner's probes build one-layer models)
+    layers_setting = "n_layer"
 
     def layers(self, model: nn.Module) -> nn.ModuleDict:
         """The repeated blocks, keyed by layer index (units of FSDP, recompute and stages)."""
@@ -34,69 +38,21 @@ class GPTParallelize:
         """Megatron layout per block: q, k, v and MLP-up split by columns (heads), attention
         output and MLP-down by rows; with sequence parallel the norms and residual stream are
         split along the sequence between blocks. Embeddings and head stay replicated."""
-        from torch.distributed.tensor import Replicate, Shard
-        from torch.distributed.tensor.parallel import (
-            ColwiseParallel,
-            PrepareModuleInput,
-            RowwiseParallel,
-            SequenceParallel,
-            parallelize_module,
+        parallelize_blocks(
+            self.layers(model),
+            model.ln_f,
+            mesh,
+            sequence_parallel,
+            colwise=("attn.q", "attn.k", "attn.v", "mlp.up"),
+            rowwise=("attn.proj", "mlp.down"),
+            norms=("ln1", "ln2"),
+            gathered=("attn", "mlp"),
         )
-
-        between = Shard(1) if sequence_parallel else Replicate()
-        gather = PrepareModuleInput(
-            input_layouts=(between,), desired_input_layouts=(Replicate(),), use_local_output=True
-        )
-        plan: dict[str, Any] = {
-            "attn.q": ColwiseParallel(),
-            "attn.k": ColwiseParallel(),
-            "attn.v": ColwiseParallel(),
-            "attn.proj": RowwiseParallel(output_layouts=between),
-            "mlp.up": ColwiseParallel(),
-            "mlp.down": RowwiseParallel(output_layouts=between),
-        }
-        if sequence_parallel:
-            plan.update({"ln1": SequenceParallel(), "ln2": SequenceParallel()})
-            plan.update({"attn": gather, "mlp": gather})
-        for block in self.layers(model).values():
-            parallelize_module(block, mesh, plan)
-        if sequence_parallel:
-            self._split_sequence_at_ends(model, mesh)
-
-    def _split_sequence_at_ends(self, model: nn.Module, mesh: Any) -> None:
-        """The first block takes its sequence share of the (replicated) embeddings; the final
-        norm gathers the whole sequence back before the replicated head."""
-        from torch.distributed.tensor import Replicate, Shard
-        from torch.distributed.tensor.parallel import PrepareModuleInput, parallelize_module
-
-        blocks = self.layers(model)
-        if len(blocks):
-            first = next(iter(blocks.values()))
-            split = PrepareModuleInput(
-                input_layouts=(Replicate(),),
-                desired_input_layouts=(Shard(1),),
-                use_local_output=True,
-            )
-            parallelize_module(first, mesh, split)
-            last = list(blocks.values())[-1]
-            join = PrepareModuleInput(
-                input_layouts=(Shard(1),),
-                desired_input_layouts=(Replicate(),),
-                use_local_output=True,
-            )
-            # the block after the last one is the final norm: gather there, on the last stage
-            if model.ln_f is not None:
-                parallelize_module(model.ln_f, mesh, join)
-            else:  # a middle pipeline stage hands the whole sequence to the next stage
-                last.register_forward_hook(_gather_sequence_hook(mesh))
 
     def split_stage(self, model: nn.Module, stage: int, stages: int) -> tuple[int, int]:
         """Keep only this stage's contiguous, balanced share of layers; the first stage keeps
         the embeddings, the last the final norm and head. Returns the kept layer range."""
-        names = list(self.layers(model).keys())
-        lo, hi = stage_bounds(len(names), stage, stages)
-        for name in names[:lo] + names[hi:]:
-            del model.blocks[name]
+        kept = keep_stage_layers(self.layers(model), stage, stages)
         if stage > 0:
             model.pos_emb = model.drop = None
             if stage < stages - 1:
@@ -105,28 +61,10 @@ class GPTParallelize:
             # shares with the head, so that weight keeps its whole-model name in checkpoints
         if stage < stages - 1:
             model.ln_f = model.head = None
-        return lo, hi
+        return kept
 
     def tied(self, model: nn.Module) -> nn.Parameter | None:
         """The parameter a pipeline-split model holds on both its first and last stage."""
         if model.tok_emb is not None:
             return model.tok_emb.weight
         return model.head.weight if model.head is not None else None
-
-
-def stage_bounds(layers: int, stage: int, stages: int) -> tuple[int, int]:
-    """Layer range of ``stage``: sizes differ by at most one, later stages take the extra
-    layers because the first stage also holds the embeddings."""
-    base, extra = divmod(layers, stages)
-    lo = stage * base + max(0, stage - (stages - extra))
-    return lo, lo + base + (1 if stage >= stages - extra else 0)
-
-
-def _gather_sequence_hook(mesh: Any) -> Any:
-    from torch.distributed.tensor import DTensor, Replicate, Shard
-
-    def hook(module: nn.Module, args: Any, output: Any) -> Any:
-        full = DTensor.from_local(output, mesh, (Shard(1),), run_check=False)
-        return full.redistribute(mesh, (Replicate(),)).to_local()
-
-    return hook

@@ -8,6 +8,8 @@ from typing import Any
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as TorchDDP
 
+from xirang_core.train.compile import compile_model
+
 
 @dataclass
 class DDPConfig:
@@ -16,10 +18,13 @@ class DDPConfig:
 
 
 class DistributedDataParallel:
+    compiles = True  # trainer.compile: blocks compiled before the DDP wrapper, as torchtitan does
+
     def __init__(self, **settings: Any) -> None:
         self.config = DDPConfig(**settings)
 
     def wrap(self, model: nn.Module, ctx: Any) -> nn.Module:
+        compile_model(model, ctx.config)
         device_ids = [ctx.device] if ctx.device.type not in ("cpu", "meta") else None
         return TorchDDP(
             model,

@@ -17,14 +17,19 @@ from typing import Any
 from torch import nn
 
 
-def shard_model(model: nn.Module, layers: nn.ModuleDict, mesh: Any, zero: int) -> nn.Module:
-    """Shard each layer, then the rest (embeddings, head) as the root unit."""
-    from torch.distributed.fsdp import fully_shard
+def shard_model(
+    model: nn.Module, layers: nn.ModuleDict, mesh: Any, zero: int, mp_policy: Any = None
+) -> nn.Module:
+    """Shard each layer, then the rest (embeddings, head) as the root unit. ``mp_policy`` (a
+    ``MixedPrecisionPolicy``, from ``trainer.precision``) gathers 16-bit parameters and reduces
+    gradients in fp32; the sharded parameters, the optimizer's, stay fp32."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     reshard = zero >= 3
+    policy = mp_policy or MixedPrecisionPolicy()
     for layer in layers.values():
-        fully_shard(layer, mesh=mesh, reshard_after_forward=reshard)
-    fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+        fully_shard(layer, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy)
     if zero == 1:
         # an instance attribute the trainer looks for, as it does DDP's method
         model.no_sync = lambda: _defer_reduction(model)

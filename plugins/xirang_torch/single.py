@@ -6,7 +6,12 @@ from typing import Any
 
 from torch import nn
 
+from xirang_core.train.compile import compile_model
+
 
 class SingleProcess:
+    compiles = True  # trainer.compile: its blocks are compiled here
+
     def wrap(self, model: nn.Module, ctx: Any) -> nn.Module:
+        compile_model(model, ctx.config)
         return model

@@ -2,7 +2,8 @@
 
 The named options (``parallel=fsdp|tp|sp|pp|hybrid``) are presets of :class:`MeshConfig`; the
 model family's own ``parallelize`` object says how its layers split. Order of application is
-the one that composes: pipeline split, tensor/sequence parallel, recompute, then data parallel.
+the one that composes: pipeline split, tensor/sequence parallel, recompute, ``torch.compile``
+per block (``trainer.compile``), then data parallel.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import Any
 from torch import nn
 
 from xirang_core.parallel.plan import ParallelPlan, check_plan, resolve_degrees
+from xirang_core.train.compile import compile_model
+from xirang_core.train.precision import fsdp_policy
 from xirang_torch import recompute, sharding
 from xirang_torch.mesh import build_mesh, coordinate, degree
 
@@ -31,6 +34,8 @@ class MeshConfig:
 
 
 class MeshStrategy:
+    compiles = True  # trainer.compile: blocks compiled after recompute, before data parallel
+
     def __init__(self, **settings: Any) -> None:
         self.config = MeshConfig(**settings)
 
@@ -62,18 +67,22 @@ class MeshStrategy:
             fns.apply_tp(model, mesh["tp"], plan.sp)
         if plan.recompute == "full":
             recompute.checkpoint_layers(fns.layers(model))
-        wrapped = self._data_parallel(model, fns, mesh, plan)
+        compile_model(model, ctx.config)
+        wrapped = self._data_parallel(model, fns, mesh, plan, trainer.get("precision", "fp32"))
         if plan.pp > 1:
             self._pipeline(wrapped, model, fns, ctx, plan)
         return wrapped
 
     @staticmethod
-    def _data_parallel(model: nn.Module, fns: Any, mesh: Any, plan: ParallelPlan) -> nn.Module:
+    def _data_parallel(
+        model: nn.Module, fns: Any, mesh: Any, plan: ParallelPlan, precision: str
+    ) -> nn.Module:
         if degree(mesh, "dp") == 1:
             return model
         if plan.zero == 0:
             return sharding.replicate_model(model, mesh["dp"], pipeline=plan.pp > 1)
-        return sharding.shard_model(model, fns.layers(model), mesh["dp"], plan.zero)
+        policy = fsdp_policy(precision)
+        return sharding.shard_model(model, fns.layers(model), mesh["dp"], plan.zero, policy)
 
     @staticmethod
     def _pipeline(

@@ -3,6 +3,8 @@
 Gloo workers run each plan in turn (spawning is the expensive part on CPU): two workers for
 the single-dimension strategies, four for the hybrids. The single-process run is the reference.
 A checkpoint saved under one split then resumes under others and continues the reference.
+The Llama family (grouped-query attention, SwiGLU, RMSNorm, tied embeddings) runs a few of
+the same plans against its own single-process reference.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ FOUR_WORKERS = {
     "dp x pp, ddp gpipe": ParallelPlan(dp=2, pp=2, zero=0, micro_batch=1, schedule="gpipe"),
 }
 
+LLAMA_TWO = {name: TWO_WORKERS[name] for name in ("ddp", "fsdp zero3", "tp", "sp", "pp 1f1b")}
+LLAMA_FOUR = {"tp x pp, sp": FOUR_WORKERS["tp x pp, sp"]}
+
 
 def rel_diff(a: list[float], b: list[float]) -> float:
     return max(abs(x - y) / abs(y) for x, y in zip(a, b, strict=True))
@@ -55,6 +60,16 @@ def measured(tiny_config: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
+@pytest.fixture(scope="module")
+def llama_runs(tiny_llama_config: dict[str, Any]) -> dict[str, list[float]]:
+    """The Llama's single-process reference (under ``"single"``) and its split plans."""
+    found = {"single": run_plans(tiny_llama_config, [ParallelPlan(micro_batch=4)], STEPS)[0]}
+    for plans in (LLAMA_TWO, LLAMA_FOUR):
+        runs = run_plans(tiny_llama_config, list(plans.values()), STEPS)
+        found.update(zip(plans, runs, strict=True))
+    return {name: run.losses for name, run in found.items()}
+
+
 def test_reference_trains(reference: list[float]) -> None:
     assert len(reference) == STEPS
     assert reference[-1] < reference[0] - 0.05  # it learns, so the comparison means something
@@ -65,6 +80,14 @@ def test_reference_trains(reference: list[float]) -> None:
 def test_loss_matches_single_process(name: str, measured: dict, reference: list[float]) -> None:
     losses = measured[name].losses
     assert rel_diff(losses, reference) < TOLERANCE, (name, losses, reference)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [*LLAMA_TWO, *LLAMA_FOUR])
+def test_llama_loss_matches_single_process(name: str, llama_runs: dict) -> None:
+    reference = llama_runs["single"]
+    assert reference[-1] < reference[0] - 0.05
+    assert rel_diff(llama_runs[name], reference) < TOLERANCE, (name, llama_runs[name], reference)
 
 
 @pytest.mark.slow

@@ -162,12 +162,20 @@ class AcceleratorBackend:
         )
 
     def calibration_dtypes(self) -> list[str]:
-        """Matmul dtypes worth measuring on this device; bf16 only where the device has it."""
+        """Matmul dtypes worth measuring on this device: those it computes in, and TF32 (an fp32
+        run's matmuls on CUDA) where torch has the switch."""
+        names = [n for n in ("float32", "float16", "bfloat16") if self.supports_dtype(n)]
+        return [*names, "tfloat32"] if self.torch_type == "cuda" else names
+
+    def supports_dtype(self, name: str) -> bool:
+        """Whether training can compute in ``name`` (a torch dtype name): bf16 only where the
+        device has it."""
+        if name != "bfloat16":
+            return name in ("float32", "float16")
         import torch
 
         module = getattr(torch, self.torch_type)
-        has_bf16 = getattr(module, "is_bf16_supported", lambda: True)()
-        return ["float32", "float16", *(["bfloat16"] if has_bf16 else [])]
+        return bool(getattr(module, "is_bf16_supported", lambda: True)())
 
     def torch_device(self, local_rank: int) -> torch.device:
         """``<torch_type>:<local_rank>``, made current so collectives and kernels land on it."""

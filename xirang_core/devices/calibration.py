@@ -7,16 +7,22 @@ Vendor datasheet peaks overstate what a framework reaches, so xirang measures.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from xirang_core.paths import xirang_home
 from xirang_core.specs import Calibration
+
+#: measurement windows per figure (the best counts) and untimed calls before them
+WINDOWS = 3
+WARMUP_CALLS = 3
 
 
 def cache_path(key: str) -> Path:
@@ -44,17 +50,49 @@ def cached_calibration(key: str, measure: Callable[[], Calibration], refresh: bo
 def measure_matmul_tflops(
     device: object, dtypes: Iterable[str], size: int = 1024, seconds: float = 0.3
 ) -> dict[str, float]:
-    """Sustained FLOP/s of square matmuls per dtype (2·n³ FLOPs each), in TFLOP/s."""
+    """Sustained FLOP/s of square matmuls per dtype (2·n³ FLOPs each), in TFLOP/s.
+
+    The dtypes take turns window by window and each keeps its best window. Measured one after
+    the other, a burst of other work on a shared host could cover one dtype's whole turn: bf16,
+    measured last, read 0.001 TFLOP/s on two busy cores (and the cache kept it). ``tfloat32`` is
+    float32 with TF32 matmuls allowed, what an fp32 run computes in on CUDA."""
     import torch
 
-    out: dict[str, float] = {}
-    for name in dtypes:
-        dtype = getattr(torch, name)
-        a = torch.randn(size, size, device=device).to(dtype)
-        b = torch.randn(size, size, device=device).to(dtype)
-        rate = _best_rate(lambda a=a, b=b: torch.mm(a, b), _synchronizer(device), seconds)
-        out[name] = round(2 * size**3 * rate / 1e12, 4)
-    return out
+    names = list(dtypes)
+    calls = {name: _matmul(name, size, device) for name in names}
+    sync = _synchronizer(device)
+    best = dict.fromkeys(names, 0.0)
+    for _ in range(WARMUP_CALLS):  # first calls pack weights and pick kernels (oneDNN bf16)
+        for name, call in calls.items():
+            with _tf32(torch, name == "tfloat32"):
+                call()
+    sync()
+    for _ in range(WINDOWS):
+        for name, call in calls.items():
+            with _tf32(torch, name == "tfloat32"):
+                best[name] = max(best[name], _window_rate(call, sync, seconds / WINDOWS))
+    # four significant digits: a slow dtype (fp16 on a CPU) must not round to zero
+    return {name: float(f"{2 * size**3 * rate / 1e12:.4g}") for name, rate in best.items()}
+
+
+def _matmul(name: str, size: int, device: object) -> Callable[[], object]:
+    import torch
+
+    dtype = torch.float32 if name == "tfloat32" else getattr(torch, name)
+    a = torch.randn(size, size, device=device).to(dtype)
+    b = torch.randn(size, size, device=device).to(dtype)
+    return lambda: torch.mm(a, b)
+
+
+@contextlib.contextmanager
+def _tf32(torch: Any, allowed: bool) -> Iterator[None]:
+    """TF32 matmuls allowed inside (only while measuring ``tfloat32``)."""
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = allowed or before
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
 
 
 def measure_memory_bandwidth_gbps(device: object, mbytes: int = 128, seconds: float = 0.3) -> float:
@@ -87,7 +125,7 @@ def measure_device_to_device_gbps(
 
 
 def _best_rate(
-    fn: Callable[[], object], sync: Callable[[], None], seconds: float, windows: int = 3
+    fn: Callable[[], object], sync: Callable[[], None], seconds: float, windows: int = WINDOWS
 ) -> float:
     """Calls of ``fn`` per second in the best of ``windows`` windows sharing ``seconds``.
 
@@ -95,19 +133,20 @@ def _best_rate(
     the machine during one window must not lower the baseline that MFU is reported against."""
     fn()
     sync()
-    best = 0.0
-    for _ in range(windows):
-        count, start = 0, time.perf_counter()
-        while True:
-            fn()
-            count += 1
-            if count % 4 == 0:
-                sync()
-                elapsed = time.perf_counter() - start
-                if elapsed >= seconds / windows:
-                    break
-        best = max(best, count / elapsed)
-    return best
+    return max(_window_rate(fn, sync, seconds / windows) for _ in range(windows))
+
+
+def _window_rate(fn: Callable[[], object], sync: Callable[[], None], seconds: float) -> float:
+    """Calls of ``fn`` per second over one window of at least ``seconds`` (4 calls at least)."""
+    count, start = 0, time.perf_counter()
+    while True:
+        fn()
+        count += 1
+        if count % 4 == 0:
+            sync()
+            elapsed = time.perf_counter() - start
+            if elapsed >= seconds:
+                return count / elapsed
 
 
 def _synchronizer(*devices: object) -> Callable[[], None]:

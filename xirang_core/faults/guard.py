@@ -7,6 +7,7 @@ from typing import Any
 
 from xirang_core.checkpoint.chunks import chunk_key
 from xirang_core.checkpoint.config import CheckpointConfig
+from xirang_core.checkpoint.events import recovery_note
 from xirang_core.checkpoint.manager import CheckpointManager
 from xirang_core.checkpoint.snapshot import SaveResult
 from xirang_core.faults.health import check_device, drain_reason, local_device
@@ -74,6 +75,12 @@ class RunGuard:
         self.manager.wait()
         self.heartbeat.stop()
         check_device(self.device, self.manager.ctx, step)
+
+    def recovery_note(self) -> str:
+        """The newest committed checkpoint and how to resume from it (after the save in flight,
+        if any, is committed or failed)."""
+        self.manager.wait()
+        return recovery_note(self.manager.ctx.run_dir)
 
     def finish(self, step: int) -> SaveResult | None:
         """The final checkpoint; the heartbeat stops once it is committed."""

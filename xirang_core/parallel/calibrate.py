@@ -226,12 +226,16 @@ class _ModelParts:
         family = config["model"]["family"]
         settings = {k: v for k, v in config["model"].items() if k not in ("family", "name")}
         self.family, self.settings = registry.load("model", family), settings
-        self.whole = self.family.from_config({**settings, "n_layer": 1})
-        self.rest = self.family.from_config({**settings, "n_layer": 0})
         self.fns = fns = registry.spec("model", family).load_parallelize()
+        self.whole = self.family.from_config(self.resized(1))
+        self.rest = self.family.from_config(self.resized(0))
         self.block = next(iter(fns.layers(self.whole).values()))
         self.shape = fns.shape(settings, config["data"]["seq_len"])
         self.config = config
+
+    def resized(self, layers: int) -> dict[str, Any]:
+        """The model's settings with ``layers`` layers (the family names that setting)."""
+        return {**self.settings, self.fns.layers_setting: layers}
 
     def layer_times(self, micro_batch: int) -> tuple[float, float]:
         """Forward and backward seconds of one layer (best of repeats)."""
@@ -258,7 +262,7 @@ class _ModelParts:
         import torch
 
         torch.manual_seed(0)
-        model = self.family.from_config({**self.settings, "n_layer": 1})
+        model = self.family.from_config(self.resized(1))
         self.fns.apply_tp(model, mesh, sequence_parallel)
         return model
 

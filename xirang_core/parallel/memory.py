@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from xirang_core.parallel.layers import stage_bounds
 from xirang_core.parallel.plan import ModelShape, ParallelPlan
 
 #: Adam keeps two moments per parameter
@@ -74,7 +75,8 @@ def predict_memory(
 
 def stage_params(shape: ModelShape, plan: ParallelPlan, stage: int) -> StageParams:
     h, t = shape.hidden, plan.tp
-    layer = 12 * h * h // t + 4 * h
+    norms = 4 * h  # at most: the norms stay whole on every tensor-parallel rank
+    layer = (shape.layer_size() - norms) // t + norms
     count = stage_layer_count(shape.layers, stage, plan.pp)
     first, last = stage == 0, stage == plan.pp - 1
     embed = shape.vocab * h
@@ -88,8 +90,8 @@ def stage_params(shape: ModelShape, plan: ParallelPlan, stage: int) -> StagePara
 
 def stage_layer_count(layers: int, stage: int, stages: int) -> int:
     """Balanced contiguous split: later stages take the remainder (the first holds embeddings)."""
-    base, extra = divmod(layers, stages)
-    return base + (1 if stage >= stages - extra else 0)
+    lo, hi = stage_bounds(layers, stage, stages)
+    return hi - lo
 
 
 def _stage_memory(

@@ -36,6 +36,14 @@ class ModelShape:
     tied_embeddings: bool = True
     #: bytes per activation element and per model-state element of one copy
     dtype_bytes: int = 4
+    #: key/value heads under grouped-query attention (0: as many as ``heads``)
+    kv_heads: int = 0
+    #: parameters of one layer (0: a GPT-2 block's 12·h² + 4·h; SwiGLU and GQA differ)
+    layer_params: int = 0
+
+    def layer_size(self) -> int:
+        """Parameters of one layer."""
+        return self.layer_params or 12 * self.hidden * self.hidden + 4 * self.hidden
 
 
 @dataclass(frozen=True)
@@ -145,6 +153,10 @@ def plan_problem(plan: ParallelPlan, shape: ModelShape, global_batch: int) -> st
         (plan.recompute not in RECOMPUTE, f"recompute={plan.recompute!r} not in {RECOMPUTE}"),
         (plan.schedule not in SCHEDULES, f"schedule={plan.schedule!r} not in {SCHEDULES}"),
         (shape.heads % plan.tp != 0, f"tp={plan.tp} does not divide the {shape.heads} heads"),
+        (
+            shape.kv_heads % plan.tp != 0,
+            f"tp={plan.tp} does not divide the {shape.kv_heads} key/value heads",
+        ),
         (plan.sp and plan.tp == 1, "sequence parallel (sp) needs tp > 1"),
         (
             plan.sp and shape.seq_len % plan.tp != 0,

@@ -1,13 +1,20 @@
 """The training loop: forward, backward, gradient sync, optimizer step; figures at log steps.
 
-The loop reads a loss value (a device synchronisation) only at logging steps, so its cost over a
-hand-written PyTorch loop stays within a few percent (``benchmarks/overhead.py`` measures it).
+The loop reads a loss value only at logging steps, so its cost over a hand-written PyTorch loop
+stays within a few percent (``benchmarks/overhead.py`` measures it). Its one read per step is the
+non-finite guard's: whether the gradient norm (and, with one worker, the loss) is finite, a
+single boolean, read before the optimizer step so a bad step never reaches the weights or a
+checkpoint. On the CPU that read costs nothing (there is no queue to drain); on an accelerator
+it stops the host from queueing the next step's kernels ahead, which is the price of stopping
+or skipping at the very step that went bad.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
+import resource
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -18,8 +25,11 @@ import torch
 import torch.distributed as dist
 
 from xirang_core.data.tokens import TokenBatches
+from xirang_core.errors import ConfigError, XirangError
 from xirang_core.specs import WorkerContext
+from xirang_core.train.compile import compiled_frames
 from xirang_core.train.optim import lr_at
+from xirang_core.train.precision import Precision
 from xirang_core.train.report import MetricsLog
 
 log = logging.getLogger("xirang.train")
@@ -36,6 +46,16 @@ class LoopSettings:
     optim: dict[str, Any]
     flops_per_token: float
     peak_flops: float
+    precision: str = "fp32"
+    compile: bool = False
+    eval_every: int = 0
+    nonfinite: str = "stop"
+
+
+class NonFiniteError(XirangError):
+    """Training met a non-finite loss or gradient norm and ``trainer.nonfinite=stop``."""
+
+    exit_code = 1
 
 
 class Trainer:
@@ -54,6 +74,19 @@ class Trainer:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.tokens_per_step = settings.micro_batch * settings.seq_len * settings.accum_steps
         self.tokens_per_step *= ctx.data_world
+        self.precision = Precision(settings.precision, ctx.device)
+        if self.precision.scaler is not None and hasattr(model, "xirang_backward"):
+            raise ConfigError(
+                "trainer.precision=fp16: this strategy runs backward itself, so xirang's "
+                "gradient scaler cannot apply; use the strategy's own precision setting"
+            )
+        #: the held-out loss, for every ``eval_every`` steps (None on workers that do not hold it)
+        self.evaluate: Callable[[], float | None] | None = None
+        #: names the last good checkpoint in the non-finite guard's message
+        self.recovery: Callable[[], str] = lambda: f"see the run directory {ctx.run_dir}"
+        self.grad_norm: Any = None  # the last step's, pre-clip (a device tensor or a float)
+        self.skipped_steps = 0
+        self.compile_s, self.compile_steps = 0.0, 0
 
     def train_step(self, step: int) -> torch.Tensor:
         """One optimizer step (1-based); returns this worker's mean loss, still on the device."""
@@ -63,14 +96,47 @@ class Trainer:
             group["lr"] = lr
         run_step = getattr(self.model, "xirang_step", None)  # a pipeline runs whole steps
         if run_step is not None:
-            total = run_step([self.batches.get(step, m) for m in range(s.accum_steps)])
+            with self.precision.autocast():  # the schedule's forwards run inside
+                total = run_step([self.batches.get(step, m) for m in range(s.accum_steps)])
         else:
             total = self._accumulate(step)
-        if s.grad_clip > 0:
-            self._clip(s.grad_clip)
-        self.optimizer.step()
+        scaler = self.precision.scaler
+        if scaler is not None:
+            scaler.unscale_(self.optimizer)  # clip and guard the true gradients
+        self.grad_norm = self._clip(s.grad_clip if s.grad_clip > 0 else math.inf)
+        if self._finite(step, total, self.grad_norm):
+            if scaler is None:
+                self.optimizer.step()
+            else:
+                scaler.step(self.optimizer)
+                scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         return total
+
+    def _finite(self, step: int, loss: torch.Tensor, norm: Any) -> bool:
+        """The non-finite guard: True to take the optimizer step. A bad loss or gradient norm
+        stops the run (``trainer.nonfinite=stop``) or skips the step (``skip``); under fp16 an
+        overflowed gradient is the scaler's to skip, with a lower scale. With several workers
+        only the gradient norm decides: it is the same on every worker (the gradients were
+        reduced), so all stop or skip together, and a bad loss anywhere makes it non-finite."""
+        ok = torch.ones((), dtype=torch.bool, device=loss.device)
+        norm_ok = torch.as_tensor(norm, device=loss.device).isfinite() if norm is not None else ok
+        loss_ok = loss.isfinite() if self.ctx.world_size == 1 else ok
+        norm_ok, loss_ok = torch.stack([norm_ok, loss_ok]).tolist()  # the one read per step
+        if norm_ok and loss_ok:
+            return True
+        scaler = self.precision.scaler
+        if scaler is not None and loss_ok:  # an fp16 overflow: lower the scale, skip the step
+            scaler.update(scaler.get_scale() * scaler.get_backoff_factor())
+        elif self.settings.nonfinite == "stop":
+            what = f"loss {loss.item()}" if not loss_ok else f"gradient norm {float(norm)}"
+            raise NonFiniteError(
+                f"step {step}: non-finite {what}; stopped before the optimizer step "
+                f"(trainer.nonfinite=stop). Lower optim.lr, or set trainer.nonfinite=skip. "
+                f"Last good checkpoint: {self.recovery()}"
+            )
+        self.skipped_steps += 1
+        return False
 
     def _accumulate(self, step: int) -> torch.Tensor:
         """Forward and backward of each micro-batch; gradients add up, synced on the last."""
@@ -83,7 +149,8 @@ class Trainer:
                 y.to(self.ctx.device, non_blocking=True),
             )
             with self._sync_context(last=micro == s.accum_steps - 1):
-                loss = self.model(x, y) / s.accum_steps
+                with self.precision.autocast():
+                    loss = self.model(x, y) / s.accum_steps
                 self._backward(loss)
             total += loss.detach()
         return total
@@ -93,23 +160,28 @@ class Trainer:
         and reduces gradients inside ``booster.backward``): the model then carries
         ``xirang_backward``, as a pipeline carries ``xirang_step``."""
         owned = getattr(self.model, "xirang_backward", None)
-        if owned is None:
-            loss.backward()
-        else:
+        if owned is not None:
             owned(loss)
+        elif self.precision.scaler is not None:
+            self.precision.scaler.scale(loss).backward()
+        else:
+            loss.backward()
 
-    def _clip(self, max_norm: float) -> None:
-        """Clip by the global gradient norm; a split model's norm spans all its shards (a
-        strategy whose optimizer holds the gradients clips through ``xirang_clip``)."""
+    def _clip(self, max_norm: float) -> Any:
+        """Clip by the global gradient norm (``inf``: measure only) and return it, pre-clip; a
+        split model's norm spans all its shards (a strategy whose optimizer holds the
+        gradients clips through ``xirang_clip``)."""
         owned = getattr(self.model, "xirang_clip", None)
         if owned is not None:
-            owned(max_norm)
-        elif self.ctx.mesh is None:
-            torch.nn.utils.clip_grad_norm_(self.params, max_norm)
-        else:
+            return owned(max_norm)
+        if self.ctx.mesh is not None:
             from xirang_core.parallel.grads import clip_grad_norm
 
-            clip_grad_norm(self.params, max_norm, self.ctx.mesh)
+            return clip_grad_norm(self.params, max_norm, self.ctx.mesh)
+        grads = [p.grad for p in self.params if p.grad is not None]
+        if math.isinf(max_norm):
+            return torch.nn.utils.get_total_norm(grads) if grads else None
+        return torch.nn.utils.clip_grad_norm_(self.params, max_norm)
 
     def _sync_context(self, last: bool) -> contextlib.AbstractContextManager:
         """Skip the gradient all-reduce on all but the last micro-batch (DDP's ``no_sync``)."""
@@ -121,28 +193,60 @@ class Trainer:
     ) -> list[dict[str, Any]]:
         """Train from ``start_step`` to ``max_steps``; returns the logged records (main worker)
         or an empty list. ``on_step_end(step)`` runs after every optimizer step (checkpoints,
-        heartbeat); it must stay cheap, as it runs every step."""
+        heartbeat); it must stay cheap, as it runs every step. Steps during which
+        ``torch.compile`` compiled count in ``compile_s``, not in the records' tokens/s."""
         s = self.settings
         self.model.train()
         records: list[dict[str, Any]] = []
         started = mark = time.perf_counter()
-        mark_step = start_step - 1
+        mark_step, compiling = start_step - 1, (0.0, 0)  # compile time and steps since mark
         with self._progress() as advance:
             for step in range(start_step, s.max_steps + 1):
-                loss = self.train_step(step)
+                loss, spent = self._timed_step(step)
+                compiling = (compiling[0] + spent, compiling[1] + (spent > 0))
                 if on_step_end is not None:
                     on_step_end(step)
-                if step % s.log_every and step not in (1, s.max_steps):
+                evaluating = s.eval_every and step % s.eval_every == 0 and step != s.max_steps
+                if not evaluating and step % s.log_every and step not in (1, s.max_steps):
                     advance(step, None)
                     continue
                 now = time.perf_counter()
-                record = self._record(step, loss, now - mark, step - mark_step, now - started)
-                mark, mark_step = now, step
+                interval, steps = now - mark - compiling[0], step - mark_step - compiling[1]
+                if steps == 0:  # every step since the last record compiled: time them all
+                    interval, steps = now - mark, step - mark_step
+                record = self._record(step, loss, interval, steps, now - started)
+                if compiling[0]:
+                    record["compile_s"] = round(compiling[0], 3)
+                if evaluating and self.evaluate is not None:
+                    self._add_val_loss(record)
+                mark, mark_step, compiling = time.perf_counter(), step, (0.0, 0)
                 advance(step, record)
                 if self.ctx.is_main:
                     records.append(record)
                     self._publish(record)
         return records
+
+    def _timed_step(self, step: int) -> tuple[torch.Tensor, float]:
+        """One step's loss, and the seconds it took when torch.compile compiled during it
+        (else 0): a dictionary read per step, no device sync."""
+        if not self.settings.compile:
+            return self.train_step(step), 0.0
+        frames, started = compiled_frames(), time.perf_counter()
+        loss = self.train_step(step)
+        if compiled_frames() == frames:
+            return loss, 0.0
+        spent = time.perf_counter() - started
+        self.compile_s, self.compile_steps = self.compile_s + spent, self.compile_steps + 1
+        return loss, spent
+
+    def _add_val_loss(self, record: dict[str, Any]) -> None:
+        """The held-out loss at this step (every worker that holds part of the model takes
+        part); the model goes back to training mode after."""
+        assert self.evaluate is not None
+        with self.precision.autocast():
+            val_loss = self.evaluate()
+        if val_loss is not None:
+            record["val_loss"] = round(val_loss, 5)
 
     def _record(
         self, step: int, loss: torch.Tensor, interval: float, steps: int, elapsed: float
@@ -157,9 +261,11 @@ class Trainer:
             "step": step,
             "loss": round(loss.item(), 5),
             "lr": self.optimizer.param_groups[0]["lr"],
+            "grad_norm": _number(self.grad_norm),
             "tokens": step * self.tokens_per_step,
             "tokens_per_s": round(tokens_per_s, 1),
             "mfu": round(achieved / self.settings.peak_flops, 5) if self.settings.peak_flops else 0,
+            "mem_bytes": peak_memory(self.ctx.device),
             "elapsed_s": round(elapsed, 3),
         }
 
@@ -213,6 +319,24 @@ class Trainer:
                 progress.update(task, completed=step, **fields)
 
             yield advance
+
+
+def _number(value: Any) -> float | None:
+    """A logged figure as a plain float (rounded), or None when there is none."""
+    if value is None:
+        return None
+    value = float(value)
+    return round(value, 5) if math.isfinite(value) else value
+
+
+def peak_memory(device: torch.device) -> int:
+    """Peak bytes this worker has held: the allocator's peak on an accelerator, the process's
+    resident-set high-water mark on the CPU."""
+    module = getattr(torch, device.type, None)
+    peak = getattr(module, "max_memory_allocated", None) if device.type != "cpu" else None
+    if peak is not None:
+        return int(peak(device))
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
 @torch.no_grad()

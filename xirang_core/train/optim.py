@@ -7,9 +7,8 @@ from typing import Any
 
 import torch
 
+from xirang_core.config import OPTIMIZERS
 from xirang_core.errors import ConfigError
-
-OPTIMIZERS = ("adamw", "sgd")
 
 
 def build_optimizer(model: torch.nn.Module, optim: dict[str, Any]) -> torch.optim.Optimizer:
@@ -19,13 +18,32 @@ def build_optimizer(model: torch.nn.Module, optim: dict[str, Any]) -> torch.opti
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": optim["weight_decay"]},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
+    impl = implementation(params)
     if optim["name"] == "adamw":
         return torch.optim.AdamW(
-            groups, lr=optim["lr"], betas=(optim["beta1"], optim["beta2"]), fused=False
+            groups, lr=optim["lr"], betas=(optim["beta1"], optim["beta2"]), **impl
         )
     if optim["name"] == "sgd":
-        return torch.optim.SGD(groups, lr=optim["lr"], momentum=optim["beta1"])
+        return torch.optim.SGD(groups, lr=optim["lr"], momentum=optim["beta1"], **impl)
     raise ConfigError(f"optim.name={optim['name']!r}: valid optimizers are {', '.join(OPTIMIZERS)}")
+
+
+#: device types whose fused optimizer kernels xirang uses
+FUSED_DEVICES = ("cuda", "cpu")
+
+
+def implementation(params: list[torch.Tensor]) -> dict[str, bool]:
+    """``fused=True`` (one kernel per step over all parameters) where every parameter is a plain
+    tensor on a device with fused kernels; ``foreach=True`` (batched ops, DTensor-aware) else.
+
+    Sharded and tensor-parallel parameters (DTensors) take foreach: its per-element arithmetic
+    is the single-process update's, so a split run keeps training like one process."""
+    from torch.distributed.tensor import DTensor
+
+    plain = not any(isinstance(p, DTensor) for p in params)
+    if params and plain and all(p.device.type in FUSED_DEVICES for p in params):
+        return {"fused": True}
+    return {"foreach": True}
 
 
 def lr_at(step: int, max_steps: int, optim: dict[str, Any]) -> float:

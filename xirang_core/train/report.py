@@ -81,13 +81,27 @@ def print_summary(summary: dict[str, Any]) -> None:
         ),
         ("validation loss", f"{summary['val_loss']:.3f}"),
         ("tokens/s", f"{summary['tokens_per_s']:,.0f}"),
-        ("MFU", f"{summary['mfu'] * 100:.1f}% of {summary['peak_tflops']:.3f} TFLOP/s calibrated"),
+        (
+            "MFU",
+            f"{summary['mfu'] * 100:.1f}% of {summary['peak_tflops']:.3f} TFLOP/s calibrated"
+            f" ({summary.get('precision', 'fp32')})",
+        ),
         (
             "wall time",
             f"{summary['wall_time_s']:.1f} s on {summary['world_size']} worker(s), "
             f"{summary['device']}",
         ),
     ]
+    if summary.get("compile_s"):
+        rows.append(
+            (
+                "compile",
+                f"{summary['compile_s']:.1f} s in {summary['compile_steps']} step(s), "
+                f"left out of tokens/s and MFU",
+            )
+        )
+    if summary.get("skipped_steps"):
+        rows.append(("skipped steps", f"{summary['skipped_steps']} (non-finite, not applied)"))
     if cost:
         rows.append(
             (

@@ -6,6 +6,7 @@ directory that the launching process created and filled with ``config.yaml``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from xirang_core.faults.health import local_device
 from xirang_core.plugins import Registry, get_registry
 from xirang_core.specs import WorkerContext
 from xirang_core.train import report
+from xirang_core.train.compile import compile_model
 from xirang_core.train.interrupt import StopAtStepEnd, stop_on
 from xirang_core.train.loop import LoopSettings, Trainer, evaluate
 from xirang_core.train.optim import build_optimizer
@@ -113,6 +115,8 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
     strategy = registry.create("parallel", config["parallel"])
     if hasattr(strategy, "build_mesh"):
         ctx.mesh = strategy.build_mesh(ctx)
+    if not getattr(strategy, "compiles", False):  # xirang_torch's compile between their wraps
+        compile_model(model, config)
     wrapped = strategy.wrap(model, ctx)
     comm, sync = config["comm"], None
     if comm["name"] != "auto":
@@ -133,6 +137,10 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
         optim=config["optim"],
         flops_per_token=flops_per_token,
         peak_flops=config["runtime"]["peak_flops_per_worker"] * ctx.world_size,
+        precision=trainer["precision"],
+        compile=trainer["compile"],
+        eval_every=trainer["eval_every"],
+        nonfinite=trainer["nonfinite"],
     )
     train, val = run_batches(config, ctx.data_rank, ctx.data_world, micro, settings.accum_steps)
     return Assembly(
@@ -158,30 +166,57 @@ def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry
     trainer = Trainer(
         parts.wrapped, parts.optimizer, parts.train, parts.settings, ctx, registry.hook, metrics
     )
+    trainer.evaluate = lambda: held_out_loss(parts)
     guard = RunGuard.open(config, parts, registry)  # resumes from the latest checkpoint
+    trainer.recovery = guard.recovery_note
     with stop_on():  # SIGTERM (preemption, scancel): checkpoint at the step's end and stop
         records = trainer.fit(guard.start_step, on_step_end=StopAtStepEnd(guard, ctx))
     guard.finish(parts.settings.max_steps)
     wall = time.perf_counter() - started
-    # a split model evaluates and samples on every worker together (their forwards exchange
-    # shards); a replicated one only on the main worker
     if not ctx.is_main and ctx.mesh is None:
         return
-    evaluated = parts.wrapped if ctx.mesh is not None else parts.model
-    val_loss = evaluate(evaluated, parts.val, ctx.device, EVAL_BATCHES)
-    # sampling feeds growing prompts: a pipeline's stages and sequence parallel's even sequence
-    # shards take fixed shapes only
-    fixed_shapes = hasattr(parts.wrapped, "xirang_step") or config["parallel"].get("sp", False)
-    sample = "" if fixed_shapes else sample_text(parts.model, config["trainer"], ctx.device)
+    with trainer.precision.autocast():
+        val_loss = held_out_loss(parts)
+        sample = final_sample(config, parts)
     if not ctx.is_main:
         return
     records = records or report.read_metrics(run_dir)[-1:]  # resumed from the final checkpoint
     records[-1]["val_loss"] = round(val_loss, 5)
-    summary = summarize(config, parts, records, wall, registry)
+    summary = summarize(config, parts, records, wall, registry, loop_figures(trainer))
     summary["sample"] = sample
     report.plot_loss(records, run_dir / report.PLOT_FILE, f"{config['model']['name']} loss")
     report.write_summary(run_dir, summary)
     registry.hook.xirang_on_run_end(ctx=ctx, summary=summary)
+
+
+def held_out_loss(parts: Assembly) -> float | None:
+    """The validation loss. A split model evaluates on every worker together (their forwards
+    exchange shards); a replicated one only on the main worker (None on the others)."""
+    ctx = parts.ctx
+    if ctx.mesh is None and not ctx.is_main:
+        return None
+    evaluated = parts.wrapped if ctx.mesh is not None else parts.model
+    return evaluate(evaluated, parts.val, ctx.device, EVAL_BATCHES)
+
+
+def final_sample(config: dict[str, Any], parts: Assembly) -> str:
+    """The trained model's continuation of the prompt. Sampling feeds growing prompts: a
+    pipeline's stages and sequence parallel's even sequence shards take fixed shapes only, and
+    compiled blocks run eager here rather than compile once per prompt length."""
+    if hasattr(parts.wrapped, "xirang_step") or config["parallel"].get("sp", False):
+        return ""
+    stance = torch.compiler.set_stance("force_eager") if config["trainer"]["compile"] else None
+    with stance or contextlib.nullcontext():
+        return sample_text(parts.model, config["trainer"], parts.ctx.device)
+
+
+def loop_figures(trainer: Trainer) -> dict[str, Any]:
+    """The loop's own figures for the summary: compile time and the steps the guard skipped."""
+    return {
+        "compile_s": round(trainer.compile_s, 3),
+        "compile_steps": trainer.compile_steps,
+        "skipped_steps": trainer.skipped_steps,
+    }
 
 
 def summarize(
@@ -190,11 +225,15 @@ def summarize(
     records: list[dict[str, Any]],
     wall: float,
     registry: Registry,
+    figures: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The run's summary; tokens/s and MFU leave out the steps that compiled."""
+    figures = figures or {"compile_s": 0.0, "compile_steps": 0, "skipped_steps": 0}
     first, last = records[0], records[-1]
     runtime = config["runtime"]
     tokens = last["tokens"]
-    tokens_per_s = tokens / wall
+    compiled_tokens = figures["compile_steps"] * tokens // max(last["step"], 1)
+    tokens_per_s = (tokens - compiled_tokens) / max(wall - figures["compile_s"], 1e-9)
     peak = parts.settings.peak_flops
     quote = registry.create("cost", config["cost"]).quote(
         runtime["device_type"], runtime["devices"], wall
@@ -214,6 +253,8 @@ def summarize(
         "mfu": round(tokens_per_s * parts.settings.flops_per_token / peak, 5) if peak else 0.0,
         "peak_tflops": round(peak / 1e12, 4),
         "wall_time_s": round(wall, 3),
+        **figures,
+        "precision": config["trainer"]["precision"],
         "world_size": parts.ctx.world_size,
         "data_snapshot": config["data"].get("snapshot", ""),
         "device": runtime["device_model"],

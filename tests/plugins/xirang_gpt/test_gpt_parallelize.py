@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import copy
-import itertools
 
 import torch
-from hypothesis import given
-from hypothesis import strategies as st
 from xirang_gpt.model import GPT, GPTConfig
-from xirang_gpt.parallelize import GPTParallelize, stage_bounds
+from xirang_gpt.parallelize import GPTParallelize
 
 CFG = GPTConfig(n_layer=3, n_head=2, n_embd=16, max_seq_len=8, vocab_size=32)
 
@@ -37,13 +34,3 @@ def test_stages_chain_to_the_whole_model() -> None:
         assert set(dict(stage.named_parameters())) <= names
     assert plan.tied(stages[0]) is stages[0].tok_emb.weight
     assert plan.tied(stages[1]) is stages[1].head.weight  # the head's copy of the tied weight
-
-
-@given(st.integers(1, 40), st.integers(1, 8))
-def test_stage_bounds_partition_layers_evenly(layers: int, stages: int) -> None:
-    stages = min(stages, layers)
-    bounds = [stage_bounds(layers, s, stages) for s in range(stages)]
-    assert bounds[0][0] == 0 and bounds[-1][1] == layers
-    assert all(a[1] == b[0] for a, b in itertools.pairwise(bounds))
-    sizes = [hi - lo for lo, hi in bounds]
-    assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes)

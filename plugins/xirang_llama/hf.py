@@ -1,0 +1,110 @@
+"""The Llama family in Hugging Face's layout: ``LlamaForCausalLM``'s config and tensor names.
+
+xirang's Llama already uses Hugging Face's parameter names (without the ``model.`` prefix) and
+its rotate-half RoPE, so the mapping renames and never permutes rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+import torch
+
+from xirang_core.errors import ConfigError
+
+#: (xirang setting, Hugging Face key) pairs that carry the same value
+_SAME = (
+    ("dim", "hidden_size"),
+    ("ffn_dim", "intermediate_size"),
+    ("n_heads", "num_attention_heads"),
+    ("n_kv_heads", "num_key_value_heads"),
+    ("n_layers", "num_hidden_layers"),
+    ("norm_eps", "rms_norm_eps"),
+    ("vocab_size", "vocab_size"),
+    ("max_seq_len", "max_position_embeddings"),
+    ("tie_embeddings", "tie_word_embeddings"),
+)
+#: Hugging Face settings this model cannot honour unless they have these values
+_FIXED = {"hidden_act": "silu", "attention_bias": False, "mlp_bias": False}
+_PREFIX = "model."
+_HEAD = "lm_head.weight"
+
+
+class LlamaHF:
+    """The :class:`xirang_core.specs.HFInterop` mapping of the Llama family."""
+
+    def to_hf(
+        self, settings: dict[str, Any], state: dict[str, torch.Tensor]
+    ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        """``config.json`` contents and tensors by Hugging Face name; a tied head is left out
+        (``transformers`` ties it to the embedding on load)."""
+        from xirang_llama.model import LlamaConfig
+
+        known = {f.name for f in fields(LlamaConfig)}
+        cfg = LlamaConfig(**{k: v for k, v in settings.items() if k in known})
+        dtype = next(iter(state.values())).dtype if state else torch.float32
+        config = {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            **{hf: getattr(cfg, ours) for ours, hf in _SAME},
+            **_FIXED,
+            "head_dim": cfg.head_dim,
+            "rope_theta": cfg.rope_theta,
+            "torch_dtype": str(dtype).removeprefix("torch."),
+        }
+        tensors = {
+            (name if name == _HEAD else _PREFIX + name): tensor
+            for name, tensor in state.items()
+            if not (name == _HEAD and cfg.tie_embeddings)
+        }
+        return config, tensors
+
+    def from_hf(
+        self, hf_config: dict[str, Any], tensors: dict[str, torch.Tensor]
+    ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        """Model settings and a state dict that loads strictly into ``Llama``; refuses a
+        config whose architecture this implementation does not compute."""
+        _check_compatible(hf_config)
+        settings = {ours: hf_config[hf] for ours, hf in _SAME if hf in hf_config}
+        missing = [hf for ours, hf in _SAME[:-1] if ours not in settings]
+        if missing:
+            raise ConfigError(f"config.json: missing {', '.join(missing)} (a Llama needs them)")
+        settings.setdefault("tie_embeddings", False)
+        settings["rope_theta"] = float(_rope_theta(hf_config))
+        state = {name.removeprefix(_PREFIX): tensor for name, tensor in tensors.items()}
+        if settings["tie_embeddings"]:
+            state[_HEAD] = state["embed_tokens.weight"]
+        return settings, state
+
+
+def _check_compatible(hf_config: dict[str, Any]) -> None:
+    if hf_config.get("model_type") != "llama":
+        raise ConfigError(
+            f"config.json: model_type={hf_config.get('model_type')!r}; the llama family reads "
+            "only 'llama' (use model=hf for other architectures)"
+        )
+    for key, value in _FIXED.items():
+        if hf_config.get(key, value) != value:
+            raise ConfigError(
+                f"config.json: {key}={hf_config[key]!r}; xirang's Llama has {value!r}"
+            )
+    hidden, heads = hf_config.get("hidden_size", 0), hf_config.get("num_attention_heads", 1)
+    head_dim = hf_config.get("head_dim") or hidden // heads
+    if head_dim * heads != hidden:
+        raise ConfigError(
+            f"config.json: head_dim={head_dim} x num_attention_heads={heads} != hidden_size="
+            f"{hidden}; xirang's Llama has head_dim = hidden_size / num_attention_heads"
+        )
+
+
+def _rope_theta(hf_config: dict[str, Any]) -> float:
+    """RoPE's base from a transformers 4 (``rope_theta``, ``rope_scaling``) or 5
+    (``rope_parameters``) config; only plain RoPE is computed here."""
+    rope = dict(hf_config.get("rope_parameters") or hf_config.get("rope_scaling") or {})
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if kind != "default":
+        raise ConfigError(
+            f"config.json: rope_type={kind!r}; xirang's Llama computes only 'default' RoPE"
+        )
+    return rope.get("rope_theta", hf_config.get("rope_theta", 10000.0))

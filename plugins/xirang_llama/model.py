@@ -1,0 +1,207 @@
+"""Llama 3 in one file: RoPE, RMSNorm, SwiGLU, grouped-query attention, optional tied embeddings.
+
+Parameter names are Hugging Face ``LlamaForCausalLM``'s without its ``model.`` prefix, and RoPE
+rotates the two halves of each head (Hugging Face's layout), so export is a rename. The layers
+live in a dict keyed by index: a pipeline stage drops the ones it does not run and the others
+keep their names. Initialisation follows torchtitan's Llama 3, drawn per parameter name.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from xirang_core.train.init import init_parameters
+from xirang_core.train.sample import sample
+
+
+@dataclass
+class LlamaConfig:
+    dim: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    n_kv_heads: int = 2
+    ffn_dim: int = 384
+    #: 0: the tokenizer's vocabulary (resolved before any worker starts)
+    vocab_size: int = 0
+    max_seq_len: int = 256
+    rope_theta: float = 500000.0
+    norm_eps: float = 1e-5
+    tie_embeddings: bool = False
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+    def check(self) -> None:
+        """Raise ValueError naming the setting that cannot build a model."""
+        if self.vocab_size < 1:
+            raise ValueError(
+                f"vocab_size={self.vocab_size}: must be at least 1 (0 means the tokenizer's "
+                "vocabulary, which must be resolved before the model is built)"
+            )
+        if self.n_heads < 1 or self.dim % self.n_heads:
+            raise ValueError(f"dim={self.dim} must be a multiple of n_heads={self.n_heads}")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim={self.head_dim} (dim / n_heads) must be even for RoPE")
+        if self.n_kv_heads < 1 or self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads} (grouped "
+                "queries share a key/value head)"
+            )
+        if min(self.dim, self.ffn_dim, self.max_seq_len) < 1 or self.n_layers < 0:
+            raise ValueError("dim, ffn_dim and max_seq_len must be >= 1, n_layers >= 0")
+
+
+def rope_tables(seq_len: int, head_dim: int, theta: float, device: torch.device) -> tuple:
+    """cos and sin ``[seq, head_dim]`` of each position's rotation, both halves of a head
+    repeating the same frequencies (Hugging Face's layout). Computed per forward in fp32: a
+    few thousand elements beside the layer's matmuls, and nothing to materialise after a
+    meta-device build."""
+    inv_freq = 1.0 / theta ** (
+        torch.arange(0, head_dim, 2, device=device, dtype=torch.int64).float() / head_dim
+    )
+    angles = torch.outer(torch.arange(seq_len, device=device).float(), inv_freq)
+    angles = torch.cat((angles, angles), dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate ``x`` ``[batch, heads, seq, head_dim]``: the first half of each head pairs with
+    the second (``rotate_half``)."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.head_dim, self.theta = cfg.head_dim, cfg.rope_theta
+        kv_width = cfg.n_kv_heads * cfg.head_dim
+        self.q_proj = nn.Linear(cfg.dim, cfg.dim, bias=False)
+        self.k_proj = nn.Linear(cfg.dim, kv_width, bias=False)
+        self.v_proj = nn.Linear(cfg.dim, kv_width, bias=False)
+        self.o_proj = nn.Linear(cfg.dim, cfg.dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, seq = x.shape[:2]
+        # heads are counted from the projections' widths: under tensor parallel a worker holds
+        # only its share of the query and of the key/value heads
+        q, k, v = (
+            p(x).view(batch, seq, -1, self.head_dim).transpose(1, 2)
+            for p in (self.q_proj, self.k_proj, self.v_proj)
+        )
+        cos, sin = rope_tables(seq, self.head_dim, self.theta, x.device)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return self.o_proj(y.transpose(1, 2).reshape(batch, seq, -1))
+
+
+class MLP(nn.Module):
+    """SwiGLU: ``down(silu(gate(x)) * up(x))``."""
+
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
+        self.up_proj = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)
+        self.down_proj = nn.Linear(cfg.ffn_dim, cfg.dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Layer(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.input_layernorm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x))
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+#: torchtitan's depth-scaled projections (its w2, w3 and wo): std 0.02 / sqrt(2 (layer + 1))
+_DEPTH_SCALED = re.compile(r"layers\.(\d+)\.(self_attn\.o_proj|mlp\.down_proj|mlp\.up_proj)\.")
+
+
+class Llama(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        cfg.check()
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleDict({str(i): Layer(cfg) for i in range(cfg.n_layers)})
+        self.norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
+        self.lm_head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+        init_parameters(self)
+
+    @classmethod
+    def from_config(cls, settings: dict) -> Llama:
+        return cls(LlamaConfig(**settings))
+
+    def param_init(self, name: str, tensor: torch.Tensor, generator: torch.Generator) -> None:
+        """torchtitan's Llama 3 init: token embeddings N(0, 1); q, k, v and gate projections
+        truncated normal with std 0.02; o, down and up projections std 0.02 / sqrt(2 (l + 1))
+        for layer l; the output head std dim^-1/2 cut at 3 std; norms one. torchtitan does not
+        tie; a tied embedding (also the head) takes Hugging Face's std 0.02 instead: N(0, 1)
+        would make the head's first logits favour the input token by ~dim."""
+        if name.endswith("layernorm.weight") or name == "norm.weight":
+            tensor.fill_(1.0)
+        elif name == "embed_tokens.weight":
+            nn.init.normal_(
+                tensor, std=0.02 if self.cfg.tie_embeddings else 1.0, generator=generator
+            )
+        elif name == "lm_head.weight":
+            std = self.cfg.dim**-0.5
+            nn.init.trunc_normal_(tensor, std=std, a=-3 * std, b=3 * std, generator=generator)
+        elif match := _DEPTH_SCALED.match(name):
+            std = 0.02 / math.sqrt(2 * (int(match.group(1)) + 1))
+            nn.init.trunc_normal_(tensor, std=std, generator=generator)
+        else:
+            nn.init.trunc_normal_(tensor, std=0.02, generator=generator)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits, or the mean cross-entropy against ``targets`` when given.
+
+        A pipeline stage is this model with some parts removed (set to ``None``): given hidden
+        states (floats) instead of token ids it skips the embeddings, and without the head it
+        returns hidden states.
+        """
+        x = idx if torch.is_floating_point(idx) else self.embed_tokens(idx)
+        for layer in self.layers.values():
+            x = layer(x)
+        if self.lm_head is None:
+            return x
+        logits = self.lm_head(self.norm(x))
+        if targets is None:
+            return logits
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+
+    def num_params(self, non_embedding: bool = True) -> int:
+        """Parameters; the token embedding table excluded by default (a lookup, no FLOPs), an
+        untied head included. A tied weight is the head's matmul as well, so it counts."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding and not self.cfg.tie_embeddings and self.embed_tokens is not None:
+            n -= self.embed_tokens.weight.numel()
+        return n
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """Training FLOPs per token: 6N + 12·L·H·Q·T (PaLM, appendix B); H·Q is ``dim``."""
+        return 6 * self.num_params() + 12 * self.cfg.n_layers * self.cfg.dim * seq_len
+
+    def generate(
+        self, idx: torch.Tensor, new_tokens: int, temperature: float = 0.8, top_k: int = 40
+    ) -> torch.Tensor:
+        """Append ``new_tokens`` sampled tokens to ``idx`` (batch, seq)."""
+        return sample(self, idx, new_tokens, self.cfg.max_seq_len, temperature, top_k)

@@ -1,0 +1,88 @@
+"""How a Llama may be split: tensor/sequence-parallel layout, pipeline stages, shape.
+
+The mechanics are the core's (``xirang_core.parallel.layers``); this names the Llama's modules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from xirang_core.parallel.layers import keep_stage_layers, parallelize_blocks
+from xirang_core.parallel.plan import ModelShape
+
+
+class LlamaParallelize:
+    """The Llama family's answers to the questions a parallel strategy asks."""
+
+    #: the ``model`` setting that counts layers (the planner's probes build one-layer models)
+    layers_setting = "n_layers"
+
+    def layers(self, model: nn.Module) -> nn.ModuleDict:
+        """The repeated layers, keyed by index (units of FSDP, recompute and stages)."""
+        return model.layers
+
+    def shape(self, settings: dict[str, Any], seq_len: int) -> ModelShape:
+        """Model dimensions for the planner, from the ``model`` config section. Grouped-query
+        attention narrows k and v to ``n_kv_heads`` heads; SwiGLU has three FFN matrices."""
+        from xirang_llama.model import LlamaConfig
+
+        cfg = LlamaConfig(**settings)
+        h, kv = cfg.dim, cfg.n_kv_heads * cfg.head_dim
+        layer = 2 * h * h + 2 * h * kv + 3 * h * cfg.ffn_dim + 2 * h
+        embed = cfg.vocab_size * h
+        params = cfg.n_layers * layer + embed + h + (0 if cfg.tie_embeddings else embed)
+        return ModelShape(
+            layers=cfg.n_layers,
+            hidden=h,
+            heads=cfg.n_heads,
+            vocab=cfg.vocab_size,
+            seq_len=seq_len,
+            params=params,
+            tied_embeddings=cfg.tie_embeddings,
+            kv_heads=cfg.n_kv_heads,
+            layer_params=layer,
+        )
+
+    def apply_tp(self, model: nn.Module, mesh: Any, sequence_parallel: bool) -> None:
+        """Megatron layout per layer: q, k, v, gate and up split by columns (heads, hidden
+        units), o and down by rows; with sequence parallel the RMSNorms and the residual
+        stream are split along the sequence. Embeddings and head stay replicated."""
+        parallelize_blocks(
+            self.layers(model),
+            model.norm,
+            mesh,
+            sequence_parallel,
+            colwise=(
+                "self_attn.q_proj",
+                "self_attn.k_proj",
+                "self_attn.v_proj",
+                "mlp.gate_proj",
+                "mlp.up_proj",
+            ),
+            rowwise=("self_attn.o_proj", "mlp.down_proj"),
+            norms=("input_layernorm", "post_attention_layernorm"),
+            gathered=("self_attn", "mlp"),
+        )
+
+    def split_stage(self, model: nn.Module, stage: int, stages: int) -> tuple[int, int]:
+        """Keep only this stage's contiguous, balanced share of layers; the first stage keeps
+        the embeddings, the last the final norm and head. Returns the kept layer range."""
+        kept = keep_stage_layers(self.layers(model), stage, stages)
+        if stage > 0 and not (stage == stages - 1 and model.cfg.tie_embeddings):
+            # a tied last stage keeps the embedding module as the owner of the weight it
+            # shares with the head, so that weight keeps its whole-model name in checkpoints
+            model.embed_tokens = None
+        if stage < stages - 1:
+            model.norm = model.lm_head = None
+        return kept
+
+    def tied(self, model: nn.Module) -> nn.Parameter | None:
+        """The parameter a pipeline-split model holds on both its first and last stage:
+        the embedding when tied to the head, else none."""
+        if not model.cfg.tie_embeddings:
+            return None
+        if model.embed_tokens is not None:
+            return model.embed_tokens.weight
+        return model.lm_head.weight if model.lm_head is not None else None

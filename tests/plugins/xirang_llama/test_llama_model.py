@@ -1,0 +1,126 @@
+"""The Llama family's module: zoo shapes, causality, learning, meta-device construction, init."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from xirang_llama.model import Llama, LlamaConfig
+from xirang_llama.parallelize import LlamaParallelize
+
+from xirang_core.train.init import init_parameters
+
+ZOO = Path(__file__).parents[3] / "plugins" / "xirang_llama" / "conf" / "model"
+TINY = LlamaConfig(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, vocab_size=64)
+
+
+def zoo(name: str) -> dict:
+    values = yaml.safe_load((ZOO / f"{name}.yaml").read_text())
+    return {k: v for k, v in values.items() if k not in ("family", "name")}
+
+
+@pytest.mark.parametrize(
+    ("name", "billions"), [("llama3_1b", 1.236), ("llama3_8b", 8.030), ("llama3_70b", 70.554)]
+)
+def test_zoo_matches_the_published_parameter_counts(name: str, billions: float) -> None:
+    """Built on the meta device (no memory): the counts of Meta's model cards, and the
+    planner's shape agrees with the module."""
+    with torch.device("meta"):
+        model = Llama.from_config(zoo(name))
+    total = model.num_params(non_embedding=False)
+    assert total / 1e9 == pytest.approx(billions, abs=0.001)
+    assert LlamaParallelize().shape(zoo(name), 2048).params == total
+    assert all(p.is_meta for p in model.parameters())
+
+
+@pytest.mark.parametrize(
+    ("name", "low", "high"), [("llama_tiny", 1e6, 3e6), ("llama_small", 20e6, 40e6)]
+)
+def test_cpu_zoo_sizes_take_the_tokenizer_vocabulary(name: str, low: float, high: float) -> None:
+    settings = zoo(name)
+    assert settings["vocab_size"] == 0  # the tokenizer's, filled when the config is composed
+    with torch.device("meta"):
+        model = Llama.from_config({**settings, "vocab_size": 4096})
+    layers = model.num_params(non_embedding=False) - model.embed_tokens.weight.numel()
+    assert low <= layers <= high
+
+
+def test_unresolved_vocabulary_is_refused() -> None:
+    with pytest.raises(ValueError, match="vocab_size=0"):
+        Llama.from_config({**vars(TINY), "vocab_size": 0})
+
+
+def test_grouped_heads_must_divide() -> None:
+    with pytest.raises(ValueError, match="n_kv_heads=3"):
+        Llama.from_config({**vars(TINY), "n_kv_heads": 3})
+
+
+def test_future_tokens_do_not_change_earlier_logits() -> None:
+    torch.manual_seed(0)
+    model = Llama(TINY).eval()
+    x = torch.randint(0, TINY.vocab_size, (2, 12))
+    changed = x.clone()
+    changed[:, 7:] = (changed[:, 7:] + 1) % TINY.vocab_size
+    with torch.no_grad():
+        a, b = model(x), model(changed)
+    assert torch.allclose(a[:, :7], b[:, :7], atol=1e-6)
+    assert not torch.allclose(a[:, 7:], b[:, 7:], atol=1e-3)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_a_short_training_run_learns(tied: bool) -> None:
+    """A repeating sequence: after 40 AdamW steps the loss is far below the uniform guess."""
+    torch.manual_seed(0)
+    model = Llama(LlamaConfig(**{**vars(TINY), "tie_embeddings": tied}))
+    x = torch.arange(33).repeat(4, 1) % 11
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    first = model(x[:, :-1], x[:, 1:]).item()
+    for _ in range(40):
+        optimizer.zero_grad()
+        loss = model(x[:, :-1], x[:, 1:])
+        loss.backward()
+        optimizer.step()
+    assert first > 3.5 and loss.item() < 0.5 * first
+
+
+def test_meta_build_materialises_to_the_same_weights() -> None:
+    """Created on the meta device, materialised with ``to_empty`` and initialised by the
+    shared init: the weights of an ordinary build with the same seed, and the same logits."""
+    eager = Llama(TINY)
+    with torch.device("meta"):
+        lazy = Llama(TINY)
+    lazy.to_empty(device="cpu")
+    init_parameters(lazy, seed=torch.initial_seed())
+    for (name, a), b in zip(eager.state_dict().items(), lazy.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    x = torch.randint(0, TINY.vocab_size, (1, 8))
+    assert torch.equal(eager(x), lazy(x))
+
+
+def test_init_follows_the_llama3_recipe() -> None:
+    cfg = LlamaConfig(dim=256, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=512, vocab_size=512)
+    params = dict(Llama(cfg).named_parameters())
+    std = {name: p.std().item() for name, p in params.items()}
+    assert std["embed_tokens.weight"] == pytest.approx(1.0, rel=0.05)
+    assert std["layers.0.self_attn.q_proj.weight"] == pytest.approx(0.02, rel=0.05)
+    assert std["layers.3.self_attn.o_proj.weight"] == pytest.approx(0.02 / 8**0.5, rel=0.05)
+    assert std["layers.1.mlp.down_proj.weight"] == pytest.approx(0.02 / 2, rel=0.05)
+    assert std["lm_head.weight"] == pytest.approx(256**-0.5, rel=0.1)
+    assert params["lm_head.weight"].abs().max() <= 3 * 256**-0.5
+    assert torch.equal(params["norm.weight"], torch.ones(256))
+
+
+def test_flops_follow_palm() -> None:
+    model = Llama(TINY)
+    n = model.num_params()
+    assert n == model.num_params(non_embedding=False) - TINY.vocab_size * TINY.dim
+    assert model.flops_per_token(16) == 6 * n + 12 * TINY.n_layers * TINY.dim * 16
+
+
+def test_generate_appends_tokens_within_the_vocabulary() -> None:
+    torch.manual_seed(0)
+    model = Llama(LlamaConfig(**{**vars(TINY), "max_seq_len": 8})).eval()
+    out = model.generate(torch.zeros(1, 3, dtype=torch.long), new_tokens=10)
+    assert out.shape == (1, 13) and int(out.max()) < TINY.vocab_size

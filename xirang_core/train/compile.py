@@ -1,0 +1,56 @@
+"""``trainer.compile=true``: ``torch.compile`` per transformer block, as torchtitan does.
+
+Each block of the family's ``parallelize.layers(model)`` is compiled in place
+(``module.compile()``), so parameter names, state dicts and checkpoints are those of the eager
+model. Strategies call :func:`compile_model` after tensor parallel and activation checkpointing
+and before the data-parallel wrapper (FSDP2 or DDP), the order that composes; a family without
+a parallelize plan is compiled whole. Identical blocks share one compiled graph.
+
+:func:`compiler_problem` is the launching process's cheap check that a compiler backend can
+work on the device at all, so a missing C++ compiler or Triton is one error before any worker.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from typing import Any
+
+from torch import nn
+
+
+def compile_model(model: nn.Module, config: dict[str, Any]) -> None:
+    """Compile ``model``'s blocks in place when the run asks for it; otherwise nothing."""
+    if not config["trainer"].get("compile", False):
+        return
+    from xirang_core.plugins import get_registry
+
+    spec = get_registry().spec("model", config["model"]["family"])
+    if not getattr(spec, "parallelize", ""):
+        model.compile()
+        return
+    for layer in spec.load_parallelize().layers(model).values():
+        layer.compile()
+
+
+def compiler_problem(device_type: str) -> str | None:
+    """Why inductor (torch.compile's default backend) cannot generate code for ``device_type``
+    here, or None. Looks for the tools only; compiles nothing."""
+    if device_type == "cpu":
+        cxx = os.environ.get("CXX", "g++")
+        if shutil.which(cxx) is None:
+            return (
+                f"inductor compiles CPU kernels with a C++ compiler, and '{cxx}' is not on PATH "
+                f"(install g++, or point CXX at one)"
+            )
+    elif device_type in ("cuda", "rocm") and importlib.util.find_spec("triton") is None:
+        return f"inductor generates {device_type} kernels with Triton, which is not installed"
+    return None
+
+
+def compiled_frames() -> int:
+    """Frames dynamo has compiled in this process: a step during which it grew compiled."""
+    from torch._dynamo.utils import counters
+
+    return counters["frames"]["ok"]
