@@ -84,20 +84,23 @@ def overrides(args: argparse.Namespace, best: dict[str, str]) -> list[str]:
         f"trainer.threads={args.threads}",
         "trainer.sample_tokens=0",
         f"optim.warmup_steps={max(1, total // 5)}",
-        *(f"trainer.{k}={v}" for k, v in best.items()),
+        *(f"{k}={v}" for k, v in best.items()),
     ]
 
 
 def best_settings(args: argparse.Namespace) -> tuple[dict[str, str], list[str]]:
-    """xirang's fastest settings that this xirang has; notes say what it lacks, and then every
-    side runs without it (same precision and compilation on all sides)."""
-    trainer = compose_config([f"model={args.model}"])["trainer"]
+    """xirang's fastest settings that this xirang has, as overrides; notes say what it lacks,
+    and then every side runs without it (same precision and compilation on all sides)."""
+    config = compose_config([f"model={args.model}", *(f"model.{kv}" for kv in args.model_set)])
     best, notes = {}, []
     for key, value in (("precision", args.precision), ("compile", str(args.compile).lower())):
-        if key in trainer:
-            best[key] = value
+        if key in config["trainer"]:
+            best[f"trainer.{key}"] = value
         else:
             notes.append(f"this xirang has no trainer.{key}: every side runs without it")
+    if config["model"].get("vocab_size") == 0:  # no tokenizer group to resolve it: bytes
+        best["model.vocab_size"] = "256"
+        notes.append("this xirang resolves no vocabulary: model.vocab_size=256 (bytes)")
     return best, notes
 
 
@@ -107,7 +110,8 @@ def prepare(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from safetensors.torch import save_file
 
     best, notes = best_settings(args)
-    config = compose_config(overrides(args, {}))  # precision and compile change neither
+    shape = {k: v for k, v in best.items() if k.startswith("model.")}
+    config = compose_config(overrides(args, shape))  # precision and compile change neither
     registry = get_registry()
     with tempfile.TemporaryDirectory() as run_dir:
         ctx = open_worker(config, run_dir, registry)
@@ -133,8 +137,8 @@ def prepare(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "steps": args.steps,
         "batch": args.batch,
         "seq": args.seq,
-        "precision": best.get("precision", "fp32"),
-        "compile": best.get("compile") == "true",
+        "precision": best.get("trainer.precision", "fp32"),
+        "compile": best.get("trainer.compile") == "true",
         "threads": torch.get_num_threads(),
         "optim": config["optim"],
         "grad_clip": config["trainer"]["grad_clip"],
