@@ -330,10 +330,10 @@ class Side:
         if not self.runs:
             return None
         tokens_per_step = plan["batch"] * plan["seq"]
+        rounds = [tokens_per_step * len(r["step_s"]) / sum(r["step_s"]) for r in self.runs]
         return {
-            "tokens_per_s": statistics.median(
-                tokens_per_step * len(r["step_s"]) / sum(r["step_s"]) for r in self.runs
-            ),
+            "tokens_per_s": statistics.median(rounds),
+            "rounds": rounds,
             "step_p50_ms": 1e3 * statistics.median(s for r in self.runs for s in r["step_s"]),
             "warmup_s": statistics.median(r["warmup_s"] for r in self.runs),
             "peak_rss_mb": max(r["peak_rss_mb"] for r in self.runs),
@@ -399,17 +399,27 @@ def report(sides: list[Side], plan: dict[str, Any]) -> None:
             f"after {plan['warmup']} warm-up steps (compile time excluded, shown as warm-up)"
         )
     )
-    columns = ("side", "tokens/s", "step p50 ms", "warm-up s", "peak RSS MB", "start loss", "loss")
+    columns = (
+        "side",
+        "tokens/s",
+        "by round",
+        "step p50 ms",
+        "warm-up s",
+        "peak RSS MB",
+        "start loss",
+        "loss",
+    )
     for column in columns:
         table.add_column(column, justify="left" if column == "side" else "right")
     for side in sides:
         f = side.figures(plan)
         if f is None:
-            table.add_row(side.name, *["n/a"] * 5, side.why[:100])
+            table.add_row(side.name, *["n/a"] * 6, side.why[:100])
             continue
         table.add_row(
             side.name,
             f"{f['tokens_per_s']:,.0f}",
+            " ".join(f"{r:,.0f}" for r in f["rounds"]),
             f"{f['step_p50_ms']:,.0f}",
             f"{f['warmup_s']:.1f}",
             f"{f['peak_rss_mb']:,.0f}",
@@ -465,10 +475,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--no-build", action="store_true", help="do not build torchtitan's venv")
     parser.add_argument("--profile", action="store_true", help="top operators of every side")
     parser.add_argument("--work", help="keep the prepared inputs and profiles in this folder")
-    args = parser.parse_args()
-    if args.quick:
-        vars(args).update(QUICK)
-    return args
+    if parser.parse_args().quick:  # quick's values as defaults: flags given still win
+        parser.set_defaults(**QUICK)
+    return parser.parse_args()
 
 
 if __name__ == "__main__":
