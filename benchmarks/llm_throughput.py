@@ -18,7 +18,7 @@ rotated, and every side is timed over the same span: the same steps after the sa
 steps, which absorb compilation (compile time is excluded for all and reported apart). The loss
 after training is the fp32 cross-entropy of the trained model on the same held-out batches.
 
-    python benchmarks/llm_throughput.py --quick      # a smoke run of about two minutes
+    python benchmarks/llm_throughput.py --quick      # a smoke run: 1 round of 4 steps, batch 2
     python benchmarks/llm_throughput.py              # the figure: 3 rounds of 20 steps
     python benchmarks/llm_throughput.py --profile    # also the top operators of each side
 
