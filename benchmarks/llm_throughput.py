@@ -22,8 +22,9 @@ after training is the fp32 cross-entropy of the trained model on the same held-o
     python benchmarks/llm_throughput.py              # the figure: 3 rounds of 20 steps
     python benchmarks/llm_throughput.py --profile    # also the top operators of each side
 
-Last line: ``tokens_per_s_vs_hf=<x> tokens_per_s_vs_torchtitan=<y> loss_vs_hf=<z>`` (ratios of
-xirang's tokens/s; z = |xirang loss - HF loss|; ``n/a`` where a side could not run).
+Last line: ``tokens_per_s_vs_hf=<x> tokens_per_s_vs_torchtitan=<y> loss_vs_hf=<z>`` (xirang's
+tokens/s over the peer's, the median of the rounds' ratios; z = |xirang loss - HF loss|; ``n/a``
+where a side could not run).
 """
 
 from __future__ import annotations
@@ -441,10 +442,13 @@ def last_line(sides: list[Side], plan: dict[str, Any]) -> str:
     mine = figures["xirang"]
 
     def ratio(peer: str) -> str:
+        """The median over rounds of the ratio within a round: the sides of one round ran
+        minutes apart, those of different rounds further, so load drift cancels best there."""
         theirs = figures[peer]
         if not mine or not theirs:
             return "n/a"
-        return f"{mine['tokens_per_s'] / theirs['tokens_per_s']:.3f}"
+        pairs = zip(mine["rounds"], theirs["rounds"], strict=False)
+        return f"{statistics.median(a / b for a, b in pairs):.3f}"
 
     hf = figures["hf"]
     loss = f"{abs(mine['loss'] - hf['loss']):.4f}" if mine and hf else "n/a"

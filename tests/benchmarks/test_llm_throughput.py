@@ -97,3 +97,23 @@ def test_hf_rows_train_on_every_position(tmp_path: Path) -> None:
     assert torch.equal(batch["input_ids"], first[:, :-1])
     expected = F.cross_entropy(logits.flatten(0, 1), first[:, 1:].flatten())
     assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+def _side(name: str, tokens_per_s: list[float], loss: float) -> llm_throughput.Side:
+    side = llm_throughput.Side(name, ["python"])
+    side.runs = [
+        {"step_s": [1024 / t], "warmup_s": 1.0, "peak_rss_mb": 1.0, "loss": loss, "loss_start": 6}
+        for t in tokens_per_s
+    ]
+    return side
+
+
+def test_last_line_pairs_sides_within_rounds() -> None:
+    """A round where the machine was busy for everyone does not decide the ratio; a peer
+    that could not run is n/a, with the reason kept."""
+    plan = {"batch": 2, "seq": 512}
+    titan = llm_throughput.Side("torchtitan", None, "pip install failed")
+    sides = [_side("xirang", [100, 400, 410], 4.25), _side("hf", [50, 400, 400], 4.2), titan]
+    assert llm_throughput.last_line(sides, plan) == (
+        "tokens_per_s_vs_hf=1.025 tokens_per_s_vs_torchtitan=n/a loss_vs_hf=0.0500"
+    )
