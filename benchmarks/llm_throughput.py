@@ -127,7 +127,7 @@ def prepare(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     settings = {k: v for k, v in config["model"].items() if k not in ("family", "name")}
     state = parts.model.state_dict()
     hf_config, tensors = interop.to_hf(settings, state)
-    (work / "hf").mkdir()
+    (work / "hf").mkdir(exist_ok=True)  # --work may name a folder of an earlier run
     (work / "hf" / "config.json").write_text(json.dumps(hf_config, indent=1))
     save_file({k: v.contiguous() for k, v in tensors.items()}, work / "hf" / "model.safetensors")
     np.save(work / "tokens.npy", batches(parts.train, range(1, config["trainer"]["max_steps"] + 1)))
