@@ -34,7 +34,7 @@ def _close(word: str, choices: Iterable[str]) -> list[str]:
 
 def check_keys(args: list[str], groups: dict[str, set[str]], registry: Registry) -> None:
     """Refuse an override whose key or group does not exist in the composed config."""
-    overrides = _parse(args)
+    overrides = [o for o in _parse(args) if not _is_internal(o)]
     keyed = [o for o in overrides if not _is_group(o.key_or_group, groups)]
     if not keyed:
         return  # nothing to look up: no second composition
@@ -43,6 +43,15 @@ def check_keys(args: list[str], groups: dict[str, set[str]], registry: Registry)
         return  # the groups themselves do not compose: Hydra's own message says why
     for override in keyed:
         _check_key(override, tree)
+
+
+#: sections xirang's own tools add to a run and users never type: ``xirang drill``'s injected
+#: faults (``+drill={...}``, read by xirang_core/faults)
+INTERNAL_SECTIONS = ("drill",)
+
+
+def _is_internal(override: Any) -> bool:
+    return override.is_add() and override.key_or_group.split(".")[0] in INTERNAL_SECTIONS
 
 
 def _parse(args: list[str]) -> list[Any]:

@@ -19,6 +19,8 @@ from xirang_core.parallel.smoke import plan_config
 from xirang_core.train.init import materialize
 
 #: odd sizes: FSDP2 pads the uneven shards of every parameter over two workers
+#: the family and tokenizer these settings are for (the embedded default is a Llama on BPE)
+GPT_BYTES = ("model=gpt_tiny", "tokenizer=bytes")
 ODD = GPTConfig(n_layer=3, n_head=2, n_embd=18, max_seq_len=11, vocab_size=37)
 SEED = 1337
 
@@ -99,7 +101,9 @@ def test_sharded_start_equals_whole_model() -> None:
     """Two gloo workers: FSDP2 (ZeRO-3, uneven shards), FSDP2 over recomputed layers, and
     tensor parallel materialise the meta model to the very weights built whole."""
     overrides = [f"model.{k}={v}" for k, v in vars(ODD).items() if k != "dropout"]
-    base = compose([*overrides, "data.seq_len=10", "trainer.global_batch=4", f"seed={SEED}"])
+    base = compose(
+        [*GPT_BYTES, *overrides, "data.seq_len=10", "trainer.global_batch=4", f"seed={SEED}"]
+    )
     plans = [
         ParallelPlan(dp=2, zero=3, micro_batch=2),
         ParallelPlan(dp=2, zero=1, micro_batch=2, recompute="full"),
@@ -127,6 +131,7 @@ def test_each_fsdp_worker_starts_below_the_models_size(tmp_path: Path) -> None:
     overrides = [f"model.{k}={v}" for k, v in LARGE.items()]
     config = compose_config(
         [
+            *GPT_BYTES,
             *overrides,
             "parallel=fsdp",
             "trainer.nproc=2",

@@ -95,7 +95,9 @@ def test_pretrained_that_does_not_fit_is_one_config_error(
     build(hf_config(gpt2_dir)).hf.save_pretrained(tmp_path)
     with pytest.raises(ConfigError, match=r"model.pretrained=.*do not fit.*missing hf\.model\."):
         hf_config(llama_dir, f"model.pretrained={tmp_path}")
-    with pytest.raises(ConfigError, match=r"wte.weight is \[288, 32\] in the directory, \[272, 32\]"):
+    with pytest.raises(
+        ConfigError, match=r"wte.weight is \[288, 32\] in the directory, \[272, 32\]"
+    ):
         hf_config(gpt2_dir, f"model.pretrained={tmp_path}", "model.vocab_size=272")
     with pytest.raises(ConfigError, match="not a Hugging Face model directory"):
         hf_config(gpt2_dir, f"model.pretrained={llama_dir}")  # a config.json but no weights
