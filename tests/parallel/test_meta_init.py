@@ -18,10 +18,10 @@ from xirang_core.parallel.plan import ParallelPlan
 from xirang_core.parallel.smoke import plan_config
 from xirang_core.train.init import materialize
 
-#: odd sizes: FSDP2 pads the uneven shards of every parameter over two workers
 #: the family and tokenizer these settings are for (the embedded default is a Llama on BPE)
 GPT_BYTES = ("model=gpt_tiny", "tokenizer=bytes")
-ODD = GPTConfig(n_layer=3, n_head=2, n_embd=18, max_seq_len=11, vocab_size=37)
+#: odd sizes: FSDP2 pads the uneven shards of every parameter over two workers
+ODD = GPTConfig(n_layer=3, n_head=2, n_embd=18, max_seq_len=11, vocab_size=257)
 SEED = 1337
 
 
