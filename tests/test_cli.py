@@ -75,7 +75,7 @@ def test_help_lists_groups_and_their_options():
 def test_cfg_job_prints_the_composed_config():
     result = xirang("--cfg", "job", "optim.lr=0.01")
     assert result.returncode == 0
-    assert "lr: 0.01" in result.stdout and "family: gpt" in result.stdout
+    assert "lr: 0.01" in result.stdout and "family: llama" in result.stdout
 
 
 @pytest.mark.parametrize(

@@ -30,8 +30,14 @@ from xirang_core.plugins import get_registry
             "no such config group or section 'trainr'. Did you mean trainer?",
         ),
         (["+foo=1"], "+foo: no such config group or section. Valid: checkpoint, comm"),
-        (["model.bogus=1"], "model.bogus: no such setting. Valid keys of model: family"),
-        (["+model.n_layr=1"], "model.n_layr: no such setting. Did you mean n_layer?"),
+        (
+            ["model=gpt_tiny", "model.bogus=1"],
+            "model.bogus: no such setting. Valid keys of model: family",
+        ),
+        (
+            ["model=gpt_tiny", "+model.n_layr=1"],
+            "model.n_layr: no such setting. Did you mean n_layer?",
+        ),
         (["modle=gpt_tiny"], "modle: no such config group or section. Did you mean model?"),
         (["model=gpt_tiy"], "model=gpt_tiy: no such option. Did you mean gpt_tiny?"),
         (["parallel=fsdp", "parallel.zer=2"], "Did you mean parallel.zero?"),
