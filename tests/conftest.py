@@ -39,6 +39,13 @@ def run_xirang(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]
     return run
 
 
+def xirang_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m xirang ARGS`` (a subcommand, e.g. ``ckpt export``) in ``cwd``."""
+    return subprocess.run(
+        [sys.executable, "-m", "xirang", *args], cwd=cwd, capture_output=True, text=True
+    )
+
+
 def run_dirs(root: Path) -> list[Path]:
     """Run directories (those holding a config.yaml) under ``root``, oldest first."""
     return sorted(p.parent for p in root.rglob("config.yaml") if p.parent.name != ".hydra")

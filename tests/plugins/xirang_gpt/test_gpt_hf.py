@@ -4,8 +4,6 @@ logits from an export, and a run starts from an exported directory with model.pr
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from xirang_gpt.hf import GPTHF
 from xirang_gpt.model import GPT, GPTConfig
 
 from tests.conftest import run_dirs
+from tests.conftest import xirang_cli as xirang
 
 CFG = GPTConfig(n_layer=2, n_head=2, n_embd=32, max_seq_len=16, vocab_size=64)
 SMALL = [
@@ -104,12 +103,6 @@ def test_what_the_gpt_cannot_hold_is_refused(gpt: GPT) -> None:
         GPTHF().from_hf(config, biased)
     with pytest.raises(ValueError, match="activation_function='gelu_new'"):
         GPTHF().from_hf({k: v for k, v in config.items() if k != "activation_function"}, tensors)
-
-
-def xirang(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "xirang", *args], cwd=cwd, capture_output=True, text=True
-    )
 
 
 @pytest.mark.slow

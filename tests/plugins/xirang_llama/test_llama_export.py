@@ -4,8 +4,6 @@ logits, and a run started from that directory holds exactly the exported weights
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ from safetensors.torch import load_file
 from xirang_llama.model import Llama
 
 from tests.conftest import run_dirs
+from tests.conftest import xirang_cli as xirang
 from xirang_core.data.tokenizer import open_tokenizer
 
 SMALL = [
@@ -29,12 +28,6 @@ SMALL = [
     "trainer.sample_tokens=0",
 ]
 TEXT = "def parse(self, text):\n    return [line.strip() for line in text.splitlines()]\n"
-
-
-def xirang(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "xirang", *args], cwd=cwd, capture_output=True, text=True
-    )
 
 
 @pytest.mark.slow
