@@ -6,7 +6,7 @@ optimizer settings (AdamW, betas, weight decay, gradient clipping, linear warm-u
 decay to ``min_lr``), the same precision and the same threads, on this machine's CPU:
 
 - xirang: its real ``Trainer`` on the worker ``assemble`` builds from the run's config, with its
-  best settings here (``trainer.precision=bf16``, ``trainer.compile=true``, when it has them);
+  best settings here (``trainer.precision=bf16``, ``trainer.compile=true``);
 - Hugging Face: ``LlamaForCausalLM`` loaded with ``from_pretrained`` and trained by ``Trainer``
   as its CPU guide says (``use_cpu``, ``bf16``, ``torch_compile``, its default fused AdamW),
   fed the batches through a Dataset;
@@ -89,20 +89,10 @@ def overrides(args: argparse.Namespace, best: dict[str, str]) -> list[str]:
     ]
 
 
-def best_settings(args: argparse.Namespace) -> tuple[dict[str, str], list[str]]:
-    """xirang's fastest settings that this xirang has, as overrides; notes say what it lacks,
-    and then every side runs without it (same precision and compilation on all sides)."""
-    config = compose_config([f"model={args.model}", *(f"model.{kv}" for kv in args.model_set)])
-    best, notes = {}, []
-    for key, value in (("precision", args.precision), ("compile", str(args.compile).lower())):
-        if key in config["trainer"]:
-            best[f"trainer.{key}"] = value
-        else:
-            notes.append(f"this xirang has no trainer.{key}: every side runs without it")
-    if config["model"].get("vocab_size") == 0:  # no tokenizer group to resolve it: bytes
-        best["model.vocab_size"] = "256"
-        notes.append("this xirang resolves no vocabulary: model.vocab_size=256 (bytes)")
-    return best, notes
+def best_settings(args: argparse.Namespace) -> dict[str, str]:
+    """xirang's fastest settings here, as overrides (every side runs the same precision and
+    compilation)."""
+    return {"trainer.precision": args.precision, "trainer.compile": str(args.compile).lower()}
 
 
 def prepare(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -110,9 +100,8 @@ def prepare(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     Hugging Face's layout) become the peers' inputs; plan.json holds the shared settings."""
     from safetensors.torch import save_file
 
-    best, notes = best_settings(args)
-    shape = {k: v for k, v in best.items() if k.startswith("model.")}
-    config = compose_config(overrides(args, shape))  # precision and compile change neither
+    best = best_settings(args)
+    config = compose_config(overrides(args, {}))  # precision and compile change neither
     registry = get_registry()
     with tempfile.TemporaryDirectory() as run_dir:
         ctx = open_worker(config, run_dir, registry)
@@ -138,8 +127,8 @@ def prepare(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "steps": args.steps,
         "batch": args.batch,
         "seq": args.seq,
-        "precision": best.get("trainer.precision", "fp32"),
-        "compile": best.get("trainer.compile") == "true",
+        "precision": best["trainer.precision"],
+        "compile": best["trainer.compile"] == "true",
         "threads": torch.get_num_threads(),
         "optim": config["optim"],
         "grad_clip": config["trainer"]["grad_clip"],
@@ -147,7 +136,6 @@ def prepare(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "seed": config["seed"],
         "params": sum(p.numel() for p in parts.model.parameters()),
         "weights_sum": weights_sum(state),
-        "notes": notes,
     }
     (work / "plan.json").write_text(json.dumps(plan, indent=1))
     return plan
@@ -363,8 +351,6 @@ def main() -> None:
         Side("hf", [*me, "hf"]),
         Side("torchtitan", [python, str(PEER)] if python else None, why),
     ]
-    for note in plan["notes"]:
-        print(note)
     for round_ in range(args.rounds):  # rotate who goes first, so drift hits all alike
         for side in sides[round_ % 3 :] + sides[: round_ % 3]:
             side.run(work)
