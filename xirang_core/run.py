@@ -7,6 +7,7 @@ This runs once per run, in the launching process: it creates nothing but the run
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,8 @@ from xirang_core.parallel.resolve import resolve_parallel
 from xirang_core.plugins import Registry, get_registry
 from xirang_core.specs import DeviceBackend, JobSpec
 from xirang_core.train import report, worker
+
+log = logging.getLogger("xirang.devices")
 
 
 def launch(cfg: DictConfig) -> dict[str, Any]:
@@ -132,7 +135,9 @@ def compute_dtype(precision: str, device_type: str, calibration: Any) -> str:
 
 
 def pick_device(registry: Registry) -> str:
-    """The highest-priority device backend whose hardware is present."""
+    """The highest-priority device backend whose hardware is present and usable. Hardware that
+    is present but unusable (a torch build without its kernels, a driver too old) is never
+    passed over silently: one warning line names it and why, then the next backend is taken."""
     specs = sorted(
         (registry.spec("device", n) for n in registry.names("device")),
         key=lambda s: -getattr(s, "priority", 0),
@@ -143,11 +148,14 @@ def pick_device(registry: Registry) -> str:
             reasons.append(f"{spec.name}: needs {', '.join(spec.missing())}")
             continue
         try:
-            present, why = registry.load("device", spec.name)().detect()
+            backend = registry.load("device", spec.name)()
+            usable, why = backend.detect()
         except Exception as exc:  # detection must never take the run down
-            present, why = False, f"{type(exc).__name__}: {exc}"
-        if present:
+            backend, usable, why = None, False, f"{type(exc).__name__}: {exc}"
+        if usable:
             return spec.name
+        if getattr(backend, "present", lambda: (False, ""))()[0]:
+            log.warning("device=auto: %s hardware is present but not usable: %s", spec.name, why)
         reasons.append(f"{spec.name}: {why}")
     raise ConfigError("device=auto found no usable device: " + "; ".join(reasons))
 

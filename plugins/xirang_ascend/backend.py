@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING
 
 from xirang_ascend import compat, smi, topo
 from xirang_core.devices import compat as shared
+from xirang_core.devices import visible
 from xirang_core.devices.accelerator import AcceleratorBackend
 from xirang_core.devices.health import DRAIN, OK, WARN
 from xirang_core.devices.reading import DeviceReading, NodeReading
+from xirang_core.devices.visible import VisibleDevices
 from xirang_core.specs import HealthFinding, Topology
 
 if TYPE_CHECKING:
@@ -63,6 +65,13 @@ class AscendBackend(AcceleratorBackend):
     def compatibility(self, node: NodeReading) -> list[HealthFinding]:
         cann = os.environ.get("ASCEND_TOOLKIT_HOME") or os.environ.get("ASCEND_HOME_PATH", "")
         return compat.check(node, shared.torch_build(), torch_npu_view(), cann)
+
+    def visible(self, node: NodeReading) -> VisibleDevices:
+        """ASCEND_RT_VISIBLE_DEVICES over npu-smi's chips; torch_npu's own listing already
+        holds only the devices it sees."""
+        if node.source == "torch_npu":
+            return visible.everything(node.devices)
+        return visible.ascend(node.devices, os.environ)
 
     def torch_device(self, local_rank: int) -> torch.device:
         importlib.import_module("torch_npu")  # registers torch.npu

@@ -20,6 +20,7 @@ from xirang_core.comm.counting import Collectives
 from xirang_core.comm.groups import Hierarchy, build_hierarchy, link_key
 from xirang_core.comm.serial import SerialLane
 from xirang_core.errors import ConfigError
+from xirang_core.faults.health import local_device
 from xirang_core.specs import WorkerContext
 
 
@@ -44,8 +45,9 @@ class Hierarchical(GradientSync):
             )
 
         topology = get_registry().create("device", ctx.config["device"]).topology()
-        key = link_key(topology, ctx.local_rank, self.settings.group_size, ctx.rank)
-        group = topology.group_of(ctx.local_rank)
+        device = local_device(ctx.local_rank)  # the device placed for this rank, not the rank
+        key = link_key(topology, device, self.settings.group_size, ctx.rank)
+        group = topology.group_of(device)
         link = "block" if self.settings.group_size else (group.link if group else "node")
         self.hierarchy: Hierarchy = build_hierarchy(key, link)
         self.intra = Collectives(self.ledger, self.hierarchy.intra, f"intra-{link}")

@@ -8,6 +8,7 @@ from xirang_core.devices import compat as shared
 from xirang_core.devices.accelerator import AcceleratorBackend
 from xirang_core.devices.reading import NodeReading, bus_key
 from xirang_core.devices.tools import import_optional, kernel_log
+from xirang_core.devices.visible import VENDOR_INDEX
 from xirang_core.specs import DeviceInfo, HealthFinding, Topology
 from xirang_cuda import compat, fabric, nvml, smi, topo, xid
 
@@ -58,12 +59,12 @@ class CudaBackend(AcceleratorBackend):
         ]
 
     def compatibility(self, node: NodeReading) -> list[HealthFinding]:
-        return compat.check(node, shared.torch_build(), compat.torch_cuda())
+        return compat.check(node, shared.torch_build(), compat.torch_cuda(), self.visible(node))
 
 
 def _extra(
     device: DeviceInfo, facts: dict[int, dict[str, str]], domains: dict[str, str]
 ) -> dict[str, object]:
-    extra = {**device.extra, **facts.get(device.index, {})}
+    extra = {**device.extra, **facts.get(device.extra.get(VENDOR_INDEX, device.index), {})}
     domain = domains.get(bus_key(device.pci_bus_id))
     return {**extra, "nvlink_domain": domain} if domain else extra

@@ -4,7 +4,9 @@ Rules from NVIDIA's CUDA compatibility guide: a driver runs any CUDA runtime up 
 reports (``CUDA Version`` in nvidia-smi); within one major version an older driver still runs a
 newer minor runtime (minor-version compatibility) except for PTX JIT; a new major needs a driver
 of at least the listed minimum. A torch build also only carries kernels for the GPU
-architectures in ``torch.cuda.get_arch_list()``.
+architectures in ``torch.cuda.get_arch_list()``, and a cubin runs on later minors of its major
+(:func:`code_for` has the rules): the official wheels' ``sm_86`` runs an L4 or RTX 4090
+(``sm_89``) natively.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xirang_core.devices.compat import TorchBuild, blocker, caveat, short, version_tuple
+from xirang_core.devices.health import DRAIN, WARN
 from xirang_core.devices.reading import NodeReading
+from xirang_core.devices.visible import VisibleDevices, everything
 from xirang_core.specs import HealthFinding
 
 #: minimum Linux driver per CUDA major version (CUDA compatibility guide, table 2)
@@ -20,6 +24,9 @@ MIN_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
 WHEELS = "https://download.pytorch.org/whl"
 #: CUDA versions PyTorch publishes wheel indexes for (cu118, cu121, ...)
 WHEEL_CUDAS = ((11, 8), (12, 1), (12, 4), (12, 6), (12, 8), (12, 9), (13, 0))
+#: compute capabilities of Tegra/integrated GPUs (Jetson TX1/TX2/Xavier/Orin, Thor)
+INTEGRATED = frozenset({53, 62, 72, 87, 101})
+NATIVE, PTX, NONE = "native", "ptx", "none"
 
 
 @dataclass(frozen=True)
@@ -46,8 +53,14 @@ def torch_cuda() -> TorchCuda:
     )
 
 
-def check(node: NodeReading, build: TorchBuild, seen: TorchCuda) -> list[HealthFinding]:
-    """Every mismatch between the driver, torch's CUDA runtime and torch's GPU architectures."""
+def check(
+    node: NodeReading,
+    build: TorchBuild,
+    seen: TorchCuda,
+    visible: VisibleDevices | None = None,
+) -> list[HealthFinding]:
+    """Every mismatch between the driver, torch's CUDA runtime and torch's GPU architectures;
+    ``visible`` names the GPU behind each torch ordinal (default: every GPU, in order)."""
     wheel = _wheel(node.runtime)
     if build.hip:
         return [
@@ -65,7 +78,7 @@ def check(node: NodeReading, build: TorchBuild, seen: TorchCuda) -> list[HealthF
         ]
     findings = _driver_vs_runtime(node, build, wheel)
     if not findings or findings[0].severity != "drain":
-        findings += _torch_view(node, build, seen)
+        findings += _torch_view(node, build, seen, visible or everything(node.usable))
     return findings
 
 
@@ -92,7 +105,9 @@ def _driver_vs_runtime(node: NodeReading, build: TorchBuild, wheel: str) -> list
     ]
 
 
-def _torch_view(node: NodeReading, build: TorchBuild, seen: TorchCuda) -> list[HealthFinding]:
+def _torch_view(
+    node: NodeReading, build: TorchBuild, seen: TorchCuda, visible: VisibleDevices
+) -> list[HealthFinding]:
     if not seen.available:
         return [
             blocker(
@@ -101,30 +116,112 @@ def _torch_view(node: NodeReading, build: TorchBuild, seen: TorchCuda) -> list[H
                 f"process may open /dev/nvidia*"
             )
         ]
-    return [
-        blocker(
-            f"GPU {i} ({_model(node, i)}) is sm_{major}{minor}, which torch {build.version} has "
-            f"no kernels for (it has {', '.join(seen.arch_list)}); install a torch build that "
-            f"includes sm_{major}{minor}"
+    jit_fails = _minor_compat_only(node, build)
+    findings = []
+    for ordinal, (major, minor) in enumerate(seen.capabilities):
+        device = visible.devices[ordinal] if ordinal < len(visible.devices) else None
+        name = f"GPU {ordinal} ({device.model if device else 'unknown model'})"
+        where = device.index if device else None
+        how = code_for(major * 10 + minor, seen.arch_list)
+        archs = ", ".join(seen.arch_list)
+        if how == NONE:
+            findings.append(
+                HealthFinding(
+                    where,
+                    "compatibility",
+                    DRAIN,
+                    f"{name} is sm_{major}{minor}, which torch {build.version} has no kernels "
+                    f"for (it has {archs}); install a torch build that includes sm_{major}{minor}",
+                )
+            )
+        elif how == PTX:
+            findings.append(_ptx_only(where, name, major, minor, build, archs, jit_fails))
+    return findings
+
+
+def _ptx_only(
+    where: int | None,
+    name: str,
+    major: int,
+    minor: int,
+    build: TorchBuild,
+    archs: str,
+    jit_fails: bool,
+) -> HealthFinding:
+    """Only PTX applies: the driver compiles every kernel on first use (minutes at start-up,
+    then cached), and cannot at all when it runs torch's CUDA through minor-version
+    compatibility."""
+    if jit_fails:
+        return HealthFinding(
+            where,
+            "compatibility",
+            DRAIN,
+            f"{name} is sm_{major}{minor}: torch {build.version} has only PTX for it ({archs}), "
+            f"and this driver runs CUDA {build.cuda} through minor-version compatibility, "
+            f"which cannot JIT PTX; upgrade the driver or install a torch build with "
+            f"sm_{major}{minor}",
         )
-        for i, (major, minor) in enumerate(seen.capabilities)
-        if not _runs_on(major, minor, seen.arch_list)
-    ]
+    return HealthFinding(
+        where,
+        "compatibility",
+        WARN,
+        f"{name} is sm_{major}{minor}: torch {build.version} has no native kernels for it, "
+        f"only PTX ({archs}) that the driver JIT-compiles on first use (a slow first start, "
+        f"then cached in ~/.nv/ComputeCache); a build with sm_{major}{minor} avoids it",
+    )
 
 
-def _runs_on(major: int, minor: int, arch_list: tuple[str, ...]) -> bool:
-    """Native code for the architecture, or PTX of an older one that the driver can JIT."""
-    target = major * 10 + minor
+def _minor_compat_only(node: NodeReading, build: TorchBuild) -> bool:
+    """Whether the driver is older than torch's CUDA (same major): PTX JIT is then refused."""
+    supported, needed = version_tuple(node.runtime, 2), version_tuple(build.cuda, 2)
+    return bool(supported and needed and supported < needed)
+
+
+def code_for(device_cc: int, arch_list: tuple[str, ...]) -> str:
+    """How torch's build runs on a GPU of compute capability ``device_cc`` (``89`` for 8.9):
+    ``native`` (a cubin that runs there), ``ptx`` (only PTX the driver can JIT) or ``none``.
+
+    CUDA's rules (CUDA C++ Programming Guide, binary and PTX compatibility): a cubin for
+    ``sm_XY`` runs on compute capability X.Z for every Z >= Y of the same major X; an
+    arch-specific one (``sm_90a``) only on X.Y itself; a family one (``sm_100f``) like the plain
+    cubin. PTX (``compute_XY``) JIT-compiles for X.Y and every later capability, of any major;
+    arch-specific PTX only for X.Y. Tegra/integrated GPUs (5.3, 6.2, 7.2, 8.7, 10.1) and
+    discrete GPUs run each other's cubins never.
+    """
+    found = NONE
     for arch in arch_list:
-        kind, _, number = arch.partition("_")
-        digits = int("".join(ch for ch in number if ch.isdigit()) or 0)
-        if (kind == "sm" and digits == target) or (kind == "compute" and digits <= target):
-            return True
-    return False
+        parsed = _parse_arch(arch)
+        if parsed is None:
+            continue
+        kind, code_cc, suffix = parsed
+        if kind == "sm" and _cubin_runs(code_cc, suffix, device_cc):
+            return NATIVE
+        if kind == "compute" and _ptx_runs(code_cc, suffix, device_cc):
+            found = PTX
+    return found
 
 
-def _model(node: NodeReading, index: int) -> str:
-    return next((d.model for d in node.usable if d.index == index), "unknown model")
+def _parse_arch(arch: str) -> tuple[str, int, str] | None:
+    """``sm_90a`` -> ("sm", 90, "a"); ``compute_89`` -> ("compute", 89, ""); else None."""
+    kind, _, rest = arch.strip().lower().partition("_")
+    digits = rest.rstrip("af")
+    if kind not in ("sm", "compute") or not digits.isdigit():
+        return None
+    return kind, int(digits), rest[len(digits) :]
+
+
+def _cubin_runs(code_cc: int, suffix: str, device_cc: int) -> bool:
+    if suffix == "a" or INTEGRATED & {code_cc, device_cc}:
+        return code_cc == device_cc
+    return code_cc // 10 == device_cc // 10 and code_cc % 10 <= device_cc % 10
+
+
+def _ptx_runs(code_cc: int, suffix: str, device_cc: int) -> bool:
+    if suffix == "a":
+        return code_cc == device_cc
+    if suffix == "f":
+        return _cubin_runs(code_cc, "", device_cc)
+    return code_cc <= device_cc
 
 
 def _wheel(driver_cuda: str) -> str:

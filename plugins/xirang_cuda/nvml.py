@@ -67,7 +67,26 @@ def _device(nvml: Any, index: int) -> DeviceReading:
         ecc_uncorrected=call("nvmlDeviceGetTotalEccErrors", ecc[1], nvml.NVML_VOLATILE_ECC),
         throttle=tuple(reason for bit, reason in THROTTLE_BITS.items() if reasons & bit),
         power_w=milliwatts / 1000 if milliwatts is not None else None,
+        extra=_mig(nvml, handle),
     )
+
+
+def _mig(nvml: Any, handle: Any) -> dict[str, tuple[str, ...]]:
+    """``{"mig_uuids": (...)}`` of a GPU in MIG mode: the ``MIG-<uuid>`` names that
+    CUDA_VISIBLE_DEVICES may give instead of the GPU's own (empty when MIG is off)."""
+    if not hasattr(nvml, "nvmlDeviceGetMigMode"):
+        return {}
+    mode = _optional(nvml.nvmlDeviceGetMigMode, handle)
+    if not mode or not mode[0]:
+        return {}
+    count = _optional(nvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0
+    uuids = []
+    for slot in range(count):
+        mig = _optional(nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, slot)
+        uuid = _optional(nvml.nvmlDeviceGetUUID, mig) if mig is not None else None
+        if uuid:
+            uuids.append(_text(uuid))
+    return {"mig_uuids": tuple(uuids)} if uuids else {}
 
 
 def _optional(fn: Callable[..., Any], *args: Any) -> Any:

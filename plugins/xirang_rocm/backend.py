@@ -7,11 +7,13 @@ import os
 from pathlib import Path
 
 from xirang_core.devices import compat as shared
+from xirang_core.devices import visible
 from xirang_core.devices.accelerator import AcceleratorBackend
 from xirang_core.devices.health import HealthLimits
 from xirang_core.devices.pci import SYSFS_PCI
 from xirang_core.devices.reading import NodeReading, bus_key
 from xirang_core.devices.tools import ToolRunner, import_optional, kernel_log, run_tool
+from xirang_core.devices.visible import VisibleDevices
 from xirang_core.specs import HealthFinding, Topology
 from xirang_rocm import amdsmi_reader, compat, ras, smi, topo
 
@@ -62,7 +64,14 @@ class RocmBackend(AcceleratorBackend):
         return found + ras.kernel_findings(kernel_log(self.run), index_by_bus)
 
     def compatibility(self, node: NodeReading) -> list[HealthFinding]:
-        return compat.check(node, shared.torch_build(), compat.torch_rocm(), self.host_rocm())
+        visible_node = self.visible(node).node(node)
+        return compat.check(
+            visible_node, shared.torch_build(), compat.torch_rocm(), self.host_rocm()
+        )
+
+    def visible(self, node: NodeReading) -> VisibleDevices:
+        """ROCR_VISIBLE_DEVICES, then HIP_VISIBLE_DEVICES (or CUDA_VISIBLE_DEVICES)."""
+        return visible.rocm(node.devices, os.environ)
 
     def host_rocm(self) -> str:
         """The installed ROCm release, from ``$ROCM_PATH/.info/version`` (empty if unknown)."""

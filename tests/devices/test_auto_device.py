@@ -29,3 +29,16 @@ def test_without_accelerators_auto_is_the_cpu() -> None:
 def test_the_highest_priority_accelerator_present_wins(monkeypatch, present, chosen) -> None:
     _present(monkeypatch, *present)
     assert pick_device(get_registry()) == chosen
+
+
+def test_a_present_gpu_that_cannot_be_used_is_one_warning_line(monkeypatch, caplog) -> None:
+    """device=auto may fall back to the CPU, but never silently past GPUs that are there."""
+    from xirang_cuda.backend import CudaBackend
+
+    why = "GPU 0 (NVIDIA B200) is sm_100, which torch 2.3.0 has no kernels for"
+    monkeypatch.setattr(CudaBackend, "detect", lambda self: (False, why))
+    monkeypatch.setattr(CudaBackend, "present", lambda self: (True, ""))
+    with caplog.at_level("WARNING", logger="xirang.devices"):
+        assert pick_device(get_registry()) == "cpu"
+    [line] = [r.getMessage() for r in caplog.records if r.name == "xirang.devices"]
+    assert "cuda" in line and "present but not usable" in line and why in line

@@ -9,6 +9,7 @@ rules, calibration through torch and the torch device follow from those here.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,12 +19,13 @@ from xirang_core.devices.calibration import (
     measure_matmul_tflops,
     measure_memory_bandwidth_gbps,
 )
-from xirang_core.devices.health import DRAIN, OK, HealthLimits, assess, missing_from_driver
+from xirang_core.devices.health import DRAIN, OK, WARN, HealthLimits, assess, missing_from_driver
 from xirang_core.devices.pci import SYSFS_PCI, pci_devices
 from xirang_core.devices.reading import NodeReading
 from xirang_core.devices.tools import ToolRunner, run_tool
+from xirang_core.devices.visible import VisibleDevices, node_group
 from xirang_core.errors import ConfigError
-from xirang_core.specs import Calibration, DeviceInfo, HealthFinding, InterconnectGroup, Topology
+from xirang_core.specs import Calibration, DeviceInfo, HealthFinding, Topology
 
 if TYPE_CHECKING:
     import torch
@@ -75,6 +77,18 @@ class AcceleratorBackend:
         """Vendor error events (XID, RAS, alarms) already classified by severity."""
         return []
 
+    def visible(self, node: NodeReading) -> VisibleDevices:
+        """The devices of ``node`` this process's torch sees, in ordinal order
+        (:mod:`xirang_core.devices.visible` applies the vendor's variables)."""
+        from xirang_core.devices import visible
+
+        return visible.cuda(node.devices, os.environ)
+
+    def seen(self) -> NodeReading:
+        """This node as torch numbers it: visible devices only, index = torch ordinal."""
+        node = self.read()
+        return self.visible(node).node(node)
+
     # --- the DeviceBackend protocol -----------------------------------------------------------
 
     def detect(self) -> tuple[bool, str]:
@@ -107,34 +121,46 @@ class AcceleratorBackend:
         missing = self._missing(node)
         if missing:
             return False, missing
+        visible = self.visible(node)
+        seen = visible.node(node)
+        if not seen.usable:
+            why = f" ({visible.problem})" if visible.problem else ""
+            return False, (
+                f"{visible.rule or 'the visible-devices variable'} leaves none of the "
+                f"{len(node.usable)} {self.vendor} device(s) visible to this process{why}"
+            )
         blockers = [f.message for f in self.compatibility(node) if f.severity == DRAIN]
         if blockers:
             return False, "; ".join(blockers)
-        first = node.usable[0]
+        first = seen.usable[0]
         return True, (
-            f"{len(node.usable)} x {first.model} (driver {node.driver or '?'}, "
+            f"{len(seen.usable)} x {first.model} (driver {node.driver or '?'}, "
             f"read with {node.source})"
         )
 
     def topology(self) -> Topology:
-        """Link groups; without a link matrix, the one fact known: the devices share a node."""
-        topology = self.link_topology()
+        """Link groups of the visible devices; without a link matrix, the one fact known: the
+        devices share a node."""
+        node = self.read()
+        seen = self.visible(node)
+        topology = seen.topology(self.link_topology())
         if topology.groups:
             return topology
-        members = tuple(d.index for d in self.read().usable)
-        return Topology(groups=(InterconnectGroup("node", "node", members),) if members else ())
+        return node_group(d.index for d in seen.node(node).usable)
 
     def power_watts(self) -> dict[int, float]:
-        """Power drawn now per device index, where the vendor source reports it (NVML does);
-        cost metering prefers it to the configured ``watts`` of a device type."""
-        return {d.index: d.power_w for d in self.read().usable if d.power_w is not None}
+        """Power drawn now per device (torch ordinal), where the vendor source reports it (NVML
+        does); cost metering prefers it to the configured ``watts`` of a device type."""
+        return {d.index: d.power_w for d in self.seen().usable if d.power_w is not None}
 
     def inventory(self) -> list[DeviceInfo]:
-        node = self.read()
+        """The devices torch sees, by ordinal (each with its vendor index in ``extra``)."""
+        node = self.seen()
         return [d.info(self.type, node.driver, node.runtime) for d in node.usable]
 
     def health(self) -> list[HealthFinding]:
-        """Common rules, devices missing from the driver, vendor events, compatibility issues."""
+        """Common rules, devices missing from the driver, vendor events, compatibility issues,
+        for the devices this process sees (numbered by ordinal)."""
         node = self.read()
         if not node.devices:
             return [HealthFinding(None, "driver", DRAIN, node.problem or "no devices listed")]
@@ -144,13 +170,16 @@ class AcceleratorBackend:
             findings += missing_from_driver(on_bus, node.devices, self.vendor)
         findings += self.events(node)
         findings += [f for f in self.compatibility(node) if f.severity != OK]
-        return findings
+        visible = self.visible(node)
+        if visible.problem:
+            findings.append(HealthFinding(None, "visible", WARN, visible.problem))
+        return visible.findings(findings)
 
     def calibrate(self, refresh: bool = False) -> Calibration:
         """Measured once per (device model, driver, torch), then cached; ``refresh`` remeasures."""
         import torch
 
-        node = self.read()
+        node = self.seen()
         if not node.usable:
             raise ConfigError(f"device={self.type}: nothing to calibrate: {self.detect()[1]}")
         model = node.usable[0].model
