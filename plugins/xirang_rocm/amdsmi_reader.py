@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from xirang_core.devices.reading import DeviceReading, NodeReading
+from xirang_core.devices.reading import DeviceReading, NodeReading, Sensor
 
 
 def read(amdsmi: Any) -> NodeReading:
@@ -43,6 +43,7 @@ def _device(amdsmi: Any, index: int, handle: Any) -> DeviceReading:
         amdsmi.AmdSmiTemperatureMetric.CURRENT,
     )
     gfx = asic.get("target_graphics_version", "")
+    sensors = _sensors(amdsmi, handle)
     return DeviceReading(
         index=index,
         model=str(asic.get("market_name", "AMD GPU")),
@@ -53,10 +54,35 @@ def _device(amdsmi: Any, index: int, handle: Any) -> DeviceReading:
         pci_bus_id=str(_optional(amdsmi.amdsmi_get_gpu_device_bdf, handle) or ""),
         uuid=str(_optional(amdsmi.amdsmi_get_gpu_device_uuid, handle) or ""),
         temperature_c=temperature,
+        sensors=sensors,
         ecc_corrected=ecc.get("correctable_count"),
         ecc_uncorrected=ecc.get("uncorrectable_count"),
         extra={"gfx": str(gfx)} if gfx else {},
     )
+
+
+#: amdsmi's sensor types, as the health rules name the sensors
+SENSORS = {"EDGE": "edge", "HOTSPOT": "junction", "VRAM": "memory"}
+
+
+def _sensors(amdsmi: Any, handle: Any) -> tuple[Sensor, ...]:
+    """Every sensor's current temperature with its own critical (throttle) and emergency
+    (shutdown) limits, as the driver reports them."""
+    kinds, metrics = amdsmi.AmdSmiTemperatureType, amdsmi.AmdSmiTemperatureMetric
+
+    def metric(kind: Any, name: str) -> float | None:
+        which = getattr(metrics, name, None)
+        if which is None:
+            return None
+        return _optional(amdsmi.amdsmi_get_temp_metric, handle, kind, which)
+
+    found = []
+    for kind_name, name in SENSORS.items():
+        kind = getattr(kinds, kind_name, None)
+        current = metric(kind, "CURRENT") if kind is not None else None
+        if current is not None:
+            found.append(Sensor(name, current, metric(kind, "CRITICAL"), metric(kind, "EMERGENCY")))
+    return tuple(found)
 
 
 def _optional(fn: Callable[..., Any], *args: Any) -> Any:

@@ -15,7 +15,7 @@ from xirang_core.devices.reading import NodeReading, bus_key
 from xirang_core.devices.tools import ToolRunner, import_optional, kernel_log, run_tool
 from xirang_core.devices.visible import VisibleDevices
 from xirang_core.specs import HealthFinding, Topology
-from xirang_rocm import amdsmi_reader, compat, ras, smi, topo
+from xirang_rocm import amdsmi_reader, compat, hwmon, ras, smi, topo
 
 
 class RocmBackend(AcceleratorBackend):
@@ -53,6 +53,7 @@ class RocmBackend(AcceleratorBackend):
         if not node.devices:
             return node
         node = dataclasses.replace(node, runtime=node.runtime or self.host_rocm())
+        node = _with_hwmon_limits(node, self.sysfs_pci)
         return _with_ras(node, ras.parse_ras(self.run(ras.COMMAND).stdout))
 
     def link_topology(self) -> Topology:
@@ -82,6 +83,18 @@ class RocmBackend(AcceleratorBackend):
 
     def visible_devices_variable(self) -> str:
         return "HIP_VISIBLE_DEVICES"
+
+
+def _with_hwmon_limits(node: NodeReading, sysfs_pci: Path) -> NodeReading:
+    """Each sensor's own limits from the driver's hwmon files, where the source gave none
+    (rocm-smi's JSON has current temperatures only)."""
+    devices = tuple(
+        dataclasses.replace(d, sensors=hwmon.with_limits(d.sensors, found))
+        if d.pci_bus_id and (found := hwmon.limits(sysfs_pci, d.pci_bus_id))
+        else d
+        for d in node.devices
+    )
+    return dataclasses.replace(node, devices=devices)
 
 
 def _with_ras(node: NodeReading, counts: dict[int, dict[str, tuple[int, int]]]) -> NodeReading:

@@ -11,7 +11,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from xirang_core.devices.reading import DeviceReading, NodeReading, parse_float, parse_int
+from xirang_core.devices.reading import (
+    DeviceReading,
+    NodeReading,
+    Sensor,
+    parse_float,
+    parse_int,
+)
 
 QUERY = (
     "rocm-smi",
@@ -29,6 +35,12 @@ TEMPERATURE_KEYS = (
     "Temperature (Sensor junction) (C)",
     "Temperature (Sensor edge) (C)",
 )
+#: rocm-smi's sensor keys, as the health rules name the sensors
+SENSOR_KEYS = {
+    "edge": "Temperature (Sensor edge) (C)",
+    "junction": "Temperature (Sensor junction) (C)",
+    "memory": "Temperature (Sensor memory) (C)",
+}
 _CARD = re.compile(r"^card:?(\d+)$")
 
 
@@ -62,6 +74,11 @@ def parse_card(index: int, fields: Mapping[str, Any]) -> DeviceReading:
         uuid=str(fields.get("Unique ID", "")),
         temperature_c=temperature,
         extra={"gfx": str(fields["GFX Version"])} if fields.get("GFX Version") else {},
+        sensors=tuple(
+            Sensor(name, value)
+            for name, key in SENSOR_KEYS.items()
+            if (value := parse_float(str(fields.get(key, "")))) is not None
+        ),
     )
 
 

@@ -8,10 +8,10 @@ Ascend alarm levels) are classified by their backend into the same three levels.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
-from xirang_core.devices.reading import DeviceReading, bus_key
+from xirang_core.devices.reading import DeviceReading, Sensor, bus_key
 from xirang_core.specs import HealthFinding
 
 OK, WARN, DRAIN = "ok", "warn", "drain"
@@ -24,6 +24,9 @@ class HealthLimits:
 
     Corrected ECC errors are repaired by the hardware but a climbing count predicts an
     uncorrectable one; temperatures default to typical data-centre slowdown/shutdown points.
+    A named sensor without limits of its own takes ``sensor_limits``: a junction (hotspot)
+    sensor runs in the 90s when busy and amdgpu's usual critical/emergency points are 110/115
+    C for it and 105/110 C for HBM, so the edge figures would drain a healthy GPU.
     """
 
     ecc_corrected_warn: int = 100
@@ -31,6 +34,10 @@ class HealthLimits:
     temperature_drain_c: float = 95.0
     #: drain this many degrees before the vendor's shutdown point: the device is about to stop
     shutdown_margin_c: float = 3.0
+    #: sensor name -> (slowdown, shutdown) where the source gives none for that sensor
+    sensor_limits: Mapping[str, tuple[float, float]] = field(
+        default_factory=lambda: {"junction": (110.0, 115.0), "memory": (105.0, 110.0)}
+    )
 
 
 def worst(findings: Iterable[HealthFinding]) -> str:
@@ -83,33 +90,38 @@ def _ecc(device: DeviceReading, limits: HealthLimits) -> list[HealthFinding]:
 
 
 def _temperature(device: DeviceReading, limits: HealthLimits) -> list[HealthFinding]:
-    temp = device.temperature_c
-    if temp is None:
-        return []
-    drain_at = (
-        device.temperature_shutdown_c - limits.shutdown_margin_c
-        if device.temperature_shutdown_c
-        else limits.temperature_drain_c
-    )
-    warn_at = device.temperature_slowdown_c or limits.temperature_warn_c
+    """The worst finding over the device's sensors, each against its own limits."""
+    sensors = device.sensors
+    if not sensors and device.temperature_c is not None:
+        sensors = (
+            Sensor(
+                "",
+                device.temperature_c,
+                device.temperature_slowdown_c,
+                device.temperature_shutdown_c,
+            ),
+        )
+    found = [f for s in sensors for f in _sensor(device.index, s, limits)]
+    drains = [f for f in found if f.severity == DRAIN]
+    return (drains or found)[:1]
+
+
+def _sensor(index: int, sensor: Sensor, limits: HealthLimits) -> list[HealthFinding]:
+    slowdown, shutdown = limits.sensor_limits.get(sensor.name, (None, None))
+    if sensor.shutdown_c:
+        drain_at = sensor.shutdown_c - limits.shutdown_margin_c
+    elif shutdown:
+        drain_at = shutdown - limits.shutdown_margin_c
+    else:
+        drain_at = limits.temperature_drain_c
+    warn_at = sensor.slowdown_c or slowdown or limits.temperature_warn_c
+    temp, name = sensor.current_c, f"{sensor.name} " if sensor.name else ""
     if temp >= drain_at:
-        return [
-            HealthFinding(
-                device.index,
-                "temperature",
-                DRAIN,
-                f"{temp:.0f} C, at most {drain_at:.0f} C allowed before shutdown",
-            )
-        ]
+        message = f"{name}{temp:.0f} C, at most {drain_at:.0f} C allowed before shutdown"
+        return [HealthFinding(index, "temperature", DRAIN, message)]
     if temp >= warn_at:
-        return [
-            HealthFinding(
-                device.index,
-                "temperature",
-                WARN,
-                f"{temp:.0f} C, at or above the {warn_at:.0f} C slowdown point",
-            )
-        ]
+        message = f"{name}{temp:.0f} C, at or above the {warn_at:.0f} C slowdown point"
+        return [HealthFinding(index, "temperature", WARN, message)]
     return []
 
 

@@ -16,6 +16,18 @@ from xirang_core.specs import DeviceInfo
 
 
 @dataclass(frozen=True)
+class Sensor:
+    """One temperature sensor of a device with the vendor's own limits for it (None: the
+    source did not say). AMD GPUs report several (``edge``, ``junction`` (hotspot),
+    ``memory``), each with its own critical (throttling) and emergency (shutdown) point."""
+
+    name: str
+    current_c: float
+    slowdown_c: float | None = None
+    shutdown_c: float | None = None
+
+
+@dataclass(frozen=True)
 class DeviceReading:
     """One device's identity and health counters; ``None`` means the source did not say."""
 
@@ -34,6 +46,9 @@ class DeviceReading:
     extra: Mapping[str, Any] = field(default_factory=dict)
     #: power drawn now, in watts (cost metering prefers it to configured watts)
     power_w: float | None = None
+    #: every temperature sensor with its limits; when given, health judges these instead of
+    #: ``temperature_c`` (which stays the one figure shown)
+    sensors: tuple[Sensor, ...] = ()
 
     def info(self, device_type: str, driver: str, runtime: str) -> DeviceInfo:
         """The inventory record the core and the pool consume."""

@@ -48,7 +48,9 @@ def test_failed_node_health(monkeypatch) -> None:
     found = {(f.device, f.check): f for f in backend("failed_node").health()}
     assert found[(2, "ras")].severity == DRAIN and "UMC 3" in found[(2, "ras")].message
     assert found[(2, "ecc")].severity == WARN  # 214 corrected errors
-    assert found[(2, "temperature")].severity == DRAIN
+    # junction 97 C is a busy MI250X, not a failing one; the edge sensor's 89 C is worth a look
+    assert found[(2, "temperature")].severity == WARN
+    assert found[(2, "temperature")].message.startswith("edge 89 C")
     assert found[(2, "kernel")].severity == DRAIN
     assert found[(3, "kernel")].severity == WARN
     assert found[(0, "device")].severity == OK
