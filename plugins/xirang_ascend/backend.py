@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from typing import TYPE_CHECKING
 
 from xirang_ascend import compat, smi, topo
@@ -73,12 +74,48 @@ class AscendBackend(AcceleratorBackend):
             return visible.everything(node.devices)
         return visible.ascend(node.devices, os.environ)
 
+    def supports_dtype(self, name: str) -> bool:
+        """bf16 where torch_npu says so; a torch_npu without ``is_bf16_supported`` is asked per
+        SoC: Ascend 910B/910_93 and later compute in bf16, the first-generation 910 (910A,
+        910ProA/ProB, 910PremiumA) and the 310 family do not."""
+        if name != "bfloat16":
+            return super().supports_dtype(name)
+        try:
+            npu = importlib.import_module("torch_npu").npu
+        except Exception:  # no torch_npu: nothing computes on the NPU at all
+            return False
+        if hasattr(npu, "is_bf16_supported"):
+            return bool(npu.is_bf16_supported())
+        return soc_has_bf16(_soc_name(npu, self.seen()))
+
     def torch_device(self, local_rank: int) -> torch.device:
         importlib.import_module("torch_npu")  # registers torch.npu
         return super().torch_device(local_rank)
 
     def visible_devices_variable(self) -> str:
         return "ASCEND_RT_VISIBLE_DEVICES"
+
+
+#: SoC names with bf16 arithmetic (Ascend 910B1-B4, the 910_93 parts of Atlas A3, 910C, 950)
+_BF16_SOC = re.compile(r"910B\d|910_9[3-9]|910C|95\d", re.IGNORECASE)
+
+
+def soc_has_bf16(soc: str) -> bool:
+    """Whether the SoC ``soc`` (``Ascend910B3``, npu-smi's ``910B3``) computes in bf16; the
+    first 910 generation is named 910A/910ProA/910ProB/910PremiumA, so "B" alone says nothing."""
+    return bool(_BF16_SOC.search(soc.replace(" ", "")))
+
+
+def _soc_name(npu: object, node: NodeReading) -> str:
+    """The SoC as torch_npu names it (``get_soc_name``, newer releases), else the chip's name
+    as npu-smi lists it."""
+    named = getattr(npu, "get_soc_name", None)
+    try:
+        if callable(named) and named():
+            return str(named())
+    except Exception:  # an older CANN without the query: npu-smi's name says the same
+        pass
+    return node.usable[0].model if node.usable else ""
 
 
 def torch_npu_view() -> compat.TorchNpu:
