@@ -42,3 +42,17 @@ def test_refresh_measures_again() -> None:
     before = backend.calibrate()
     again = backend.calibrate(refresh=True)
     assert again.key == before.key and again.matmul_tflops.keys() == before.matmul_tflops.keys()
+
+
+def test_calibration_runs_in_a_child_process(monkeypatch) -> None:
+    """The launching process keeps no device context or calibration buffers: the measurement
+    happens in a spawned child (a patch of this process's measuring code does not reach it)."""
+    import xirang_core.devices.accelerator as accelerator
+
+    def here(*args, **kwargs):
+        raise AssertionError("calibration measured in the launching process")
+
+    monkeypatch.setattr(accelerator, "measure_matmul_tflops", here)
+    monkeypatch.setattr(accelerator, "measure_memory_bandwidth_gbps", here)
+    found = TwoCpuDevices().calibrate(refresh=True)
+    assert found.matmul_tflops["float32"] > 0 and found.memory_bandwidth_gbps > 0

@@ -176,7 +176,8 @@ class AcceleratorBackend:
         return visible.findings(findings)
 
     def calibrate(self, refresh: bool = False) -> Calibration:
-        """Measured once per (device model, driver, torch), then cached; ``refresh`` remeasures."""
+        """Measured once per (device model, driver, torch), then cached; ``refresh`` remeasures.
+        The measurement runs in a child process (:func:`measure_apart`)."""
         import torch
 
         node = self.seen()
@@ -184,12 +185,14 @@ class AcceleratorBackend:
             raise ConfigError(f"device={self.type}: nothing to calibrate: {self.detect()[1]}")
         model = node.usable[0].model
         key = f"{self.type}-{model}-driver{node.driver}-torch{torch.__version__}"
-        return cached_calibration(key, lambda: self._measure(model, len(node.usable)), refresh)
+        return cached_calibration(
+            key, lambda: measure_apart(self, model, len(node.usable)), refresh
+        )
 
-    def _measure(self, model: str, count: int) -> Calibration:
+    def measure(self, model: str, count: int) -> Calibration:
+        """Matmul rates, memory bandwidth and the device-0-to-1 link, in this process."""
         first = self.torch_device(0)
         second = self.torch_device(1) if count > 1 else None
-        self.torch_device(0)  # leave device 0 current for the caller
         return Calibration(
             device_model=model,
             matmul_tflops=measure_matmul_tflops(
@@ -243,3 +246,17 @@ class AcceleratorBackend:
 
     def collective_backend(self) -> str:
         return self.collective
+
+
+def measure_apart(backend: AcceleratorBackend, model: str, count: int) -> Calibration:
+    """``backend.measure`` in a spawned child process, which takes the device context, the
+    matmul operands and the copy buffers (``calibration_mbytes`` twice over) with it when it
+    ends. Measured in the launching process they would stay for the whole run: that process
+    only places workers, and a CUDA context and its caching allocator keep what they hold (and
+    a forked worker could not use the device at all)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=spawn) as pool:
+        return pool.submit(backend.measure, model, count).result()
