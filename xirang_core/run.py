@@ -78,12 +78,7 @@ def resolve_runtime(config: dict[str, Any], registry: Registry) -> dict[str, Any
             f"trainer.nproc={nproc} needs {nproc} {backend.type} devices; this machine has "
             f"{len(inventory)}. Use trainer.nproc<={len(inventory)}."
         )
-    comm = config["comm"]
-    collective = (
-        backend.collective_backend()
-        if comm["name"] == AUTO
-        else registry.create("comm", comm).backend_for(backend.type)
-    )
+    collective = collective_for(config, registry, backend)
     registry.create("cost", config["cost"]).quote(backend.type, 1, 0.0)  # can it price us?
     threads = config["trainer"]["threads"] or max(1, (os.cpu_count() or 1) // nproc)
     with _torch_threads(threads):
@@ -99,6 +94,14 @@ def resolve_runtime(config: dict[str, Any], registry: Registry) -> dict[str, Any
             compute_dtype(config["trainer"]["precision"], backend.type, calibration)
         ),
     }
+
+
+def collective_for(config: dict[str, Any], registry: Registry, backend: DeviceBackend) -> str:
+    """The process-group backend of a run: the device's own, or what ``comm`` picks for it."""
+    comm = config["comm"]
+    if comm["name"] == AUTO:
+        return backend.collective_backend()
+    return registry.create("comm", comm).backend_for(backend.type)
 
 
 def check_trainer_support(config: dict[str, Any], backend: DeviceBackend) -> None:

@@ -60,7 +60,7 @@ def measure_matmul_tflops(
 
     names = list(dtypes)
     calls = {name: _matmul(name, size, device) for name in names}
-    sync = _synchronizer(device)
+    sync = synchronizer(device)
     best = dict.fromkeys(names, 0.0)
     for _ in range(WARMUP_CALLS):  # first calls pack weights and pick kernels (oneDNN bf16)
         for name, call in calls.items():
@@ -102,7 +102,7 @@ def measure_memory_bandwidth_gbps(device: object, mbytes: int = 128, seconds: fl
     n = mbytes * 2**20 // 4
     src = torch.empty(n, dtype=torch.float32, device=device).fill_(1.0)
     dst = torch.empty_like(src)
-    rate = _best_rate(lambda: dst.copy_(src), _synchronizer(device), seconds)
+    rate = _best_rate(lambda: dst.copy_(src), synchronizer(device), seconds)
     return round(2 * src.numel() * 4 * rate / 1e9, 2)
 
 
@@ -119,7 +119,7 @@ def measure_device_to_device_gbps(
     n = mbytes * 2**20 // 4
     source = torch.empty(n, dtype=torch.float32, device=src).fill_(1.0)
     target = torch.empty(n, dtype=torch.float32, device=dst)
-    sync = _synchronizer(src, dst)
+    sync = synchronizer(src, dst)
     rate = _best_rate(lambda: target.copy_(source, non_blocking=True), sync, seconds)
     return round(source.numel() * 4 * rate / 1e9, 2)
 
@@ -149,7 +149,7 @@ def _window_rate(fn: Callable[[], object], sync: Callable[[], None], seconds: fl
                 return count / elapsed
 
 
-def _synchronizer(*devices: object) -> Callable[[], None]:
+def synchronizer(*devices: object) -> Callable[[], None]:
     """Waits for the queued work of every one of ``devices`` (a no-op for the CPU)."""
     import torch
 

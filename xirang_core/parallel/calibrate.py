@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from xirang_core.comm.cost_model import Link, fit_link
+from xirang_core.parallel.ondevice import RunDevice
 from xirang_core.parallel.wrappers import GROUP, WrapperCosts, derive, measure_wrappers
 
 #: message sizes (bytes) the links are fitted on: latency- to bandwidth-bound
@@ -126,10 +127,14 @@ def _usable_cores() -> int:
 
 
 def measure_host(config: dict[str, Any], world: int, micro_batches: list[int]) -> HostProfile:
-    """Measure in ``world`` fresh workers (see the module docstring)."""
+    """Measure in ``world`` fresh workers (see the module docstring), each on its device of
+    the run's device type, over the run's collective backend."""
     from xirang_core.comm.launch import run_group
+    from xirang_core.parallel.ondevice import run_device
 
-    ranks = run_group(_probe, world, config, sorted(set(micro_batches)))
+    where = run_device(config)
+    mbs = sorted(set(micro_batches))
+    ranks = run_group(_probe, world, config, mbs, where, backend=where.collective)
     main = ranks[0]
     slots = compute_slots(world, main["alone_s"], main["together_s"], _usable_cores())
     profile = HostProfile(
@@ -192,10 +197,12 @@ def _busy_link(idle: Link, op_seconds: float, hops: int) -> Link:
     return Link(max(idle.latency_s, op_seconds / hops), idle.bandwidth_bps)
 
 
-def _probe(rank: int, world: int, config: dict[str, Any], micro_batches: list[int]) -> dict:
+def _probe(
+    rank: int, world: int, config: dict[str, Any], micro_batches: list[int], where: RunDevice
+) -> dict:
     """One worker's share of :func:`measure_host` (inside the group ``run_group`` opened)."""
 
-    parts = _ModelParts(config)
+    parts = _ModelParts(config, where.torch_device(rank))
     found: dict[str, Any] = {}
     if rank == 0:  # alone: the others wait in the barrier
         found["layer"] = {mb: parts.layer_times(mb) for mb in micro_batches}
@@ -203,8 +210,8 @@ def _probe(rank: int, world: int, config: dict[str, Any], micro_batches: list[in
         found["optimizer_s_per_param"] = parts.optimizer_time()
     found["alone_s"], found["together_s"] = _alone_and_together(rank, parts)
     groups = _my_groups(rank, world)
-    found["rings"] = _ring_timings(groups)
-    found["p2p"] = _p2p_timings(rank, world)
+    found["rings"] = _ring_timings(groups, parts)
+    found["p2p"] = _p2p_timings(rank, world, parts)
     found["busy"] = _busy_latencies(rank, world, parts, groups)
     ends = [micro_batches[0], micro_batches[-1]]
     found["tp_model"] = _tp_model_times(world, parts, sorted(set(ends)))
@@ -217,9 +224,13 @@ def _probe(rank: int, world: int, config: dict[str, Any], micro_batches: list[in
 
 
 class _ModelParts:
-    """The configured model's layer and its remainder, timed on this worker."""
+    """The configured model's layer and its remainder, timed on this worker's ``device``
+    (:meth:`wait` ends a timing: a device runs its queued work after the call returns)."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], device: Any = "cpu") -> None:
+        import torch
+
+        from xirang_core.devices.calibration import synchronizer
         from xirang_core.plugins import get_registry
 
         registry = get_registry()
@@ -227,8 +238,10 @@ class _ModelParts:
         settings = {k: v for k, v in config["model"].items() if k not in ("family", "name")}
         self.family, self.settings = registry.load("model", family), settings
         self.fns = fns = registry.spec("model", family).load_parallelize()
-        self.whole = self.family.from_config(self.resized(1))
-        self.rest = self.family.from_config(self.resized(0))
+        self.device = torch.device(device)
+        self.wait = synchronizer(self.device)
+        self.whole = self.family.from_config(self.resized(1)).to(self.device)
+        self.rest = self.family.from_config(self.resized(0)).to(self.device)
         self.block = next(iter(fns.layers(self.whole).values()))
         self.shape = fns.shape(settings, config["data"]["seq_len"])
         self.config = config
@@ -241,15 +254,21 @@ class _ModelParts:
         """Forward and backward seconds of one layer (best of repeats)."""
         import torch
 
-        x = torch.randn(micro_batch, self.shape.seq_len, self.shape.hidden, requires_grad=True)
-        return _forward_backward(lambda: self.block(x).sum())
+        shape = (micro_batch, self.shape.seq_len, self.shape.hidden)
+        x = torch.randn(shape, device=self.device, requires_grad=True)
+        return _forward_backward(lambda: self.block(x).sum(), self.wait)
 
     def rest_times(self, micro_batch: int) -> tuple[float, float]:
         """Forward and backward seconds of the model without layers (embeddings to loss)."""
+        tokens = self.tokens(micro_batch)
+        return _forward_backward(lambda: self.rest(tokens, tokens), self.wait)
+
+    def tokens(self, micro_batch: int) -> Any:
+        """A random micro-batch of token ids on this worker's device."""
         import torch
 
-        tokens = torch.randint(0, self.shape.vocab, (micro_batch, self.shape.seq_len))
-        return _forward_backward(lambda: self.rest(tokens, tokens))
+        shape = (micro_batch, self.shape.seq_len)
+        return torch.randint(0, self.shape.vocab, shape, device=self.device)
 
     def layer_copy(self) -> Any:
         """A fresh copy of the model's layer (a probe pipeline's stage)."""
@@ -262,18 +281,17 @@ class _ModelParts:
         import torch
 
         torch.manual_seed(0)
-        model = self.family.from_config(self.resized(1))
+        model = self.family.from_config(self.resized(1)).to(self.device)
         self.fns.apply_tp(model, mesh, sequence_parallel)
         return model
 
     def model_pass(self, model: Any, micro_batch: int) -> Callable[[], None]:
         """One forward and backward of ``model`` on a micro-batch (warmed up once)."""
-        import torch
-
-        tokens = torch.randint(0, self.shape.vocab, (micro_batch, self.shape.seq_len))
+        tokens = self.tokens(micro_batch)
 
         def run() -> None:
             model(tokens, tokens).backward()
+            self.wait()
 
         run()
         return run
@@ -286,7 +304,7 @@ class _ModelParts:
         params = [p for p in self.whole.parameters() if p.requires_grad]
         for p in params:
             p.grad = p.detach().clone()
-        seconds = _best(optimizer.step)
+        seconds = _best(lambda: (optimizer.step(), self.wait()))
         optimizer.zero_grad(set_to_none=True)
         return seconds / sum(p.numel() for p in params)
 
@@ -296,11 +314,13 @@ class _ModelParts:
         """``count`` forward-backward passes of the layer, ``between()`` after each."""
         import torch
 
-        x = torch.randn(micro_batch, self.shape.seq_len, self.shape.hidden, requires_grad=True)
+        shape = (micro_batch, self.shape.seq_len, self.shape.hidden)
+        x = torch.randn(shape, device=self.device, requires_grad=True)
         for _ in range(count):
             self.block(x).sum().backward()
             if between is not None:
                 between()
+        self.wait()
 
 
 def _tp_model_times(
@@ -313,7 +333,8 @@ def _tp_model_times(
 
     found: dict[tuple[int, bool], dict[int, float]] = {}
     for tp in (g for g in range(2, world + 1) if world % g == 0 and parts.shape.heads % g == 0):
-        mesh = init_device_mesh("cpu", (world // tp, tp), mesh_dim_names=("dp", "tp"))
+        shape = (world // tp, tp)
+        mesh = init_device_mesh(parts.device.type, shape, mesh_dim_names=("dp", "tp"))
         for sp in (False, True) if parts.shape.seq_len % tp == 0 else (False,):
             model = parts.split_model(mesh["tp"], sp)
             found[(tp, sp)] = {mb: _together(parts.model_pass(model, mb)) for mb in micro_batches}
@@ -330,16 +351,18 @@ def _pipeline_probe(rank: int, world: int, parts: _ModelParts) -> float:
     pairs = [dist.new_group([s, s + 1]) for s in range(0, world, 2)]
     index = rank % 2
     stage = pipelining.PipelineStage(
-        parts.layer_copy(), index, 2, torch.device("cpu"), group=pairs[rank // 2]
+        parts.layer_copy(), index, 2, parts.device, group=pairs[rank // 2]
     )
     schedule = pipelining.Schedule1F1B(stage, PROBE_PIPELINE_MICRO, loss_fn=_mean_square)
-    x = torch.randn(PROBE_PIPELINE_MICRO, parts.shape.seq_len, parts.shape.hidden)
+    shape = (PROBE_PIPELINE_MICRO, parts.shape.seq_len, parts.shape.hidden)
+    x = torch.randn(shape, device=parts.device)
 
     def step() -> None:
         if index == 0:
             schedule.step(x)
         else:
             schedule.step(target=x, losses=[])
+        parts.wait()
 
     step()  # the first step settles shapes
     return _together(step)
@@ -367,10 +390,13 @@ def _cost_at(costs: dict[int, StageCost], micro_batch: int) -> StageCost:
     return StageCost(max(forward, 0.0), max(backward, 0.0))
 
 
-def _forward_backward(loss_fn: Callable[[], Any], repeats: int = 5) -> tuple[float, float]:
-    """Best forward seconds and best forward+backward seconds minus it."""
-    forward = _best(loss_fn, repeats)
-    both = _best(lambda: loss_fn().backward(), repeats)
+def _forward_backward(
+    loss_fn: Callable[[], Any], wait: Callable[[], None], repeats: int = 5
+) -> tuple[float, float]:
+    """Best forward seconds and best forward+backward seconds minus it (each until ``wait``
+    says the device has finished)."""
+    forward = _best(lambda: (loss_fn(), wait()), repeats)
+    both = _best(lambda: (loss_fn().backward(), wait()), repeats)
     return forward, max(both - forward, 0.0)
 
 
@@ -441,7 +467,7 @@ def _busy_latencies(
 
     mb, count = 1, PROBE_PASSES
     alone = _together(lambda: parts.passes(mb, count))
-    tensor = torch.ones(MESSAGE_BYTES[0] // 4)
+    tensor = torch.ones(MESSAGE_BYTES[0] // 4, device=parts.device)
     found: dict[Any, float] = {}
     for size, mine in groups.items():
 
@@ -473,9 +499,9 @@ def _round_trip(rank: int, peer: int, tensor: Any) -> None:
         dist.send(tensor, peer)
 
 
-def _ring_timings(groups: dict[int, Any], repeats: int = 5) -> dict[int, list]:
+def _ring_timings(groups: dict[int, Any], parts: _ModelParts, repeats: int = 5) -> dict[int, list]:
     """``{group size: [(bytes, seconds)]}`` of all-reduce on each group size, all groups at
-    once."""
+    once, on this worker's device."""
     import torch
     import torch.distributed as dist
 
@@ -483,14 +509,21 @@ def _ring_timings(groups: dict[int, Any], repeats: int = 5) -> dict[int, list]:
     for size, mine in groups.items():
         rows = []
         for nbytes in MESSAGE_BYTES:
-            tensor = torch.ones(nbytes // 4)
+            tensor = torch.ones(nbytes // 4, device=parts.device)
             dist.barrier()
-            rows.append((nbytes, _best(lambda t=tensor, g=mine: _all_reduce(t, g), repeats)))
+
+            def reduce(t: Any = tensor, g: Any = mine) -> None:
+                _all_reduce(t, g)
+                parts.wait()
+
+            rows.append((nbytes, _best(reduce, repeats)))
         timings[size] = rows
     return timings
 
 
-def _p2p_timings(rank: int, world: int, repeats: int = 5) -> list[tuple[int, float]]:
+def _p2p_timings(
+    rank: int, world: int, parts: _ModelParts, repeats: int = 5
+) -> list[tuple[int, float]]:
     """``[(bytes, seconds)]`` of one message, from half a round trip between rank pairs."""
     import torch
     import torch.distributed as dist
@@ -498,12 +531,16 @@ def _p2p_timings(rank: int, world: int, repeats: int = 5) -> list[tuple[int, flo
     peer = rank ^ 1
     rows = []
     for nbytes in MESSAGE_BYTES:
-        tensor = torch.ones(nbytes // 4)
+        tensor = torch.ones(nbytes // 4, device=parts.device)
         dist.barrier()
         if peer >= world:
             continue
 
-        rows.append((nbytes, _best(lambda t=tensor: _round_trip(rank, peer, t), repeats) / 2))
+        def trip(t: Any = tensor) -> None:
+            _round_trip(rank, peer, t)
+            parts.wait()
+
+        rows.append((nbytes, _best(trip, repeats) / 2))
     return rows
 
 

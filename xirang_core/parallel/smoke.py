@@ -13,6 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from xirang_core.parallel.ondevice import RunDevice
 from xirang_core.parallel.plan import ParallelPlan
 
 #: steps not timed: the first step builds buffers, the pipeline infers shapes
@@ -86,8 +87,19 @@ def run_configs(
     """Per rank, the measurements of each run config (any ``parallel`` section, e.g. a plugin's
     strategy) trained in turn by ``world`` fresh workers."""
     from xirang_core.comm.launch import run_group
+    from xirang_core.parallel.ondevice import run_device
 
-    return run_group(_measure_plans, world, configs, steps, profile, threads=threads)
+    where = run_device(configs[0])  # every plan of one smoke run trains on the run's device
+    return run_group(
+        _measure_plans,
+        world,
+        configs,
+        steps,
+        profile,
+        where,
+        threads=threads,
+        backend=where.collective,
+    )
 
 
 def _combine(plan: ParallelPlan, results: list[dict[str, Any]]) -> Measurement:
@@ -107,18 +119,30 @@ def _combine(plan: ParallelPlan, results: list[dict[str, Any]]) -> Measurement:
 
 
 def _measure_plans(
-    rank: int, world: int, configs: list[dict[str, Any]], steps: int, profile: bool
+    rank: int,
+    world: int,
+    configs: list[dict[str, Any]],
+    steps: int,
+    profile: bool,
+    where: RunDevice,
 ) -> list[dict[str, Any]]:
-    """One worker's part of a smoke run (inside the process group ``run_group`` opened)."""
-    return [_train_and_measure(c, rank, world, steps, profile) for c in configs]
+    """One worker's part of a smoke run (inside the process group ``run_group`` opened), on
+    its device of the run's device type."""
+    device = where.torch_device(rank)
+    return [_train_and_measure(c, rank, world, steps, profile, device) for c in configs]
 
 
 def _train_and_measure(
-    config: dict[str, Any], rank: int, world: int, steps: int, profile: bool
+    config: dict[str, Any],
+    rank: int,
+    world: int,
+    steps: int,
+    profile: bool,
+    device: Any,
 ) -> dict[str, Any]:
-    import torch
     import torch.distributed as dist
 
+    from xirang_core.devices.calibration import synchronizer
     from xirang_core.parallel.meter import SavedTensorMeter, state_bytes
     from xirang_core.plugins import get_registry
     from xirang_core.specs import WorkerContext
@@ -128,7 +152,7 @@ def _train_and_measure(
     from xirang_core.train.worker import build_model, starts_sharded
 
     registry = get_registry()
-    ctx = WorkerContext(rank, rank, world, torch.device("cpu"), "", config)
+    ctx = WorkerContext(rank, rank, world, device, "", config)
     settings = {k: v for k, v in config["model"].items() if k not in ("family", "name")}
     strategy = registry.create("parallel", config["parallel"])
     on_meta = starts_sharded(config, ctx, strategy)  # as a worker starts: sharded plans on meta
@@ -158,11 +182,13 @@ def _train_and_measure(
     if resume.get("load"):
         load_state(wrapped, optimizer, resume["load"])
     first = resume.get("first_step", 1)
+    wait = synchronizer(device)  # a device's queued work is part of the step
     wrapped.train()
     for step in range(first, first + steps):
         started = time.perf_counter()
         with meter.watch():
             loss = trainer.train_step(step)
+        wait()
         times.append(time.perf_counter() - started)  # the loss's all-reduce is not training
         if world > 1:
             dist.all_reduce(loss)

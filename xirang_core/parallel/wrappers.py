@@ -73,9 +73,9 @@ def measure_wrappers(world: int, parts: Any, micro_batch: int) -> dict[str, Any]
     from xirang_core.parallel.calibrate import _together
 
     shape = (world // GROUP, GROUP)
-    mesh = init_device_mesh("cpu", shape, mesh_dim_names=("rest", "dp"))["dp"]
-    x = torch.randn(micro_batch, parts.shape.seq_len, parts.shape.hidden)
-    tokens = torch.randint(0, parts.shape.vocab, (micro_batch, parts.shape.seq_len))
+    mesh = init_device_mesh(parts.device.type, shape, mesh_dim_names=("rest", "dp"))["dp"]
+    x = torch.randn(micro_batch, parts.shape.seq_len, parts.shape.hidden, device=parts.device)
+    tokens = parts.tokens(micro_batch)
 
     def layer(module: Any) -> Callable[[int], None]:
         return _stepper(parts, module, lambda: module(x).sum())
@@ -174,6 +174,7 @@ def _stepper(parts: Any, module: Any, loss_of: Callable[[], Any]) -> Callable[[i
             _pass(module, i == micro - 1, loss_of)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        parts.wait()  # the device's queued work is part of the step
 
     step(1)  # buffers, optimizer state
     return step
