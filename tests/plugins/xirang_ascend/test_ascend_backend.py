@@ -94,3 +94,9 @@ def test_registered_with_hccl_and_npu_devices() -> None:
     assert spec.priority > registry.spec("device", "cpu").priority and spec.requires == ()
     ascend = registry.create("device", {"name": "ascend"})
     assert (ascend.collective_backend(), ascend.torch_type) == ("hccl", "npu")
+
+
+def test_ascend_rt_visible_devices_renumber_the_inventory(monkeypatch) -> None:
+    monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", "3,1")
+    found = backend("atlas_800t_a2").inventory()
+    assert [(d.index, d.extra["vendor_index"]) for d in found] == [(0, 3), (1, 1)]

@@ -133,3 +133,11 @@ def test_without_showtopo_all_gpus_share_the_node() -> None:
     box = backend("mi300x")
     box.run.outputs = {k: v for k, v in box.run.outputs.items() if k != ("rocm-smi", "--showtopo")}
     assert [(g.link, g.devices) for g in box.topology().groups] == [("node", tuple(range(8)))]
+
+
+def test_hip_visible_devices_renumber_inventory_and_links(monkeypatch) -> None:
+    """HIP_VISIBLE_DEVICES=6,7: the process sees two GPUs, cuda:0 and cuda:1 (vendor 6, 7)."""
+    monkeypatch.setenv("HIP_VISIBLE_DEVICES", "6,7")
+    box = backend("mi300x")
+    assert [d.extra["vendor_index"] for d in box.inventory()] == [6, 7]
+    assert {m for g in box.topology().groups for m in g.devices} == {0, 1}
