@@ -71,6 +71,8 @@ def resolve_runtime(config: dict[str, Any], registry: Registry) -> dict[str, Any
             f"device={config['device']['name']} is not usable here: {why}. "
             f"Use device=auto to take the best device present."
         )
+    for caveat in getattr(backend, "caveats", list)():
+        log.warning("device=%s: %s", backend.type, caveat)
     inventory = backend.inventory()
     shareable = getattr(backend, "shareable", False)
     if nproc > len(inventory) and not shareable:

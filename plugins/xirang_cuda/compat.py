@@ -118,10 +118,11 @@ def _torch_view(
         ]
     jit_fails = _minor_compat_only(node, build)
     findings = []
-    for ordinal, (major, minor) in enumerate(seen.capabilities):
-        device = visible.devices[ordinal] if ordinal < len(visible.devices) else None
-        name = f"GPU {ordinal} ({device.model if device else 'unknown model'})"
-        where = device.index if device else None
+    for (major, minor), ordinals in _by_capability(seen.capabilities).items():
+        devices = [visible.devices[o] for o in ordinals if o < len(visible.devices)]
+        models = ", ".join(sorted({d.model for d in devices})) or "unknown model"
+        name = f"GPU {_span(ordinals)} ({models})"
+        where = devices[0].index if len(ordinals) == 1 and devices else None
         how = code_for(major * 10 + minor, seen.arch_list)
         archs = ", ".join(seen.arch_list)
         if how == NONE:
@@ -137,6 +138,21 @@ def _torch_view(
         elif how == PTX:
             findings.append(_ptx_only(where, name, major, minor, build, archs, jit_fails))
     return findings
+
+
+def _by_capability(capabilities: tuple[tuple[int, int], ...]) -> dict[tuple[int, int], list[int]]:
+    """Torch ordinals per compute capability: one finding (one start-up line) per kind of GPU."""
+    found: dict[tuple[int, int], list[int]] = {}
+    for ordinal, capability in enumerate(capabilities):
+        found.setdefault(tuple(capability), []).append(ordinal)
+    return found
+
+
+def _span(ordinals: list[int]) -> str:
+    """``0`` or ``0-7`` (consecutive) or ``0,2,5``."""
+    if len(ordinals) > 1 and ordinals == list(range(ordinals[0], ordinals[-1] + 1)):
+        return f"{ordinals[0]}-{ordinals[-1]}"
+    return ",".join(map(str, ordinals))
 
 
 def _ptx_only(

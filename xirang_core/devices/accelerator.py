@@ -138,6 +138,14 @@ class AcceleratorBackend:
             f"read with {node.source})"
         )
 
+    def caveats(self) -> list[str]:
+        """What works but may bite (only PTX for a GPU, an older CUDA minor, an unmappable
+        device order): the run prints each as one line at start-up."""
+        node = self.read()
+        found = [f.message for f in self.compatibility(node) if f.severity == WARN]
+        problem = self.visible(node).problem
+        return [*found, problem] if problem else found
+
     def topology(self) -> Topology:
         """Link groups of the visible devices; without a link matrix, the one fact known: the
         devices share a node."""

@@ -120,3 +120,12 @@ def test_gpus_torch_cannot_see() -> None:
         _node("550.54.15", "12.4"), TorchBuild("2.5.1+cu124", "12.4", None), TorchCuda()
     )
     assert finding.severity == DRAIN and "CUDA_VISIBLE_DEVICES" in finding.message
+
+
+def test_a_gpu_only_ptx_covers_is_a_start_up_caveat(monkeypatch) -> None:
+    """The run prints the backend's caveats at start-up: JIT on first use is one of them."""
+    from cuda_replay import as_cuda_host, backend
+
+    as_cuda_host(monkeypatch, arch=("sm_80", "compute_80"))
+    [caveat] = backend("dgx_h100").caveats()  # one line for the eight alike GPUs
+    assert caveat.startswith("GPU 0-7 (NVIDIA H100 80GB HBM3) is sm_90") and "JIT" in caveat
