@@ -114,3 +114,13 @@ def test_nccl_overlap_splits_device_time_at_the_end_of_backward(monkeypatch, dev
     report = meter.report()
     assert (report["hidden_s"], report["exposed_s"]) == (pytest.approx(0.8), pytest.approx(0.5))
     assert report["backward_passes"] == 1
+
+
+@pytest.mark.parametrize(
+    ("backend", "device_timed"),
+    [("gloo", False), ("nccl", True), ("cpu:gloo,cuda:nccl", True)],
+)
+def test_each_backend_gets_its_clock(backend: str, device_timed: bool) -> None:
+    from xirang_core.comm.clock import DeviceClock, clock_for
+
+    assert isinstance(clock_for(backend), DeviceClock) == device_timed

@@ -62,8 +62,10 @@ class DeviceClock:
 
 
 def clock_for(backend: str) -> Clock:
-    """The clock that times ``backend``'s collectives."""
-    name = EVENT_MODULE.get(backend)
+    """The clock that times ``backend``'s collectives; a per-device backend string
+    (``cpu:gloo,cuda:nccl``) is timed by its accelerator's events."""
+    names = [part.rpartition(":")[2] for part in backend.split(",")]
+    name = next((EVENT_MODULE[n] for n in names if n in EVENT_MODULE), None)
     if name is None:
         return HostClock()
     import torch
