@@ -24,6 +24,7 @@ from xirang_core.specs import WorkerContext
 
 TINY_LLAMA = ["model=llama_tiny", "tokenizer=bytes", "model.dim=32", "model.n_layers=2"]
 TINY_LLAMA += ["model.ffn_dim=64", "data.seq_len=16", "trainer.grad_clip=0.5"]
+HYBRID = ["parallel=colossalai", "parallel.plugin=hybrid_parallel"]
 
 
 class LlamaForCausalLMPolicy:
@@ -86,7 +87,7 @@ def test_gemini_default_fp32_becomes_bf16_or_is_refused(made, monkeypatch, bf16:
     config = compose(TINY_LLAMA)
     strategy = ColossalStrategy(plugin="gemini")  # precision: fp32, the option's default
     if not bf16:
-        with pytest.raises(ConfigError, match="parallel.precision=fp16"):
+        with pytest.raises(ConfigError, match=r"parallel\.precision=fp16"):
             strategy.wrap(tiny_llama(config), gpu_ctx(config))
         assert "GeminiPlugin" not in made  # refused before the plugin was built
         return
@@ -123,10 +124,7 @@ def test_hybrid_parallel_shards_the_llamas_hf_twin_with_colossals_policy(made) -
 
 def test_hybrid_parallel_refuses_other_families_before_any_worker() -> None:
     with pytest.raises(ConfigError, match="Llama ShardFormer policy"):
-        compose(
-            ["model=gpt_tiny", "tokenizer=bytes", "parallel=colossalai"]
-            + ["parallel.plugin=hybrid_parallel"]
-        )
+        compose(["model=gpt_tiny", "tokenizer=bytes", *HYBRID])
 
 
 def test_hybrid_parallel_refuses_a_non_llama_hf_config(tmp_path) -> None:
@@ -137,6 +135,5 @@ def test_hybrid_parallel_refuses_a_non_llama_hf_config(tmp_path) -> None:
     )
     with pytest.raises(ConfigError, match="model_type is 'gpt2'"):
         compose(
-            ["model=hf", f"model.config={tmp_path}", "tokenizer=bytes", "data.seq_len=16"]
-            + ["parallel=colossalai", "parallel.plugin=hybrid_parallel"]
+            ["model=hf", f"model.config={tmp_path}", "tokenizer=bytes", "data.seq_len=16", *HYBRID]
         )
