@@ -28,6 +28,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -129,14 +130,21 @@ def run_part(part: str, timeout: float) -> dict[str, Any]:
     """``part`` in a child process: its JSON, or what went wrong."""
     command = [sys.executable, __file__, "--part", part, *(["--rehearse"] if rehearsing() else [])]
     started = time.perf_counter()
+    # a session of its own: on a timeout its training runs go too, not only the part's process
+    child = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        start_new_session=True,
+    )  # fmt: skip
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+        out, err = child.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.communicate()
         return {"ok": False, "error": f"timed out after {timeout:.0f} s"}
     seconds = round(time.perf_counter() - started, 1)
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+    lines = out.strip().splitlines()
+    if child.returncode != 0 or not lines:
+        tail = (err or out).strip().splitlines()[-3:]
         return {"ok": False, "error": " | ".join(tail), "seconds": seconds}
     return {**json.loads(lines[-1]), "seconds": seconds}
 
