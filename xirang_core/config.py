@@ -295,6 +295,9 @@ def _check_strategy(data: dict[str, Any], registry: Registry) -> None:
     if name == AUTO:
         return  # the planner picks a plan for nproc workers (xirang_core.parallel.resolve)
     spec = registry.spec("parallel", name)
+    check = getattr(spec.load_schema() if spec.schema else None, "check", None)
+    if check is not None:  # what the strategy's settings cannot say alone (model family, ...)
+        check(data)
     if nproc > 1 and not getattr(spec, "multi_process", True):
         multi = [
             n for n in registry.names("parallel") if registry.spec("parallel", n).multi_process

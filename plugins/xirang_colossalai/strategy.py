@@ -9,10 +9,13 @@
   (GPU only).
 
 The ZeRO and hybrid plugins keep gradients in the optimizer's partitions, so the Booster owns
-backward (``booster.backward`` scales and reduces), clipping (``clip_grad_by_norm``) and, with
-``pp > 1``, the whole step (``booster.execute_pipeline``). The boosted model carries the loop's
-hooks for these (``xirang_backward``, ``xirang_clip``, ``xirang_step``), as a native pipeline
-carries ``xirang_step``; TorchDDP trains through the plain loop.
+backward (``booster.backward`` scales and reduces), clipping (``trainer.grad_clip`` is the
+plugin's ``max_norm``: its optimizer measures and clips the norm inside its step, where the
+gradients are) and, with ``pp > 1``, the whole step (``booster.execute_pipeline``). The boosted
+model carries the loop's hooks for these (``xirang_backward``, ``xirang_clip``,
+``xirang_step``), as a native pipeline carries ``xirang_step``; TorchDDP trains through the
+plain loop. ``hybrid_parallel`` shards a Llama-shaped model with Colossal-AI's own ShardFormer
+policy (``shard.py``). Gemini's default ``precision: fp32`` becomes bf16 (it has no fp32).
 
 The Booster needs the optimizer together with the model, so this strategy builds xirang's
 optimizer itself and hands the boosted one to the worker (``optimizer`` attribute).
@@ -20,7 +23,7 @@ optimizer itself and hands the boosted one to the worker (``optimizer`` attribut
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -42,6 +45,14 @@ class ColossalConfig:
     micro_batches: int = 0
     precision: str = "fp32"
 
+    @staticmethod
+    def check(config: dict[str, Any]) -> None:
+        """Before any worker starts: hybrid_parallel only for a model it has a policy for."""
+        if config["parallel"].get("plugin") == "hybrid_parallel":
+            from xirang_colossalai.shard import check_shardable
+
+            check_shardable(config)
+
 
 class ColossalStrategy:
     def __init__(self, **settings: Any) -> None:
@@ -54,23 +65,36 @@ class ColossalStrategy:
 
     def wrap(self, model: nn.Module, ctx: Any) -> nn.Module:
         require_device(self.config, ctx.device)
+        config = with_precision(self.config, ctx.device)
         from colossalai.booster import Booster
 
         from xirang_core.train.optim import build_optimizer
 
-        self.booster = Booster(plugin=booster_plugin(self.config, step_micro_batches(ctx)))
-        optimizer = build_optimizer(model, ctx.config["optim"])
-        self.model, self.optimizer, *_ = self.booster.boost(model, optimizer)
-        if self.config.plugin != "torch_ddp":
-            self._own_the_step(self.model)
-        return self.model
+        target = model
+        if config.plugin == "hybrid_parallel":  # ShardFormer shards the Hugging Face Llama
+            from xirang_colossalai.shard import hf_llama
+
+            model = hf_llama(model, ctx.config)
+            target = model.hf
+        max_norm = max(0.0, float(ctx.config["trainer"].get("grad_clip", 0.0)))
+        plugin = booster_plugin(config, step_micro_batches(ctx), max_norm)
+        self.booster = Booster(plugin=plugin)
+        optimizer = build_optimizer(target, ctx.config["optim"])
+        self.model, self.optimizer, *_ = self.booster.boost(target, optimizer)
+        wrapped = self.model
+        if target is not model:
+            model.hf = self.model  # the wrapper's forward (logits, loss) runs the sharded model
+            wrapped = model
+        if config.plugin != "torch_ddp":
+            self._own_the_step(wrapped)
+        return wrapped
 
     def _own_the_step(self, boosted: nn.Module) -> None:
         """Hand the loop the Booster's backward, clipping, no-sync and pipeline step."""
         boosted.xirang_backward = self.backward
-        boosted.xirang_clip = self.optimizer.clip_grad_by_norm
+        boosted.xirang_clip = clipped_in_step
         if self.booster.plugin.support_no_sync():
-            boosted.no_sync = lambda: self.booster.no_sync(boosted, self.optimizer)
+            boosted.no_sync = lambda: self.booster.no_sync(self.model, self.optimizer)
         if self.config.pp > 1:
             boosted.xirang_step = self.pipeline_step
 
@@ -79,22 +103,55 @@ class ColossalStrategy:
 
     def pipeline_step(self, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
         """Forward and backward of the step's micro-batches through Colossal-AI's schedule;
-        the mean loss on the last stage, zero elsewhere (as the native pipeline returns)."""
+        the mean loss on the last stage, zero elsewhere (as the native pipeline returns).
+
+        The sharded model is transformers' Llama, which shifts ``labels`` itself: label t+1 is
+        target t, so each row's last target is not scored (one position of seq_len)."""
         device = next(self.model.parameters()).device
-        batch = {
-            "idx": torch.cat([b[0] for b in batches]).to(device),
-            "targets": torch.cat([b[1] for b in batches]).to(device),
-        }
+        idx = torch.cat([b[0] for b in batches]).to(device)
+        targets = torch.cat([b[1] for b in batches]).to(device)
+        labels = torch.cat([torch.full_like(targets[:, :1], -100), targets[:, :-1]], dim=1)
         out = self.booster.execute_pipeline(
-            iter([batch]), self.model, _model_loss, self.optimizer, return_loss=True
+            iter([{"input_ids": idx, "labels": labels}]),
+            self.model,
+            _model_loss,
+            self.optimizer,
+            return_loss=True,
         )
         loss = out.get("loss")
         return loss.detach() if loss is not None else torch.zeros((), device=device)
 
 
-def _model_loss(outputs: torch.Tensor, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-    """The model returns its loss when given targets (xirang's model contract)."""
-    return outputs
+def _model_loss(outputs: Any, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """transformers' Llama returns its loss when given labels."""
+    return outputs.loss
+
+
+def clipped_in_step(max_norm: float) -> None:
+    """The loop's clip under a Booster optimizer: the plugin was given ``max_norm`` and clips
+    inside its step, where the partitioned gradients are; no norm exists before it."""
+    return None
+
+
+def with_precision(config: ColossalConfig, device: Any) -> ColossalConfig:
+    """Gemini computes in fp16 or bf16 only (Colossal-AI asserts on fp32): the default fp32
+    becomes bf16 where the device has it, and is refused where it does not."""
+    if config.plugin != "gemini" or config.precision != "fp32":
+        return config
+    if not bf16_supported(device):
+        raise ConfigError(
+            "parallel.precision=fp32: parallel.plugin=gemini trains in fp16 or bf16 only, and "
+            "this device has no bf16; set parallel.precision=fp16, or use parallel.plugin="
+            "low_level_zero (which takes fp32)"
+        )
+    return replace(config, precision="bf16")
+
+
+def bf16_supported(device: Any) -> bool:
+    kind = getattr(device, "type", str(device))
+    module = getattr(torch, kind, None)
+    check = getattr(module, "is_bf16_supported", None)
+    return bool(check()) if check is not None else False
 
 
 def require_device(config: ColossalConfig, device: Any) -> None:
@@ -117,8 +174,9 @@ def step_micro_batches(ctx: Any) -> int:
     return max(1, trainer["global_batch"] // (max(1, replicas) * trainer["micro_batch"]))
 
 
-def booster_plugin(config: ColossalConfig, step_micro: int = 1) -> Any:
-    """The Booster plugin object for ``config`` (imports Colossal-AI)."""
+def booster_plugin(config: ColossalConfig, step_micro: int = 1, max_norm: float = 0.0) -> Any:
+    """The Booster plugin object for ``config`` (imports Colossal-AI); ``max_norm`` is
+    ``trainer.grad_clip`` (0 = no clipping)."""
     from colossalai.booster import plugin
 
     if config.plugin == "torch_ddp":
@@ -126,13 +184,20 @@ def booster_plugin(config: ColossalConfig, step_micro: int = 1) -> Any:
     if config.plugin == "low_level_zero":
         if config.zero not in (1, 2):
             raise ConfigError(f"parallel.zero={config.zero}: low_level_zero takes 1 or 2")
-        return plugin.LowLevelZeroPlugin(stage=config.zero, precision=config.precision)
+        return plugin.LowLevelZeroPlugin(
+            stage=config.zero, precision=config.precision, max_norm=max_norm
+        )
     if config.plugin == "gemini":
-        return plugin.GeminiPlugin(precision=config.precision)
+        return plugin.GeminiPlugin(precision=config.precision, max_norm=max_norm)
+    from xirang_colossalai.shard import llama_policy
+
     return plugin.HybridParallelPlugin(
         tp_size=config.tp,
         pp_size=config.pp,
         zero_stage=config.zero,
         num_microbatches=(config.micro_batches or step_micro) if config.pp > 1 else None,
         precision=config.precision,
+        max_norm=max_norm,
+        custom_policy=llama_policy(),
+        parallel_output=False,  # whole-vocabulary logits for the model's own cross-entropy
     )

@@ -83,6 +83,7 @@ class GradientSync:
         group = model.process_group
         self.world_size = dist.get_world_size(group)
         self.comm = Collectives(self.ledger, group)
+        self.overlap = OverlapMeter(self.comm.clock)  # device events on NCCL/RCCL/HCCL
         self.window = self.resolve_window(ctx)
         self.prepare(model, ctx)
         model.register_comm_hook(state=None, hook=self._hook)

@@ -110,28 +110,67 @@ class StagingBuffers:
     After :meth:`copy` returns, training may change the originals while the copies are written
     in the background. Reusing the buffers turns every save after the first into a plain memory
     copy, without allocating (and page-faulting) the whole state again; the manager waits for
-    the previous save before copying, so a buffer is never overwritten while it is written."""
+    the previous save before copying, so a buffer is never overwritten while it is written.
+
+    Accelerator tensors go into pinned buffers through ``non_blocking`` copies on a side stream
+    (which first waits for the work queued on the compute stream, so it copies the current
+    values); one event after the last copy is waited on. The stall is the copies at the link's
+    speed: no copy through pageable memory, no whole-device synchronisation."""
 
     def __init__(self) -> None:
         self.buffers: dict[int, torch.Tensor] = {}
+        self.streams: dict[torch.device, Any] = {}
 
     def copy(self, tree: Any) -> Any:
         counter = iter(range(1 << 62))
-        return tree_map_only(torch.Tensor, lambda t: self._stage(next(counter), t), tree)
+        used: dict[torch.device, Any] = {}  # side streams this copy issued work on
+        staged = tree_map_only(torch.Tensor, lambda t: self._stage(next(counter), t, used), tree)
+        for device, stream in used.items():
+            copied = _copy_module(device).Event()
+            copied.record(stream)
+            copied.synchronize()
+        return staged
 
-    def _stage(self, index: int, tensor: torch.Tensor) -> torch.Tensor:
+    def _stage(self, index: int, tensor: torch.Tensor, used: dict[torch.device, Any]) -> Any:
         source = tensor.detach()
-        buffer = self.buffers.get(index)
-        if (
-            buffer is None
-            or type(source) is not torch.Tensor  # DTensor and friends: a fresh copy each time
-            or buffer.shape != source.shape
-            or buffer.dtype != source.dtype
-        ):
-            buffer = source.to("cpu", copy=True)
-            self.buffers[index] = buffer
-            return buffer
-        return buffer.copy_(source)
+        plain = type(source) is torch.Tensor  # DTensor and friends: a fresh copy each time
+        buffer = self.buffers.get(index) if plain else None
+        if buffer is not None and (buffer.shape, buffer.dtype) != (source.shape, source.dtype):
+            buffer = None
+        module = _copy_module(source.device) if plain else None
+        if module is None:
+            if buffer is None:
+                buffer = self.buffers[index] = source.to("cpu", copy=True)
+                return buffer
+            return buffer.copy_(source)
+        if buffer is None:
+            buffer = self.buffers[index] = pinned_empty(source.shape, source.dtype)
+        with module.stream(self._side_stream(source.device, module, used)):
+            buffer.copy_(source, non_blocking=True)
+        return buffer
+
+    def _side_stream(self, device: torch.device, module: Any, used: dict[torch.device, Any]) -> Any:
+        """The device's copy stream, made to wait for the compute queued so far (once a copy)."""
+        stream = self.streams.get(device)
+        if stream is None:
+            stream = self.streams[device] = module.Stream(device=device)
+        if device not in used:
+            stream.wait_stream(module.current_stream(device))
+            used[device] = stream
+        return stream
+
+
+def pinned_empty(shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
+    """Page-locked host memory: the driver copies into it directly, without a bounce buffer."""
+    return torch.empty(shape, dtype=dtype, pin_memory=True)
+
+
+def _copy_module(device: torch.device) -> Any:
+    """torch.cuda / torch.npu / ... for a device with streams to copy on; None for the CPU."""
+    if device.type in ("cpu", "meta"):
+        return None
+    module = getattr(torch, device.type, None)
+    return module if hasattr(module, "Stream") else None
 
 
 def capture_rng(device: torch.device) -> dict[str, Any]:

@@ -6,18 +6,22 @@ Two figures are kept per (collective, level). ``payload_bytes`` is the exact siz
 issued. ``wire_bytes`` is what this rank sends for that payload under the ring algorithm that
 gloo and NCCL use for large messages (an all-reduce of n bytes over p ranks sends 2(p-1)/p * n);
 it is derived from the counted payload, never from parameter counts.
+
+Times come from the group's clock (:mod:`xirang_core.comm.clock`): device events on NCCL, RCCL
+and HCCL, whose futures complete at enqueue; the host clock on gloo.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from xirang_core.comm.clock import Clock, group_clock
 
 #: bytes a rank sends per byte of its input, for the ring algorithms, as a function of p
 RING_SEND_FACTOR: dict[str, Callable[[int], float]] = {
@@ -39,12 +43,17 @@ class OpTally:
     seconds: float = 0.0
 
 
+#: timed spans kept unread before the ready ones are turned into seconds
+SETTLE_EVERY = 256
+
+
 class WireLedger:
     """The running account of one rank's collectives; safe to update from comm threads."""
 
     def __init__(self) -> None:
         self.tallies: dict[tuple[str, str], OpTally] = {}
         self._lock = threading.Lock()
+        self._spans: list[tuple[tuple[str, str], Clock, Any, Any]] = []
 
     def record(self, op: str, level: str, payload: int, group_size: int) -> None:
         wire = payload * RING_SEND_FACTOR[op](group_size) if group_size > 1 else 0.0
@@ -54,9 +63,23 @@ class WireLedger:
             tally.payload_bytes += payload
             tally.wire_bytes += wire
 
-    def add_time(self, op: str, level: str, seconds: float) -> None:
+    def add_span(self, op: str, level: str, clock: Clock, start: Any, end: Any) -> None:
+        """A collective's time as two stamps of ``clock``, read when they have happened (a
+        device event is read without waiting once it is ready, or when a report needs it)."""
         with self._lock:
-            self.tallies.setdefault((op, level), OpTally()).seconds += seconds
+            self._spans.append(((op, level), clock, start, end))
+            if len(self._spans) >= SETTLE_EVERY:
+                self._settle(wait=False)
+
+    def _settle(self, wait: bool) -> None:
+        """Turn kept spans into seconds: all of them (``wait``) or those already ready."""
+        kept = []
+        for key, clock, start, end in self._spans:
+            if wait or clock.ready(end):
+                self.tallies.setdefault(key, OpTally()).seconds += clock.seconds(start, end)
+            else:
+                kept.append((key, clock, start, end))
+        self._spans = kept
 
     def wire_bytes(self) -> float:
         with self._lock:
@@ -69,6 +92,7 @@ class WireLedger:
     def bottleneck(self) -> str | None:
         """The collective and level that spent the most time, as ``op@level``."""
         with self._lock:
+            self._settle(wait=True)
             busy = [(t.seconds, key) for key, t in self.tallies.items() if t.calls]
         if not busy:
             return None
@@ -79,6 +103,7 @@ class WireLedger:
         """Totals and per-step figures for a run summary."""
         steps = max(steps, 1)
         with self._lock:
+            self._settle(wait=True)
             by_op = {
                 f"{op}@{level}": {
                     "calls": t.calls,
@@ -107,44 +132,59 @@ class Collectives:
     def __init__(self, ledger: WireLedger, group: Any = None, level: str = "world") -> None:
         self.ledger, self.group, self.level = ledger, group, level
         self.size = dist.get_world_size(group) if dist.is_initialized() else 1
+        self.clock = group_clock(group)
 
     def all_reduce(self, tensor: torch.Tensor) -> torch.futures.Future:
         """Sum ``tensor`` in place over the group."""
+        started = self.clock.stamp()
         work = dist.all_reduce(tensor, group=self.group, async_op=True)
-        return self._counted("all_reduce", tensor.numel() * tensor.element_size(), work, tensor)
+        size = tensor.numel() * tensor.element_size()
+        return self._counted("all_reduce", size, work, tensor, started)
 
     def all_gather(self, tensor: torch.Tensor) -> torch.futures.Future:
         """Every rank's ``tensor`` stacked along a new first dimension, in rank order."""
         out = tensor.new_empty(self.size * tensor.numel())
         gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        started = self.clock.stamp()
         work = gather(out, tensor.contiguous().reshape(-1), group=self.group, async_op=True)
         stacked = out.view(self.size, *tensor.shape)
-        return self._counted("all_gather", tensor.numel() * tensor.element_size(), work, stacked)
+        size = tensor.numel() * tensor.element_size()
+        return self._counted("all_gather", size, work, stacked, started)
 
     def reduce_scatter(self, tensor: torch.Tensor) -> torch.futures.Future:
         """This rank's 1/p share of the sum of ``tensor`` (its length must divide by p)."""
         out = tensor.new_empty(tensor.numel() // self.size)
         scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        started = self.clock.stamp()
         work = scatter(out, tensor.reshape(-1), group=self.group, async_op=True)
-        return self._counted("reduce_scatter", tensor.numel() * tensor.element_size(), work, out)
+        size = tensor.numel() * tensor.element_size()
+        return self._counted("reduce_scatter", size, work, out, started)
 
     def reduce(self, tensor: torch.Tensor, dst: int) -> torch.futures.Future:
         """Sum ``tensor`` onto global rank ``dst``."""
+        started = self.clock.stamp()
         work = dist.reduce(tensor, dst=dst, group=self.group, async_op=True)
-        return self._counted("reduce", tensor.numel() * tensor.element_size(), work, tensor)
+        size = tensor.numel() * tensor.element_size()
+        return self._counted("reduce", size, work, tensor, started)
 
     def broadcast(self, tensor: torch.Tensor, src: int) -> torch.futures.Future:
         """Global rank ``src``'s ``tensor`` copied to every rank of the group."""
+        started = self.clock.stamp()
         work = dist.broadcast(tensor, src=src, group=self.group, async_op=True)
-        return self._counted("broadcast", tensor.numel() * tensor.element_size(), work, tensor)
+        size = tensor.numel() * tensor.element_size()
+        return self._counted("broadcast", size, work, tensor, started)
 
-    def _counted(self, op: str, payload: int, work: Any, result: Any) -> torch.futures.Future:
+    def _counted(
+        self, op: str, payload: int, work: Any, result: Any, started: Any
+    ) -> torch.futures.Future:
+        """Count ``work`` and time it from ``started`` (stamped before the launch) to the end
+        stamp its future's callback takes: on a device stream that callback's current stream
+        waits for the collective, so the end event is stamped when the transfer has ended."""
         self.ledger.record(op, self.level, payload, self.size)
-        started = time.perf_counter()
 
         def done(fut: torch.futures.Future) -> Any:
             fut.value()  # re-raises a failed collective
-            self.ledger.add_time(op, self.level, time.perf_counter() - started)
+            self.ledger.add_span(op, self.level, self.clock, started, self.clock.stamp())
             return result
 
         try:

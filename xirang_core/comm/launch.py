@@ -15,6 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+#: the torch module whose current device a backend's collectives run on (RCCL is "nccl")
+DEVICE_MODULE: dict[str, str] = {"nccl": "cuda", "hccl": "npu"}
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -63,6 +66,7 @@ def _rank_main(
 
     torch.set_num_threads(threads)
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
+    bind_device(backend, rank)
     dist.init_process_group(
         backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
     )
@@ -78,3 +82,15 @@ def _rank_main(
         (Path(folder) / f"{rank}.left").touch()
     finally:
         dist.destroy_process_group()
+
+
+def bind_device(backend: str, local_rank: int) -> None:
+    """Make ``local_rank``'s device current before the group opens: NCCL and HCCL put a rank's
+    communicator (and every barrier) on the current device, which is device 0 until set, so
+    without this every rank of a machine would talk through the first GPU. gloo needs none."""
+    name = DEVICE_MODULE.get(backend)
+    if name is None:
+        return
+    import torch
+
+    getattr(torch, name).set_device(local_rank)

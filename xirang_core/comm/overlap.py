@@ -5,31 +5,39 @@ bucket's future only when backward has finished. The last bucket is handed over 
 gradient has been computed, so its hand-over time marks the end of backward's compute. For each
 backward pass the meter takes the union of the buckets' [launch, completion] intervals: the part
 before that mark was hidden behind compute, the rest was exposed (the step waited for it).
+
+The stamps come from the group's clock (:mod:`xirang_core.comm.clock`): on NCCL, RCCL and HCCL a
+bucket's future completes at enqueue, so only device events say when compute and transfer
+really ended there. A closed pass is turned into seconds once its last stamp is ready (device
+events are never waited for inside backward) or when a report asks.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import torch
+
+from xirang_core.comm.clock import Clock, HostClock
 
 
 class OverlapMeter:
     """Hidden and exposed communication seconds, accumulated over backward passes."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock: Clock = clock or HostClock()
         self.hidden_s = 0.0
         self.exposed_s = 0.0
         self.passes = 0
-        self._intervals: list[list[float]] = []
-        self._compute_end: float | None = None
+        self._intervals: list[list[Any]] = []
+        self._compute_end: Any = None
+        self._closed: list[tuple[list[list[Any]], Any]] = []
         self._lock = threading.Lock()
 
     def track(self, fut: torch.futures.Future, is_last: bool) -> torch.futures.Future:
         """Time one bucket's communication; ``is_last`` marks the pass's last bucket."""
-        now = time.perf_counter()
+        now = self.clock.stamp()
         with self._lock:
             if self._compute_end is not None:  # a new backward pass began
                 self._close_pass()
@@ -39,7 +47,7 @@ class OverlapMeter:
                 self._compute_end = now
 
         def done(f: torch.futures.Future) -> Any:
-            interval[1] = time.perf_counter()
+            interval[1] = self.clock.stamp()
             return f.value()
 
         return fut.then(done)
@@ -49,6 +57,7 @@ class OverlapMeter:
         with self._lock:
             if self._compute_end is not None:
                 self._close_pass()
+            self._settle(wait=True)
             total = self.hidden_s + self.exposed_s
             return {
                 "backward_passes": self.passes,
@@ -59,12 +68,27 @@ class OverlapMeter:
             }
 
     def _close_pass(self) -> None:
-        assert self._compute_end is not None
-        hidden, exposed = split_busy_time(self._intervals, self._compute_end)
-        self.hidden_s += hidden
-        self.exposed_s += exposed
-        self.passes += 1
+        self._closed.append((self._intervals, self._compute_end))
         self._intervals, self._compute_end = [], None
+        self._settle(wait=False)
+
+    def _settle(self, wait: bool) -> None:
+        """Seconds of the closed passes whose stamps have happened (all of them if ``wait``)."""
+        kept = []
+        for intervals, mark in self._closed:
+            if not (wait or all(self.clock.ready(end) for _, end in intervals)):
+                kept.append((intervals, mark))
+                continue
+            origin = intervals[0][0]
+            offsets = [
+                [self.clock.seconds(origin, start), self.clock.seconds(origin, end)]
+                for start, end in intervals
+            ]
+            hidden, exposed = split_busy_time(offsets, self.clock.seconds(origin, mark))
+            self.hidden_s += hidden
+            self.exposed_s += exposed
+            self.passes += 1
+        self._closed = kept
 
 
 def split_busy_time(intervals: list[list[float]], mark: float) -> tuple[float, float]:

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from xirang_core.data.prefetch import prefetched
 from xirang_core.data.tokens import TokenBatches
 from xirang_core.errors import ConfigError, XirangError
 from xirang_core.specs import WorkerContext
@@ -70,7 +71,8 @@ class Trainer:
         hook: Any,
         metrics: MetricsLog | None,
     ) -> None:
-        self.model, self.optimizer, self.batches = model, optimizer, batches
+        self.model, self.optimizer = model, optimizer
+        self.batches = prefetched(batches, ctx.device, settings.accum_steps)  # pinned, 1 ahead
         self.settings, self.ctx, self.hook, self.metrics = settings, ctx, hook, metrics
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.tokens_per_step = settings.micro_batch * settings.seq_len * settings.accum_steps

@@ -1,0 +1,76 @@
+"""benchmarks/gpu_check.py: on a machine without a usable GPU it says which parts need one and
+prints its last line with n/a figures; with figures, the last line carries them as documented;
+the datasheet table picks the right device when one name contains another."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCH = Path(__file__).parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+import gpu_check  # noqa: E402
+
+NA_LINE = (
+    "gpu_mfu_bf16=n/a calib_vs_datasheet=n/a ckpt_restore_bitwise=n/a fsdp=n/a ddp=n/a "
+    "power_w=n/a compile=n/a"
+)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the path of a machine with no GPU")
+def test_without_a_gpu_it_names_the_parts_that_need_one(tmp_path: Path) -> None:
+    env = {**os.environ, "XIRANG_HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "gpu_check.py")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert lines[-1] == NA_LINE
+    assert lines[0].startswith("== detection: ") and '"usable": false' in lines[0]
+    needs = next(line for line in lines if line.startswith("needs a GPU"))
+    assert all(part in needs for part in gpu_check.GPU_PARTS)
+
+
+def test_last_line_carries_the_figures() -> None:
+    results = {
+        "mfu": {"ok": True, "mfu": 0.4123},
+        "calibration": {"ok": True, "vs_datasheet": 0.7},
+        "checkpoint": {"ok": True, "bitwise": True},
+        "fsdp": {"ok": True},
+        "ddp": {"ok": False},
+        "power": {"ok": True, "mean_w": 412.25},
+        "default_run": {"ok": True},
+    }
+    assert gpu_check.last_line(results) == (
+        "gpu_mfu_bf16=0.412 calib_vs_datasheet=0.700 ckpt_restore_bitwise=yes fsdp=ok "
+        "ddp=fail power_w=412.2 compile=ok"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "tflops"),
+    [
+        ("NVIDIA H200", 989.0),
+        ("NVIDIA H100 PCIe", 756.0),
+        ("NVIDIA GH200 480GB", 989.0),
+        ("NVIDIA L40S", 362.0),
+        ("NVIDIA L4", 121.0),
+        ("NVIDIA A100-SXM4-80GB", 312.0),
+        ("NVIDIA A10", 125.0),
+    ],
+)
+def test_datasheet_peak_of_each_device(name: str, tflops: float) -> None:
+    assert gpu_check.datasheet(name)[0] == tflops
+
+
+def test_an_unknown_device_has_no_datasheet_figure() -> None:
+    assert gpu_check.datasheet("Tesla T4") is None

@@ -1,0 +1,139 @@
+"""What the Booster is given on a GPU, checked without one: Gemini's precision, trainer.grad_clip
+as the plugin's max_norm, and hybrid_parallel's ShardFormer policy and model.
+
+Colossal-AI is not installed here, so a hand-written fake ``colossalai`` package (the three
+modules the strategy imports) records each plugin's constructor arguments and what is boosted;
+``torch.cuda.is_bf16_supported`` is patched to say what the device has. The models, the
+optimizer and the llama->Hugging Face twin are real."""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from xirang_colossalai.strategy import ColossalStrategy
+
+from xirang_core.config import compose
+from xirang_core.errors import ConfigError
+from xirang_core.plugins import get_registry
+from xirang_core.specs import WorkerContext
+
+TINY_LLAMA = ["model=llama_tiny", "tokenizer=bytes", "model.dim=32", "model.n_layers=2"]
+TINY_LLAMA += ["model.ffn_dim=64", "data.seq_len=16", "trainer.grad_clip=0.5"]
+HYBRID = ["parallel=colossalai", "parallel.plugin=hybrid_parallel"]
+
+
+class LlamaForCausalLMPolicy:
+    """Stands for Colossal-AI's policy class."""
+
+
+class Booster:
+    def __init__(self, plugin: Any) -> None:
+        self.plugin = plugin
+        self.boosted: list[nn.Module] = []
+
+    def boost(self, model: nn.Module, optimizer: Any) -> tuple[Any, ...]:
+        self.boosted.append(model)
+        return model, optimizer, None, None, None
+
+
+@pytest.fixture
+def made(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, Any]]:
+    """Each fake plugin's keyword arguments, by class name."""
+    record: dict[str, dict[str, Any]] = {}
+
+    def plugin_class(name: str) -> type:
+        def init(self: Any, **kwargs: Any) -> None:
+            record[name] = kwargs
+
+        return type(name, (), {"__init__": init, "support_no_sync": lambda self: False})
+
+    plugin = types.ModuleType("colossalai.booster.plugin")
+    for name in ("TorchDDPPlugin", "LowLevelZeroPlugin", "GeminiPlugin", "HybridParallelPlugin"):
+        setattr(plugin, name, plugin_class(name))
+    booster = types.ModuleType("colossalai.booster")
+    booster.Booster, booster.plugin = Booster, plugin
+    llama = types.ModuleType("colossalai.shardformer.policies.llama")
+    llama.LlamaForCausalLMPolicy = LlamaForCausalLMPolicy
+    for name, module in {
+        "colossalai": types.ModuleType("colossalai"),
+        "colossalai.booster": booster,
+        "colossalai.booster.plugin": plugin,
+        "colossalai.shardformer": types.ModuleType("colossalai.shardformer"),
+        "colossalai.shardformer.policies": types.ModuleType("colossalai.shardformer.policies"),
+        "colossalai.shardformer.policies.llama": llama,
+    }.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    return record
+
+
+def gpu_ctx(config: dict[str, Any]) -> WorkerContext:
+    return WorkerContext(0, 0, 1, torch.device("cuda", 0), "", config)
+
+
+def tiny_llama(config: dict[str, Any]) -> nn.Module:
+    settings = {k: v for k, v in config["model"].items() if k not in ("family", "name")}
+    torch.manual_seed(0)
+    return get_registry().load("model", "llama").from_config(settings)
+
+
+@pytest.mark.parametrize("bf16", [True, False])
+def test_gemini_default_fp32_becomes_bf16_or_is_refused(made, monkeypatch, bf16: bool) -> None:
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
+    config = compose(TINY_LLAMA)
+    strategy = ColossalStrategy(plugin="gemini")  # precision: fp32, the option's default
+    if not bf16:
+        with pytest.raises(ConfigError, match=r"parallel\.precision=fp16"):
+            strategy.wrap(tiny_llama(config), gpu_ctx(config))
+        assert "GeminiPlugin" not in made  # refused before the plugin was built
+        return
+    strategy.wrap(tiny_llama(config), gpu_ctx(config))
+    assert made["GeminiPlugin"]["precision"] == "bf16"
+
+
+@pytest.mark.parametrize("plugin", ["low_level_zero", "gemini"])
+def test_grad_clip_is_the_plugins_max_norm(made, monkeypatch, plugin: str) -> None:
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    config = compose(TINY_LLAMA)
+    wrapped = ColossalStrategy(plugin=plugin).wrap(tiny_llama(config), gpu_ctx(config))
+    name = {"low_level_zero": "LowLevelZeroPlugin", "gemini": "GeminiPlugin"}[plugin]
+    assert made[name]["max_norm"] == 0.5
+    assert wrapped.xirang_clip(0.5) is None  # the loop leaves clipping to the plugin's step
+
+
+def test_hybrid_parallel_shards_the_llamas_hf_twin_with_colossals_policy(made) -> None:
+    config = compose(TINY_LLAMA)
+    model = tiny_llama(config)
+    strategy = ColossalStrategy(plugin="hybrid_parallel")
+    wrapped = strategy.wrap(model, gpu_ctx(config))
+    hybrid = made["HybridParallelPlugin"]
+    assert isinstance(hybrid["custom_policy"], LlamaForCausalLMPolicy)
+    assert hybrid["max_norm"] == 0.5 and hybrid["parallel_output"] is False
+    from transformers import LlamaForCausalLM
+
+    [boosted] = strategy.booster.boosted
+    assert isinstance(boosted, LlamaForCausalLM)  # what ShardFormer's policy is keyed by
+    idx = torch.randint(0, 256, (2, 16))
+    with torch.no_grad():  # the twin is the same function as the model it stands for
+        torch.testing.assert_close(wrapped(idx), model(idx), rtol=1e-4, atol=1e-4)
+
+
+def test_hybrid_parallel_refuses_other_families_before_any_worker() -> None:
+    with pytest.raises(ConfigError, match="Llama ShardFormer policy"):
+        compose(["model=gpt_tiny", "tokenizer=bytes", *HYBRID])
+
+
+def test_hybrid_parallel_refuses_a_non_llama_hf_config(tmp_path) -> None:
+    from transformers import GPT2Config
+
+    GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=288, n_positions=32).save_pretrained(
+        tmp_path
+    )
+    with pytest.raises(ConfigError, match="model_type is 'gpt2'"):
+        compose(
+            ["model=hf", f"model.config={tmp_path}", "tokenizer=bytes", "data.seq_len=16", *HYBRID]
+        )
