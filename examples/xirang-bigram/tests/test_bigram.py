@@ -30,7 +30,7 @@ def test_its_option_composes_with_the_tokenizers_vocabulary(kit):
 def test_an_unknown_setting_is_refused(kit):
     from xirang import ConfigError
 
-    with pytest.raises(ConfigError, match="model.depth: no such setting"):
+    with pytest.raises(ConfigError, match=r"model\.depth: no such setting"):
         kit.compose("model=bigram_tiny", "+model.depth=2")
 
 

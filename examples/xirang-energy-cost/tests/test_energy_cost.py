@@ -28,5 +28,5 @@ def test_a_negative_price_is_refused_naming_the_key(kit):
     from xirang import ConfigError
 
     config = kit.compose("cost=energy", "cost.price_per_kwh=-1")
-    with pytest.raises(ConfigError, match="cost.price_per_kwh=-1.0: must be >= 0"):
+    with pytest.raises(ConfigError, match=r"cost\.price_per_kwh=-1\.0: must be >= 0"):
         kit.registry.create("cost", config["cost"])
