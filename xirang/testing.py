@@ -94,6 +94,18 @@ def check_spec(registry: Any, kind: str, name: str) -> Any:
     return target
 
 
+def registry_with(*modules: str | ModuleType) -> Any:
+    """A fresh registry of the installed plugins plus ``modules`` (imported by name, or module
+    objects already in ``sys.modules``), in this process only: for a plugin's unit tests."""
+    from importlib import metadata
+
+    from xirang_core.plugins import ENTRY_POINT_GROUP, LocalEntryPoint, build_registry
+
+    names = [m if isinstance(m, str) else m.__name__ for m in modules]
+    local = [LocalEntryPoint(name=n.rsplit(".", 1)[-1], value=n) for n in names]
+    return build_registry([*metadata.entry_points(group=ENTRY_POINT_GROUP), *local])
+
+
 @dataclass
 class Run:
     """What a kit training run left: its directory, summary and metrics, and, for a run on
