@@ -147,13 +147,15 @@ class Registry:
         depend on search-path order, so a run could train one plugin's model under the other's
         name. Refuse, naming both packages and the fix."""
         for (group, option), shipped in sorted(self.option_files().items()):
-            owners = list(dict.fromkeys(record.owner for record, _ in shipped))
-            if len(owners) > 1:
+            records = list({record.name: record for record, _ in shipped}.values())
+            if len(records) > 1:
+                owners = " and by ".join(record.owner for record in records)
+                blockable = " or ".join(r.name for r in records if r.name != "core")
                 raise PluginError(
-                    f"config option {group}={option} is shipped by {' and by '.join(owners)} "
+                    f"config option {group}={option} is shipped by {owners} "
                     f"({', '.join(str(path) for _, path in shipped)}). Rename one plugin's "
                     f"conf/{group}/{option}.yaml, or block one plugin with "
-                    f"XIRANG_DISABLE_PLUGINS=<entry point name>."
+                    f"XIRANG_DISABLE_PLUGINS={blockable}."
                 )
 
 
@@ -302,7 +304,7 @@ def _load_entry_point(
         distribution=dist.name if dist else "",
         version=dist.version if dist else "",
     )
-    if ep.name in disabled or name in disabled:
+    if name in disabled:  # a renamed one is blocked by its new name
         record.status = "disabled"
         record.error = "blocked by XIRANG_DISABLE_PLUGINS"
         return record
@@ -310,7 +312,7 @@ def _load_entry_point(
         record.renamed_from = ep.name
         record.error = (
             f"entry point name '{ep.name}' is also used by {taken.owner}; both are loaded, "
-            f"this one as '{name}'. Rename the entry point in the [project.entry-points.xirang] "
+            f"this one as '{name}'. Rename the entry point in the project.entry-points.xirang "
             f"table of {record.distribution or ep.value}'s pyproject.toml."
         )
     try:
