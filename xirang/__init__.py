@@ -9,6 +9,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from xirang import specs
 from xirang_core.errors import ConfigError, DataError, PluginError, XirangError
+from xirang_core.hookcall import optional
 from xirang_core.hookspecs import hookimpl, hookspec
 from xirang_core.plugins import conf_folder
 
@@ -26,5 +27,6 @@ __all__ = [
     "conf_folder",
     "hookimpl",
     "hookspec",
+    "optional",
     "specs",
 ]

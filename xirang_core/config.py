@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import secrets
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Any, ClassVar
 
 from omegaconf import DictConfig, OmegaConf
@@ -32,6 +31,7 @@ PLUGIN_GROUPS: dict[str, str] = {
     "scheduler": "scheduler",
     "cost": "cost",
     "tokenizer": "tokenizer",
+    "schedule": "schedule",
 }
 #: group options resolved by the core rather than a plugin
 AUTO = "auto"
@@ -44,8 +44,6 @@ _RUN_UID = secrets.token_hex(3)
 PRECISIONS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 #: ``trainer.nonfinite``: what a non-finite loss or gradient norm does to the run
 NONFINITE = ("stop", "skip")
-#: ``optim.name`` values (xirang_core.train.optim builds them)
-OPTIMIZERS = ("adamw", "sgd")
 
 
 @dataclass
@@ -97,6 +95,7 @@ def register_with_hydra(registry: Registry) -> None:
             for path in self.paths:
                 search_path.append(provider="xirang-plugin", path=path)
 
+    registry.check_option_clashes()
     Plugins.instance().register(XirangSearchPath)
     if not OmegaConf.has_resolver("xirang_uid"):
         OmegaConf.register_new_resolver("xirang_uid", lambda: _RUN_UID)
@@ -124,18 +123,9 @@ def compose(
 
 def group_options(registry: Registry) -> dict[str, set[str]]:
     """Every config group and its options, from the core's folder and each plugin's."""
-    from importlib.resources import files
-
-    folders = [Path(str(files("xirang_conf")))]
-    for path in registry.config_search_paths():
-        if path.startswith("file://"):
-            folders.append(Path(path.removeprefix("file://")))
-        elif path.startswith("pkg://"):
-            folders.append(Path(str(files(path.removeprefix("pkg://")))))
     options: dict[str, set[str]] = {}
-    for folder in folders:
-        for option in folder.glob("*/*.yaml"):
-            options.setdefault(option.parent.name, set()).add(option.stem)
+    for group, option in registry.option_files():
+        options.setdefault(group, set()).add(option)
     return options
 
 
@@ -171,7 +161,7 @@ def validate(cfg: DictConfig, registry: Registry) -> dict[str, Any]:
     settle_vocab(data, registry)  # model.vocab_size: 0 -> the tokenizer's; too small -> error
     _check_pretrained(data["model"], registry)  # against the settled shape, vocabulary included
     _check_batch(data["trainer"])
-    _check_choices(data["trainer"], data["optim"])
+    _check_choices(data["trainer"], data["optim"], registry)
     _check_strategy(data, registry)
     return data
 
@@ -273,12 +263,12 @@ def _check_batch(trainer: dict[str, Any]) -> None:
     trainer["micro_batch"] = micro
 
 
-def _check_choices(trainer: dict[str, Any], optim: dict[str, Any]) -> None:
+def _check_choices(trainer: dict[str, Any], optim: dict[str, Any], registry: Registry) -> None:
     """Settings that take one of a few names, and the evaluation interval."""
     choices = (
         ("trainer.precision", trainer["precision"], tuple(PRECISIONS)),
         ("trainer.nonfinite", trainer["nonfinite"], NONFINITE),
-        ("optim.name", optim["name"], OPTIMIZERS),
+        ("optim.name", optim["name"], tuple(registry.names("optimizer"))),
     )
     for key, value, valid in choices:
         if value not in valid:

@@ -17,7 +17,9 @@ from xirang_core.specs import (
     CommBackendSpec,
     CostPolicySpec,
     DeviceBackendSpec,
+    LRScheduleSpec,
     ModelSpec,
+    OptimizerSpec,
     SchedulerSpec,
     StorageTierSpec,
     StrategySpec,
@@ -89,6 +91,18 @@ def xirang_tokenizers() -> list[TokenizerSpec]:
 
 
 @hookspec
+def xirang_optimizers() -> list[OptimizerSpec]:
+    """Optimizers (``optim.name=<name>``), each an :class:`~xirang_core.specs.Optimizer`
+    factory: parameter groups and the ``optim`` section in, a ``torch.optim.Optimizer`` out."""
+
+
+@hookspec
+def xirang_lr_schedules() -> list[LRScheduleSpec]:
+    """Learning-rate schedules (``schedule=<name>``), each an
+    :class:`~xirang_core.specs.LRSchedule` class: the rate of every step, warm-up included."""
+
+
+@hookspec
 def xirang_commands() -> list[CommandSpec]:
     """Subcommands of the ``xirang`` command line (``xirang <name> ...``)."""
 
@@ -101,6 +115,8 @@ def xirang_config_search_paths() -> list[str]:
 
 
 # --- run events: observers --------------------------------------------------------------------
+# Called through :func:`xirang_core.hookcall.notify`: a failure names the plugin and the hook;
+# :class:`xirang_core.specs.Observer` says which worker calls which and what the arguments hold.
 
 
 @hookspec

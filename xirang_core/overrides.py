@@ -3,7 +3,9 @@ before Hydra composes: a typo gets one ``xirang error:`` line with "did you mean
 Hydra's "Key ... is not in struct" (whose advice, ``+key``, would add a setting nothing reads).
 
 Only the structure is checked here (does the key exist?); values and settings a ``+key`` adds
-are checked by the schemas in :mod:`xirang_core.config` once the config is composed.
+are checked by the schemas in :mod:`xirang_core.config` once the config is composed. A section
+without a schema (``data``, a device or scheduler option that declares none) takes no new keys:
+nothing would read them.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ def check_keys(args: list[str], groups: dict[str, set[str]], registry: Registry)
     if tree is None:
         return  # the groups themselves do not compose: Hydra's own message says why
     for override in keyed:
-        _check_key(override, tree)
+        _check_key(override, tree, registry)
 
 
 #: sections xirang's own tools add to a run and users never type: ``xirang drill``'s injected
@@ -112,7 +114,7 @@ def _first_value(override: Any) -> str:
     return override.value()
 
 
-def _check_key(override: Any, tree: dict[str, Any]) -> None:
+def _check_key(override: Any, tree: dict[str, Any], registry: Registry) -> None:
     """Walk the key's path; the first part that is missing is the error."""
     parts = override.key_or_group.split(".")
     node: Any = tree
@@ -124,11 +126,42 @@ def _check_key(override: Any, tree: dict[str, Any]) -> None:
             node = node[part]
             continue
         if last and depth > 0 and (override.is_add() or override.is_force_add()):
-            return  # a new setting of a known section: its schema accepts it or names the keys
+            if _has_schema(parts[0], tree, registry):
+                return  # a new setting of a known section: its schema accepts it or names keys
+            raise ConfigError(_unread(override, parts[: depth + 1], node, tree))
         raise ConfigError(_unknown(override, parts[: depth + 1], node, tree))
     if override.is_add():
         key = override.key_or_group
         raise ConfigError(f"+{key}: {key} is already set; override it with {key}=<value>")
+
+
+def _has_schema(section: str, tree: dict[str, Any], registry: Registry) -> bool:
+    """Whether the section's settings are checked by a schema once composed (so a new key is
+    either read or refused there); Hydra's own section is Hydra's to check."""
+    from xirang_core.config import CORE_SCHEMAS, PLUGIN_GROUPS
+
+    values = tree.get(section) or {}
+    if section == "hydra" or section in CORE_SCHEMAS:
+        return True
+    kind, name = (
+        ("model", values.get("family"))
+        if section == "model"
+        else (PLUGIN_GROUPS.get(section), values.get("name"))
+    )
+    if kind is None or name not in registry.names(kind):
+        return False
+    return bool(registry.spec(kind, name).schema)
+
+
+def _unread(override: Any, path: list[str], siblings: dict[str, Any], tree: dict[str, Any]) -> str:
+    """A new key in a section that has no schema: nothing reads it."""
+    section, option = path[0], (tree.get(path[0]) or {}).get("name", "")
+    chosen = f" (the option {section}={option} declares no settings schema)" if option else ""
+    return (
+        f"{override.get_key_element()}: {section} takes no setting '{path[-1]}'{chosen}, so "
+        f"nothing would read it. {did_you_mean(path[-1], siblings)}"
+        f"Valid keys of {'.'.join(path[:-1])}: {', '.join(sorted(siblings)) or 'none'}"
+    )
 
 
 def _unknown(override: Any, path: list[str], siblings: dict[str, Any], tree: dict[str, Any]) -> str:

@@ -4,7 +4,9 @@ Each entry point of the group ``xirang`` is loaded on its own, so one plugin tha
 or raises in a registration hook is reported with its name and error while the others still load
 (pluggy's ``load_setuptools_entrypoints`` stops at the first failure). ``XIRANG_DISABLE_PLUGINS``
 (comma separated entry-point names) blocks plugins; ``XIRANG_STRICT_PLUGINS=1`` turns every load
-problem into an error, for CI.
+problem into an error, for CI. ``XIRANG_PLUGINS`` (comma separated ``module`` or
+``name=module``) loads modules that are importable but not installed as plugins, as pytest's
+``-p`` does: a plugin's own tests and worker processes see it without a ``pip install``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from xirang_core.errors import ConfigError, PluginError
 from xirang_core.specs import SPEC_KINDS, ImplSpec
 
 ENTRY_POINT_GROUP = "xirang"
+#: the core's own config groups: Hydra's primary config module, not a search-path entry
+CORE_CONFIG = "pkg://xirang_conf"
 
 #: registration hook per spec kind
 REGISTRATION_HOOKS: dict[str, str] = {
@@ -35,6 +39,8 @@ REGISTRATION_HOOKS: dict[str, str] = {
     "model": "xirang_models",
     "tokenizer": "xirang_tokenizers",
     "command": "xirang_commands",
+    "optimizer": "xirang_optimizers",
+    "schedule": "xirang_lr_schedules",
 }
 assert set(REGISTRATION_HOOKS) == {k.kind for k in SPEC_KINDS}
 
@@ -50,6 +56,17 @@ class PluginRecord:
     status: str = "loaded"  # loaded | failed | disabled
     error: str = ""
     registers: list[ImplSpec] = field(default_factory=list)
+    #: Hydra config folders its ``xirang_config_search_paths`` returned
+    config_paths: list[str] = field(default_factory=list)
+    #: the hooks it implements (``xirang_on_step_end`` ...)
+    hooks: list[str] = field(default_factory=list)
+    #: the entry point's own name, when another distribution's plugin already held it
+    renamed_from: str = ""
+
+    @property
+    def owner(self) -> str:
+        """How an error names it: the entry point and the distribution that installed it."""
+        return f"plugin {self.name} (distribution {self.distribution or 'unknown'})"
 
 
 @dataclass
@@ -108,10 +125,47 @@ class Registry:
         return self.load(kind, settings["name"])(**options)
 
     def config_search_paths(self) -> list[str]:
-        paths: list[str] = []
-        for result in self.pm.hook.xirang_config_search_paths():
-            paths.extend(result or [])
-        return paths
+        return [path for record in self.loaded() for path in record.config_paths]
+
+    def loaded(self) -> list[PluginRecord]:
+        return [r for r in self.plugins.values() if r.status == "loaded"]
+
+    def option_files(self) -> dict[tuple[str, str], list[tuple[PluginRecord, Path]]]:
+        """Every config option file, by (group, option), with the plugin that ships it (the
+        core's own ``conf/`` counts as the plugin ``core``)."""
+        options: dict[tuple[str, str], list[tuple[PluginRecord, Path]]] = {}
+        for record in self.loaded():
+            paths = [CORE_CONFIG] if record.name == "core" else record.config_paths
+            for folder in map(config_folder, paths):
+                for option in sorted(folder.glob("*/*.yaml")):
+                    key = (option.parent.name, option.stem)
+                    options.setdefault(key, []).append((record, option))
+        return options
+
+    def check_option_clashes(self) -> None:
+        """Two plugins shipping one ``group/option`` file: which one Hydra composes would
+        depend on search-path order, so a run could train one plugin's model under the other's
+        name. Refuse, naming both packages and the fix."""
+        for (group, option), shipped in sorted(self.option_files().items()):
+            records = list({record.name: record for record, _ in shipped}.values())
+            if len(records) > 1:
+                owners = " and by ".join(record.owner for record in records)
+                blockable = " or ".join(r.name for r in records if r.name != "core")
+                raise PluginError(
+                    f"config option {group}={option} is shipped by {owners} "
+                    f"({', '.join(str(path) for _, path in shipped)}). Rename one plugin's "
+                    f"conf/{group}/{option}.yaml, or block one plugin with "
+                    f"XIRANG_DISABLE_PLUGINS={blockable}."
+                )
+
+
+def config_folder(path: str) -> Path:
+    """The folder a ``file://`` or ``pkg://`` search-path entry names."""
+    from importlib.resources import files
+
+    if path.startswith("pkg://"):
+        return Path(str(files(path.removeprefix("pkg://"))))
+    return Path(path.removeprefix("file://"))
 
 
 def conf_folder(module_file: str) -> list[str]:
@@ -131,8 +185,41 @@ def disabled_names() -> set[str]:
 
 @cache
 def get_registry() -> Registry:
-    """The process-wide registry, built once from the installed entry points."""
-    return build_registry(metadata.entry_points(group=ENTRY_POINT_GROUP))
+    """The process-wide registry, built once from the installed entry points and
+    ``XIRANG_PLUGINS``."""
+    return build_registry([*metadata.entry_points(group=ENTRY_POINT_GROUP), *extra_plugins()])
+
+
+@dataclass(frozen=True)
+class _Origin:
+    """Stands for the distribution of a plugin that ``XIRANG_PLUGINS`` names."""
+
+    name: str = "XIRANG_PLUGINS"
+    version: str = ""
+
+
+@dataclass(frozen=True)
+class LocalEntryPoint:
+    """An entry point for an importable module that no distribution declares."""
+
+    name: str
+    value: str
+    group: str = ENTRY_POINT_GROUP
+    dist: _Origin = field(default_factory=_Origin)
+
+    def load(self) -> object:
+        import importlib
+
+        return importlib.import_module(self.value)
+
+
+def extra_plugins() -> list[LocalEntryPoint]:
+    """The modules ``XIRANG_PLUGINS`` names, as entry points."""
+    points = []
+    for item in filter(None, (i.strip() for i in os.environ.get("XIRANG_PLUGINS", "").split(","))):
+        name, _, module = item.rpartition("=")
+        points.append(LocalEntryPoint(name=name or module.rsplit(".", 1)[-1], value=module))
+    return points
 
 
 def build_registry(entry_points: Iterable[metadata.EntryPoint]) -> Registry:
@@ -140,27 +227,58 @@ def build_registry(entry_points: Iterable[metadata.EntryPoint]) -> Registry:
     pm.add_hookspecs(hookspecs)
     plugins: dict[str, PluginRecord] = {"core": _register_core(pm)}
     disabled = disabled_names()
-    for ep in sorted(entry_points, key=lambda e: e.name):
-        plugins[ep.name] = _load_entry_point(pm, ep, disabled)
+    for ep in _unique(entry_points):
+        taken = plugins.get(ep.name)
+        record = _load_entry_point(pm, ep, disabled, _free_name(plugins, ep), taken)
+        plugins[record.name] = record
     registry = Registry(pm=pm, plugins=plugins, specs={}, owners={}, conflicts={})
     for record in plugins.values():
         if record.status == "loaded":
             _collect_specs(registry, record)
-    problems = [r for r in plugins.values() if r.status == "failed"]
+    problems = [r for r in plugins.values() if r.status == "failed" or r.renamed_from]
     if strict_mode() and problems:
         lines = "; ".join(f"{r.name}: {r.error}" for r in problems)
         raise PluginError(f"plugins failed to load (XIRANG_STRICT_PLUGINS is set): {lines}")
     return registry
 
 
+def _dist_name(ep: metadata.EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    return dist.name if dist else ""
+
+
+def _unique(entry_points: Iterable[metadata.EntryPoint]) -> list[metadata.EntryPoint]:
+    """Entry points by name, xirang's own first where two share a name, each listed once (one
+    distribution found twice on ``sys.path`` lists its entry points twice)."""
+    seen: dict[tuple[str, str, str], metadata.EntryPoint] = {}
+    for ep in entry_points:
+        seen.setdefault((ep.name, ep.value, _dist_name(ep)), ep)
+    return sorted(seen.values(), key=lambda e: (e.name, _dist_name(e) != "xirang", _dist_name(e)))
+
+
+def _free_name(plugins: dict[str, PluginRecord], ep: metadata.EntryPoint) -> str:
+    """The entry point's name, or ``name@distribution`` when another distribution already
+    took that name: both stay loaded (a third-party ``gpt`` must not knock out the built-in)."""
+    return ep.name if ep.name not in plugins else f"{ep.name}@{_dist_name(ep) or ep.value}"
+
+
 def _register_core(pm: pluggy.PluginManager) -> PluginRecord:
-    """The core's own commands go through the same hooks as any plugin's."""
+    """The core's own commands and config folder go through the same hooks as any plugin's."""
     from xirang_core import commands
 
     pm.register(commands, name="core")
     return PluginRecord(
-        name="core", module=commands.__name__, distribution="xirang", version=_version("xirang")
+        name="core",
+        module=commands.__name__,
+        distribution="xirang",
+        version=_version("xirang"),
+        hooks=_hooks_of(pm, "core"),
     )
+
+
+def _hooks_of(pm: pluggy.PluginManager, name: str) -> list[str]:
+    plugin = pm.get_plugin(name)
+    return sorted(caller.name for caller in pm.get_hookcallers(plugin) or [])
 
 
 def _version(distribution: str) -> str:
@@ -171,21 +289,35 @@ def _version(distribution: str) -> str:
 
 
 def _load_entry_point(
-    pm: pluggy.PluginManager, ep: metadata.EntryPoint, disabled: set[str]
+    pm: pluggy.PluginManager,
+    ep: metadata.EntryPoint,
+    disabled: set[str],
+    name: str,
+    taken: PluginRecord | None = None,
 ) -> PluginRecord:
+    """Load one entry point as plugin ``name``; ``taken`` is the plugin that already holds the
+    entry point's own name (another distribution's), if any."""
     dist = getattr(ep, "dist", None)
     record = PluginRecord(
-        name=ep.name,
+        name=name,
         module=ep.value,
         distribution=dist.name if dist else "",
         version=dist.version if dist else "",
     )
-    if ep.name in disabled:
+    if name in disabled:  # a renamed one is blocked by its new name
         record.status = "disabled"
         record.error = "blocked by XIRANG_DISABLE_PLUGINS"
         return record
+    if taken is not None:
+        record.renamed_from = ep.name
+        record.error = (
+            f"entry point name '{ep.name}' is also used by {taken.owner}; both are loaded, "
+            f"this one as '{name}'. Rename the entry point in the project.entry-points.xirang "
+            f"table of {record.distribution or ep.value}'s pyproject.toml."
+        )
     try:
-        pm.register(ep.load(), name=ep.name)
+        pm.register(ep.load(), name=name)
+        record.hooks = _hooks_of(pm, name)
         if strict_mode():
             pm.check_pending()
     except Exception as exc:  # isolate the plugin; it is reported, the rest load
@@ -196,7 +328,8 @@ def _load_entry_point(
 
 def _collect_specs(registry: Registry, record: PluginRecord) -> None:
     plugin = registry.pm.get_plugin(record.name)
-    for kind, hook_name in REGISTRATION_HOOKS.items():
+    hooks = {**REGISTRATION_HOOKS, "config": "xirang_config_search_paths"}
+    for kind, hook_name in hooks.items():
         impl = getattr(plugin, hook_name, None)
         if impl is None:
             continue
@@ -208,6 +341,9 @@ def _collect_specs(registry: Registry, record: PluginRecord) -> None:
             registry.pm.unregister(name=record.name)
             _forget(registry, record)
             return
+        if kind == "config":
+            record.config_paths = [str(path) for path in specs]
+            continue
         for spec in specs:
             _add_spec(registry, record, kind, spec)
 

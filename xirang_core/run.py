@@ -38,13 +38,19 @@ def launch(cfg: DictConfig) -> dict[str, Any]:
     config["runtime"] = resolve_runtime(config, registry)
     resolve_dataset(config["data"], config["storage"])  # pin the snapshot once, not per worker
     resolve_tokenizer(config, registry)  # bpe trains here (once per snapshot), never in a worker
+    summary = train_in(config, run_dir, registry)
+    report.print_summary(summary)
+    return summary
+
+
+def train_in(config: dict[str, Any], run_dir: Path, registry: Registry) -> dict[str, Any]:
+    """Train a resolved config in ``run_dir`` through its scheduler; returns the summary (the
+    plugin test kit calls this with :func:`compose_config`'s result)."""
     (run_dir / worker.CONFIG_FILE).write_text(yaml.safe_dump(config, sort_keys=False))
     trainer = config["trainer"]
     job = JobSpec(str(run_dir), trainer["nproc"], config["project"], trainer["max_restarts"])
     registry.create("scheduler", config["scheduler"]).launch(job, worker.main)
-    summary = report.read_summary(run_dir)
-    report.print_summary(summary)
-    return summary
+    return report.read_summary(run_dir)
 
 
 def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:

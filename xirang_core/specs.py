@@ -29,6 +29,7 @@ __all__ = [
     "Calibration",
     "CommBackend",
     "CommBackendSpec",
+    "Command",
     "CommandSpec",
     "CostPolicy",
     "CostPolicySpec",
@@ -41,10 +42,17 @@ __all__ = [
     "ImplSpec",
     "InterconnectGroup",
     "JobSpec",
+    "LRSchedule",
+    "LRScheduleSpec",
     "Model",
     "ModelSpec",
+    "Observer",
+    "Optimizer",
+    "OptimizerSpec",
+    "PoolPolicy",
     "Scheduler",
     "SchedulerSpec",
+    "StorageTier",
     "StorageTierSpec",
     "Strategy",
     "StrategySpec",
@@ -180,6 +188,21 @@ class CommandSpec(ImplSpec):
     kind: ClassVar[str] = "command"
 
 
+@dataclass(frozen=True)
+class OptimizerSpec(ImplSpec):
+    """An optimizer (``optim.name=<name>``); ``target`` is an :class:`Optimizer` factory."""
+
+    kind: ClassVar[str] = "optimizer"
+
+
+@dataclass(frozen=True)
+class LRScheduleSpec(ImplSpec):
+    """A learning-rate schedule (``schedule=<name>``); ``target`` is an :class:`LRSchedule`
+    class, built with the ``schedule`` group's settings (checked against ``schema``)."""
+
+    kind: ClassVar[str] = "schedule"
+
+
 SPEC_KINDS: tuple[type[ImplSpec], ...] = (
     DeviceBackendSpec,
     StrategySpec,
@@ -190,6 +213,8 @@ SPEC_KINDS: tuple[type[ImplSpec], ...] = (
     ModelSpec,
     TokenizerSpec,
     CommandSpec,
+    OptimizerSpec,
+    LRScheduleSpec,
 )
 
 
@@ -312,25 +337,80 @@ class DeviceBackend(Protocol):
 
 @runtime_checkable
 class Strategy(Protocol):
-    """Wraps a model for a parallel plan and says how its state is saved."""
+    """Wraps a model for a parallel plan (``parallel=<name>``), in every worker.
 
-    def wrap(self, model: torch.nn.Module, ctx: WorkerContext) -> torch.nn.Module: ...
+    Built with the option's settings as keyword arguments. Optional members the worker looks
+    for: ``build_mesh(ctx)`` (a ``DeviceMesh`` stored on ``ctx.mesh`` before ``wrap``),
+    ``shards_parameters(ctx)`` (True: the model is built on the meta device and materialised
+    after ``wrap``), ``optimizer`` (a strategy that must make it), ``compiles``.
+    """
+
+    def wrap(self, model: torch.nn.Module, ctx: WorkerContext) -> torch.nn.Module:
+        """The module the loop trains: it runs forward and backward like the model itself."""
+        ...
+
+
+@runtime_checkable
+class StorageTier(Protocol):
+    """A place for shards and checkpoints (``storage=<name>``), by key under a root.
+
+    :class:`xirang_core.storage.tier.FsspecTier` implements all of it over any fsspec
+    filesystem; a tier is usually that class with a filesystem and a root chosen."""
+
+    def read(self, key: str) -> bytes: ...
+
+    def write(self, key: str, data: bytes) -> None:
+        """Whole or not at all: a reader never sees half an object."""
+        ...
+
+    def exists(self, key: str) -> bool: ...
+
+    def list(self, prefix: str = "") -> list[str]:
+        """Keys under ``prefix``, relative to the root."""
+        ...
+
+    def size(self, key: str) -> int: ...
+
+    def evict(self, key: str) -> None:
+        """Remove ``key``; absent keys are not an error."""
+        ...
 
 
 @runtime_checkable
 class CommBackend(Protocol):
-    """Opens the process group for a device family and installs gradient hooks."""
+    """A collective backend or gradient-sync option (``comm=<name>``), in every worker."""
 
-    def backend_for(self, device_type: str) -> str: ...
+    def backend_for(self, device_type: str) -> str:
+        """The ``torch.distributed`` backend for ``device_type``; a ConfigError if it cannot
+        serve that device family."""
+        ...
 
-    def install_hooks(self, model: torch.nn.Module, ctx: WorkerContext) -> None: ...
+    def install_hooks(self, model: torch.nn.Module, ctx: WorkerContext) -> None:
+        """Register gradient communication hooks on the wrapped model (DDP's comm hook)."""
+        ...
 
 
 @runtime_checkable
 class Scheduler(Protocol):
-    """Runs a placed job; returns the exit status of the job."""
+    """Places a job and runs it (``scheduler=<name>``), in the launching process."""
 
-    def launch(self, job: JobSpec, entrypoint: Any) -> None: ...
+    def launch(self, job: JobSpec, entrypoint: Any) -> None:
+        """Run ``entrypoint(job.run_dir)`` in ``job.nproc`` workers; return when they finished,
+        raise a :class:`~xirang_core.errors.XirangError` naming the failure otherwise."""
+        ...
+
+
+@runtime_checkable
+class PoolPolicy(Protocol):
+    """A scheduling policy of the pool (``scheduler=pool-<name>``, a
+    :class:`xirang_core.pool.policy.PoolPolicySpec`); subclass
+    :class:`xirang_core.pool.policy.Policy` and override what differs."""
+
+    name: str
+
+    def rank(self, job: Any, level: int) -> tuple[Any, ...]:
+        """Sort key of the queue; smaller is served first."""
+        ...
 
 
 @runtime_checkable
@@ -489,7 +569,71 @@ class Tokenizer(Protocol):
 
 @runtime_checkable
 class CostPolicy(Protocol):
-    def quote(self, device_type: str, devices: int, seconds: float) -> CostQuote: ...
+    """Prices device time (``cost=<name>``). The launching process asks for a quote before
+    any worker starts (a policy that cannot price the device stops the run there); the run's
+    summary quotes its wall time."""
+
+    def quote(self, device_type: str, devices: int, seconds: float) -> CostQuote:
+        """The price of ``devices`` devices of ``device_type`` for ``seconds``."""
+        ...
+
+
+@runtime_checkable
+class Optimizer(Protocol):
+    """Builds the torch optimizer a run steps (``optim.name=<name>``).
+
+    Called in every worker after the strategy wrapped the model, with the parameter groups
+    (matrices decayed, vectors not), the ``optim`` section and ``impl``: the kernel choice
+    (``fused``/``foreach``) that suits the parameters, to pass on where the class accepts it.
+    The learning rate in each group is the schedule's, set before every step."""
+
+    def __call__(
+        self, groups: list[dict[str, Any]], optim: Mapping[str, Any], impl: Mapping[str, bool]
+    ) -> torch.optim.Optimizer: ...
+
+
+@runtime_checkable
+class LRSchedule(Protocol):
+    """The learning rate of each step (``schedule=<name>``), built with the ``schedule``
+    group's settings. A pure function of its arguments: a resumed run recomputes the rate of
+    any step, so a schedule keeps no state."""
+
+    def lr(self, step: int, max_steps: int, optim: Mapping[str, Any]) -> float:
+        """The rate for the 1-based ``step`` of ``max_steps``; ``optim`` holds ``lr``,
+        ``min_lr`` and ``warmup_steps``."""
+        ...
+
+
+@runtime_checkable
+class Command(Protocol):
+    """A ``xirang <name>`` subcommand: ``main(argv) -> exit status``. Keep its module light
+    (no torch at import): ``xirang --commands`` lists every command without importing them."""
+
+    def __call__(self, argv: list[str]) -> int: ...
+
+
+class Observer(Protocol):
+    """A plugin that watches runs implements some of these hooks (module-level functions
+    marked ``@hookimpl``); none is required. Which process calls which:
+
+    - ``xirang_on_run_start(ctx, config)``: every worker, after the model and data are built.
+      ``config`` is the run's resolved config as plain data (what ``config.yaml`` holds).
+    - ``xirang_on_step_end(ctx, step, metrics)``: the main worker (rank 0), at logged steps
+      only: step 1, every ``trainer.log_every``, evaluation steps and the last. ``metrics``
+      holds ``step, loss, bpb, lr, grad_norm, tokens, tokens_per_s, mfu, mem_bytes,
+      elapsed_s`` and, when measured, ``val_loss`` and ``compile_s``.
+    - ``xirang_on_checkpoint(ctx, step, path)``: the main worker, per committed checkpoint.
+    - ``xirang_on_fault(ctx, error)``: every worker that fails, before it exits.
+    - ``xirang_on_run_end(ctx, summary)``: the main worker; ``summary`` is ``summary.json``.
+
+    A hook that raises stops the run with one error naming the plugin, the hook and the error
+    (its traceback goes to the run's ``plugin-errors.log``). An observer whose failure must not
+    stop training marks the hook ``@xirang.optional`` as well: its failure is then a warning.
+    """
+
+    def xirang_on_step_end(
+        self, ctx: WorkerContext, step: int, metrics: dict[str, Any]
+    ) -> None: ...
 
 
 @dataclass

@@ -13,6 +13,7 @@ probe now drains or whose worker's heartbeat went stale, with fewer workers if n
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import os
 import uuid
@@ -94,6 +95,9 @@ def _attempt(job: JobSpec, entrypoint: Callable[[str], Any], nproc: int) -> Any:
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     logging.getLogger("torch.distributed.elastic").setLevel(logging.WARNING)
+    elastic_log = logging.getLogger("torch.distributed.elastic.multiprocessing.api")
+    if not any(isinstance(f, UserErrorFilter) for f in elastic_log.filters):
+        elastic_log.addFilter(UserErrorFilter())
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,
@@ -115,6 +119,27 @@ def _attempt(job: JobSpec, entrypoint: Callable[[str], Any], nproc: int) -> Any:
             f"run stopped by {exc.sigval.name}: {recovery_note(job.run_dir)}"
         ) from None
     return None
+
+
+class UserErrorFilter(logging.Filter):
+    """Drops torch's dump of a worker's traceback when the worker failed with a
+    :class:`XirangError` (a bad setting, a plugin's hook that raised): its one line is the
+    scheduler's error message, and a plugin's traceback is in the run's plugin-errors.log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        lines = str(error or "").strip().splitlines()
+        return not (lines and _is_xirang_error(lines[-1].split(":", 1)[0]))
+
+
+def _is_xirang_error(dotted: str) -> bool:
+    """Whether ``module.Class`` (a traceback's last line) names a XirangError subclass."""
+    module, _, name = dotted.strip().rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return False
+    return isinstance(found, type) and issubclass(found, XirangError)
 
 
 def _report_eviction(job: JobSpec, eviction: Eviction) -> None:

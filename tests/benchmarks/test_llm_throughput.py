@@ -12,8 +12,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from xirang_core.train.optim import lr_at
+from xirang_optim.schedules import WarmupCosine
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
 import llm_peer
@@ -44,7 +43,7 @@ def test_peer_schedule_is_xirangs(case: dict) -> None:
     """torchtitan's loop steps LambdaLR(lr_factor): the lr of each step is xirang's."""
     plan = plan_of(case)
     for step in range(1, case["total"] + 1):
-        ours = lr_at(step, case["total"], plan["optim"])
+        ours = WarmupCosine().lr(step, case["total"], plan["optim"])
         assert case["lr"] * llm_peer.lr_factor(step - 1, plan) == pytest.approx(ours, rel=1e-9)
 
 
@@ -64,7 +63,9 @@ def test_hf_scheduler_is_xirangs(case: dict) -> None:
         scheduler_specific_kwargs={"min_lr": optim["min_lr"]},
     )
     for step in range(1, case["total"] + 1):
-        assert opt.param_groups[0]["lr"] == pytest.approx(lr_at(step, case["total"], optim))
+        assert opt.param_groups[0]["lr"] == pytest.approx(
+            WarmupCosine().lr(step, case["total"], optim)
+        )
         opt.step()
         sched.step()
 

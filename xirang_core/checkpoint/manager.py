@@ -49,6 +49,7 @@ from xirang_core.checkpoint.state import (
 from xirang_core.checkpoint.store import CheckpointStore
 from xirang_core.checkpoint.tiers import checkpoint_uri, open_tier
 from xirang_core.errors import ConfigError
+from xirang_core.hookcall import notify
 
 log = logging.getLogger("xirang.checkpoint")
 #: how many times the scheduler has restarted this run (set for the workers it launches)
@@ -263,7 +264,13 @@ class CheckpointManager:
                 **result.timings,
             )
             if self.hook is not None:
-                self.hook.xirang_on_checkpoint(ctx=self.ctx, step=result.step, path=result.location)
+                notify(
+                    self.hook,
+                    "xirang_on_checkpoint",
+                    ctx=self.ctx,
+                    step=result.step,
+                    path=result.location,
+                )
         return result
 
     def finish(self, step: int) -> SaveResult | None:

@@ -1,4 +1,5 @@
-"""``xirang plugins``: every plugin, its version, what it registers, and what is usable here."""
+"""``xirang plugins``: every plugin, its distribution and version, what it registers, the config
+options it adds, the hooks it implements, and what is usable here."""
 
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ def main(argv: list[str]) -> int:
 
 def describe(registry: Registry) -> list[dict[str, Any]]:
     """One record per plugin, with one entry per implementation it registers."""
+    options: dict[str, list[str]] = {}
+    for (group, option), shipped in sorted(registry.option_files().items()):
+        for owner in dict.fromkeys(record.name for record, _ in shipped):
+            options.setdefault(owner, []).append(f"{group}/{option}")
     rows = []
     for record in registry.plugins.values():
         rows.append(
@@ -35,6 +40,8 @@ def describe(registry: Registry) -> list[dict[str, Any]]:
                 "version": record.version,
                 "status": record.status,
                 "error": record.error,
+                "options": options.get(record.name, []),
+                "hooks": record.hooks,
                 "registers": [_describe_spec(registry, record.name, s) for s in record.registers],
             }
         )
@@ -101,11 +108,16 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
     table.add_column("notes", overflow="fold")
     for row in rows:
         version = [row["version"] or "-"] if wide else []
-        if row["status"] != "loaded" or not row["registers"]:
+        if row["status"] != "loaded" or row["error"]:
             style = "red" if row["status"] == "failed" else "yellow"
             table.add_row(
                 row["plugin"], *version, "-", "-", row["status"], row["error"], style=style
             )
+        origin = f"{row['distribution'] or '?'} {row['version']}".strip()
+        hooks = " ".join(h.removeprefix("xirang_") for h in row["hooks"])
+        table.add_row(row["plugin"], *version, "plugin", "-", "", f"{origin}; hooks: {hooks}")
+        if row["options"]:
+            table.add_row(row["plugin"], *version, "options", "-", "", " ".join(row["options"]))
         for item in row["registers"]:
             table.add_row(
                 row["plugin"],

@@ -18,7 +18,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -27,9 +27,10 @@ import torch.distributed as dist
 from xirang_core.data.prefetch import prefetched
 from xirang_core.data.tokens import TokenBatches
 from xirang_core.errors import ConfigError, XirangError
+from xirang_core.hookcall import notify
 from xirang_core.specs import WorkerContext
 from xirang_core.train.compile import compiled_frames
-from xirang_core.train.optim import lr_at
+from xirang_core.train.optim import build_schedule
 from xirang_core.train.precision import Precision
 from xirang_core.train.report import MetricsLog, bits_per_byte
 
@@ -52,6 +53,8 @@ class LoopSettings:
     compile: bool = False
     eval_every: int = 0
     nonfinite: str = "stop"
+    #: the run's :class:`~xirang_core.specs.LRSchedule` (``schedule=``)
+    schedule: Any = field(default_factory=build_schedule)
 
 
 class NonFiniteError(XirangError):
@@ -94,7 +97,7 @@ class Trainer:
     def train_step(self, step: int) -> torch.Tensor:
         """One optimizer step (1-based); returns this worker's mean loss, still on the device."""
         s = self.settings
-        lr = lr_at(step, s.max_steps, s.optim)
+        lr = s.schedule.lr(step, s.max_steps, s.optim)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         run_step = getattr(self.model, "xirang_step", None)  # a pipeline runs whole steps
@@ -283,7 +286,7 @@ class Trainer:
                 record["loss"],
                 record["tokens_per_s"],
             )
-        self.hook.xirang_on_step_end(ctx=self.ctx, step=record["step"], metrics=record)
+        notify(self.hook, "xirang_on_step_end", ctx=self.ctx, step=record["step"], metrics=record)
 
     @contextlib.contextmanager
     def _progress(self) -> Iterator[Any]:

@@ -1,14 +1,19 @@
-"""Optimizer and learning-rate schedule (linear warm-up, cosine decay to ``min_lr``)."""
+"""The optimizer and learning-rate schedule a run selects: ``optim.name`` and ``schedule``
+name plugins (``xirang_optimizers``, ``xirang_lr_schedules``; the built-ins are in
+plugins/xirang_optim). The core keeps what every optimizer shares: the parameter groups, the
+kernel choice and how a checkpoint's groups are brought to this run's."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
-from xirang_core.config import OPTIMIZERS
-from xirang_core.errors import ConfigError
+from xirang_core.plugins import get_registry
+from xirang_core.specs import LRSchedule
+
+#: the schedule a loop uses when its settings name none (the config's default)
+DEFAULT_SCHEDULE = {"name": "cosine"}
 
 
 def build_optimizer(model: torch.nn.Module, optim: dict[str, Any]) -> torch.optim.Optimizer:
@@ -19,16 +24,7 @@ def build_optimizer(model: torch.nn.Module, optim: dict[str, Any]) -> torch.opti
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
     impl = implementation(params)
-    if optim["name"] == "adamw":
-        built: torch.optim.Optimizer = torch.optim.AdamW(
-            groups, lr=optim["lr"], betas=(optim["beta1"], optim["beta2"]), **impl
-        )
-    elif optim["name"] == "sgd":
-        built = torch.optim.SGD(groups, lr=optim["lr"], momentum=optim["beta1"], **impl)
-    else:
-        raise ConfigError(
-            f"optim.name={optim['name']!r}: valid optimizers are {', '.join(OPTIMIZERS)}"
-        )
+    built = get_registry().load("optimizer", optim["name"])(groups, optim, impl)
     # a checkpoint's param groups carry the saving run's choice, made for its own split
     built.register_load_state_dict_post_hook(lambda opt: _choose(opt, impl))
     return built
@@ -71,10 +67,6 @@ def implementation(params: list[torch.Tensor]) -> dict[str, bool]:
     return {"fused": False, "foreach": False}
 
 
-def lr_at(step: int, max_steps: int, optim: dict[str, Any]) -> float:
-    """Learning rate for a 1-based ``step``."""
-    lr, min_lr, warmup = optim["lr"], optim["min_lr"], optim["warmup_steps"]
-    if step <= warmup:
-        return lr * step / max(warmup, 1)
-    progress = (step - warmup) / max(max_steps - warmup, 1)
-    return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * min(progress, 1.0)))
+def build_schedule(settings: dict[str, Any] | None = None) -> LRSchedule:
+    """The ``schedule`` group's choice (``settings``; the default one when None)."""
+    return get_registry().create("schedule", settings or DEFAULT_SCHEDULE)

@@ -23,6 +23,7 @@ from xirang_core.data.training import run_batches
 from xirang_core.errors import ConfigError
 from xirang_core.faults import RunGuard
 from xirang_core.faults.health import local_device
+from xirang_core.hookcall import notify
 from xirang_core.plugins import Registry, get_registry
 from xirang_core.specs import Tokenizer, WorkerContext
 from xirang_core.train import report
@@ -30,7 +31,7 @@ from xirang_core.train.compile import compile_model
 from xirang_core.train.init import materialize
 from xirang_core.train.interrupt import StopAtStepEnd, stop_on
 from xirang_core.train.loop import LoopSettings, Trainer, evaluate
-from xirang_core.train.optim import build_optimizer
+from xirang_core.train.optim import build_optimizer, build_schedule
 from xirang_core.train.pretrained import load_pretrained
 
 CONFIG_FILE = "config.yaml"
@@ -60,10 +61,10 @@ def main(run_dir: str) -> None:
     ctx = open_worker(config, run_dir, registry)
     try:
         parts = assemble(config, ctx, registry)
-        registry.hook.xirang_on_run_start(ctx=ctx, config=config)
+        notify(registry.hook, "xirang_on_run_start", ctx=ctx, config=config)
         train_and_report(config, parts, registry)
     except BaseException as exc:
-        registry.hook.xirang_on_fault(ctx=ctx, error=exc)
+        notify(registry.hook, "xirang_on_fault", tolerate=True, ctx=ctx, error=exc)
         raise
     finally:
         if dist.is_initialized():
@@ -153,6 +154,7 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
         compile=trainer["compile"],
         eval_every=trainer["eval_every"],
         nonfinite=trainer["nonfinite"],
+        schedule=build_schedule(config.get("schedule")),
     )
     return Assembly(
         ctx=ctx,
@@ -223,7 +225,7 @@ def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry
     summary["sample"] = sample
     report.plot_loss(records, run_dir / report.PLOT_FILE, f"{config['model']['name']} loss")
     report.write_summary(run_dir, summary)
-    registry.hook.xirang_on_run_end(ctx=ctx, summary=summary)
+    notify(registry.hook, "xirang_on_run_end", ctx=ctx, summary=summary)
 
 
 def held_out_loss(parts: Assembly) -> float | None:
