@@ -105,12 +105,13 @@ def resumable(run_dir: Path, key: str) -> Iterator[None]:
         "pid": os.getpid(),
         "host": socket.gethostname(),
     }
+    state["how"] = _how(state)  # a killed run resumes the same way
     _write(marker, state)
     try:
         yield
     except (RunInterrupted, KeyboardInterrupt) as exc:
         step = latest_saved_step(run_dir)
-        _write(marker, {**state, "state": "interrupted", "step": step, "how": _how(state)})
+        _write(marker, {**state, "state": "interrupted", "step": step})
         raise _stopped(exc, run_dir, step, state["command"]) from None
     except BaseException as exc:
         how = (
@@ -141,7 +142,7 @@ def _stopped(exc: BaseException, run_dir: Path, step: int, command: str) -> RunI
 
 def _how(state: dict[str, Any]) -> str:
     return (
-        f"interrupted: the same command resumes it: {state['command']} "
+        f"if stopped or killed, the same command resumes it: {state['command']} "
         f"(add checkpoint.resume=never to start a fresh run instead)"
     )
 
