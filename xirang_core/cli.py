@@ -37,6 +37,9 @@ def main(argv: list[str] | None = None, bare_trains: bool = False) -> int:
     except XirangError as exc:
         report_error(exc)
         return exc.exit_code
+    except KeyboardInterrupt:  # Ctrl-C before training began (a run's own is a RunInterrupted)
+        print("xirang: interrupted before training started; nothing to resume", file=sys.stderr)
+        return 130
 
 
 def help_text(doc: str) -> str:
@@ -48,7 +51,8 @@ def report_error(exc: BaseException) -> None:
     """One line on stderr: what is wrong and what would be valid."""
     from rich.console import Console
 
-    Console(stderr=True, highlight=False).print(f"[bold red]xirang error:[/] {exc}", soft_wrap=True)
+    label = getattr(exc, "label", "xirang error")
+    Console(stderr=True, highlight=False).print(f"[bold red]{label}:[/] {exc}", soft_wrap=True)
 
 
 def _looks_like_command(word: str) -> bool:

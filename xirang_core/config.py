@@ -20,6 +20,7 @@ from xirang_core.checkpoint.config import CheckpointConfig, check_checkpoint
 from xirang_core.data.tokenizer import settle_vocab
 from xirang_core.errors import ConfigError
 from xirang_core.overrides import check_keys, did_you_mean
+from xirang_core.parallel.plan import degrees_on
 from xirang_core.plugins import Registry
 
 #: config groups whose option is a registry name, and the registry kind it names
@@ -160,7 +161,7 @@ def validate(cfg: DictConfig, registry: Registry) -> dict[str, Any]:
     data["model"] = _check_model(data.get("model"), registry)
     settle_vocab(data, registry)  # model.vocab_size: 0 -> the tokenizer's; too small -> error
     _check_pretrained(data["model"], registry)  # against the settled shape, vocabulary included
-    _check_batch(data["trainer"])
+    _check_batch(data["trainer"], data["parallel"])
     _check_choices(data["trainer"], data["optim"], registry)
     _check_strategy(data, registry)
     return data
@@ -242,7 +243,7 @@ def _check_pretrained(model: dict[str, Any], registry: Registry) -> None:
         model.update(check_pretrained(registry.spec("model", model["family"]), settings))
 
 
-def _check_batch(trainer: dict[str, Any]) -> None:
+def _check_batch(trainer: dict[str, Any], parallel: dict[str, Any]) -> None:
     for key in ("max_steps", "nproc", "global_batch", "log_every"):
         if trainer[key] < 1:
             raise ConfigError(f"trainer.{key}={trainer[key]}: must be at least 1")
@@ -253,12 +254,17 @@ def _check_batch(trainer: dict[str, Any]) -> None:
             f"trainer.global_batch={global_batch} does not divide over trainer.nproc={nproc} "
             f"workers. Use an nproc in {fits} or a global_batch that is a multiple of {nproc}."
         )
-    per_worker = global_batch // nproc
-    micro = trainer["micro_batch"] or per_worker
-    if micro < 1 or per_worker % micro:
+    micro = trainer["micro_batch"] or global_batch // nproc
+    # per data-parallel rank, as the planner and the scheduler count (a pipeline's stages share
+    # their rank's sequences); degrees that do not fit nproc are the plan check's to name
+    degrees = degrees_on(nproc, parallel) if parallel.get("name") != AUTO else None
+    ranks = degrees[0] if degrees else nproc
+    per_rank = global_batch // ranks
+    if micro < 1 or per_rank % micro:
         raise ConfigError(
-            f"trainer.micro_batch={micro} does not divide the {per_worker} sequences each worker "
-            f"takes per step (global_batch / nproc). Use a divisor of {per_worker}, or 0."
+            f"trainer.micro_batch={micro} does not divide the {per_rank} sequences each "
+            f"data-parallel rank takes per step (global_batch / {ranks} ranks). Use a divisor "
+            f"of {per_rank}, or 0."
         )
     trainer["micro_batch"] = micro
 

@@ -9,6 +9,8 @@ class XirangError(Exception):
     """Base of every user-facing error; ``exit_code`` is what the command line returns."""
 
     exit_code = 2
+    #: how the command line introduces the message
+    label = "xirang error"
 
 
 class ConfigError(XirangError):

@@ -23,7 +23,7 @@ from xirang_core.errors import ConfigError
 from xirang_core.parallel.resolve import resolve_parallel
 from xirang_core.plugins import Registry, get_registry
 from xirang_core.specs import DeviceBackend, JobSpec
-from xirang_core.train import report, worker
+from xirang_core.train import report, resume, worker
 
 log = logging.getLogger("xirang.devices")
 
@@ -31,25 +31,35 @@ log = logging.getLogger("xirang.devices")
 def launch(cfg: DictConfig) -> dict[str, Any]:
     """Train the run ``cfg`` describes; returns its summary."""
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
     registry = get_registry()
     config = validate(cfg, registry)
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    hydra = HydraConfig.get()
+    sweeping = hydra.mode == RunMode.MULTIRUN
+    # an interrupted run of this config continues in its own directory (checkpoint.resume=auto)
+    run_dir = resume.run_dir_for(config, Path(hydra.runtime.output_dir), sweeping)
+    key = resume.config_key(config)
     config["runtime"] = resolve_runtime(config, registry)
     resolve_dataset(config["data"], config["storage"])  # pin the snapshot once, not per worker
     resolve_tokenizer(config, registry)  # bpe trains here (once per snapshot), never in a worker
-    summary = train_in(config, run_dir, registry)
+    summary = train_in(config, run_dir, registry, key)
     report.print_summary(summary)
     return summary
 
 
-def train_in(config: dict[str, Any], run_dir: Path, registry: Registry) -> dict[str, Any]:
+def train_in(
+    config: dict[str, Any], run_dir: Path, registry: Registry, key: str | None = None
+) -> dict[str, Any]:
     """Train a resolved config in ``run_dir`` through its scheduler; returns the summary (the
-    plugin test kit calls this with :func:`compose_config`'s result)."""
+    plugin test kit calls this with :func:`compose_config`'s result). With the config's ``key``
+    (:func:`resume.config_key`) a stop leaves the run for the same command to resume."""
     (run_dir / worker.CONFIG_FILE).write_text(yaml.safe_dump(config, sort_keys=False))
     trainer = config["trainer"]
     job = JobSpec(str(run_dir), trainer["nproc"], config["project"], trainer["max_restarts"])
-    registry.create("scheduler", config["scheduler"]).launch(job, worker.main)
+    stopping = resume.resumable(run_dir, key) if key else contextlib.nullcontext()
+    with stopping:  # a stop leaves the run resumable and says how
+        registry.create("scheduler", config["scheduler"]).launch(job, worker.main)
     return report.read_summary(run_dir)
 
 

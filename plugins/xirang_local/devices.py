@@ -9,7 +9,6 @@ checkpoint, resharded to the new world size.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import yaml
 
 from xirang_core.checkpoint.events import read_events
 from xirang_core.faults.health import drained
+from xirang_core.parallel.plan import workers_problem
 
 
 @dataclass
@@ -91,14 +91,6 @@ def largest_fit(most: int, config: dict[str, Any]) -> int:
 
 
 def fits(workers: int, config: dict[str, Any]) -> bool:
-    """Whether the run's settings hold on ``workers`` workers, as config validation checks."""
-    trainer = config["trainer"]
-    batch, micro = trainer["global_batch"], trainer["micro_batch"]
-    if batch % workers or (batch // workers) % micro:
-        return False
-    parallel = config.get("parallel") or {}
-    degrees = [int(parallel[d]) for d in ("dp", "tp", "pp") if d in parallel]
-    fixed = math.prod(d for d in degrees if d > 0)
-    if any(d == 0 for d in degrees):  # one degree takes the rest of the workers
-        return workers % fixed == 0
-    return not degrees or workers == fixed
+    """Whether the run's settings hold on ``workers`` workers: the check the planner's plans
+    and the config's own validation pass (xirang_core.parallel.plan.workers_problem)."""
+    return not workers_problem(workers, config)

@@ -22,8 +22,9 @@ from typing import Any
 
 from xirang_core.checkpoint.events import read_events, record_event, recovery_note
 from xirang_core.checkpoint.manager import RESTART_ENV
-from xirang_core.errors import XirangError
+from xirang_core.errors import ConfigError, XirangError
 from xirang_core.faults.health import DEVICES_ENV
+from xirang_core.parallel.plan import workers_problem
 from xirang_core.plugins import get_registry
 from xirang_core.specs import JobSpec
 from xirang_core.train.interrupt import RunInterrupted
@@ -79,6 +80,11 @@ def _placement(devices: LocalDevices, job: JobSpec, restarts: int) -> list[int]:
     for eviction in devices.probe():
         _report_eviction(job, eviction)
     placed = devices.place(job.nproc)
+    if len(placed) < job.nproc and not devices.evicted:  # the plan, not the hardware
+        raise ConfigError(
+            f"this run cannot start on {job.nproc} worker(s): "
+            f"{workers_problem(job.nproc, devices.config)}"
+        )
     if not placed:
         evicted = "; ".join(f"device {i}: {why}" for i, why in devices.evicted.items())
         raise WorkerFailed(
@@ -115,9 +121,9 @@ def _attempt(job: JobSpec, entrypoint: Callable[[str], Any], nproc: int) -> Any:
         return exc
     except SignalException as exc:
         # the agent forwarded the stop to the workers, which checkpoint at their step's end
-        raise RunInterrupted(
-            f"run stopped by {exc.sigval.name}: {recovery_note(job.run_dir)}"
-        ) from None
+        stop = RunInterrupted(f"run stopped by {exc.sigval.name}: {recovery_note(job.run_dir)}")
+        stop.signal = exc.sigval
+        raise stop from None
     return None
 
 

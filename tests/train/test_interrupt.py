@@ -58,30 +58,39 @@ def test_a_new_run_starts_without_an_old_stop_request() -> None:
 
 
 @pytest.mark.slow
-def test_a_two_worker_run_told_to_stop_checkpoints_and_says_how_to_resume(tmp_path) -> None:
+def test_two_workers_stopped_by_ctrl_c_checkpoint_and_say_how_to_resume(tmp_path) -> None:
+    """Ctrl-C reaches the whole process group, launcher and workers, as a terminal sends it."""
     run_dir = tmp_path / "run"
     args = ["trainer.nproc=2", "parallel=ddp", "trainer.max_steps=5000", "checkpoint.interval=0"]
+    args.append(f"hydra.run.dir={run_dir}")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "xirang", *args, f"hydra.run.dir={run_dir}"],
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        [sys.executable, "-m", "xirang", *args],
+        cwd=tmp_path,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "300"},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 600
         while not _logged_steps(run_dir / "metrics.jsonl") and time.monotonic() < deadline:
             assert proc.poll() is None, proc.stdout.read()[-2000:]
             time.sleep(0.5)
-        proc.send_signal(signal.SIGTERM)
+        os.killpg(proc.pid, signal.SIGINT)
         output = proc.communicate(timeout=600)[0]
     finally:
         proc.kill()
-    assert proc.returncode == 143, output[-2000:]
-    assert f"resume with checkpoint.resume={run_dir}" in output
+    assert proc.returncode == 130, output[-2000:]
+    assert (
+        output.rstrip()
+        .splitlines()[-1]
+        .endswith(f"Resume with: cd {tmp_path} && python -m xirang {' '.join(args)}")
+    ), output[-2000:]
     assert "Traceback" not in output
     events = [json.loads(line) for line in (run_dir / "checkpoint_events.jsonl").open()]
     assert len({e["step"] for e in events if e["event"] == "save"}) == 1  # the stop's save
+    assert json.loads((run_dir / "resume.json").read_text())["state"] == "interrupted"
 
 
 def _logged_steps(path) -> bool:

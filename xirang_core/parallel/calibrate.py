@@ -332,13 +332,19 @@ def _tp_model_times(
     from torch.distributed.device_mesh import init_device_mesh
 
     found: dict[tuple[int, bool], dict[int, float]] = {}
-    for tp in (g for g in range(2, world + 1) if world % g == 0 and parts.shape.heads % g == 0):
+    for tp in (g for g in range(2, world + 1) if world % g == 0 and _splits_heads(parts.shape, g)):
         shape = (world // tp, tp)
         mesh = init_device_mesh(parts.device.type, shape, mesh_dim_names=("dp", "tp"))
         for sp in (False, True) if parts.shape.seq_len % tp == 0 else (False,):
             model = parts.split_model(mesh["tp"], sp)
             found[(tp, sp)] = {mb: _together(parts.model_pass(model, mb)) for mb in micro_batches}
     return found
+
+
+def _splits_heads(shape: Any, tp: int) -> bool:
+    """Whether ``tp`` divides the query and the key/value heads, as plan_problem requires (a
+    Llama's grouped key/value heads are fewer: llama_tiny's 2 do not split 4 ways)."""
+    return shape.heads % tp == 0 and (shape.kv_heads or shape.heads) % tp == 0
 
 
 def _pipeline_probe(rank: int, world: int, parts: _ModelParts) -> float:

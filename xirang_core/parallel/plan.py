@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from xirang_core.errors import ConfigError
 
@@ -176,12 +177,6 @@ def plan_problem(plan: ParallelPlan, shape: ModelShape, global_batch: int) -> st
             f"sp needs tp={plan.tp} to divide the sequence length {shape.seq_len}",
         ),
         (plan.pp > shape.layers, f"pp={plan.pp} exceeds the {shape.layers} layers"),
-        (plan.micro_batch < 1, f"micro_batch={plan.micro_batch} must be >= 1"),
-        (
-            global_batch % (plan.dp * max(plan.micro_batch, 1)) != 0,
-            f"global batch {global_batch} is not a multiple of dp x micro_batch = "
-            f"{plan.dp} x {plan.micro_batch}",
-        ),
         (
             plan.zero == 0 and plan.tp > 1 and plan.dp > 1,
             "data parallel over tensor-parallel shards needs zero >= 1 (FSDP)",
@@ -190,10 +185,48 @@ def plan_problem(plan: ParallelPlan, shape: ModelShape, global_batch: int) -> st
     for bad, why in checks:
         if bad:
             return why
+    return batch_problem(plan, global_batch)
+
+
+def batch_problem(plan: ParallelPlan, global_batch: int) -> str:
+    """Why ``global_batch`` cannot be split as ``plan`` splits it, or an empty string: the part
+    of :func:`plan_problem` that needs no model shape, which the scheduler's placement and the
+    config's own check apply too, so nothing the planner offers is refused later."""
+    if plan.micro_batch < 1:
+        return f"micro_batch={plan.micro_batch} must be >= 1"
+    if global_batch % (plan.dp * plan.micro_batch):
+        return (
+            f"global batch {global_batch} is not a multiple of dp x micro_batch = "
+            f"{plan.dp} x {plan.micro_batch}"
+        )
     micro = plan.micro_batches(global_batch)
     if plan.pp > 1 and plan.schedule == "1f1b" and micro < plan.pp:
         return f"1f1b needs at least pp={plan.pp} micro-batches per step, this plan has {micro}"
     return ""
+
+
+def degrees_on(workers: int, parallel: dict[str, Any]) -> tuple[int, int, int] | None:
+    """The (dp, tp, pp) a parallel section makes of ``workers`` workers (data parallel over
+    every worker for a strategy without degrees); None when its degrees do not fit them."""
+    names = ("dp", "tp", "pp")
+    if not any(d in parallel for d in names):
+        return workers, 1, 1
+    try:
+        return resolve_degrees(*(int(parallel.get(d, 1)) for d in names), workers)
+    except PlanError:
+        return None
+
+
+def workers_problem(workers: int, config: dict[str, Any]) -> str:
+    """Why a run's config cannot run on ``workers`` workers, or an empty string: its parallel
+    section's degrees, then :func:`batch_problem` for its global batch and micro-batch."""
+    trainer, parallel = config["trainer"], config.get("parallel") or {}
+    degrees = degrees_on(workers, parallel)
+    if degrees is None:
+        return f"the degrees of parallel={parallel.get('name')} do not fit {workers} workers"
+    schedule = parallel.get("schedule", "1f1b")
+    split = ParallelPlan(*degrees, micro_batch=trainer["micro_batch"], schedule=schedule)
+    return batch_problem(split, trainer["global_batch"])
 
 
 def candidate_plans(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
@@ -15,11 +16,14 @@ PLOT_FILE = "loss_curve.png"
 class MetricsLog:
     """Append-only JSON lines, flushed per record so a crashed run keeps what it logged."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, segment: int = 0) -> None:
         self.path = run_dir / METRICS_FILE
         self.records: list[dict[str, Any]] = []
+        self.segment = segment  # the run's segment these records belong to (0: not counted)
 
     def write(self, record: dict[str, Any]) -> None:
+        if self.segment:
+            record["segment"] = self.segment
         self.records.append(record)
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
@@ -45,6 +49,11 @@ def plot_loss(records: list[dict[str, Any]], path: Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
     steps = [r["step"] for r in records]
     ax.plot(steps, [r["loss"] for r in records], label="train loss", color="#1f77b4")
+    resumed = [
+        b["step"] for a, b in itertools.pairwise(records) if a.get("segment") != b.get("segment")
+    ]
+    for i, step in enumerate(resumed):  # where a resumed or restarted segment took over
+        ax.axvline(step, color="#7f7f7f", ls="--", lw=0.8, label="resumed" if i == 0 else None)
     if any("val_loss" in r for r in records):
         val = [(r["step"], r["val_loss"]) for r in records if "val_loss" in r]
         ax.plot(*zip(*val, strict=True), "o", label="validation loss", color="#d62728")
@@ -113,6 +122,13 @@ def print_summary(summary: dict[str, Any]) -> None:
                 "compile",
                 f"{summary['compile_s']:.1f} s in {summary['compile_steps']} step(s), "
                 f"left out of tokens/s and MFU",
+            )
+        )
+    if summary.get("restarts"):
+        rows.append(
+            (
+                "restarts",
+                f"{summary['restarts']}: figures cover all {summary['restarts'] + 1} segments",
             )
         )
     if summary.get("skipped_steps"):

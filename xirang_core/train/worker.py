@@ -33,6 +33,7 @@ from xirang_core.train.interrupt import StopAtStepEnd, stop_on
 from xirang_core.train.loop import LoopSettings, Trainer, evaluate
 from xirang_core.train.optim import build_optimizer, build_schedule
 from xirang_core.train.pretrained import load_pretrained
+from xirang_core.train.segments import SegmentLog, WholeRun
 
 CONFIG_FILE = "config.yaml"
 EVAL_BATCHES = 8
@@ -199,7 +200,8 @@ def build_model(
 def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry) -> None:
     ctx = parts.ctx
     run_dir = Path(ctx.run_dir)
-    metrics = report.MetricsLog(run_dir) if ctx.is_main else None
+    segment = SegmentLog(run_dir)  # this start of the workers: one segment of the run
+    metrics = report.MetricsLog(run_dir, segment.number) if ctx.is_main else None
     started = time.perf_counter()
     trainer = Trainer(
         parts.wrapped, parts.optimizer, parts.train, parts.settings, ctx, registry.hook, metrics
@@ -207,8 +209,11 @@ def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry
     trainer.evaluate = lambda: held_out_loss(parts)
     guard = RunGuard.open(config, parts, registry)  # resumes from the latest checkpoint
     trainer.recovery = guard.recovery_note
-    with stop_on():  # SIGTERM (preemption, scancel): checkpoint at the step's end and stop
-        records = trainer.fit(guard.start_step, on_step_end=StopAtStepEnd(guard, ctx))
+    if ctx.is_main:
+        segment.begin(guard.start_step, parts.settings.peak_flops)
+    # SIGTERM (preemption, scancel) or Ctrl-C: checkpoint at the step's end and stop
+    with stop_on(), segment.closing_on_stop(trainer, started, ctx.is_main):
+        trainer.fit(guard.start_step, on_step_end=StopAtStepEnd(guard, ctx))
     guard.finish(parts.settings.max_steps)
     wall = time.perf_counter() - started
     if not ctx.is_main and ctx.mesh is None:
@@ -219,11 +224,13 @@ def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry
         sample = final_sample(config, parts) if math.isfinite(val_loss) else ""
     if not ctx.is_main:
         return
-    records = records or report.read_metrics(run_dir)[-1:]  # resumed from the final checkpoint
-    records[-1]["val_loss"] = round(val_loss, 5)
-    summary = summarize(config, parts, records, wall, registry, loop_figures(trainer))
+    figures = loop_figures(trainer)
+    segment.end(parts.settings.max_steps, wall, figures["compile_s"], figures["compile_steps"])
+    whole = segment.whole_run()  # every segment's records: the loss curve of the whole run
+    whole.records[-1]["val_loss"] = round(val_loss, 5)
+    summary = summarize(config, parts, whole, registry, figures)
     summary["sample"] = sample
-    report.plot_loss(records, run_dir / report.PLOT_FILE, f"{config['model']['name']} loss")
+    report.plot_loss(whole.records, run_dir / report.PLOT_FILE, f"{config['model']['name']} loss")
     report.write_summary(run_dir, summary)
     notify(registry.hook, "xirang_on_run_end", ctx=ctx, summary=summary)
 
@@ -262,22 +269,23 @@ def loop_figures(trainer: Trainer) -> dict[str, Any]:
 def summarize(
     config: dict[str, Any],
     parts: Assembly,
-    records: list[dict[str, Any]],
-    wall: float,
+    whole: WholeRun,
     registry: Registry,
     figures: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The run's summary; tokens/s and MFU leave out the steps that compiled."""
-    figures = figures or {"compile_s": 0.0, "compile_steps": 0, "skipped_steps": 0}
+    """The summary of the whole run, across its segments (resumes, restarts); tokens/s and
+    MFU leave out the steps that compiled."""
+    figures = {**(figures or {"skipped_steps": 0}), **whole.compile_figures()}
+    records = whole.records
     first, last = records[0], records[-1]
     runtime = config["runtime"]
     tokens = last["tokens"]
-    compiled_tokens = figures["compile_steps"] * tokens // max(last["step"], 1)
-    tokens_per_s = (tokens - compiled_tokens) / max(wall - figures["compile_s"], 1e-9)
+    per_step = tokens / max(last["step"], 1)
+    tokens_per_s = whole.tokens_per_s(per_step)
     peak = parts.settings.peak_flops
-    quote = registry.create("cost", config["cost"]).quote(
-        runtime["device_type"], runtime["devices"], wall
-    )
+    policy = registry.create("cost", config["cost"])
+    quote = whole.cost(lambda s: policy.quote(runtime["device_type"], runtime["devices"], s))
+    wall = whole.wall_s
     return {
         "run_dir": parts.ctx.run_dir,
         "project": config["project"],
@@ -293,9 +301,10 @@ def summarize(
         "bytes_per_token": round(parts.settings.bytes_per_token, 5),
         "loss_drop_pct": round(100 * (1 - last["loss"] / first["loss"]), 2),
         "tokens_per_s": round(tokens_per_s, 1),
-        "mfu": round(tokens_per_s * parts.settings.flops_per_token / peak, 5) if peak else 0.0,
+        "mfu": round(whole.mfu(per_step, parts.settings.flops_per_token), 5),
         "peak_tflops": round(peak / 1e12, 4),
         "wall_time_s": round(wall, 3),
+        "restarts": whole.restarts,
         **figures,
         "precision": config["trainer"]["precision"],
         "world_size": parts.ctx.world_size,
