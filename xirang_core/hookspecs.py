@@ -22,6 +22,7 @@ from xirang_core.specs import (
     StorageTierSpec,
     StrategySpec,
     TokenizerSpec,
+    TrackerSpec,
 )
 
 PROJECT = "xirang"
@@ -86,6 +87,14 @@ def xirang_models() -> list[ModelSpec]:
 def xirang_tokenizers() -> list[TokenizerSpec]:
     """Tokenizers (``tokenizer=<name>``), each a :class:`~xirang_core.specs.Tokenizer` class:
     how a snapshot's text becomes the token ids a run trains on, and how ids read back."""
+
+
+@hookspec
+def xirang_trackers() -> list[TrackerSpec]:
+    """Experiment trackers (``tracker=[<name>,...]``, several at once), each a
+    :class:`~xirang_core.specs.Tracker` class. The plugin also implements the run-event hooks
+    below and hands them to :mod:`xirang_core.tracking`, which runs the tracker on the main
+    worker, off the training thread, and keeps a failing one from stopping the run."""
 
 
 @hookspec

@@ -34,6 +34,7 @@ REGISTRATION_HOOKS: dict[str, str] = {
     "cost": "xirang_cost_policies",
     "model": "xirang_models",
     "tokenizer": "xirang_tokenizers",
+    "tracker": "xirang_trackers",
     "command": "xirang_commands",
 }
 assert set(REGISTRATION_HOOKS) == {k.kind for k in SPEC_KINDS}
