@@ -47,8 +47,11 @@ def help_text(doc: str) -> str:
 def report_error(exc: BaseException) -> None:
     """One line on stderr: what is wrong and what would be valid."""
     from rich.console import Console
+    from rich.markup import escape
 
-    Console(stderr=True, highlight=False).print(f"[bold red]xirang error:[/] {exc}", soft_wrap=True)
+    # escaped: a message naming a list value ([2, 4]) is not rich markup
+    message = f"[bold red]xirang error:[/] {escape(str(exc))}"
+    Console(stderr=True, highlight=False).print(message, soft_wrap=True)
 
 
 def _looks_like_command(word: str) -> bool:

@@ -23,6 +23,7 @@ from xirang_core.parallel.resolve import resolve_parallel
 from xirang_core.plugins import Registry, get_registry
 from xirang_core.specs import DeviceBackend, JobSpec
 from xirang_core.train import report, worker
+from xirang_core.train.profile import print_top_operators
 
 
 def launch(cfg: DictConfig) -> dict[str, Any]:
@@ -41,6 +42,7 @@ def launch(cfg: DictConfig) -> dict[str, Any]:
     registry.create("scheduler", config["scheduler"]).launch(job, worker.main)
     summary = report.read_summary(run_dir)
     report.print_summary(summary)
+    print_top_operators(run_dir)  # trainer.profile: the main worker's top operators
     return summary
 
 
