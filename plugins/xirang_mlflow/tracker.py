@@ -98,5 +98,25 @@ def default_root() -> Path:
 
 def default_uri() -> str:
     """The local store: one SQLite file for every run under this XIRANG_HOME."""
-    default_root().mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{default_root() / 'mlflow.db'}"
+    db = default_root() / "mlflow.db"
+    if not db.exists():
+        create_store(db)
+    return f"sqlite:///{db}"
+
+
+def create_store(db: Path) -> None:
+    """MLflow's tables, built in a file of this process's own and then linked into place: a
+    worker killed while MLflow migrates a new store (seconds, on the first run) leaves no
+    half-built store behind, and a store another process published first is kept."""
+    from mlflow.tracking import MlflowClient
+
+    db.parent.mkdir(parents=True, exist_ok=True)
+    building = db.with_name(f".{db.name}.{os.getpid()}.building")
+    building.unlink(missing_ok=True)
+    MlflowClient(tracking_uri=f"sqlite:///{building}").search_experiments()
+    try:
+        os.link(building, db)
+    except FileExistsError:
+        pass
+    finally:
+        building.unlink()

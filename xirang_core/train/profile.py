@@ -36,14 +36,14 @@ class StepProfiler:
     @contextlib.contextmanager
     def __call__(self, step: int) -> Iterator[None]:
         if self.profiler is None and self.first <= step <= self.last:
-            self._start()
+            self._start(step)
         yield
         if self.profiler is not None:
             self.profiler.step()
             if step >= self.last:
                 self._stop()
 
-    def _start(self) -> None:
+    def _start(self, step: int) -> None:
         from torch.profiler import profile, tensorboard_trace_handler
 
         self.folder.mkdir(exist_ok=True)
@@ -53,6 +53,7 @@ class StepProfiler:
             record_shapes=self.memory,  # the memory view attributes allocations by shape
             on_trace_ready=tensorboard_trace_handler(str(self.folder), f"rank{self.rank}"),
         )
+        self.profiler.step_num = step  # the trace's ProfilerStep#<n> are the training steps
         self.profiler.start()
 
     def _stop(self) -> None:
