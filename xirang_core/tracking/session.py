@@ -20,8 +20,9 @@ from typing import Any
 log = logging.getLogger("xirang.tracking")
 
 STATE_DIR = "trackers"
-#: how long the end of a run waits for a tracker to take its last figures and files
-FINISH_TIMEOUT_S = 120.0
+#: how long the end of a run waits for a tracker to take its last figures and files; a failing
+#: run waits less (its launcher may be about to kill it)
+FINISH_TIMEOUT_S, FAULT_TIMEOUT_S = 120.0, 10.0
 
 
 class TrackerSession:
@@ -48,16 +49,17 @@ class TrackerSession:
         self.work.put((self._log, (step, numbers(metrics))))
 
     def finish(self, summary: Mapping[str, Any] | None) -> None:
-        """Send the end and wait for the thread (at most ``FINISH_TIMEOUT_S``)."""
+        """Send the end (``summary`` None: the run failed) and wait for the thread."""
         self.work.put((self.tracker.finish, (summary, self.run_dir)))
         self.work.put(None)
-        self.thread.join(FINISH_TIMEOUT_S)
+        timeout = FINISH_TIMEOUT_S if summary is not None else FAULT_TIMEOUT_S
+        self.thread.join(timeout)
         if self.thread.is_alive():
             log.warning(
                 "tracker %s: still busy after %.0f s at the end of the run; left behind "
                 "(the run's own files are complete)",
                 self.name,
-                FINISH_TIMEOUT_S,
+                timeout,
             )
 
     def _serve(self) -> None:

@@ -49,16 +49,26 @@ class StepProfiler:
         self.folder.mkdir(exist_ok=True)
         self.profiler = profile(
             activities=activities(self.device),
+            schedule=self._action,  # a schedule makes the trace mark each ProfilerStep#<n>
             profile_memory=self.memory,
             record_shapes=self.memory,  # the memory view attributes allocations by shape
             on_trace_ready=tensorboard_trace_handler(str(self.folder), f"rank{self.rank}"),
         )
-        self.profiler.step_num = step  # the trace's ProfilerStep#<n> are the training steps
+        # count from the training step, so the trace's ProfilerStep#<n> are the run's steps
+        self.profiler.step_num, self.profiler.current_action = step, self._action(step)
         self.profiler.start()
+
+    def _action(self, step: int) -> Any:
+        """Record the window's steps, and write the trace when its last one ends."""
+        from torch.profiler import ProfilerAction
+
+        if step == self.last:
+            return ProfilerAction.RECORD_AND_SAVE
+        return ProfilerAction.RECORD if self.first <= step < self.last else ProfilerAction.NONE
 
     def _stop(self) -> None:
         profiler, self.profiler = self.profiler, None
-        profiler.stop()  # writes the trace
+        profiler.stop()  # the step after the last one wrote the trace; this ends the session
         on_device = len(activities(self.device)) > 1
         sort_by = "self_device_time_total" if on_device else "self_cpu_time_total"
         table = profiler.key_averages().table(sort_by=sort_by, row_limit=self.top)
