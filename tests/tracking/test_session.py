@@ -4,6 +4,7 @@ raises is switched off with one warning and the rest of the run's calls return."
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -71,6 +72,16 @@ def test_each_step_once_across_restarts(
     assert tracker.steps == list(range(1, final + 1))
     assert tracker.ids == [None] + ["run-1"] * len(restarts)
     assert tracker.ended[-1] == {"steps": final}
+
+
+def test_steps_a_killed_worker_never_delivered_come_from_metrics_jsonl(tmp_path: Path) -> None:
+    """The first worker logged steps 1-4 and died before its tracker took any (its tracker run
+    was still starting); the restart resumes from the step-2 checkpoint."""
+    lines = [json.dumps({"step": s, "loss": s}) for s in range(1, 5)]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + '\n{"step": 5, "lo')  # cut short
+    tracker = Recorder()
+    attempt(tracker, tmp_path, 3, 6, ok=True)
+    assert tracker.steps == [1, 2, 3, 4, 5, 6]
 
 
 def test_a_failing_tracker_warns_once_and_is_off(

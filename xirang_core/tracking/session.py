@@ -3,11 +3,13 @@
 The training loop only puts work on the queue (microseconds); the thread talks to the tracker.
 ``<run dir>/trackers/<name>.json`` keeps the tracker's run id and the last step it holds, so a
 restarted worker (or a run resumed in its run directory) continues that run and never sends a
-step twice, although it trains again the steps since its checkpoint.
+step twice, although it trains again the steps since its checkpoint; the steps the run logged
+that its tracker never received are sent from ``metrics.jsonl`` first.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -16,6 +18,8 @@ import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+from xirang_core.train.report import METRICS_FILE
 
 log = logging.getLogger("xirang.tracking")
 
@@ -38,7 +42,12 @@ class TrackerSession:
         self.thread = threading.Thread(target=self._serve, name=f"xirang-{name}", daemon=True)
 
     def start(self, config: Mapping[str, Any]) -> None:
+        """Open the tracker's run, then catch it up from ``metrics.jsonl``: steps a killed
+        worker logged there but never delivered (its tracker was still starting, or its queue
+        died with it) come before the steps this worker trains."""
         self.work.put((self._start, (config,)))
+        for record in logged_records(self.run_dir):
+            self.log(record["step"], record)
         self.thread.start()
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
@@ -93,6 +102,16 @@ class TrackerSession:
         tmp = self.state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"run_id": self.run_id, "last_step": self.last_step}))
         os.replace(tmp, self.state_path)
+
+
+def logged_records(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's ``metrics.jsonl`` so far (a line cut short by a kill is left out)."""
+    path = run_dir / METRICS_FILE
+    records = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        with contextlib.suppress(json.JSONDecodeError):
+            records.append(json.loads(line))
+    return [r for r in records if isinstance(r, dict) and "step" in r]
 
 
 def numbers(metrics: Mapping[str, Any]) -> dict[str, float]:
