@@ -50,9 +50,12 @@ def help_text(doc: str) -> str:
 def report_error(exc: BaseException) -> None:
     """One line on stderr: what is wrong and what would be valid."""
     from rich.console import Console
+    from rich.markup import escape
 
+    # escaped: a message naming a list value ([2, 4]) is not rich markup
     label = getattr(exc, "label", "xirang error")
-    Console(stderr=True, highlight=False).print(f"[bold red]{label}:[/] {exc}", soft_wrap=True)
+    message = f"[bold red]{label}:[/] {escape(str(exc))}"
+    Console(stderr=True, highlight=False).print(message, soft_wrap=True)
 
 
 def _looks_like_command(word: str) -> bool:

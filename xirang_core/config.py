@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from omegaconf import DictConfig, OmegaConf
@@ -22,6 +22,7 @@ from xirang_core.errors import ConfigError
 from xirang_core.overrides import check_keys, did_you_mean
 from xirang_core.parallel.plan import degrees_on
 from xirang_core.plugins import Registry
+from xirang_core.tracking.config import check_trackers
 
 #: config groups whose option is a registry name, and the registry kind it names
 PLUGIN_GROUPS: dict[str, str] = {
@@ -48,6 +49,15 @@ NONFINITE = ("stop", "skip")
 
 
 @dataclass
+class ProfileConfig:
+    """``trainer.profile``: torch.profiler over steps ``[start, end]`` (empty: off)."""
+
+    steps: list[int] = field(default_factory=list)
+    top: int = 15  # operators printed at the end, by time
+    memory: bool = True  # record tensor allocations (the trace's memory view)
+
+
+@dataclass
 class TrainerConfig:
     max_steps: int = 300
     nproc: int = 1
@@ -63,6 +73,7 @@ class TrainerConfig:
     compile: bool = False
     eval_every: int = 0
     nonfinite: str = "stop"
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
 
 
 @dataclass
@@ -136,11 +147,11 @@ def check_overrides(args: list[str], registry: Registry) -> None:
     search path (or "not in struct") at the user."""
     options = group_options(registry)
     for arg in args:
-        match = re.fullmatch(r"([A-Za-z_][\w]*)=([\w.,-]+)", arg)
+        match = re.fullmatch(r"([A-Za-z_][\w]*)=\[?([\w.,-]+)\]?", arg)
         if not match or match.group(1) not in options:
             continue
         group, values = match.groups()
-        for value in values.split(","):
+        for value in values.split(","):  # a sweep (a,b) or a list of options ([a,b])
             if value not in options[group]:
                 valid = ", ".join(sorted(options[group]))
                 raise ConfigError(
@@ -158,11 +169,13 @@ def validate(cfg: DictConfig, registry: Registry) -> dict[str, Any]:
     check_checkpoint(data["checkpoint"])
     for group, kind in PLUGIN_GROUPS.items():
         data[group] = _check_plugin_group(group, kind, data.get(group), registry)
+    data["tracker"] = check_trackers(data.get("tracker"), registry, _check_schema)
     data["model"] = _check_model(data.get("model"), registry)
     settle_vocab(data, registry)  # model.vocab_size: 0 -> the tokenizer's; too small -> error
     _check_pretrained(data["model"], registry)  # against the settled shape, vocabulary included
     _check_batch(data["trainer"], data["parallel"])
     _check_choices(data["trainer"], data["optim"], registry)
+    _check_profile(data["trainer"])
     _check_strategy(data, registry)
     return data
 
@@ -283,6 +296,17 @@ def _check_choices(trainer: dict[str, Any], optim: dict[str, Any], registry: Reg
         raise ConfigError(
             f"trainer.eval_every={trainer['eval_every']}: must be 0 (evaluate at the end only) "
             f"or a step interval of at least 1"
+        )
+
+
+def _check_profile(trainer: dict[str, Any]) -> None:
+    """``trainer.profile.steps``: a window ``[start, end]`` inside the steps the run trains."""
+    steps, last = trainer["profile"]["steps"], trainer["max_steps"]
+    if steps and (len(steps) != 2 or not 1 <= steps[0] <= steps[1] <= last):
+        raise ConfigError(
+            f"trainer.profile.steps={steps}: must be [start,end] with 1 <= start <= end <= "
+            f"trainer.max_steps={last} (e.g. trainer.profile.steps=[{min(2, last)},{min(4, last)}]"
+            f"), or [] for no profiling"
         )
 
 

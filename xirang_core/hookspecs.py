@@ -24,6 +24,7 @@ from xirang_core.specs import (
     StorageTierSpec,
     StrategySpec,
     TokenizerSpec,
+    TrackerSpec,
 )
 
 PROJECT = "xirang"
@@ -100,6 +101,14 @@ def xirang_optimizers() -> list[OptimizerSpec]:
 def xirang_lr_schedules() -> list[LRScheduleSpec]:
     """Learning-rate schedules (``schedule=<name>``), each an
     :class:`~xirang_core.specs.LRSchedule` class: the rate of every step, warm-up included."""
+
+
+@hookspec
+def xirang_trackers() -> list[TrackerSpec]:
+    """Experiment trackers (``tracker=[<name>,...]``, several at once), each a
+    :class:`~xirang_core.specs.Tracker` class. The plugin also implements the run-event hooks
+    below and hands them to :mod:`xirang_core.tracking`, which runs the tracker on the main
+    worker, off the training thread, and keeps a failing one from stopping the run."""
 
 
 @hookspec

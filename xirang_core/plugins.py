@@ -38,6 +38,7 @@ REGISTRATION_HOOKS: dict[str, str] = {
     "cost": "xirang_cost_policies",
     "model": "xirang_models",
     "tokenizer": "xirang_tokenizers",
+    "tracker": "xirang_trackers",
     "command": "xirang_commands",
     "optimizer": "xirang_optimizers",
     "schedule": "xirang_lr_schedules",

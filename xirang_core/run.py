@@ -24,6 +24,7 @@ from xirang_core.parallel.resolve import resolve_parallel
 from xirang_core.plugins import Registry, get_registry
 from xirang_core.specs import DeviceBackend, JobSpec
 from xirang_core.train import report, resume, worker
+from xirang_core.train.profile import print_top_operators
 
 log = logging.getLogger("xirang.devices")
 
@@ -45,6 +46,7 @@ def launch(cfg: DictConfig) -> dict[str, Any]:
     resolve_tokenizer(config, registry)  # bpe trains here (once per snapshot), never in a worker
     summary = train_in(config, run_dir, registry, key)
     report.print_summary(summary)
+    print_top_operators(run_dir)  # trainer.profile: the main worker's top operators
     return summary
 
 

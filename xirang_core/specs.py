@@ -60,6 +60,8 @@ __all__ = [
     "Tokenizer",
     "TokenizerSpec",
     "Topology",
+    "Tracker",
+    "TrackerSpec",
     "WorkerContext",
     "import_target",
 ]
@@ -182,6 +184,13 @@ class TokenizerSpec(ImplSpec):
 
 
 @dataclass(frozen=True)
+class TrackerSpec(ImplSpec):
+    """An experiment tracker (``tracker=[<name>,...]``); ``target`` is a :class:`Tracker`."""
+
+    kind: ClassVar[str] = "tracker"
+
+
+@dataclass(frozen=True)
 class CommandSpec(ImplSpec):
     """A ``xirang <name>`` subcommand; ``target`` is a ``main(argv: list[str]) -> int``."""
 
@@ -212,6 +221,7 @@ SPEC_KINDS: tuple[type[ImplSpec], ...] = (
     CostPolicySpec,
     ModelSpec,
     TokenizerSpec,
+    TrackerSpec,
     CommandSpec,
     OptimizerSpec,
     LRScheduleSpec,
@@ -564,6 +574,32 @@ class Tokenizer(Protocol):
         """Write Hugging Face tokenizer files into ``folder``: ``tokenizer.json`` and a
         ``tokenizer_config.json``, so ``transformers.AutoTokenizer.from_pretrained(folder)``
         (or ``PreTrainedTokenizerFast(tokenizer_file=...)``) encodes exactly as this one."""
+        ...
+
+
+@runtime_checkable
+class Tracker(Protocol):
+    """One experiment tracker's side of a run, on the main worker only.
+
+    The class named by a :class:`TrackerSpec`'s ``target`` is built with its option's settings
+    (``tracker.<name>`` without ``name``, checked against the spec's ``schema``).
+    :mod:`xirang_core.tracking` calls it from one background thread, so a slow tracker never
+    holds a training step: ``start`` once per worker process (again after a restart), ``log``
+    for each logged step it has not seen before, ``finish`` at the end. An exception from any
+    of them disables the tracker for the rest of the run with one warning; training goes on.
+    """
+
+    def start(self, run_dir: Path, config: Mapping[str, Any], run_id: str | None) -> str:
+        """Open the tracker's run, or continue ``run_id`` (a restarted or resumed run); return
+        the id to continue next time (xirang stores it in the run directory)."""
+        ...
+
+    def log(self, step: int, metrics: Mapping[str, float]) -> None:
+        """One logged step's figures (numbers only, ``step`` left out)."""
+        ...
+
+    def finish(self, summary: Mapping[str, Any] | None, run_dir: Path) -> None:
+        """The end of the run: its summary and files (``summary`` None: the run failed)."""
         ...
 
 

@@ -30,6 +30,7 @@ class RunGuard:
         self.manager, self.heartbeat, self.injector = manager, heartbeat, injector
         self.device = device  # the device backend whose probe is asked at every checkpoint
         self.start_step = 1
+        self.reported: SaveResult | None = None  # the save whose times figures() last gave
 
     @classmethod
     def open(cls, config: dict[str, Any], parts: Any, registry: Any) -> RunGuard:
@@ -75,6 +76,19 @@ class RunGuard:
         self.manager.wait()
         self.heartbeat.stop()
         check_device(self.device, self.manager.ctx, step)
+
+    def figures(self) -> dict[str, float]:
+        """The newest committed save's times, once (the loop adds them to its next record):
+        how long training stood still for it, and its whole time to commit."""
+        result = self.manager.last_result
+        if result is None or result is self.reported:
+            return {}
+        self.reported = result
+        timings = result.timings
+        return {
+            "ckpt_stall_s": timings.get("stall_s", 0.0),
+            "ckpt_save_s": round(sum(timings.values()), 4),
+        }
 
     def recovery_note(self) -> str:
         """The newest committed checkpoint and how to resume from it (after the save in flight,

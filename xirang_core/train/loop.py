@@ -93,6 +93,11 @@ class Trainer:
         self.grad_norm: Any = None  # the last step's, pre-clip (a device tensor or a float)
         self.skipped_steps = 0
         self.compile_s, self.compile_steps = 0.0, 0
+        self.data_wait_s = 0.0  # waiting for batches since the last record
+        #: more figures for the next record (the guard's: the newest checkpoint's save times)
+        self.figures: Callable[[], dict[str, Any]] = dict
+        #: brackets every step (``trainer.profile``); the default does nothing
+        self.profiler: Any = contextlib.nullcontext
 
     def train_step(self, step: int) -> torch.Tensor:
         """One optimizer step (1-based); returns this worker's mean loss, still on the device."""
@@ -103,7 +108,7 @@ class Trainer:
         run_step = getattr(self.model, "xirang_step", None)  # a pipeline runs whole steps
         if run_step is not None:
             with self.precision.autocast():  # the schedule's forwards run inside
-                total = run_step([self.batches.get(step, m) for m in range(s.accum_steps)])
+                total = run_step([self._batch(step, m) for m in range(s.accum_steps)])
         else:
             total = self._accumulate(step)
         scaler = self.precision.scaler
@@ -149,7 +154,7 @@ class Trainer:
         s = self.settings
         total = torch.zeros((), device=self.ctx.device)
         for micro in range(s.accum_steps):
-            x, y = self.batches.get(step, micro)
+            x, y = self._batch(step, micro)
             x, y = (
                 x.to(self.ctx.device, non_blocking=True),
                 y.to(self.ctx.device, non_blocking=True),
@@ -160,6 +165,13 @@ class Trainer:
                 self._backward(loss)
             total += loss.detach()
         return total
+
+    def _batch(self, step: int, micro: int) -> Any:
+        """The batch, timing the wait for it: whether the data path keeps up with training."""
+        started = time.perf_counter()
+        batch = self.batches.get(step, micro)
+        self.data_wait_s += time.perf_counter() - started
+        return batch
 
     def _backward(self, loss: torch.Tensor) -> None:
         """``loss.backward()``, unless the strategy owns backward (Colossal-AI's Booster scales
@@ -208,7 +220,8 @@ class Trainer:
         mark_step, compiling = start_step - 1, (0.0, 0)  # compile time and steps since mark
         with self._progress() as advance:
             for step in range(start_step, s.max_steps + 1):
-                loss, spent = self._timed_step(step)
+                with self.profiler(step):
+                    loss, spent = self._timed_step(step)
                 compiling = (compiling[0] + spent, compiling[1] + (spent > 0))
                 if on_step_end is not None:
                     on_step_end(step)
@@ -221,6 +234,9 @@ class Trainer:
                 if steps == 0:  # every step since the last record compiled: time them all
                     interval, steps = now - mark, step - mark_step
                 record = self._record(step, loss, interval, steps, now - started)
+                record["data_wait_ms"] = round(1e3 * self.data_wait_s / (step - mark_step), 3)
+                record |= self.figures()
+                self.data_wait_s = 0.0
                 if compiling[0]:
                     record["compile_s"] = round(compiling[0], 3)
                 if evaluating and self.evaluate is not None:

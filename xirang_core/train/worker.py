@@ -26,7 +26,7 @@ from xirang_core.faults.health import local_device
 from xirang_core.hookcall import notify
 from xirang_core.plugins import Registry, get_registry
 from xirang_core.specs import Tokenizer, WorkerContext
-from xirang_core.train import report
+from xirang_core.train import profile, report
 from xirang_core.train.compile import compile_model
 from xirang_core.train.init import materialize
 from xirang_core.train.interrupt import StopAtStepEnd, stop_on
@@ -207,8 +207,9 @@ def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry
         parts.wrapped, parts.optimizer, parts.train, parts.settings, ctx, registry.hook, metrics
     )
     trainer.evaluate = lambda: held_out_loss(parts)
+    trainer.profiler = profile.for_run(config, ctx.rank, ctx.device, ctx.run_dir)
     guard = RunGuard.open(config, parts, registry)  # resumes from the latest checkpoint
-    trainer.recovery = guard.recovery_note
+    trainer.recovery, trainer.figures = guard.recovery_note, guard.figures
     if ctx.is_main:
         segment.begin(guard.start_step, parts.settings.peak_flops)
     # SIGTERM (preemption, scancel) or Ctrl-C: checkpoint at the step's end and stop
