@@ -57,6 +57,7 @@ def protocol_of(kind: str, spec: Any) -> type:
         "command": specs.Command,
         "optimizer": specs.Optimizer,
         "schedule": specs.LRSchedule,
+        "tracker": specs.Tracker,
     }[kind]
 
 
