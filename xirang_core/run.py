@@ -38,7 +38,10 @@ def launch(cfg: DictConfig) -> dict[str, Any]:
     (run_dir / worker.CONFIG_FILE).write_text(yaml.safe_dump(config, sort_keys=False))
     trainer = config["trainer"]
     job = JobSpec(str(run_dir), trainer["nproc"], config["project"], trainer["max_restarts"])
-    registry.create("scheduler", config["scheduler"]).launch(job, worker.main)
+    scheduler = registry.create("scheduler", config["scheduler"])
+    scheduler.launch(job, worker.main)
+    if getattr(scheduler, "detached", False):  # submitted elsewhere; it said how to follow it
+        return {}
     summary = report.read_summary(run_dir)
     report.print_summary(summary)
     return summary

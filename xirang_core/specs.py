@@ -328,7 +328,11 @@ class CommBackend(Protocol):
 
 @runtime_checkable
 class Scheduler(Protocol):
-    """Runs a placed job; returns the exit status of the job."""
+    """Runs a placed job; returns the exit status of the job.
+
+    A scheduler that only submits the job to run elsewhere (Kubernetes: a manifest to apply)
+    sets ``detached = True``: the run then ends at submission, with no summary to read.
+    """
 
     def launch(self, job: JobSpec, entrypoint: Any) -> None: ...
 
