@@ -23,6 +23,7 @@ from xirang_core.parallel.resolve import resolve_parallel
 from xirang_core.plugins import Registry, get_registry
 from xirang_core.specs import DeviceBackend, JobSpec
 from xirang_core.train import report, worker
+from xirang_core.train.peak import concurrent_workers
 
 
 def launch(cfg: DictConfig) -> dict[str, Any]:
@@ -98,6 +99,7 @@ def resolve_runtime(config: dict[str, Any], registry: Registry) -> dict[str, Any
         "peak_flops_per_worker": calibration.peak_flops(
             compute_dtype(config["trainer"]["precision"], backend.type, calibration)
         ),
+        "concurrent_workers": concurrent_workers(nproc, threads, os.cpu_count() or 1, shareable),
     }
 
 
