@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -104,6 +105,12 @@ def _attempt(job: JobSpec, entrypoint: Callable[[str], Any], nproc: int) -> Any:
         max_restarts=0,  # restarts are this scheduler's: it may move them to other devices
         monitor_interval=0.1,
         start_method="spawn",
+    )
+    print(  # spawning, importing torch and joining the group takes a while before step 1
+        f"xirang: starting {nproc} workers (each imports torch, joins the process group and "
+        "builds its part of the model before the first step) ...",
+        file=sys.stderr,
+        flush=True,
     )
     try:
         elastic_launch(config, entrypoint)(job.run_dir)

@@ -19,5 +19,6 @@ def test_drill_runs_go_under_xirang_home(
         main(["kill", "trainer.max_step=3"])  # a typo: the first run stops before training
     said = capsys.readouterr().out
     where = Path(said.split("drill: runs go to ", 1)[1].split()[0])
+    assert "drill: 1/2 the undisturbed run" in said  # progress before each run
     assert where.is_relative_to(Path(os.environ["XIRANG_HOME"]) / "drills"), said
     assert not (tmp_path / "drills").exists()

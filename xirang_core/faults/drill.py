@@ -68,12 +68,14 @@ def main(argv: list[str]) -> int:
     out = args.out or default_out()
     print(f"drill: runs go to {out}", flush=True)
     baseline = out / "baseline"
-    train_run(baseline, overrides, [])
     scenarios = SCENARIOS if args.scenario == "all" else (args.scenario,)
-    reports = [
-        run_drill(name, out / name, baseline, overrides, random.Random(args.seed), args.times)
-        for name in scenarios
-    ]
+    print(f"drill: 1/{len(scenarios) + 1} the undisturbed run ...", flush=True)
+    train_run(baseline, overrides, [])
+    reports = []
+    for i, name in enumerate(scenarios, start=2):
+        print(f"drill: {i}/{len(scenarios) + 1} {name} ...", flush=True)
+        rng = random.Random(args.seed)
+        reports.append(run_drill(name, out / name, baseline, overrides, rng, args.times))
     _print(reports)
     return 0 if all(r.recovered and r.identical for r in reports) else 1
 
