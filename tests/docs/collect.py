@@ -17,7 +17,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PROGRAMS = re.compile(
-    r"(python -m xirang|xirang(?! error:)|pytest)(\s|$)|python benchmarks/|pip |export "
+    r"(python -m xirang|xirang(?! error:)|pytest)(\s|$)|python (benchmarks/|-c )|pip |export "
 )
 SKIP_MARK = re.compile(r"<!--\s*docs-test:\s*skip\s*\((?P<why>[^)]*)\)\s*-->")
 FIGURES_MARK = re.compile(r"<!--\s*docs-test:\s*figures\s*-->")

@@ -33,7 +33,7 @@ TIMEOUT_S = 600  # generous: a loaded CI machine; the commands run take seconds 
 @dataclass(frozen=True)
 class As:
     """Run these instead: placeholders given values ({run}: the newest run directory in the
-    working folder), each alternative spelled out."""
+    working folder, {step}: its newest committed checkpoint), each alternative spelled out."""
 
     commands: tuple[str, ...]
 
@@ -101,7 +101,7 @@ TABLE: dict[str, As | Slow | Skip] = {
             "xirang ckpt ls {run}",
             "xirang ckpt verify {run}",
             "xirang ckpt export {run}",
-            "xirang ckpt keep {run} 2",
+            "xirang ckpt keep {run} {step}",
         )
     ),
     "xirang ckpt export --format hf RUN OUT": As(("xirang ckpt export --format hf {run} hf2",)),
@@ -123,11 +123,11 @@ TABLE: dict[str, As | Slow | Skip] = {
     "pytest": Skip("the test suite itself"),
     # docs/checkpoint.md
     "xirang ckpt ls RUN [--json]": As(("xirang ckpt ls {run} --json",)),
-    "xirang ckpt verify RUN [--step N]": As(("xirang ckpt verify {run} --step 2",)),
+    "xirang ckpt verify RUN [--step N]": As(("xirang ckpt verify {run} --step {step}",)),
     "xirang ckpt export RUN [--step N] [-o model.safetensors]": As(
-        ("xirang ckpt export {run} --step 2 -o model.safetensors",)
+        ("xirang ckpt export {run} --step {step} -o model.safetensors",)
     ),
-    "xirang ckpt keep RUN N [--undo]": As(("xirang ckpt keep {run} 2 --undo",)),
+    "xirang ckpt keep RUN N [--undo]": As(("xirang ckpt keep {run} {step} --undo",)),
     "xirang drill kill|corrupt|fail_save|storage|all [--times 3] [--seed 0] [overrides...]": Skip(
         _SYNOPSIS
     ),
@@ -268,6 +268,15 @@ def _newest_run(work: Path) -> str:
 _NUMBER = r"[-+]?\d[\d.,]*(?:e[-+]?\d+)?"
 
 
+def _newest_step(run: Path) -> str:
+    """The newest checkpoint step whose save committed (its manifest is written last)."""
+    steps = sorted(
+        int(m.parent.name.split("-")[1]) for m in run.glob("checkpoints/*/manifest.json")
+    )
+    assert steps, f"no committed checkpoint in {run}"
+    return str(steps[-1])
+
+
 def _pattern(shown: str, figures: bool) -> re.Pattern[str]:
     """A line the docs show as a pattern: <placeholders> and ... match anything, and so do
     numbers unless the block's figures are exact."""
@@ -306,7 +315,8 @@ def test_a_documented_command_works_as_written(command: DocCommand, workspace: P
     expect_error = bool(command.output) and command.output[0].startswith("xirang error:")
     for text in texts:
         if "{run}" in text:
-            text = text.replace("{run}", _newest_run(workspace))
+            run = _newest_run(workspace)
+            text = text.replace("{run}", run).replace("{step}", _newest_step(workspace / run))
         done = _shell(text, workspace)
         printed = done.stdout + done.stderr
         what = f"{command.where}: `{text}` printed:\n{printed[-3000:]}"
