@@ -121,6 +121,7 @@ TABLE: dict[str, As | Slow | Skip] = {
     ),
     "xirang console --state pool.db": Skip("a web service that runs until stopped"),
     "xirang pool serve --prices book.yaml": Skip("a service that runs until stopped"),
+    "xirang plugins [--json]": As(("xirang plugins", "xirang plugins --json")),
     "pytest": Skip("the test suite itself"),
     # docs/checkpoint.md
     "xirang ckpt ls RUN [--json]": As(("xirang ckpt ls {run} --json",)),
@@ -243,7 +244,7 @@ def _env(work: Path) -> dict[str, str]:
         **os.environ,
         "XIRANG_HOME": str(work / "home"),
         "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
-        "COLUMNS": "100",
+        "COLUMNS": "80",  # a newcomer's terminal: what the docs show is what fits it
     }
 
 
