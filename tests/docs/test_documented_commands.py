@@ -96,14 +96,10 @@ TABLE: dict[str, As | Slow | Skip] = {
     "xirang bench comm --workers 1,2,4": Slow("times each option on 1, 2 and 4 workers"),
     "python -m xirang trainer.nproc=2 parallel=ddp trainer.max_restarts=3 "
     "checkpoint.interval=100": Slow(_MULTI),
-    "xirang ckpt ls|verify|export|keep RUN": As(
-        (
-            "xirang ckpt ls {run}",
-            "xirang ckpt verify {run}",
-            "xirang ckpt export {run}",
-            "xirang ckpt keep {run} {step}",
-        )
+    "xirang ckpt ls|verify|export RUN": As(
+        ("xirang ckpt ls {run}", "xirang ckpt verify {run}", "xirang ckpt export {run}")
     ),
+    "xirang ckpt keep RUN STEP": As(("xirang ckpt keep {run} {step}",)),
     "xirang ckpt export --format hf RUN OUT": As(("xirang ckpt export --format hf {run} hf2",)),
     "xirang drill all": Slow("four drills, each a run killed, corrupted or failed and resumed"),
     "xirang pool serve --cluster cluster.yaml": Skip("a service that runs until stopped"),
