@@ -107,7 +107,12 @@ def show(results: dict[str, Any], folder: Path) -> None:
     for name, columns in TABLES.items():
         table = Table(title=name)
         for column in columns:  # short headers, figures whole: every table fits 80 columns
-            table.add_column(HEADERS.get(column, column), no_wrap=column != "bottleneck")
+            wraps = column == "bottleneck"  # the one text column: folds, never cut
+            table.add_column(
+                HEADERS.get(column, column),
+                no_wrap=not wraps,
+                overflow="fold" if wraps else "ellipsis",
+            )
         for row in results[name][:40]:
             table.add_row(*(_cell(row.get(c)) for c in columns))
         console.print(table)
