@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,9 @@ def test_two_ddp_workers_share_one_run_directory(run_xirang, tmp_path):
     summary = read_summary(run_dir)
     assert summary["world_size"] == 2 and summary["steps"] == 6
     assert summary["tokens"] == 6 * 16 * 128
+    steps = re.findall(r"^step (\d+) loss [\d.]+ tokens/s \d+$", result.stdout, re.MULTILINE)
+    assert steps == ["1", "2", "4", "6"]  # not a terminal: a line per log step (and the first)
+    assert "starting 2 workers" in result.stderr  # said before the silent start-up
 
 
 def test_sweep_runs_each_job_and_tabulates_final_losses(run_xirang, tmp_path):

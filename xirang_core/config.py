@@ -13,6 +13,7 @@ import secrets
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
@@ -21,7 +22,7 @@ from xirang_core.data.tokenizer import settle_vocab
 from xirang_core.errors import ConfigError
 from xirang_core.overrides import check_keys, did_you_mean
 from xirang_core.parallel.plan import degrees_on
-from xirang_core.plugins import Registry
+from xirang_core.plugins import Registry, disabled_provider
 from xirang_core.tracking.config import check_trackers
 
 #: config groups whose option is a registry name, and the registry kind it names
@@ -153,12 +154,37 @@ def check_overrides(args: list[str], registry: Registry) -> None:
         group, values = match.groups()
         for value in values.split(","):  # a sweep (a,b) or a list of options ([a,b])
             if value not in options[group]:
-                valid = ", ".join(sorted(options[group]))
-                raise ConfigError(
-                    f"{group}={value}: no such option. {did_you_mean(value, options[group])}"
-                    f"Valid {group} options: {valid}"
-                )
+                raise ConfigError(_no_option(group, value, options[group], registry))
+    chosen = {arg.split("=", 1)[0] for arg in args}
+    for group, value in default_choices():  # a default whose plugin is disabled
+        if group in options and group not in chosen and value not in options[group]:
+            raise ConfigError(_no_option(group, value, options[group], registry, default=True))
     check_keys(args, options, registry)
+
+
+def default_choices() -> list[tuple[str, str]]:
+    """(group, option) of each entry in the core config's defaults list."""
+    from importlib.resources import files
+
+    config = yaml.safe_load((files("xirang_conf") / "config.yaml").read_text())
+    return [
+        next(iter(entry.items())) for entry in config.get("defaults", []) if isinstance(entry, dict)
+    ]
+
+
+def _no_option(
+    group: str, value: str, valid: set[str], registry: Registry, default: bool = False
+) -> str:
+    """An option that does not exist here: the disabled plugin that has it, or the close ones."""
+    listed = f"Valid {group} options: {', '.join(sorted(valid))}"
+    owner = disabled_provider(registry, group, value)
+    if owner:
+        return (
+            f"{group}={value}{' (the default)' if default else ''} comes from plugin "
+            f"'{owner}', which XIRANG_DISABLE_PLUGINS blocks: enable it, or choose "
+            f"another. {listed}"
+        )
+    return f"{group}={value}: no such option. {did_you_mean(value, valid)}{listed}"
 
 
 def validate(cfg: DictConfig, registry: Registry) -> dict[str, Any]:

@@ -175,6 +175,21 @@ def conf_folder(module_file: str) -> list[str]:
     return [f"file://{Path(module_file).resolve().parent / 'conf'}"]
 
 
+def disabled_provider(registry: Registry, group: str, option: str) -> str:
+    """The disabled plugin whose config folder holds ``group/option`` ('' if none), found
+    without importing it: the reason an option the docs or the defaults name is missing."""
+    from importlib.util import find_spec
+
+    for record in registry.plugins.values():
+        if record.status != "disabled":
+            continue
+        spec = find_spec(record.module.split(":")[0].split(".")[0])
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            if (Path(folder) / "conf" / group / f"{option}.yaml").is_file():
+                return record.name
+    return ""
+
+
 def strict_mode() -> bool:
     return os.environ.get("XIRANG_STRICT_PLUGINS", "").lower() in {"1", "true", "yes"}
 

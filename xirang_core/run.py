@@ -24,6 +24,7 @@ from xirang_core.parallel.resolve import resolve_parallel
 from xirang_core.plugins import Registry, get_registry
 from xirang_core.specs import DeviceBackend, JobSpec
 from xirang_core.train import report, resume, worker
+from xirang_core.train.peak import concurrent_workers
 from xirang_core.train.profile import print_top_operators
 
 log = logging.getLogger("xirang.devices")
@@ -45,6 +46,8 @@ def launch(cfg: DictConfig) -> dict[str, Any]:
     resolve_dataset(config["data"], config["storage"])  # pin the snapshot once, not per worker
     resolve_tokenizer(config, registry)  # bpe trains here (once per snapshot), never in a worker
     summary = train_in(config, run_dir, registry, key)
+    if not summary:  # a detached scheduler: the job runs elsewhere
+        return summary
     report.print_summary(summary)
     print_top_operators(run_dir)  # trainer.profile: the main worker's top operators
     return summary
@@ -59,9 +62,12 @@ def train_in(
     (run_dir / worker.CONFIG_FILE).write_text(yaml.safe_dump(config, sort_keys=False))
     trainer = config["trainer"]
     job = JobSpec(str(run_dir), trainer["nproc"], config["project"], trainer["max_restarts"])
+    scheduler = registry.create("scheduler", config["scheduler"])
     stopping = resume.resumable(run_dir, key) if key else contextlib.nullcontext()
     with stopping:  # a stop leaves the run resumable and says how
-        registry.create("scheduler", config["scheduler"]).launch(job, worker.main)
+        scheduler.launch(job, worker.main)
+    if getattr(scheduler, "detached", False):  # submitted elsewhere; it said how to follow it
+        return {}
     return report.read_summary(run_dir)
 
 
@@ -113,6 +119,7 @@ def resolve_runtime(config: dict[str, Any], registry: Registry) -> dict[str, Any
         "peak_flops_per_worker": calibration.peak_flops(
             compute_dtype(config["trainer"]["precision"], backend.type, calibration)
         ),
+        "concurrent_workers": concurrent_workers(nproc, threads, os.cpu_count() or 1, shareable),
     }
 
 

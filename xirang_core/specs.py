@@ -402,7 +402,11 @@ class CommBackend(Protocol):
 
 @runtime_checkable
 class Scheduler(Protocol):
-    """Places a job and runs it (``scheduler=<name>``), in the launching process."""
+    """Places a job and runs it (``scheduler=<name>``), in the launching process.
+
+    A scheduler that only submits the job to run elsewhere (Kubernetes: a manifest to apply)
+    sets ``detached = True``: the run then ends at submission, with no summary to read.
+    """
 
     def launch(self, job: JobSpec, entrypoint: Any) -> None:
         """Run ``entrypoint(job.run_dir)`` in ``job.nproc`` workers; return when they finished,

@@ -35,6 +35,8 @@ BUILDERS = {"JobSet": jobset, "PyTorchJob": pytorchjob}
 
 
 class KubernetesScheduler:
+    detached = True  # writes the manifest for kubectl; the run happens in the cluster
+
     def __init__(self, **settings: Any) -> None:
         self.config = KubernetesConfig(**settings)
         if self.config.kind not in BUILDERS:

@@ -16,6 +16,7 @@ import contextlib
 import importlib
 import logging
 import os
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -114,6 +115,12 @@ def _attempt(job: JobSpec, entrypoint: Callable[[str], Any], nproc: int) -> Any:
         max_restarts=0,  # restarts are this scheduler's: it may move them to other devices
         monitor_interval=0.1,
         start_method="spawn",
+    )
+    print(  # spawning, importing torch and joining the group takes a while before step 1
+        f"xirang: starting {nproc} workers (each imports torch, joins the process group and "
+        "builds its part of the model before the first step) ...",
+        file=sys.stderr,
+        flush=True,
     )
     try:
         elastic_launch(config, entrypoint)(job.run_dir)

@@ -58,10 +58,10 @@ def test_export_writes_the_weights_as_safetensors(run: tuple[Path, torch.nn.Modu
 def test_keep_protects_from_retention_and_refuses_unknown(
     run: tuple[Path, torch.nn.Module],
 ) -> None:
-    assert main(["keep", "1", str(run[0])]) == 0
+    assert main(["keep", str(run[0]), "1"]) == 0
     assert (run[0] / "checkpoints/step-000000001/KEEP").exists()
     with pytest.raises(ConfigError, match="cannot mark step 9"):
-        main(["keep", "9", str(run[0])])
+        main(["keep", str(run[0]), "9"])
 
 
 def test_an_unknown_run_is_one_clear_error(tmp_path: Path) -> None:

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from tests.test_narrow_terminal import fits
+
 pytestmark = pytest.mark.slow
 
 
@@ -46,9 +48,12 @@ def test_bench_comm_writes_tables_plot_and_predictions(tmp_path) -> None:
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        env={**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "80"},
     )
     assert done.returncode == 0, done.stderr[-2000:]
+    wide = [line for line in done.stdout.splitlines() if not fits(line)]
+    assert not wide, wide  # every table whole at 80 columns
+    assert "bench comm: training 6 steps with powersgd on 2 workers" in done.stderr  # progress
     for name in (
         "report.md",
         "collectives.csv",

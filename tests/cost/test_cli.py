@@ -61,10 +61,11 @@ def test_report_by_team_prints_findings_and_writes_an_exact_csv(metered):
     assert sum(Decimal(r["amount"]) for r in rows[:-1]) == Decimal(rows[-1]["amount"])
 
 
-def test_report_by_device_defaults_its_csv_name(metered):
+def test_a_report_writes_a_csv_only_when_asked(metered):
+    before = set(metered.iterdir())
     result = xirang_cost(metered, "report", "--by", "device")
     assert result.returncode == 0, result.stderr
-    assert (metered / "cost-device.csv").exists()
+    assert "wrote" not in result.stdout and set(metered.iterdir()) == before
 
 
 def test_budgets_are_set_listed_and_bad_input_is_one_clear_line(metered):

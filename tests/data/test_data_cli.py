@@ -52,3 +52,19 @@ def test_registered_as_a_subcommand() -> None:
         [sys.executable, "-m", "xirang", "data", "--help"], capture_output=True, text=True
     )
     assert done.returncode == 0 and "snapshots" in done.stdout
+
+
+def test_snapshots_fit_80_columns(source: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    from rich.console import Console
+
+    from tests.test_narrow_terminal import fits
+    from xirang_core.data import cli
+
+    dst = tmp_path / "dst"
+    assert main(["prepare", str(source), str(dst), "--json"]) == 0
+    snapshot = json.loads(capsys.readouterr().out)["snapshot"]
+    monkeypatch.setattr(cli, "console", Console(width=80, highlight=False))
+    assert main(["snapshots", str(dst)]) == 0
+    out = capsys.readouterr().out
+    assert fits(out) and "quarantined" in out, out  # every header and figure whole
+    assert f"{snapshot} source: {source}" in out.replace("\n", "")  # the path, folded below

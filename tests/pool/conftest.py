@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.pool import postgres
 from xirang_core.pool import clusterfile
@@ -64,3 +65,17 @@ def store_location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return str(tmp_path / "pool.db")
     cluster_url = request.getfixturevalue("postgres_cluster")
     return postgres.fresh_database(cluster_url, f"pool_{next(_databases)}")
+
+
+@pytest.fixture
+def cluster_file(tmp_path: Path) -> Path:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "groups": [{"type": "gpu", "nodes": 2, "devices": 4, "prefix": "n"}],
+                "projects": [{"name": "nlp", "guaranteed": 4}, {"name": "cv", "guaranteed": 4}],
+            }
+        )
+    )
+    return path

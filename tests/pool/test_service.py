@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from xirang_core.pool.client import PoolClient
 from xirang_core.pool.errors import PoolError
@@ -18,20 +17,6 @@ from xirang_core.pool.service import PoolService
 from xirang_core.pool.store import PoolStore
 
 OPERATOR = "operator-secret-for-tests"
-
-
-@pytest.fixture
-def cluster_file(tmp_path: Path) -> Path:
-    path = tmp_path / "cluster.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "groups": [{"type": "gpu", "nodes": 2, "devices": 4, "prefix": "n"}],
-                "projects": [{"name": "nlp", "guaranteed": 4}, {"name": "cv", "guaranteed": 4}],
-            }
-        )
-    )
-    return path
 
 
 class Clock:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.test_narrow_terminal import fits
 from xirang_core.pool import clusterfile
 from xirang_core.pool.cli import main
 from xirang_core.pool.sim import traces
@@ -51,7 +52,10 @@ def _cluster(path: Path) -> Path:
     return path
 
 
-def test_simulate_compares_policies_and_writes_results(tmp_path: Path) -> None:
+def test_simulate_compares_policies_and_writes_results(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
     out = tmp_path / "out"
     trace, cluster = _trace(tmp_path / "t.csv"), _cluster(tmp_path / "c.yaml")
     argv = [
@@ -66,6 +70,9 @@ def test_simulate_compares_policies_and_writes_results(tmp_path: Path) -> None:
         str(out),
     ]
     assert main(argv) == 0
+    printed = capsys.readouterr()
+    assert fits(printed.out) and "priority" in printed.out.split(), printed.out  # at 80 columns
+    assert "replaying 300 jobs under hetero" in printed.err  # progress while it works
     rows = {r["policy"]: r for r in json.loads((out / "results.json").read_text())}
     assert set(rows) == {"fifo", "priority", "hetero"}
     assert all(r["finished"] == 300 for r in rows.values())

@@ -51,11 +51,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     export.set_defaults(action=cmd_export)
     keep = sub.add_parser("keep", help="exempt a checkpoint from retention (--undo lifts it)")
-    keep.add_argument("step", type=int)
     keep.add_argument("--undo", action="store_true")
     keep.set_defaults(action=cmd_keep)
     for p in (ls, verify, export, keep):
         p.add_argument("run", help="run directory, or checkpoint root path/URL")
+    keep.add_argument("step", type=int, help="the step to keep (xirang ckpt ls lists them)")
     export.add_argument("out", nargs="?", type=Path, help="where to write (as -o)")
     return parser
 

@@ -9,6 +9,7 @@ the bottleneck, and cost-model predictions, written as tables and a plot into a 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -103,11 +104,17 @@ def stated_bandwidth() -> float:
     return (calibration.link_bandwidth_gbps or calibration.memory_bandwidth_gbps) * 1e9
 
 
+def progress(what: str) -> None:
+    """One line on stderr per measurement: the whole bench takes minutes."""
+    print(f"bench comm: {what} ...", file=sys.stderr, flush=True)
+
+
 def collective_rows(
     worlds: list[int], sizes: list[int], reps: int, stated: float
 ) -> list[dict[str, Any]]:
     rows = []
     for world in worlds:
+        progress(f"timing collectives on {world} workers ({len(sizes)} sizes, {reps} reps)")
         for row in run_group(time_collectives, world, sizes, reps)[0]:
             bw = bus_bandwidth(row["op"], row["bytes"], world, row["seconds"])
             rows.append({**row, "bus_gbps": bw / 1e9, "of_stated": bw / stated if stated else 0})
@@ -126,6 +133,7 @@ def fitted_links(rows: list[dict[str, Any]]) -> dict[str, Link]:
 def scaling_rows(workers: list[int], options: list[str], steps: int) -> list[dict[str, Any]]:
     """Tokens/s of one worker, then each option at each worker count, with efficiency."""
     settings = TrainSettings(steps=steps, warmup_steps=min(5, steps // 2))
+    progress(f"training {steps} steps on 1 worker (the baseline)")
     base = run_group(train, 1, settings)[0]
     rows = [{**base, "efficiency": 1.0, "hidden_frac": None, "bottleneck": None}]
     for option in options:
@@ -137,6 +145,7 @@ def scaling_rows(workers: list[int], options: list[str], steps: int) -> list[dic
                 steps=steps,
                 warmup_steps=settings.warmup_steps,
             )
+            progress(f"training {steps} steps with {option} on {world} workers")
             result = run_group(train, world, run)[0]
             comm = result.pop("comm")
             rows.append(

@@ -22,6 +22,18 @@ TABLES = {
     "predictions": ("op", "world", "bytes", "seconds", "bottleneck"),
 }
 PLOT_FILE = "bench_comm.png"
+#: what a terminal table calls a column (the CSV files and report.md keep the full names)
+HEADERS = {
+    "world": "p",
+    "tokens_per_s": "tok/s",
+    "efficiency": "eff",
+    "wire_bytes_per_step": "wire B/step",
+    "hidden_frac": "hidden",
+    "final_loss": "loss",
+    "of_stated": "of stated",
+    "bus_gbps": "bus GB/s",
+    "bottleneck": "bound by",
+}
 
 
 def write(results: dict[str, Any], folder: Path) -> Path:
@@ -94,8 +106,13 @@ def show(results: dict[str, Any], folder: Path) -> None:
     console = Console()
     for name, columns in TABLES.items():
         table = Table(title=name)
-        for column in columns:
-            table.add_column(column)
+        for column in columns:  # short headers, figures whole: every table fits 80 columns
+            wraps = column == "bottleneck"  # the one text column: folds, never cut
+            table.add_column(
+                HEADERS.get(column, column),
+                no_wrap=not wraps,
+                overflow="fold" if wraps else "ellipsis",
+            )
         for row in results[name][:40]:
             table.add_row(*(_cell(row.get(c)) for c in columns))
         console.print(table)

@@ -8,7 +8,6 @@ xirang cost budget list
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -41,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--by", default="team", choices=sorted(report_mod.GROUPINGS))
     rep.add_argument("--since", help="7d, 24h, 30m, 2w or an ISO date (default: everything)")
     rep.add_argument("--project", help="only this project's charges")
-    rep.add_argument("--csv", help="CSV file to write (default cost-<by>.csv here)")
+    rep.add_argument("--csv", help="also write the report as this CSV file")
     rep.add_argument("--low-util", type=float, default=0.3, help="low-utilisation threshold")
     rep.set_defaults(run=_report)
     budget = sub.add_parser("budget", help="set or list budgets")
@@ -64,8 +63,8 @@ def _report(args: argparse.Namespace, store: CostStore, out: Console) -> int:
     found = findings_mod.find(charges, threshold=args.low_util)
     if found:
         out.print(_findings_table(found, report.currency))
-    path = report_mod.write_csv(report, args.csv or Path.cwd() / f"cost-{args.by}.csv")
-    out.print(f"wrote {path}")
+    if args.csv:  # only when asked: a report is for reading, not a file in the folder
+        out.print(f"wrote {report_mod.write_csv(report, args.csv)}")
     return 0
 
 

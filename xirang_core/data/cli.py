@@ -105,23 +105,33 @@ def _print_report(report: Report) -> None:
 
 
 def _snapshots(args: argparse.Namespace) -> int:
+    """The snapshots as a table; under 100 columns each source goes on a line below it, so
+    every figure stays whole at 80."""
     tier = tier_for(args.dst)
+    wide = console.width >= 100
     table = Table(title=f"snapshots in {_public(args.dst)}")
-    for column in ("id", "created", "samples", "shards", "MiB", "quarantined", "source"):
-        table.add_column(column, no_wrap=column in ("id", "created"))
+    columns = ("id", "created UTC", "samples", "shards", "MiB", "quarantined")
+    for column in (*columns, "source") if wide else columns:
+        table.add_column(column, no_wrap=column != "source", overflow="fold")
+    sources = []
     for snap_id in list_ids(tier):
         snap = load(tier, snap_id)
         created = datetime.fromtimestamp(snap.meta.get("created", 0), timezone.utc)
-        table.add_row(
+        source = str(snap.meta.get("source", ""))
+        row = [
             snap.id,
-            created.strftime("%Y-%m-%d %H:%M:%S"),
+            created.strftime("%Y-%m-%d %H:%M"),
             f"{snap.samples:,}",
             str(len(snap.shards)),
             f"{snap.bytes / 2**20:.1f}",
             str(sum(q.samples for q in snap.quarantine)),
-            str(snap.meta.get("source", "")),
-        )
+        ]
+        table.add_row(*row, *([source] if wide else []))
+        sources.append(f"{snap.id} source: {source}")
     console.print(table)
+    if not wide:
+        for line in sources:
+            console.print(line, overflow="fold")
     return 0
 
 

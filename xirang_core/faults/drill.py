@@ -25,6 +25,7 @@ from typing import Any
 from xirang_core.checkpoint.events import read_events
 from xirang_core.cli import help_text
 from xirang_core.errors import ConfigError
+from xirang_core.paths import xirang_home
 
 SCENARIOS = ("kill", "corrupt", "fail_save", "storage")
 #: a small, quick run unless the user overrides any of these
@@ -58,20 +59,31 @@ def main(argv: list[str]) -> int:
     parser.add_argument("scenario", choices=[*SCENARIOS, "all"])
     parser.add_argument("--times", type=int, default=3, help="kills per run (kill drill)")
     parser.add_argument("--seed", type=int, default=0, help="chooses the steps and workers")
-    parser.add_argument("--out", type=Path, help="folder for the runs (default: drills/<time>)")
+    parser.add_argument(
+        "--out", type=Path, help="folder for the runs (default: XIRANG_HOME/drills/<time>)"
+    )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for both runs")
     args = parser.parse_intermixed_args(argv)
     overrides = with_defaults(args.overrides)
-    out = args.out or Path("drills") / time.strftime("%Y%m%d-%H%M%S")
+    out = args.out or default_out()
+    print(f"drill: runs go to {out}", flush=True)
     baseline = out / "baseline"
-    train_run(baseline, overrides, [])
     scenarios = SCENARIOS if args.scenario == "all" else (args.scenario,)
-    reports = [
-        run_drill(name, out / name, baseline, overrides, random.Random(args.seed), args.times)
-        for name in scenarios
-    ]
+    print(f"drill: 1/{len(scenarios) + 1} the undisturbed run ...", flush=True)
+    train_run(baseline, overrides, [])
+    reports = []
+    for i, name in enumerate(scenarios, start=2):
+        print(f"drill: {i}/{len(scenarios) + 1} {name} ...", flush=True)
+        rng = random.Random(args.seed)
+        reports.append(run_drill(name, out / name, baseline, overrides, rng, args.times))
     _print(reports)
     return 0 if all(r.recovered and r.identical for r in reports) else 1
+
+
+def default_out() -> Path:
+    """Where drills keep their runs unless told: with xirang's other state, never the folder
+    the command happened to be typed in."""
+    return xirang_home() / "drills" / time.strftime("%Y%m%d-%H%M%S")
 
 
 def with_defaults(overrides: list[str]) -> dict[str, str]:

@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from xirang_core.pool.errors import PoolError
+from xirang_core.pool.errors import TOKEN_HELP, PoolError
 
 DEFAULT_URL = "http://127.0.0.1:8476"
 
@@ -25,6 +25,8 @@ class PoolClient:
         self.timeout = timeout
 
     def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        if not self.token:  # every endpoint needs one: say where it comes from, not just 401
+            raise PoolError(f"missing token: {TOKEN_HELP}", 401)
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(self.url + path, data=data, method=method)
         request.add_header("Authorization", f"Bearer {self.token}")

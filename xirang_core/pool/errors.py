@@ -14,3 +14,12 @@ class PoolError(XirangError):
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
         self.status = status
+
+
+#: where a token comes from, for every message about a missing or refused one
+TOKEN_HELP = (
+    "set XIRANG_POOL_TOKEN (or --token) to your project's token, which `xirang pool quota "
+    "PROJECT --guaranteed N` prints once when it creates the project (--rotate-token prints a "
+    "new one); the operator's token is XIRANG_POOL_OPERATOR_TOKEN or the file "
+    "<state>.operator-token that `xirang pool serve` writes at its first start and names"
+)

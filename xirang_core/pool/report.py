@@ -7,6 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+#: job fields in the order a table shows them; a terminal under WIDE columns shows ``_NARROW``
 _JOB_COLUMNS = (
     "position",
     "id",
@@ -20,29 +21,53 @@ _JOB_COLUMNS = (
     "borrowed",
     "preemptions",
 )
+_NARROW = ("position", "id", "project", "name", "cards", "priority", "state", "device_type")
+WIDE = 120
 
 
-def print_answer(answer: dict[str, Any] | list[Any]) -> None:
-    """A list of records as a table, a status mapping as key lines plus its project table."""
-    console = Console()
+def print_answer(answer: dict[str, Any] | list[Any], console: Console | None = None) -> None:
+    """A list of records as a table, the status as its lines and tables (never raw dicts)."""
+    console = console or Console()
     if isinstance(answer, dict):
-        for key, value in answer.items():
-            if key != "projects":
-                console.print(f"[bold]{key}[/]: {value}")
-        if answer.get("projects"):
-            print_answer(answer["projects"])
+        _print_status(answer, console)
         return
     if not answer:
         console.print("(none)")
         return
     is_job = "id" in answer[0] and "cards" in answer[0]
-    columns = [c for c in _JOB_COLUMNS if c in answer[0]] if is_job else list(answer[0])
+    shown = _JOB_COLUMNS if console.width >= WIDE else _NARROW
+    columns = [c for c in shown if c in answer[0]] if is_job else list(answer[0])
     table = Table()
     for column in columns:
-        table.add_column(column)
+        table.add_column(column, overflow="fold", no_wrap=column not in ("name", "project"))
     for row in answer:
-        table.add_row(*(str(row.get(c, "")) for c in columns))
+        table.add_row(*(_cell(row.get(c, "")) for c in columns))
     console.print(table)
+    if is_job and len(columns) < len([c for c in _JOB_COLUMNS if c in answer[0]]):
+        console.print(f"(class, borrowed and preemptions from {WIDE} columns, or --json)")
+
+
+def _print_status(status: dict[str, Any], console: Console) -> None:
+    """Scalars as ``key: value`` lines, device types and projects as tables."""
+    for key, value in status.items():
+        if not isinstance(value, dict | list):
+            console.print(f"[bold]{key}[/]: {_cell(value)}")
+    if "drained" in status:
+        console.print(f"[bold]drained[/]: {', '.join(status['drained']) or 'none'}")
+    if status.get("types"):
+        types = [{"type": t, **v} for t, v in status["types"].items()]
+        print_answer(types, console)
+    if status.get("projects"):
+        print_answer(status["projects"], console)
+
+
+def _cell(value: Any) -> str:
+    """A value as a reader expects it: none for a missing limit, yes/no for flags."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
 
 
 def comparison_table(rows: list[dict[str, Any]], baseline: str = "fifo") -> Table:
@@ -55,12 +80,11 @@ def comparison_table(rows: list[dict[str, Any]], baseline: str = "fifo") -> Tabl
         "p95 JCT h",
         "avg queue h",
         "util",
-        "preemptions",
-        "fragmentation",
+        "pre-\nempted",
+        "frag",
         "JCT vs " + baseline,
-        "wall s",
-    ):
-        table.add_column(column, justify="right")
+    ):  # short headers fit 80 columns and no policy name is cut; the wall time went to stderr
+        table.add_column(column, justify="right", no_wrap=column == "policy")
     for r in rows:
         ratio = base["avg_jct_h"] / r["avg_jct_h"] if base and r["avg_jct_h"] else float("nan")
         table.add_row(
@@ -72,6 +96,5 @@ def comparison_table(rows: list[dict[str, Any]], baseline: str = "fifo") -> Tabl
             str(r["preemptions"]),
             f"{r['fragmentation']:.2f}",
             f"{ratio:.2f}x",
-            f"{r['wall_s']:.1f}",
         )
     return table

@@ -30,7 +30,7 @@ from xirang_core.pool import clusterfile
 from xirang_core.pool.cards import DEFAULT_CLASS, Throughputs
 from xirang_core.pool.cluster import Cluster
 from xirang_core.pool.engine import Event, PoolEngine
-from xirang_core.pool.errors import PoolError
+from xirang_core.pool.errors import TOKEN_HELP, PoolError
 from xirang_core.pool.jobs import Job, check_cards, parse_priority, priority_name
 from xirang_core.pool.placement import span
 from xirang_core.pool.policy import load_policy
@@ -121,14 +121,16 @@ class PoolService:
     def whoami(self, token: str) -> str:
         """The project a token belongs to, or OPERATOR; 401 for anything else."""
         if not token:
-            raise PoolError("missing token: send 'Authorization: Bearer <token>'", 401)
+            raise PoolError(
+                f"missing token: send 'Authorization: Bearer <token>'; {TOKEN_HELP}", 401
+            )
         digest = _hash(token)
         if self.operator_hash and hmac.compare_digest(digest, self.operator_hash):
             return OPERATOR
         for project in self.engine.quotas.projects.values():
             if project.token_hash and hmac.compare_digest(digest, project.token_hash):
                 return project.name
-        raise PoolError("invalid token", 401)
+        raise PoolError(f"invalid token: {TOKEN_HELP}", 401)
 
     def _visible(self, who: str, job: Job) -> None:
         if who not in (OPERATOR, job.project):

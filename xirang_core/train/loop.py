@@ -12,7 +12,6 @@ or skipping at the very step that went bad.
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import resource
 import sys
@@ -33,8 +32,6 @@ from xirang_core.train.compile import compiled_frames
 from xirang_core.train.optim import build_schedule
 from xirang_core.train.precision import Precision
 from xirang_core.train.report import MetricsLog, bits_per_byte
-
-log = logging.getLogger("xirang.train")
 
 
 @dataclass
@@ -295,12 +292,12 @@ class Trainer:
     def _publish(self, record: dict[str, Any]) -> None:
         if self.metrics is not None:
             self.metrics.write(record)
-        if not sys.stdout.isatty():
-            log.info(
-                "step %d loss %.4f tokens/s %.0f",
-                record["step"],
-                record["loss"],
-                record["tokens_per_s"],
+        if not sys.stdout.isatty() and self.ctx.is_main:  # a plain line per log step, printed:
+            # the workers of a multi-worker run have no logging set up (only Hydra's process has)
+            print(
+                f"step {record['step']} loss {record['loss']:.4f} "
+                f"tokens/s {record['tokens_per_s']:.0f}",
+                flush=True,
             )
         notify(self.hook, "xirang_on_step_end", ctx=self.ctx, step=record["step"], metrics=record)
 

@@ -32,6 +32,7 @@ from xirang_core.train.init import materialize
 from xirang_core.train.interrupt import StopAtStepEnd, stop_on
 from xirang_core.train.loop import LoopSettings, Trainer, evaluate
 from xirang_core.train.optim import build_optimizer, build_schedule
+from xirang_core.train.peak import run_peak_flops
 from xirang_core.train.pretrained import load_pretrained
 from xirang_core.train.segments import SegmentLog, WholeRun
 
@@ -149,7 +150,7 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
         grad_clip=trainer["grad_clip"],
         optim=config["optim"],
         flops_per_token=flops_per_token,
-        peak_flops=config["runtime"]["peak_flops_per_worker"] * ctx.world_size,
+        peak_flops=run_peak_flops(config["runtime"], ctx.world_size),
         bytes_per_token=train.corpus.features.bytes_per_token,
         precision=trainer["precision"],
         compile=trainer["compile"],

@@ -25,11 +25,22 @@ def compare(
     data = clusterfile.read(cluster)
     _, throughputs, _ = clusterfile.build(dict(data))
     jobs = traces.load(trace, throughputs.classes(), seed, limit or None)
-    results = [Simulator(data, name.strip()).run(jobs) for name in policies if name.strip()]
+    results = []
+    for name in (n.strip() for n in policies if n.strip()):
+        results.append(_replay(data, name, jobs))
     Console().print(comparison_table([r.row() for r in results]))
     if out:
         write(results, Path(out))
     return results
+
+
+def _replay(data: dict, policy: str, jobs: list[traces.TraceJob]) -> Result:
+    """One policy's replay, announced on stderr first: a long trace takes minutes."""
+    progress = Console(stderr=True)
+    progress.print(f"pool simulate: replaying {len(jobs)} jobs under {policy} ...")
+    result = Simulator(data, policy).run(jobs)
+    progress.print(f"pool simulate: {policy} done in {result.wall_s:.1f} s")
+    return result
 
 
 def write(results: list[Result], out: Path) -> None:

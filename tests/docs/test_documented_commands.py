@@ -1,0 +1,341 @@
+"""Every command README.md and docs/*.md show works as written (issue 20: the docs are tests).
+
+The commands run in reading order, as a newcomer would type them, in one working folder with a
+fresh ``XIRANG_HOME``. A command fails its test on a non-zero exit (a zero one where the docs
+show ``xirang error: ...``), on a traceback, or when the output the docs show under it no longer
+matches (numbers, ``<placeholders>`` and ``...`` match anything).
+
+A command not in ``TABLE`` runs exactly as written. ``TABLE`` (keyed by the command's text as
+``collect`` reads it) says what else to do: ``As`` spells out placeholders and ``a|b``
+alternatives, ``Slow`` leaves a long one to ``XIRANG_DOCS_SLOW=1``, ``Skip`` names the service,
+hardware or network it needs. A ``<!-- docs-test: skip (why) -->`` line before a block skips it
+in the markdown itself. An entry whose command left the docs fails, so the table stays true.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.docs.collect import REPO, DocCommand, collect
+
+SLOW_ENV = "XIRANG_DOCS_SLOW"  # =1 also runs the commands marked Slow
+TIMEOUT_S = 600  # generous: a loaded CI machine; the commands run take seconds idle
+
+
+@dataclass(frozen=True)
+class As:
+    """Run these instead: placeholders given values ({run}: the newest run directory in the
+    working folder, {step}: its newest committed checkpoint), each alternative spelled out."""
+
+    commands: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Slow:
+    why: str
+
+
+@dataclass(frozen=True)
+class Skip:
+    why: str
+
+
+_SERVICE = "needs a running pool service (tests/pool start one)"
+_TRAINS = "a full training run (300 steps by default): minutes on two CPU cores"
+_MULTI = "several workers for a full run: minutes on two CPU cores"
+_GPU = "needs NVIDIA GPUs"
+_NET = "installs from the network"
+_S3 = "needs S3 credentials (tests/data and tests/plugins/xirang_s3 use moto_server)"
+_SLURM = "needs a Slurm cluster (.ci/run starts one for tests/plugins/xirang_slurm)"
+_HF = "a local Hugging Face model folder (DIR): tests/plugins/xirang_hf build one"
+_SYNOPSIS = "a synopsis of the options, not a command; the commands below it run"
+_PLAN = "measures this host for each plan: minutes on two CPU cores"
+_BENCH = "a benchmark: minutes; it prints its figures as its last line"
+
+TABLE: dict[str, As | Slow | Skip] = {
+    # README.md
+    'pip install -e ".[dev]" torch==2.13.0': Skip(_NET + "; CI installs exactly this"),
+    "python -m xirang": Slow(_TRAINS + "; README's sample and summary are its output"),
+    "python -m xirang model=gpt_small trainer.max_steps=50 optim.lr=1e-3": Slow(_TRAINS),
+    "python -m xirang trainer.nproc=2 parallel=ddp": Slow(_MULTI),
+    "python -m xirang -m optim.lr=1e-3,3e-3 trainer.max_steps=20": Slow("two runs of 20 steps"),
+    "python -m xirang model=hf model.config=DIR": Skip(_HF),
+    "python -m xirang model=hf model.pretrained=DIR": Skip(_HF),
+    "xirang ckpt export --format hf RUN [OUT]": As(("xirang ckpt export --format hf {run} hf",)),
+    "python -m xirang model=llama_tiny model.pretrained=OUT": Slow(_TRAINS),
+    "python -m xirang trainer.precision=bf16": Slow(_TRAINS),
+    "python -m xirang trainer.compile=true": Slow(_TRAINS + ", compiled"),
+    "python -m xirang trainer.eval_every=50": Slow(_TRAINS),
+    "python -m xirang trainer.nonfinite=skip": Slow(_TRAINS),
+    "xirang data prepare ./corpus /data/corpus": As(("xirang data prepare ./corpus data/corpus",)),
+    "xirang data snapshots /data/corpus": As(("xirang data snapshots data/corpus",)),
+    "xirang data sync /data/corpus s3://bucket/corpus": Skip(_S3),
+    "xirang data verify s3://bucket/corpus": Skip(_S3),
+    "python -m xirang data=snapshot data.uri=/data/corpus [data.snapshot=<id>]": Slow(_TRAINS),
+    "python -m xirang storage=s3_cache data=snapshot data.uri=s3://bucket/corpus": Skip(_S3),
+    "python -m xirang trainer.nproc=4 parallel=hybrid parallel.tp=2 parallel.recompute=full": Slow(
+        _MULTI
+    ),
+    "python -m xirang trainer.nproc=4 parallel=auto": Slow(_MULTI),
+    "xirang plan model=gpt_tiny devices=4": Slow(_PLAN),
+    "xirang plan model=gpt_125m cluster=dgx_h100 nodes=4 [--json]": As(
+        (
+            "xirang plan model=gpt_125m cluster=dgx_h100 nodes=4",
+            "xirang plan model=gpt_125m cluster=dgx_h100 nodes=4 --json",
+        )
+    ),
+    "python -m xirang trainer.nproc=4 parallel=ddp comm=powersgd comm.rank=4": Slow(_MULTI),
+    "xirang bench comm --workers 1,2,4": Slow("times each option on 1, 2 and 4 workers"),
+    "python -m xirang trainer.nproc=2 parallel=ddp trainer.max_restarts=3 "
+    "checkpoint.interval=100": Slow(_MULTI),
+    "xirang ckpt ls|verify|export RUN": As(
+        ("xirang ckpt ls {run}", "xirang ckpt verify {run}", "xirang ckpt export {run}")
+    ),
+    "xirang ckpt keep RUN STEP": As(("xirang ckpt keep {run} {step}",)),
+    "xirang ckpt export --format hf RUN OUT": As(("xirang ckpt export --format hf {run} hf2",)),
+    "xirang drill all": Slow("four drills, each a run killed, corrupted or failed and resumed"),
+    "xirang pool serve --cluster cluster.yaml": Skip("a service that runs until stopped"),
+    "python -m xirang scheduler=pool project=nlp pool.priority=high pool.cards=8": Skip(_SERVICE),
+    "xirang pool quota nlp --guaranteed 64": Skip(_SERVICE),
+    "xirang pool status | queue | jobs | cancel 12": Skip(_SERVICE),
+    "python -m xirang -m hydra/launcher=submitit_slurm hydra.launcher.partition=debug "
+    "optim.lr=1e-3,3e-3": Skip(_SLURM),
+    "xirang cost report --by team|project|device --since 7d [--csv out.csv]": As(
+        (
+            "xirang cost report --by team --since 7d",
+            "xirang cost report --by project --since 7d",
+            "xirang cost report --by device --since 7d --csv out.csv",
+        )
+    ),
+    "xirang console --state pool.db": Skip("a web service that runs until stopped"),
+    "xirang pool serve --prices book.yaml": Skip("a service that runs until stopped"),
+    "xirang plugins [--json]": As(("xirang plugins", "xirang plugins --json")),
+    "pytest": Skip("the test suite itself"),
+    # docs/checkpoint.md
+    "xirang ckpt ls RUN [--json]": As(("xirang ckpt ls {run} --json",)),
+    "xirang ckpt verify RUN [--step N]": As(("xirang ckpt verify {run} --step {step}",)),
+    "xirang ckpt export RUN [--step N] [-o model.safetensors]": As(
+        ("xirang ckpt export {run} --step {step} -o model.safetensors",)
+    ),
+    "xirang ckpt keep RUN N [--undo]": As(("xirang ckpt keep {run} {step} --undo",)),
+    "xirang drill kill|corrupt|fail_save|storage|all [--times 3] [--seed 0] [overrides...]": Skip(
+        _SYNOPSIS
+    ),
+    # docs/comm.md
+    "xirang bench comm": Slow("times every option on 1 and 2 workers"),
+    "xirang bench comm --workers 1,2 --options gloo,fp16 --steps 10": Slow("about a minute"),
+    "xirang bench comm --cluster cluster.yaml --predict-workers 16,64,256": Skip(
+        "a cluster file of your own (CLUSTER)"
+    ),
+    # docs/console.md
+    "xirang pool serve --state pool.db --cluster cluster.yaml &": Skip("a service"),
+    "xirang console --state pool.db --prices book.yaml --port 8080": Skip("a web service"),
+    # docs/cost.md
+    "python -m xirang cost=pricebook cost.prices.cuda=3.2 cost.capacity_class=guaranteed": Slow(
+        _TRAINS
+    ),
+    "python -m xirang cost=energy_aware cost.watts.cuda=700 cost.price_per_kwh=0.25": Slow(_TRAINS),
+    # docs/data.md
+    "xirang data prepare SRC DST [--format auto|files|lines|jsonl|parquet] [--field text]": Skip(
+        _SYNOPSIS
+    ),
+    "xirang data snapshots DST": As(("xirang data snapshots data/corpus",)),
+    "xirang data sync SRC DST [--snapshot ID]": As(("xirang data sync data/corpus data/copy",)),
+    "xirang data verify DST [--snapshot ID]": As(("xirang data verify data/copy",)),
+    "python -m xirang data=snapshot data.uri=/data/corpus [data.snapshot=ID]": Slow(_TRAINS),
+    "python -m xirang tokenizer=bpe tokenizer.vocab_size=4096": Slow(_TRAINS),
+    "python -m xirang tokenizer=hf tokenizer.path=/models/llama3": Skip(
+        "a local Hugging Face tokenizer folder"
+    ),
+    "pip install 'xirang[bench]'": Skip(_NET),
+    "python benchmarks/data_loading.py --streaming-python /tmp/streaming-env/bin/python "
+    "[--samples 100000]": Skip("MosaicML Streaming in its own environment (from the network)"),
+    # docs/devices.md
+    "pip install 'xirang[cuda]'": Skip(_NET),
+    "pip install 'xirang[rocm]'": Skip(_NET),
+    "pip install 'xirang[ascend]'": Skip(_NET),
+    "xirang devices --calibrate": Slow("measures every device again"),
+    "xirang devices --calibrate --json > devices.json": Slow("measures every device again"),
+    "python -m xirang device=cuda trainer.max_steps=2 trainer.sample_tokens=0": Skip(_GPU),
+    "python -m xirang device=cuda trainer.nproc=2 parallel=ddp trainer.max_steps=2": Skip(_GPU),
+    # docs/huggingface.md
+    "python -m xirang model=hf model.config=path/to/dir": Skip(_HF),
+    "python -m xirang model=hf model.config=path/to/config.json model.vocab_size=256": Skip(_HF),
+    "python -m xirang model=hf model.pretrained=path/to/dir": Skip(_HF),
+    "python -m xirang model=hf model.config=dir parallel=fsdp trainer.nproc=2": Skip(_HF),
+    "xirang ckpt export --format hf outputs/2026-12-01/10-00-00-abc123 my-model": As(
+        ("xirang ckpt export --format hf {run} my-model",)
+    ),
+    # docs/parallel.md
+    "python -m xirang trainer.nproc=4 parallel=fsdp": Slow(_MULTI),
+    "python -m xirang trainer.nproc=4 parallel=fsdp parallel.zero=2": Slow(_MULTI),
+    "python -m xirang trainer.nproc=2 parallel=tp": Slow(_MULTI),
+    "python -m xirang trainer.nproc=2 parallel=sp": Slow(_MULTI),
+    "python -m xirang trainer.nproc=2 parallel=pp parallel.schedule=gpipe trainer.micro_batch=2": (
+        Slow(_MULTI)
+    ),
+    "python -m xirang trainer.nproc=4 parallel=hybrid parallel.tp=2": Slow(_MULTI),
+    "python -m xirang trainer.nproc=8 parallel=hybrid parallel.tp=2 parallel.pp=2 "
+    "parallel.recompute=full": Slow(_MULTI),
+    "python -m xirang trainer.nproc=4 parallel=auto parallel.smoke=true": Slow(_MULTI),
+    "xirang plan model=gpt_small devices=4 --smoke": Slow(_PLAN + ", then smoke-runs the best"),
+    "pip install --no-deps colossalai==0.5.0": Skip(_NET),
+    "pip install peft==0.13.2 transformers==4.51.3 'huggingface-hub<1.0' 'tokenizers<0.22' "
+    "galore-torch bitsandbytes einops": Skip(_NET),
+    # docs/pool.md
+    "xirang pool serve --cluster cluster.yaml --store postgresql://pool@db.example/pool": Skip(
+        "a service and a PostgreSQL server"
+    ),
+    "xirang pool quota nlp --guaranteed 64 --borrow-limit 64 --team research": Skip(_SERVICE),
+    "export XIRANG_POOL_TOKEN=<nlp token>": Skip("the token the line above printed"),
+    "xirang pool status | queue | jobs --state running | cancel 12": Skip(_SERVICE),
+    'xirang pool drain gpu-0007 --reason "ECC errors"': Skip(_SERVICE),
+    "python -m xirang -m hydra/launcher=submitit_slurm hydra.launcher.partition=debug "
+    "hydra.launcher.cpus_per_task=4 hydra.launcher.timeout_min=60 optim.lr=1e-3,3e-3": Skip(_SLURM),
+    # docs/training.md
+    "python benchmarks/llm_throughput.py --quick": Slow(_BENCH),
+    "python benchmarks/llm_throughput.py": Slow(_BENCH),
+    "python benchmarks/llm_throughput.py --profile": Slow(_BENCH),
+}
+
+#: what the working folder holds before the first command: a small corpus to prepare, and
+#: the repository's files the docs name by relative path
+_LINKED = ("benchmarks", "xirang_core", "examples")
+#: the quick run the ``{run}`` placeholders read (no documented command is quick enough)
+_SETUP_RUN = ("trainer.max_steps=3", "trainer.log_every=1", "trainer.sample_tokens=8")
+
+COMMANDS = collect()
+
+
+def _id(command: DocCommand) -> str:
+    return f"{command.where} {command.text[:60]}"
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A newcomer's folder: a fresh XIRANG_HOME, a small corpus, one quick run."""
+    work = tmp_path_factory.mktemp("docs")
+    for name in _LINKED:
+        (work / name).symlink_to(REPO / name)
+    corpus = work / "corpus"
+    corpus.mkdir()
+    for i, path in enumerate(sorted((REPO / "xirang_core").rglob("*.py"))[:40]):
+        shutil.copy(path, corpus / f"{i:03d}_{path.name}")
+    done = _shell(f"python -m xirang {' '.join(_SETUP_RUN)}", work)
+    assert done.returncode == 0, done.stdout[-3000:]
+    return work
+
+
+def _env(work: Path) -> dict[str, str]:
+    bin_dir = str(Path(sys.executable).parent)
+    return {
+        **os.environ,
+        "XIRANG_HOME": str(work / "home"),
+        "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+        "COLUMNS": "80",  # a newcomer's terminal: what the docs show is what fits it
+    }
+
+
+def _shell(command: str, work: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "-c", command],
+        cwd=work,
+        env=_env(work),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+
+
+def _newest_run(work: Path) -> str:
+    runs = sorted(
+        p.parent for p in (work / "outputs").rglob("config.yaml") if "hydra" not in str(p)
+    )
+    assert runs, "no run directory yet"
+    return str(runs[-1].relative_to(work))
+
+
+_NUMBER = r"[-+]?\d[\d.,]*(?:e[-+]?\d+)?"
+
+
+def _newest_step(run: Path) -> str:
+    """The newest checkpoint step whose save committed (its manifest is written last)."""
+    steps = sorted(
+        int(m.parent.name.split("-")[1]) for m in run.glob("checkpoints/*/manifest.json")
+    )
+    assert steps, f"no committed checkpoint in {run}"
+    return str(steps[-1])
+
+
+def _pattern(shown: str, figures: bool) -> re.Pattern[str]:
+    """A line the docs show as a pattern: <placeholders> and ... match anything, and so do
+    numbers unless the block's figures are exact."""
+    parts = re.split(rf"(\.\.\.|…|<[^>]+>|{_NUMBER})", shown.strip())
+    regex = ""
+    for i, part in enumerate(parts):
+        if i % 2 == 0 or (figures and re.fullmatch(_NUMBER, part)):
+            regex += re.escape(part)
+        else:
+            regex += _NUMBER if re.fullmatch(_NUMBER, part) else ".*"
+    return re.compile(regex)
+
+
+def mismatch(shown: tuple[str, ...], printed: str, figures: bool = False) -> str:
+    """The first shown line that the printed output lacks (in order), or ''."""
+    lines = printed.splitlines()
+    at = 0
+    for line in (s for s in shown if s.strip()):
+        pattern = _pattern(line, figures)
+        hit = next((i for i in range(at, len(lines)) if pattern.search(lines[i])), None)
+        if hit is None:
+            return line
+        at = hit + 1
+    return ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", COMMANDS, ids=_id)
+def test_a_documented_command_works_as_written(command: DocCommand, workspace: Path) -> None:
+    entry = TABLE.get(command.text)
+    if command.skip or isinstance(entry, Skip):
+        pytest.skip(command.skip or entry.why)
+    if isinstance(entry, Slow) and os.environ.get(SLOW_ENV) != "1":
+        pytest.skip(f"slow ({entry.why}); {SLOW_ENV}=1 runs it")
+    texts = entry.commands if isinstance(entry, As) else (command.text,)
+    expect_error = bool(command.output) and command.output[0].startswith("xirang error:")
+    for text in texts:
+        if "{run}" in text:
+            run = _newest_run(workspace)
+            text = text.replace("{run}", run).replace("{step}", _newest_step(workspace / run))
+        done = _shell(text, workspace)
+        printed = done.stdout + done.stderr
+        what = f"{command.where}: `{text}` printed:\n{printed[-3000:]}"
+        assert (done.returncode != 0) == expect_error, f"exit {done.returncode}; {what}"
+        assert "Traceback (most recent call last)" not in printed, what
+        missing = mismatch(command.output, printed, command.figures)
+        assert not missing, f"the docs show {missing!r}; {what}"
+
+
+def test_every_table_entry_is_a_documented_command() -> None:
+    """An entry whose command left (or changed in) the docs is stale: drop or rename it."""
+    shown = {c.text for c in COMMANDS}
+    assert not sorted(set(TABLE) - shown)
+
+
+def test_the_output_patterns_match_what_they_should() -> None:
+    shown = ("xirang error: comm=nccl serves cuda devices, not cpu. Use comm=auto or ...",)
+    assert not mismatch(
+        shown, "xirang error: comm=nccl serves cuda devices, not cpu. Use comm=auto or comm=x"
+    )
+    assert mismatch(shown, "xirang error: comm=nccl is fine")
+    assert not mismatch(("last: a=<x> b=1.5",), "noise\nlast: a=0.25 b=17")
+    assert mismatch(("jct 1.47 h",), "jct 1.48 h", figures=True)
+    assert not mismatch(("jct 1.47 h",), "jct 1.47 h", figures=True)

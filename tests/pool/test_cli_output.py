@@ -1,0 +1,52 @@
+"""What ``xirang pool status|queue|jobs`` print at 80 columns, and what a missing token says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.pool.test_service import OPERATOR, Clock, _start
+from tests.test_narrow_terminal import fits
+from xirang_core.pool.cli import main
+from xirang_core.pool.client import PoolClient
+from xirang_core.pool.errors import PoolError
+
+
+@pytest.fixture
+def busy_pool(tmp_path: Path, cluster_file: Path, monkeypatch: pytest.MonkeyPatch):
+    """A real service over HTTP with one running and two queued jobs, read at 80 columns."""
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.delenv("XIRANG_POOL_TOKEN", raising=False)
+    service, url = _start(str(tmp_path / "pool.db"), cluster_file, Clock())
+    operator = PoolClient(url, OPERATOR)
+    for cards, name in ((8, "pretrain-llama-long-name"), (4, "finetune"), (2, "eval")):
+        operator.submit(project="nlp", cards=cards, name=name, priority="high")
+    yield url
+    service._server.shutdown()
+    service.store.close()
+
+
+def test_status_is_lines_and_tables_not_raw_dicts(busy_pool: str, capsys) -> None:
+    assert main(["--url", busy_pool, "--token", OPERATOR, "status"]) == 0
+    out = capsys.readouterr().out
+    assert "{" not in out and "'" not in out, out  # no Python dict or list reprs
+    assert "capacity" in out and "free" in out and "guaranteed" in out
+    assert "drained: none" in out and "queued: 2" in out
+    assert fits(out), out
+
+
+@pytest.mark.parametrize("view", [["queue"], ["jobs"], ["jobs", "--state", "queued"]])
+def test_job_tables_fit_80_columns(busy_pool: str, view: list[str], capsys) -> None:
+    assert main(["--url", busy_pool, "--token", OPERATOR, *view]) == 0
+    out = capsys.readouterr().out
+    assert fits(out), out
+    assert "finetune" in out and "state" in out
+
+
+def test_a_missing_token_says_where_tokens_come_from(busy_pool: str) -> None:
+    with pytest.raises(PoolError) as err:
+        main(["--url", busy_pool, "status"])
+    message = str(err.value)
+    assert "XIRANG_POOL_TOKEN" in message and "xirang pool quota" in message
+    assert "XIRANG_POOL_OPERATOR_TOKEN" in message and ".operator-token" in message
