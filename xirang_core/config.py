@@ -163,12 +163,16 @@ def check_overrides(args: list[str], registry: Registry) -> None:
 
 
 def default_choices() -> list[tuple[str, str]]:
-    """(group, option) of each entry in the core config's defaults list."""
+    """(group, option) of each entry in the core config's defaults list (a group that takes
+    several options at once, as ``tracker: []``, gives one pair per option)."""
     from importlib.resources import files
 
     config = yaml.safe_load((files("xirang_conf") / "config.yaml").read_text())
+    entries = [next(iter(e.items())) for e in config.get("defaults", []) if isinstance(e, dict)]
     return [
-        next(iter(entry.items())) for entry in config.get("defaults", []) if isinstance(entry, dict)
+        (group, option)
+        for group, chosen in entries
+        for option in (chosen if isinstance(chosen, list) else [chosen])
     ]
 
 
