@@ -113,6 +113,10 @@ class Registry:
             paths.extend(result or [])
         return paths
 
+    def hydra_plugins(self) -> list[str]:
+        """Every Hydra plugin class the plugins add (``module:Class``), for Hydra to register."""
+        return [t for result in self.pm.hook.xirang_hydra_plugins() for t in result or []]
+
 
 def conf_folder(module_file: str) -> list[str]:
     """What a plugin's ``xirang_config_search_paths`` returns for a ``conf/`` folder beside its

@@ -22,6 +22,7 @@ from xirang_core.errors import ConfigError
 from xirang_core.parallel.resolve import resolve_parallel
 from xirang_core.plugins import Registry, get_registry
 from xirang_core.specs import DeviceBackend, JobSpec
+from xirang_core.sweep.prune import join_trial
 from xirang_core.train import report, worker
 
 
@@ -32,6 +33,7 @@ def launch(cfg: DictConfig) -> dict[str, Any]:
     registry = get_registry()
     config = validate(cfg, registry)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    join_trial(config, HydraConfig.get())  # a pruned sweep's trial: where its study is
     config["runtime"] = resolve_runtime(config, registry)
     resolve_dataset(config["data"], config["storage"])  # pin the snapshot once, not per worker
     resolve_tokenizer(config, registry)  # bpe trains here (once per snapshot), never in a worker

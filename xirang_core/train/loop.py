@@ -27,6 +27,7 @@ import torch.distributed as dist
 from xirang_core.data.tokens import TokenBatches
 from xirang_core.errors import ConfigError, XirangError
 from xirang_core.specs import WorkerContext
+from xirang_core.sweep.prune import pruned_here
 from xirang_core.train.compile import compiled_frames
 from xirang_core.train.optim import lr_at
 from xirang_core.train.precision import Precision
@@ -88,6 +89,7 @@ class Trainer:
         self.grad_norm: Any = None  # the last step's, pre-clip (a device tensor or a float)
         self.skipped_steps = 0
         self.compile_s, self.compile_steps = 0.0, 0
+        self.pruned_at: int | None = None  # the step a sweep's pruner ended the run at
 
     def train_step(self, step: int) -> torch.Tensor:
         """One optimizer step (1-based); returns this worker's mean loss, still on the device."""
@@ -225,6 +227,9 @@ class Trainer:
                 if self.ctx.is_main:
                     records.append(record)
                     self._publish(record)
+                if evaluating and pruned_here(self.ctx, self.hook, step, record):
+                    self.pruned_at = step
+                    break
         return records
 
     def _timed_step(self, step: int) -> tuple[torch.Tensor, float]:

@@ -207,7 +207,7 @@ def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry
     trainer.recovery = guard.recovery_note
     with stop_on():  # SIGTERM (preemption, scancel): checkpoint at the step's end and stop
         records = trainer.fit(guard.start_step, on_step_end=StopAtStepEnd(guard, ctx))
-    guard.finish(parts.settings.max_steps)
+    guard.finish(trainer.pruned_at or parts.settings.max_steps)
     wall = time.perf_counter() - started
     if not ctx.is_main and ctx.mesh is None:
         return
@@ -249,11 +249,13 @@ def final_sample(config: dict[str, Any], parts: Assembly) -> str:
 
 
 def loop_figures(trainer: Trainer) -> dict[str, Any]:
-    """The loop's own figures for the summary: compile time and the steps the guard skipped."""
+    """The loop's own figures for the summary: compile time, the steps the guard skipped and
+    the step a sweep's pruner stopped the run at."""
     return {
         "compile_s": round(trainer.compile_s, 3),
         "compile_steps": trainer.compile_steps,
         "skipped_steps": trainer.skipped_steps,
+        "pruned_at": trainer.pruned_at,  # None unless a sweep's pruner ended the run early
     }
 
 
