@@ -47,7 +47,7 @@ def sweep(runs: Path, pruner: str, args: argparse.Namespace) -> list[dict[str, A
     ]
     env = {**os.environ, "XIRANG_RUNS": str(runs)}
     subprocess.run(command, env=env, check=True, capture_output=True, text=True)
-    (folder,) = [p.parent for p in runs.rglob("multirun.yaml")]
+    (folder,) = [p.parent for p in runs.rglob("sweep_results.csv")]
     rows = rows_from_folder(folder)
     for row in rows:
         row["lr"] = next(o for o in row["overrides"].split() if o.startswith("optim.lr="))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -40,6 +41,8 @@ class PruningSearch(OptunaSweeperImpl):
 
     def sweep(self, arguments: list[str]) -> None:
         """Ask a batch of ``n_jobs`` trials, launch them, tell each one's end; ``n_trials``."""
+        Path(self.sweep_dir).mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, Path(self.sweep_dir) / "multirun.yaml")  # as Hydra's own
         study = self._study()
         space, fixed = self._search_space(arguments)
         if isinstance(self.sampler, functools.partial):  # sampler=grid wants the choices

@@ -38,7 +38,7 @@ def sweep(run_xirang, runs: Path, *args: str) -> Path:
     done = run_xirang("-m", *args, *TINY, env={"XIRANG_RUNS": str(runs)}, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "sweep results (best first)" in done.stdout
-    (folder,) = [p.parent for p in runs.rglob("multirun.yaml")]
+    (folder,) = [p.parent for p in runs.rglob("sweep_results.csv")]
     return folder
 
 
