@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 
-def in_trial(config: dict[str, Any]) -> bool:
+def in_trial(config: dict[str, Any] | None) -> bool:
     """Whether this run is a trial a pruner may stop (``sweep.trial`` is set)."""
-    return (config.get("sweep") or {}).get("trial") is not None
+    return ((config or {}).get("sweep") or {}).get("trial") is not None
 
 
 def pruned_here(ctx: Any, hook: Any, step: int, metrics: dict[str, Any]) -> bool:
