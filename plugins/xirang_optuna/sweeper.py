@@ -46,10 +46,9 @@ class PruningSearch(OptunaSweeperImpl):
         study = self._study()
         space, fixed = self._search_space(arguments)
         if isinstance(self.sampler, functools.partial):  # sampler=grid wants the choices
-            self.sampler = self.sampler(
-                {name: self._to_grid_sampler_choices(d) for name, d in space.items()}
-            )
-            study.sampler = self.sampler
+            grid = {name: self._to_grid_sampler_choices(d) for name, d in space.items()}
+            self.sampler = study.sampler = self.sampler(grid)
+            self.n_trials = min(self.n_trials, math.prod(len(c) for c in grid.values()))
         left = self.n_trials
         while left > 0:
             trials = [study.ask() for _ in range(min(self.n_jobs, left))]
@@ -106,10 +105,20 @@ def _tell(study: optuna.Study, trial: optuna.trial.Trial, ret: JobReturn) -> boo
     value = float(ret.return_value) if ret.status == JobStatus.COMPLETED else math.nan
     if math.isnan(value):
         log.warning(f"trial {trial.number} failed: no objective value")
-        study.tell(trial, state=TrialState.FAIL)
+        _finish(study, trial, state=TrialState.FAIL)
         return False
     if PRUNED_AT in trial.user_attrs:
-        study.tell(trial, state=TrialState.PRUNED)
+        _finish(study, trial, state=TrialState.PRUNED)
     else:
-        study.tell(trial, value)
+        _finish(study, trial, values=value)
     return True
+
+
+def _finish(study: optuna.Study, trial: optuna.trial.Trial, **end: Any) -> None:
+    """``study.tell``; the grid sampler's stop once its grid is done (which Optuna refuses
+    outside ``optimize``, after recording the trial) is no error: the grid bounds n_trials."""
+    try:
+        study.tell(trial, **end)
+    except RuntimeError as exc:
+        if "Study.stop" not in str(exc):
+            raise
