@@ -1,10 +1,10 @@
 """A pruned Optuna sweep against the same sweep without pruning: trial-steps spent, best found.
 
 Both sides are ``python -m xirang -m hydra/sweeper=optuna_pruning`` over the embedded run's
-learning rate (log-uniform in [1e-4, 1e-1]) with the same sampler seed, so they draw the same
-points (TPE samples its first ten trials at random): one with successive halving (the default
-pruner), one with ``hydra/sweeper/pruner=none``, which runs every point to the end and is thus
-the full grid of those points. Trial-steps are the training steps all trials ran together.
+learning rate (log-uniform in [1e-4, 1e-1]) with the random sampler and one seed, so they draw
+the same points whatever the trials return: one with successive halving (the default pruner),
+one with ``hydra/sweeper/pruner=none``, which runs every point to the end and is thus the full
+grid of those points. Trial-steps are the training steps all trials ran together.
 
 Last line: ``pruned_trial_steps_ratio=<pruned sweep's trial-steps / unpruned sweep's>
 best_loss_vs_grid=<best validation loss found with pruning / best of the grid>`` (goals: the
@@ -33,11 +33,13 @@ def sweep(runs: Path, pruner: str, args: argparse.Namespace) -> list[dict[str, A
         "-m",
         "hydra/sweeper=optuna_pruning",
         f"hydra/sweeper/pruner={pruner}",
+        "hydra/sweeper/sampler=random",
         f"hydra.sweeper.n_trials={args.trials}",
         f"hydra.sweeper.sampler.seed={args.seed}",
         "optim.lr=tag(log, interval(1e-4, 1e-1))",
         f"model={args.model}",
         "tokenizer=bytes",
+        f"data.seq_len={args.seq_len}",
         f"trainer.max_steps={args.steps}",
         f"trainer.eval_every={args.eval_every}",
         f"trainer.log_every={args.eval_every}",
@@ -62,6 +64,7 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--model", default="gpt_tiny")
+    parser.add_argument("--seq-len", type=int, default=64)
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as scratch:
