@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 #: the study of a sweep whose sweeper names no storage, in the sweep's folder
-STUDY_FILE = "optuna-study.pickle"
+STUDY_FILE = "optuna-study.json"
 #: the user attribute of a trial its job ended early, holding the step
 PRUNED_AT = "pruned_at"
 
