@@ -95,11 +95,13 @@ def _train(args: list[str]) -> int:
     register_with_hydra(registry)
 
     @hydra.main(version_base="1.3", config_path="pkg://xirang_conf", config_name="config")
-    def app(cfg: Any) -> dict[str, Any]:
+    def app(cfg: Any) -> float:
+        """One run; Hydra's sweeper gets its ``sweep.objective`` (summary.json has the rest)."""
         from xirang_core.run import launch
+        from xirang_core.sweep.objective import objective_value
 
         try:
-            return launch(cfg)
+            return objective_value(launch(cfg), cfg.sweep)
         except XirangError as exc:  # inside Hydra: report plainly instead of its traceback
             report_error(exc)
             raise SystemExit(exc.exit_code) from None

@@ -8,8 +8,10 @@ validated here, before anything starts, into one clear :class:`ConfigError`.
 
 from __future__ import annotations
 
+import importlib
 import re
 import secrets
+import sys
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -23,6 +25,7 @@ from xirang_core.errors import ConfigError
 from xirang_core.overrides import check_keys, did_you_mean
 from xirang_core.parallel.plan import degrees_on
 from xirang_core.plugins import Registry, disabled_provider
+from xirang_core.sweep.objective import SweepConfig, check_sweep
 from xirang_core.tracking.config import check_trackers
 
 #: config groups whose option is a registry name, and the registry kind it names
@@ -92,6 +95,7 @@ CORE_SCHEMAS: dict[str, type] = {
     "trainer": TrainerConfig,
     "optim": OptimConfig,
     "checkpoint": CheckpointConfig,
+    "sweep": SweepConfig,
 }
 
 
@@ -110,8 +114,23 @@ def register_with_hydra(registry: Registry) -> None:
 
     registry.check_option_clashes()
     Plugins.instance().register(XirangSearchPath)
+    for target in registry.hydra_plugins():
+        _register_hydra_plugin(target)
     if not OmegaConf.has_resolver("xirang_uid"):
         OmegaConf.register_new_resolver("xirang_uid", lambda: _RUN_UID)
+
+
+def _register_hydra_plugin(target: str) -> None:
+    """Register a plugin's Hydra plugin class (``module:Class``). Hydra finds plugin classes in
+    its ``hydra_plugins`` namespace (the class sets ``__module__`` there) and imports the
+    config's ``_target_`` by that name, so the module is also importable under it."""
+    from hydra.core.plugins import Plugins
+
+    module_name, _, name = target.partition(":")
+    module = importlib.import_module(module_name)
+    plugin = getattr(module, name)
+    sys.modules.setdefault(plugin.__module__, module)
+    Plugins.instance().register(plugin)
 
 
 def compose(
@@ -197,6 +216,7 @@ def validate(cfg: DictConfig, registry: Registry) -> dict[str, Any]:
     for section, schema in CORE_SCHEMAS.items():
         data[section] = _check_schema(section, data.get(section) or {}, schema)
     check_checkpoint(data["checkpoint"])
+    check_sweep(data["sweep"])
     for group, kind in PLUGIN_GROUPS.items():
         data[group] = _check_plugin_group(group, kind, data.get(group), registry)
     data["tracker"] = check_trackers(data.get("tracker"), registry, _check_schema)

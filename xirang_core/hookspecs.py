@@ -123,6 +123,15 @@ def xirang_config_search_paths() -> list[str]:
     files carry ``name:``, the registry key the option selects."""
 
 
+@hookspec
+def xirang_hydra_plugins() -> list[str]:
+    """Hydra plugin classes this plugin adds (a sweeper, a launcher), as ``module:Class``; the
+    core registers each with Hydra before it composes. Hydra instantiates plugins only from its
+    ``hydra_plugins`` namespace, so each class sets ``__module__ = "hydra_plugins.<name>"`` and
+    its config's ``_target_`` names it there. The module should import little: it loads at the
+    start of every run."""
+
+
 # --- run events: observers --------------------------------------------------------------------
 # Called through :func:`xirang_core.hookcall.notify`: a failure names the plugin and the hook;
 # :class:`xirang_core.specs.Observer` says which worker calls which and what the arguments hold.
@@ -138,6 +147,15 @@ def xirang_on_step_end(ctx: Any, step: int, metrics: dict[str, float]) -> None:
     """A logged optimizer step finished on the main worker; ``metrics`` are that step's figures.
 
     Called only at logging steps so observers never force a device synchronisation."""
+
+
+@hookspec
+def xirang_should_prune(ctx: Any, step: int, metrics: dict[str, float]) -> bool | None:
+    """An evaluation step of a sweep trial finished on the main worker (``metrics`` holds its
+    ``val_loss``): a sweeper plugin reports the trial's objective to its pruner and answers
+    True to end the run cleanly at this step (its summary says ``pruned_at``), None otherwise.
+
+    Called only in a trial (``sweep.trial`` set) and only at evaluation steps."""
 
 
 @hookspec

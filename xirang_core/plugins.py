@@ -168,6 +168,10 @@ def config_folder(path: str) -> Path:
         return Path(str(files(path.removeprefix("pkg://"))))
     return Path(path.removeprefix("file://"))
 
+    def hydra_plugins(self) -> list[str]:
+        """Every Hydra plugin class the plugins add (``module:Class``), for Hydra to register."""
+        return [t for result in self.pm.hook.xirang_hydra_plugins() for t in result or []]
+
 
 def conf_folder(module_file: str) -> list[str]:
     """What a plugin's ``xirang_config_search_paths`` returns for a ``conf/`` folder beside its

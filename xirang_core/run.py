@@ -23,6 +23,7 @@ from xirang_core.errors import ConfigError
 from xirang_core.parallel.resolve import resolve_parallel
 from xirang_core.plugins import Registry, get_registry
 from xirang_core.specs import DeviceBackend, JobSpec
+from xirang_core.sweep.prune import join_trial
 from xirang_core.train import report, resume, worker
 from xirang_core.train.peak import concurrent_workers
 from xirang_core.train.profile import print_top_operators
@@ -42,6 +43,7 @@ def launch(cfg: DictConfig) -> dict[str, Any]:
     # an interrupted run of this config continues in its own directory (checkpoint.resume=auto)
     run_dir = resume.run_dir_for(config, Path(hydra.runtime.output_dir), sweeping)
     key = resume.config_key(config)
+    join_trial(config, hydra)  # a pruned sweep's trial: where its study is
     config["runtime"] = resolve_runtime(config, registry)
     resolve_dataset(config["data"], config["storage"])  # pin the snapshot once, not per worker
     resolve_tokenizer(config, registry)  # bpe trains here (once per snapshot), never in a worker

@@ -2,32 +2,53 @@
 
 Gauges for capacity, allocation, water level, queue and quota; counters (``_total``) for cost in
 currency units. A project token gets its own project's series only; the operator gets all.
+The text is prometheus_client's own exposition of metric families collected per scrape (a
+custom collector: the figures are read from the pool and cost stores, not kept in-process).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from xirang_core.console.source import ConsoleSource
 from xirang_core.cost.money import from_micro
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 
 Sample = tuple[dict[str, str], float]
+KINDS = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily}
 
 
 def exposition(source: ConsoleSource, who: str) -> str:
     """The whole exposition text for ``who``."""
-    snap = source.snapshot()
-    families = [
-        *_capacity_families(snap.capacity, snap.nodes),
-        *_job_families(source.jobs_for(who)),
-        _quota_family(source.quotas_for(who)),
-        *_cost_families(source, who),
-    ]
-    return "".join(_family(*f) for f in families)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Scrape(source, who))
+    return generate_latest(registry).decode()
+
+
+class _Scrape:
+    """The families one scrape by ``who`` sees (a prometheus_client collector)."""
+
+    def __init__(self, source: ConsoleSource, who: str) -> None:
+        self.source, self.who = source, who
+
+    def collect(self) -> Iterator[Metric]:
+        source, who = self.source, self.who
+        snap = source.snapshot()
+        families = [
+            *_capacity_families(snap.capacity, snap.nodes),
+            *_job_families(source.jobs_for(who)),
+            _quota_family(source.quotas_for(who)),
+            *_cost_families(source, who),
+        ]
+        for family in families:
+            yield _family(*family)
 
 
 def _capacity_families(capacity: dict[str, Any], nodes: list[dict[str, Any]]) -> list[tuple]:
@@ -107,20 +128,11 @@ def _by(label: str, table: dict[str, int]) -> list[Sample]:
     return [({label: k}, v) for k, v in sorted(table.items())]
 
 
-def _family(name: str, kind: str, help_text: str, samples: Iterable[Sample]) -> str:
-    full = f"{name}_total" if kind == "counter" else name  # counters carry _total throughout
-    lines = [f"# HELP {full} {help_text}", f"# TYPE {full} {kind}"]
-    for labels, value in samples:
-        lines.append(f"{full}{_labels(labels)} {float(value)!r}")
-    return "\n".join(lines) + "\n"
-
-
-def _labels(labels: dict[str, str]) -> str:
-    if not labels:
-        return ""
-    body = ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items())
-    return "{" + body + "}"
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+def _family(name: str, kind: str, help_text: str, samples: Iterable[Sample]) -> Metric:
+    """One family; a counter's samples carry ``_total`` (prometheus_client adds it)."""
+    samples = list(samples)
+    labels = list(samples[0][0]) if samples else []
+    family = KINDS[kind](name, help_text, labels=labels)
+    for values, value in samples:
+        family.add_metric([str(values[k]) for k in labels], float(value))
+    return family

@@ -28,6 +28,7 @@ from xirang_core.data.tokens import TokenBatches
 from xirang_core.errors import ConfigError, XirangError
 from xirang_core.hookcall import notify
 from xirang_core.specs import WorkerContext
+from xirang_core.sweep.prune import pruned_here
 from xirang_core.train.compile import compiled_frames
 from xirang_core.train.optim import build_schedule
 from xirang_core.train.precision import Precision
@@ -95,6 +96,7 @@ class Trainer:
         self.figures: Callable[[], dict[str, Any]] = dict
         #: brackets every step (``trainer.profile``); the default does nothing
         self.profiler: Any = contextlib.nullcontext
+        self.pruned_at: int | None = None  # the step a sweep's pruner ended the run at
 
     def train_step(self, step: int) -> torch.Tensor:
         """One optimizer step (1-based); returns this worker's mean loss, still on the device."""
@@ -243,6 +245,9 @@ class Trainer:
                 if self.ctx.is_main:
                     records.append(record)
                     self._publish(record)
+                if evaluating and pruned_here(self.ctx, self.hook, step, record):
+                    self.pruned_at = step
+                    break
         return records
 
     def _timed_step(self, step: int) -> tuple[torch.Tensor, float]:

@@ -216,7 +216,8 @@ def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry
     # SIGTERM (preemption, scancel) or Ctrl-C: checkpoint at the step's end and stop
     with stop_on(), segment.closing_on_stop(trainer, started, ctx.is_main):
         trainer.fit(guard.start_step, on_step_end=StopAtStepEnd(guard, ctx))
-    guard.finish(parts.settings.max_steps)
+    last_step = trainer.pruned_at or parts.settings.max_steps  # a pruned trial ends early
+    guard.finish(last_step)
     wall = time.perf_counter() - started
     if not ctx.is_main and ctx.mesh is None:
         return
@@ -227,7 +228,7 @@ def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry
     if not ctx.is_main:
         return
     figures = loop_figures(trainer)
-    segment.end(parts.settings.max_steps, wall, figures["compile_s"], figures["compile_steps"])
+    segment.end(last_step, wall, figures["compile_s"], figures["compile_steps"])
     whole = segment.whole_run()  # every segment's records: the loss curve of the whole run
     whole.records[-1]["val_loss"] = round(val_loss, 5)
     summary = summarize(config, parts, whole, registry, figures)
@@ -260,11 +261,13 @@ def final_sample(config: dict[str, Any], parts: Assembly) -> str:
 
 
 def loop_figures(trainer: Trainer) -> dict[str, Any]:
-    """The loop's own figures for the summary: compile time and the steps the guard skipped."""
+    """The loop's own figures for the summary: compile time, the steps the guard skipped and
+    the step a sweep's pruner stopped the run at."""
     return {
         "compile_s": round(trainer.compile_s, 3),
         "compile_steps": trainer.compile_steps,
         "skipped_steps": trainer.skipped_steps,
+        "pruned_at": trainer.pruned_at,  # None unless a sweep's pruner ended the run early
     }
 
 

@@ -39,3 +39,52 @@ def test_two_point_sweep_runs_as_slurm_jobs(slurm: str, run_xirang, tmp_path: Pa
         table = list(csv.DictReader(f))
     assert sorted(r["overrides"].split()[-1] for r in table) == ["optim.lr=0.001", "optim.lr=0.003"]
     assert all(r["final_loss"] for r in table)
+
+
+@pytest.mark.service
+@pytest.mark.slow
+def test_a_pruned_optuna_sweep_runs_its_trials_as_slurm_jobs(
+    slurm: str, run_xirang, tmp_path: Path
+) -> None:
+    """Trials in Slurm jobs (other processes) report to the study file in the sweep folder,
+    two at a time; the second pair's pruner compares them with the first pair's reports."""
+    import optuna
+    from xirang_optuna.storage import StudyFile
+    from xirang_optuna.trial import STUDY_FILE
+
+    runs = tmp_path / "runs"
+    done = run_xirang(
+        "-m",
+        "hydra/launcher=submitit_slurm",
+        "hydra.launcher.cpus_per_task=1",
+        "hydra.launcher.timeout_min=15",
+        "hydra/sweeper=optuna_pruning",
+        "hydra.sweeper.n_trials=4",
+        "hydra.sweeper.n_jobs=2",
+        "hydra.sweeper.sampler.seed=3",
+        "optim.lr=tag(log, interval(1e-4, 1e-1))",
+        "model=gpt_tiny",
+        "tokenizer=bytes",
+        "data.seq_len=32",
+        "trainer.global_batch=4",
+        "trainer.max_steps=20",
+        "trainer.eval_every=5",
+        "trainer.log_every=5",
+        "trainer.sample_tokens=0",
+        "checkpoint=disabled",
+        env={"XIRANG_RUNS": str(runs), "OMP_NUM_THREADS": "1"},
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (sweep,) = [p for p in runs.glob("*/*") if (p / "multirun.yaml").exists()]
+    assert len(list((sweep / ".submitit").glob("*_[01]"))) == 4  # two arrays of two tasks
+    study = optuna.load_study(study_name="xirang", storage=StudyFile(sweep / STUDY_FILE))
+    assert [t.state.name in ("COMPLETE", "PRUNED") for t in study.trials] == [True] * 4
+    assert all(t.intermediate_values for t in study.trials)  # reported from the Slurm jobs
+    with (sweep / "sweep_results.csv").open() as f:
+        table = list(csv.DictReader(f))
+    pruned = {int(r["pruned_at"]) for r in table if r["pruned_at"]}
+    assert len(table) == 4 and pruned <= {5, 10, 15}
+    assert sum(t.state.name == "PRUNED" for t in study.trials) == sum(
+        bool(r["pruned_at"]) for r in table
+    )
