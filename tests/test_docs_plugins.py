@@ -1,5 +1,6 @@
 """docs/plugins.md's worked examples run: each section's Python blocks, in order, as one module
-whose folder holds the files its YAML blocks name (``# file: conf/<group>/<option>.yaml``)."""
+whose folder holds the files its YAML blocks name (``# file: conf/<group>/<option>.yaml``) and
+whose globals hold the test kit's ``xirang`` fixture (a section that trains uses it)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def test_every_plugin_kind_has_a_section():
 
 
 @pytest.mark.parametrize(("slug", "blocks"), tutorials())
-def test_the_worked_example_runs(slug, blocks, tmp_path, monkeypatch):
+def test_the_worked_example_runs(slug, blocks, tmp_path, monkeypatch, xirang):
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(sys, "path", list(sys.path))  # a section may add its example's folder
     for lang, code in blocks:
@@ -57,9 +58,10 @@ def test_the_worked_example_runs(slug, blocks, tmp_path, monkeypatch):
         if lang == "yaml" and first.startswith("# file: "):
             path = tmp_path / first.removeprefix("# file: ")
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(code)
+            path.write_text(code.split("\n", 1)[1])  # Hydra reads `# @package` up top
     module = types.ModuleType(f"xirang_tutorial_{slug}")
     module.__file__ = str(tmp_path / "__init__.py")
+    module.xirang = xirang
     monkeypatch.setitem(sys.modules, module.__name__, module)
     for lang, code in blocks:
         if lang == "python":
