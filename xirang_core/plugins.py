@@ -159,6 +159,10 @@ class Registry:
                     f"XIRANG_DISABLE_PLUGINS={blockable}."
                 )
 
+    def hydra_plugins(self) -> list[str]:
+        """Every Hydra plugin class the plugins add (``module:Class``), for Hydra to register."""
+        return [t for result in self.pm.hook.xirang_hydra_plugins() for t in result or []]
+
 
 def config_folder(path: str) -> Path:
     """The folder a ``file://`` or ``pkg://`` search-path entry names."""
@@ -167,10 +171,6 @@ def config_folder(path: str) -> Path:
     if path.startswith("pkg://"):
         return Path(str(files(path.removeprefix("pkg://"))))
     return Path(path.removeprefix("file://"))
-
-    def hydra_plugins(self) -> list[str]:
-        """Every Hydra plugin class the plugins add (``module:Class``), for Hydra to register."""
-        return [t for result in self.pm.hook.xirang_hydra_plugins() for t in result or []]
 
 
 def conf_folder(module_file: str) -> list[str]:

@@ -1,10 +1,9 @@
 """TensorBoard (``tracker=tensorboard``): every logged figure as a scalar in event files under
 the run directory; ``tensorboard --logdir <run dir>`` shows them (and the profiler's trace)."""
 
-from typing import Any
-
 from xirang import conf_folder, hookimpl
 from xirang.specs import TrackerSpec
+from xirang_core.tracking import run_event_hooks
 
 NAME = "tensorboard"
 
@@ -23,32 +22,8 @@ def xirang_trackers() -> list[TrackerSpec]:
     ]
 
 
-@hookimpl
-def xirang_on_run_start(ctx: Any, config: Any) -> None:
-    from xirang_core import tracking
-
-    tracking.on_run_start(NAME, ctx, config)
-
-
-@hookimpl
-def xirang_on_step_end(ctx: Any, step: int, metrics: dict[str, Any]) -> None:
-    from xirang_core import tracking
-
-    tracking.on_step_end(NAME, ctx, step, metrics)
-
-
-@hookimpl
-def xirang_on_fault(ctx: Any, error: BaseException) -> None:
-    from xirang_core import tracking
-
-    tracking.on_fault(NAME, ctx, error)
-
-
-@hookimpl
-def xirang_on_run_end(ctx: Any, summary: dict[str, Any]) -> None:
-    from xirang_core import tracking
-
-    tracking.on_run_end(NAME, ctx, summary)
+# the run events go to the core's tracking layer, as every tracker's do
+xirang_on_run_start, xirang_on_step_end, xirang_on_fault, xirang_on_run_end = run_event_hooks(NAME)
 
 
 @hookimpl

@@ -11,10 +11,11 @@ directory, and turn a failing tracker into one warning while training goes on.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from xirang_core.hookspecs import hookimpl
 from xirang_core.tracking.session import TrackerSession
 
 #: the open session of each (tracker, run directory) in this process
@@ -56,6 +57,34 @@ def on_fault(name: str, ctx: Any, error: BaseException) -> None:
     session = _SESSIONS.pop((name, ctx.run_dir), None)
     if session is not None:
         session.finish(None)
+
+
+def run_event_hooks(name: str) -> tuple[Callable[..., None], ...]:
+    """The four run-event hooks of tracker ``name``, for its plugin module to bind::
+
+        xirang_on_run_start, xirang_on_step_end, xirang_on_fault, xirang_on_run_end = (
+            run_event_hooks("mytracker")
+        )
+
+    Every tracker hands the same events to this module, so no plugin writes them again."""
+
+    @hookimpl
+    def xirang_on_run_start(ctx: Any, config: Any) -> None:
+        on_run_start(name, ctx, config)
+
+    @hookimpl
+    def xirang_on_step_end(ctx: Any, step: int, metrics: dict[str, Any]) -> None:
+        on_step_end(name, ctx, step, metrics)
+
+    @hookimpl
+    def xirang_on_fault(ctx: Any, error: BaseException) -> None:
+        on_fault(name, ctx, error)
+
+    @hookimpl
+    def xirang_on_run_end(ctx: Any, summary: dict[str, Any]) -> None:
+        on_run_end(name, ctx, summary)
+
+    return xirang_on_run_start, xirang_on_step_end, xirang_on_fault, xirang_on_run_end
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
