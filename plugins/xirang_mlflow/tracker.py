@@ -32,6 +32,25 @@ class MlflowConfig:
     timeout_s: float = 10.0
     retries: int = 1
 
+    @staticmethod
+    def resolve(settings: dict[str, Any]) -> dict[str, Any]:
+        """A password in the URI would be written into the run's config.yaml and the tracker's
+        own parameters: refuse it, naming MLflow's credential variables (the secret is left out
+        of the message)."""
+        from urllib.parse import urlsplit
+
+        from xirang_core.errors import ConfigError
+
+        parts = urlsplit(settings.get("tracking_uri") or "")
+        if parts.username or parts.password:
+            raise ConfigError(
+                f"tracker.mlflow.tracking_uri: credentials in the URI "
+                f"({parts.scheme}://<user>:<secret>@{parts.hostname}...) would be written into "
+                "the run's config. Give the URI without them and set MLFLOW_TRACKING_USERNAME "
+                "and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) in the environment."
+            )
+        return settings
+
 
 class MlflowTracker:
     def __init__(

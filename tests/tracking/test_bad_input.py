@@ -41,6 +41,13 @@ def test_profile_steps_outside_the_run(steps: str) -> None:
         compose([*SMALL, f"trainer.profile.steps={steps}"])
 
 
+def test_credentials_in_the_tracking_uri_are_refused_and_never_echoed() -> None:
+    uri = "tracker.mlflow.tracking_uri=https://alice:s3cret@mlflow.example:5000"
+    with pytest.raises(ConfigError, match="MLFLOW_TRACKING_PASSWORD") as refused:
+        compose([*SMALL, "tracker=[mlflow]", uri])
+    assert "s3cret" not in str(refused.value) and "alice" not in str(refused.value)
+
+
 def closed_port() -> int:
     """A loopback port nothing listens on (bound, then released)."""
     with socket.socket() as sock:
