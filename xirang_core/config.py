@@ -8,6 +8,7 @@ validated here, before anything starts, into one clear :class:`ConfigError`.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 import secrets
@@ -101,23 +102,34 @@ CORE_SCHEMAS: dict[str, type] = {
 
 def register_with_hydra(registry: Registry) -> None:
     """Put every plugin's config folders on Hydra's search path and add xirang's resolvers."""
-    from hydra.core.config_search_path import ConfigSearchPath
     from hydra.core.plugins import Plugins
+
+    registry.check_option_clashes()
+    search_path = _search_path_plugin()
+    search_path.paths = registry.config_search_paths()  # this registry's folders, and no other's
+    Plugins.instance().register(search_path)
+    for target in registry.hydra_plugins():
+        _register_hydra_plugin(target)
+    if not OmegaConf.has_resolver("xirang_uid"):
+        OmegaConf.register_new_resolver("xirang_uid", lambda: _RUN_UID)
+
+
+@functools.cache
+def _search_path_plugin() -> type:
+    """The one search-path plugin class: Hydra keeps every class ever registered, so a class
+    per call would leave an earlier registry's config folders on the path of later ones (two
+    registries composed in one process, as the plugin test kit does, saw each other's)."""
+    from hydra.core.config_search_path import ConfigSearchPath
     from hydra.plugins.search_path_plugin import SearchPathPlugin
 
     class XirangSearchPath(SearchPathPlugin):
-        paths: ClassVar[list[str]] = registry.config_search_paths()
+        paths: ClassVar[list[str]] = []
 
         def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
             for path in self.paths:
                 search_path.append(provider="xirang-plugin", path=path)
 
-    registry.check_option_clashes()
-    Plugins.instance().register(XirangSearchPath)
-    for target in registry.hydra_plugins():
-        _register_hydra_plugin(target)
-    if not OmegaConf.has_resolver("xirang_uid"):
-        OmegaConf.register_new_resolver("xirang_uid", lambda: _RUN_UID)
+    return XirangSearchPath
 
 
 def _register_hydra_plugin(target: str) -> None:

@@ -59,6 +59,8 @@ _HF = "a local Hugging Face model folder (DIR): tests/plugins/xirang_hf build on
 _SYNOPSIS = "a synopsis of the options, not a command; the commands below it run"
 _PLAN = "measures this host for each plan: minutes on two CPU cores"
 _BENCH = "a benchmark: minutes; it prints its figures as its last line"
+_TRACKED = "20 steps with trackers: tests/tracking/test_trackers.py reads what each one writes"
+_SWEEP = "8 trials: tests/plugins/xirang_optuna and tests/plugins/xirang_slurm run these sweepers"
 
 TABLE: dict[str, As | Slow | Skip] = {
     # README.md
@@ -200,6 +202,22 @@ TABLE: dict[str, As | Slow | Skip] = {
     'xirang pool drain gpu-0007 --reason "ECC errors"': Skip(_SERVICE),
     "python -m xirang -m hydra/launcher=submitit_slurm hydra.launcher.partition=debug "
     "hydra.launcher.cpus_per_task=4 hydra.launcher.timeout_min=60 optim.lr=1e-3,3e-3": Skip(_SLURM),
+    # docs/tracking.md (each tracker, the profiler and both sweepers have their own tests)
+    "python -m xirang 'tracker=[tensorboard,mlflow,wandb]' trainer.max_steps=20": Slow(_TRACKED),
+    "python -m xirang tracker=mlflow tracker.mlflow.experiment=lr-study trainer.max_steps=20": Slow(
+        _TRACKED
+    ),
+    "python -m xirang 'tracker=[tensorboard,mlflow]' 'trainer.profile.steps=[5,7]' "
+    "trainer.max_steps=20": Slow(_TRACKED),
+    "python -m xirang -m hydra/sweeper=optuna hydra.sweeper.n_trials=8 trainer.max_steps=30 "
+    "'optim.lr=tag(log, interval(1e-4, 1e-1))'": Slow(_SWEEP),
+    "python -m xirang -m hydra/sweeper=optuna_pruning hydra.sweeper.n_trials=8 model=gpt_tiny "
+    "tokenizer=bytes trainer.max_steps=30 trainer.eval_every=5 trainer.sample_tokens=0 "
+    "optim.warmup_steps=2 'optim.lr=tag(log, interval(1e-4, 1e-1))'": Slow(_SWEEP),
+    "python -m xirang -m hydra/launcher=submitit_slurm hydra.launcher.cpus_per_task=1 "
+    "hydra/sweeper=optuna_pruning hydra.sweeper.n_trials=4 hydra.sweeper.n_jobs=2 model=gpt_tiny "
+    "tokenizer=bytes trainer.max_steps=20 trainer.eval_every=5 trainer.sample_tokens=0 "
+    "'optim.lr=tag(log, interval(1e-4, 1e-1))'": Slow(_SWEEP),
     # docs/training.md
     "python benchmarks/llm_throughput.py --quick": Slow(_BENCH),
     "python benchmarks/llm_throughput.py": Slow(_BENCH),
