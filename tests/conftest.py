@@ -12,6 +12,16 @@ import pytest
 
 #: a fast configuration of the embedded run for tests that train end to end
 QUICK = ("trainer.max_steps=6", "trainer.log_every=2", "trainer.sample_tokens=16")
+#: a one-layer byte-level GPT on short windows: the smallest model a run trains end to end
+ONE_LAYER_GPT = (
+    "model=gpt_tiny",
+    "tokenizer=bytes",
+    "model.n_layer=1",
+    "model.n_embd=32",
+    "model.n_head=2",
+    "data.seq_len=32",
+    "trainer.global_batch=4",
+)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -9,18 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_dirs
+from tests.conftest import ONE_LAYER_GPT, run_dirs
 from xirang_core.config import compose
 from xirang_core.errors import ConfigError
 
 SMALL = (
-    "model=gpt_tiny",
-    "tokenizer=bytes",
-    "model.n_layer=1",
-    "model.n_embd=32",
-    "model.n_head=2",
-    "data.seq_len=32",
-    "trainer.global_batch=4",
+    *ONE_LAYER_GPT,
     "trainer.max_steps=4",
     "trainer.log_every=1",
     "trainer.sample_tokens=0",

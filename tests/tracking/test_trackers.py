@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import ONE_LAYER_GPT
 from tests.tracking.readers import (
     mlflow_runs,
     tensorboard_scalars,
@@ -27,13 +28,7 @@ pytestmark = pytest.mark.slow
 
 STEPS, FIRST = 10, 6  # the first start trains 6 steps, the resumed one on to 10
 RUN = [
-    "model=gpt_tiny",
-    "tokenizer=bytes",
-    "model.n_layer=1",
-    "model.n_embd=32",
-    "model.n_head=2",
-    "data.seq_len=32",
-    "trainer.global_batch=4",
+    *ONE_LAYER_GPT,
     "trainer.log_every=1",
     "trainer.eval_every=5",
     "trainer.sample_tokens=0",
