@@ -53,7 +53,7 @@ def test_project_token_sees_and_cancels_only_its_own_jobs(pool) -> None:
     _, url, _ = pool
     tokens = _tokens(url)
     nlp, cv = PoolClient(url, tokens["nlp"]), PoolClient(url, tokens["cv"])
-    job = nlp.submit(cards=2, priority="high", name="bert")
+    job = nlp.submit(cards=2, priority="normal", name="bert")
     assert job["state"] == "running" and job["project"] == "nlp"
     assert [j["id"] for j in cv.call("GET", "/v1/jobs")] == []
     with pytest.raises(PoolError, match="no job") as err:

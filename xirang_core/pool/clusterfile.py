@@ -12,7 +12,7 @@
       gavel: path/to/simulation_throughputs.json       # or Gavel's measured table
       prices: {v100: 2.5, p100: 1.5}                   # per device-hour (optional)
     projects:
-      - {name: nlp, guaranteed: 64, borrow_limit: 128, team: research}
+      - {name: nlp, guaranteed: 64, borrow_limit: 128, team: research, max_priority: high}
 
 Relative paths resolve against the cluster file's folder.
 """
@@ -29,6 +29,7 @@ import yaml
 from xirang_core.pool.cards import Throughputs
 from xirang_core.pool.cluster import Cluster
 from xirang_core.pool.errors import PoolError
+from xirang_core.pool.jobs import parse_priority
 from xirang_core.pool.quota import Project, QuotaBook
 
 
@@ -62,6 +63,8 @@ def build(data: dict[str, Any]) -> tuple[Cluster, Throughputs, QuotaBook]:
     throughputs = Throughputs.from_mapping(spec, cluster.types)
     quotas = QuotaBook()
     for entry in data.get("projects") or []:
+        if "max_priority" in entry:  # a class name (normal, high, ...) in the file
+            entry = {**entry, "max_priority": parse_priority(entry["max_priority"])}
         quotas.upsert(Project(**entry))
     return cluster, throughputs, quotas
 

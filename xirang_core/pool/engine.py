@@ -32,7 +32,7 @@ from sortedcontainers import SortedList
 from xirang_core.pool.cards import DEFAULT_CLASS, Throughputs
 from xirang_core.pool.cluster import Cluster
 from xirang_core.pool.errors import PoolError
-from xirang_core.pool.jobs import MIX, Job, JobState, check_cards
+from xirang_core.pool.jobs import MIX, Job, JobState, check_cards, parse_priority
 from xirang_core.pool.placement import place, place_mixed
 from xirang_core.pool.policy import Policy, Preferences
 from xirang_core.pool.quota import Project, QuotaBook
@@ -165,7 +165,10 @@ class PoolEngine:
         self.events.append(Event(now, "node_restored", None, {"node": node_name}))
 
     def reload(self, job: Job, now: float) -> None:
-        """Take back a job from the state store after a restart, on the devices it held."""
+        """Take back a job from the state store after a restart, on the devices it held; a job
+        the pool cannot take back raises :class:`PoolError` naming why, before anything changes
+        (the store sets such a row aside)."""
+        self._check_restorable(job)
         self.jobs[job.id] = job
         self.next_id = max(self.next_id, job.id + 1)
         if job.state is JobState.QUEUED:
@@ -174,7 +177,9 @@ class PoolEngine:
             healthy = all(self.cluster.node_of(d).healthy for d in job.devices)
             if not healthy:  # its node was drained while the service was down
                 job.state, job.devices, job.started = JobState.QUEUED, (), None
+                job.requeues += 1
                 self._enqueue(job)
+                self._emit(now, "requeued", job, reason="its node was drained while stopped")
                 return
             self.cluster.take(job.devices)
             borrowed = job.borrowed
@@ -183,6 +188,37 @@ class PoolEngine:
                 self.quotas.borrowed[job.project] += job.cards if borrowed else -job.cards
                 job.borrowed = borrowed
             self._index_running(job, now)
+
+    def _check_restorable(self, job: Job) -> None:
+        """Why a stored job cannot come back (a PoolError), for a queued or running one: an
+        unknown project, a size or class the pool cannot hold, devices it cannot hold."""
+        if job.id in self.jobs:
+            raise PoolError(f"job {job.id} is stored twice")
+        if job.state.finished:
+            return
+        self.quotas.project(job.project)
+        check_cards(job.cards)
+        parse_priority(job.priority)
+        if not self._fits_somewhere(job):
+            raise PoolError(f"{job.cards} cards of class '{job.job_class}' can never fit")
+        if job.state is JobState.RUNNING:
+            self._check_devices(job)
+
+    def _check_devices(self, job: Job) -> None:
+        """A running job's devices: some, each one of this pool's, free, of its device types."""
+        if not job.devices:
+            raise PoolError(f"job {job.id} is running on no devices")
+        if len(set(job.devices)) != len(job.devices):
+            raise PoolError(f"job {job.id} holds a device twice: {list(job.devices)}")
+        types = set(job.held_types)
+        for device in job.devices:
+            if not 0 <= device < len(self.cluster.device_node):
+                raise PoolError(f"device {device} is not one of this pool's")
+            node = self.cluster.node_of(device)
+            if device not in node.free:
+                raise PoolError(f"device {device} on {node.name} is held by another job")
+            if node.type not in types:
+                raise PoolError(f"device {device} is a {node.type}, not {job.device_type}")
 
     def reprioritise(self, job_id: int, priority: int, now: float, reason: str = "") -> Job:
         """Move a queued job to another priority class (e.g. a budget's ``lower_priority``),

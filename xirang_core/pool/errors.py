@@ -23,3 +23,14 @@ TOKEN_HELP = (
     "new one); the operator's token is XIRANG_POOL_OPERATOR_TOKEN or the file "
     "<state>.operator-token that `xirang pool serve` writes at its first start and names"
 )
+
+
+class StoreUnavailable(PoolError):
+    """The pool's store refused a write: the request changed nothing, in memory or in the store.
+
+    The service answers 503 for that request alone (the HTTP layer maps ``status``) and keeps
+    serving; the message names the store and the database's reason, never a password.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 503)

@@ -90,5 +90,28 @@ def check_cards(value: Any) -> int:
     return value
 
 
+def allowed_priorities(highest: int) -> list[str]:
+    """The classes a project whose highest allowed class is ``highest`` may submit at."""
+    return [name for name, value in PRIORITIES.items() if value <= highest]
+
+
+def check_payload(payload: Any) -> dict[str, Any]:
+    """A job's payload: a JSON object whose fields the pool itself reads have their types (the
+    executor's usage report that metering reads, ``interruptible`` that placement reads), so a
+    wrong one is refused at submit, not found by the tick that uses it."""
+    from xirang_core.cost.preferences import INTERRUPTIBLE
+    from xirang_core.cost.usage import KEYS, UsageError, check_report
+
+    if not isinstance(payload, dict):
+        raise PoolError(f"payload must be a JSON object, got {payload!r}")
+    try:
+        check_report({key: payload[key] for key in KEYS if key in payload})
+    except UsageError as exc:
+        raise PoolError(f"payload: {exc}") from None
+    if not isinstance(payload.get(INTERRUPTIBLE, False), bool):
+        raise PoolError(f"payload: {INTERRUPTIBLE} must be true or false")
+    return payload
+
+
 def priority_name(value: int) -> str:
     return next((k for k, v in PRIORITIES.items() if v == value), str(value))

@@ -13,23 +13,44 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from xirang_core.pool.errors import PoolError
-from xirang_core.pool.jobs import Job
+from xirang_core.pool.jobs import PRIORITIES, Job, allowed_priorities, priority_name
+
+#: the highest priority class a project may use unless the operator allows more
+DEFAULT_MAX_PRIORITY = PRIORITIES["normal"]
 
 
 @dataclass
 class Project:
+    """A project's share of the pool; ``max_priority`` is the highest priority class its jobs
+    may ask for (operator-set, like Kueue's WorkloadPriorityClass with an admission policy)."""
+
     name: str
     guaranteed: int = 0
     borrow_limit: int | None = None
     team: str = "default"
     token_hash: str = ""
+    max_priority: int = DEFAULT_MAX_PRIORITY
 
     def check(self) -> Project:
         if not self.name or not self.name.replace("-", "").replace("_", "").isalnum():
             raise PoolError(f"project name {self.name!r}: use letters, digits, '-' and '_'")
         if self.guaranteed < 0 or (self.borrow_limit is not None and self.borrow_limit < 0):
             raise PoolError(f"project '{self.name}': quotas must be zero or positive")
+        if self.max_priority not in PRIORITIES.values():
+            raise PoolError(f"project '{self.name}': max_priority {self.max_priority!r} is unknown")
         return self
+
+    def admit_priority(self, priority: int) -> None:
+        """Refuse (403) a priority above the project's highest allowed class, naming those
+        it may use."""
+        if priority > self.max_priority:
+            allowed = ", ".join(allowed_priorities(self.max_priority))
+            raise PoolError(
+                f"project '{self.name}' may not submit at priority {priority_name(priority)}; "
+                f"allowed: {allowed} "
+                f"(the operator raises it: xirang pool quota {self.name} --max-priority CLASS)",
+                403,
+            )
 
 
 class QuotaBook:

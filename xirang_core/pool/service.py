@@ -15,10 +15,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
@@ -30,13 +32,14 @@ from xirang_core.pool import clusterfile
 from xirang_core.pool.cards import DEFAULT_CLASS, Throughputs
 from xirang_core.pool.cluster import Cluster
 from xirang_core.pool.engine import Event, PoolEngine
-from xirang_core.pool.errors import TOKEN_HELP, PoolError
-from xirang_core.pool.jobs import Job, check_cards, parse_priority, priority_name
+from xirang_core.pool.errors import TOKEN_HELP, PoolError, StoreUnavailable
+from xirang_core.pool.jobs import Job, check_cards, check_payload, parse_priority, priority_name
 from xirang_core.pool.placement import span
 from xirang_core.pool.policy import load_policy
-from xirang_core.pool.quota import Project
-from xirang_core.pool.store import PoolStore
+from xirang_core.pool.quota import DEFAULT_MAX_PRIORITY, Project
+from xirang_core.pool.store import PoolStore, check_bucket
 
+log = logging.getLogger("xirang.pool")
 OPERATOR = "*operator*"
 MAX_NAME = 200
 
@@ -90,20 +93,47 @@ class PoolService:
         self.lock = threading.RLock()
         self.executor = executor or RecordingExecutor()
         self.operator_hash = _hash(operator_token) if operator_token else ""
-        cluster, throughputs = self._hardware(cluster_file)
-        self.engine = PoolEngine(
-            cluster, throughputs, load_policy(policy), preferences=self.budgets.preferences
-        )
-        self.budgets.check_types(cluster.types)
-        self.restored = store.load_into(self.engine, clock())
-        self._apply(self.engine.schedule(clock()))
+        self.policy = load_policy(policy)
+        self.throughputs = self._hardware(cluster_file)
+        self._stops: list[tuple[Job, str]] = []  # told to the executor once the change is stored
+        self._projects: dict[str, Project] = {}  # edited, stored with the next change
+        self._ended: list[tuple[int, bool]] = []  # polled ends not yet stored
+        self._stale = False  # memory may differ from the store: reload before the next change
+        self.restored = self._load()
+        self.budgets.check_types(self.engine.cluster.types)
+        with self.lock, self._change(clock()):
+            pass  # a first pass: what fits starts, and a restart's repairs are stored
 
-    def _hardware(self, cluster_file: str | Path | None) -> tuple[Cluster, Throughputs]:
-        """From the store when it has the cluster (a restart), else from the cluster file."""
+    def _load(self) -> int:
+        """Build the engine from the store: at start, and after a write the store refused (so
+        memory is what the store holds, untouched by the failed request); returns how many
+        queued or running jobs it restored."""
+        engine = PoolEngine(
+            Cluster(self.store.cluster_nodes()),
+            self.throughputs,
+            self.policy,
+            preferences=self.budgets.preferences,
+        )
+        restored = self.store.load_into(engine, self.clock())
+        self.engine, self._stale = engine, False
+        return restored
+
+    def _reload(self) -> None:
+        """After a failed change: memory back to the store's; a store that cannot even be read
+        now is read before the next change instead."""
+        try:
+            self._load()
+        except Exception as exc:
+            self._stale = True
+            log.warning("pool store %s cannot be read back: %s", self.store.path, exc)
+
+    def _hardware(self, cluster_file: str | Path | None) -> Throughputs:
+        """The throughput table, from the store when it has the cluster (a restart), else from
+        the cluster file, whose nodes and projects go into the store."""
         if self.store.initialised():
             data = json.loads(self.store.meta("cluster") or "{}")
-            cluster = Cluster(self.store.cluster_nodes())
-            return cluster, Throughputs.from_mapping(data.get("throughputs", {}), cluster.types)
+            types = Cluster(self.store.cluster_nodes()).types
+            return Throughputs.from_mapping(data.get("throughputs", {}), types)
         if cluster_file is None:
             raise PoolError("a new pool needs --cluster FILE (nodes, throughputs, projects)")
         data = clusterfile.read(cluster_file)
@@ -114,7 +144,7 @@ class PoolService:
         self.store.set_meta("cluster", json.dumps(spec))
         for project in quotas.projects.values():
             self.store.save_project(project)
-        return cluster, throughputs
+        return throughputs
 
     # --- authentication ---------------------------------------------------------------------
 
@@ -151,26 +181,27 @@ class PoolService:
         if who not in (OPERATOR, project):
             raise PoolError(f"this token belongs to project '{who}', not '{project}'", 403)
         name = str(body.get("name", ""))[:MAX_NAME]
-        payload = body.get("payload") or {}
-        if not isinstance(payload, dict):
-            raise PoolError("payload must be a JSON object")
+        payload = check_payload(body.get("payload") or {})
         mixing = body.get("allow_mixing", False)
         if not isinstance(mixing, bool):
             raise PoolError(f"allow_mixing must be true or false, got {mixing!r}")
-        priority = self._admit(project, parse_priority(body.get("priority", "normal")))
+        priority = parse_priority(body.get("priority", "normal"))
+        if who != OPERATOR:  # the operator may submit at any class
+            self.engine.quotas.project(project).admit_priority(priority)
+        priority = self._admit(project, priority)
         with self.lock:
             now = self.clock()
-            job = self.engine.submit(
-                project,
-                check_cards(body.get("cards")),
-                now,
-                str(body.get("job_class") or DEFAULT_CLASS),
-                priority,
-                name=name,
-                payload=payload,
-                allow_mixing=mixing,
-            )
-            self._apply(self.engine.schedule(now))
+            with self._change(now):
+                job = self.engine.submit(
+                    project,
+                    check_cards(body.get("cards")),
+                    now,
+                    str(body.get("job_class") or DEFAULT_CLASS),
+                    priority,
+                    name=name,
+                    payload=payload,
+                    allow_mixing=mixing,
+                )
             return describe(job)
 
     def _admit(self, project: str, priority: int) -> int:
@@ -185,12 +216,12 @@ class PoolService:
             job = self.engine.job(job_id)
             self._visible(who, job)
             now = self.clock()
-            was_running = job.state.value == "running"
-            self.engine.cancel(job_id, now)
-            if was_running:
-                self.executor.stop(job, "cancelled")
-            self._apply(self.engine.schedule(now))
-            return describe(job)
+            with self._change(now):
+                was_running = job.state.value == "running"
+                self.engine.cancel(job_id, now)
+                if was_running:
+                    self._stops.append((job, "cancelled"))
+            return describe(self.engine.job(job_id))
 
     def complete(
         self, who: str, job_id: int, ok: bool, usage: dict[str, Any] | None = None
@@ -205,52 +236,53 @@ class PoolService:
             job = self.engine.job(job_id)
             self._visible(who, job)
             now = self.clock()
-            self.engine.complete(job_id, now, ok)
-            job.payload.update(report)
-            self._apply(self.engine.schedule(now))
-            return describe(job)
+            with self._change(now):
+                self.engine.complete(job_id, now, ok)
+                job.payload.update(report)
+            return describe(self.engine.job(job_id))
 
     def drain(self, who: str, node: str, reason: str) -> dict[str, Any]:
         self._operator(who)
         with self.lock:
             now = self.clock()
-            requeued = self.engine.drain(node, now, reason[:MAX_NAME] or "drained by operator")
-            for job in requeued:
-                self.executor.stop(job, f"node {node} drained")
+            with self._change(now):
+                requeued = self.engine.drain(node, now, reason[:MAX_NAME] or "drained by operator")
+                self._stops += [(job, f"node {node} drained") for job in requeued]
             if hasattr(self.executor, "drain"):  # e.g. Slurm: scontrol update State=DRAIN
                 self.executor.drain(node, reason)
-            self._apply(self.engine.schedule(now))
             return {"node": node, "requeued": [j.id for j in requeued]}
 
     def undrain(self, who: str, node: str) -> dict[str, Any]:
         self._operator(who)
         with self.lock:
             now = self.clock()
-            self.engine.undrain(node, now)
-            self._apply(self.engine.schedule(now))
+            with self._change(now):
+                self.engine.undrain(node, now)
             return {"node": node, "healthy": True}
 
     def set_quota(self, who: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         """Create or edit a project; a new project's token is returned once, never again."""
         self._operator(who)
-        _only_keys(body, {"guaranteed", "borrow_limit", "team", "rotate_token"})
+        _only_keys(body, {"guaranteed", "borrow_limit", "team", "rotate_token", "max_priority"})
         with self.lock:
             old = self.engine.quotas.projects.get(name)
+            highest = body.get("max_priority", old.max_priority if old else DEFAULT_MAX_PRIORITY)
             project = Project(
                 name,
                 _count(body.get("guaranteed", old.guaranteed if old else 0), "guaranteed"),
                 _limit(body.get("borrow_limit", old.borrow_limit if old else None)),
                 str(body.get("team", old.team if old else "default")),
                 old.token_hash if old else "",
-            )
+                parse_priority(highest),
+            ).check()
             token = ""
             if not project.token_hash or body.get("rotate_token"):
                 token = secrets.token_urlsafe(24)
                 project.token_hash = _hash(token)
-            self.engine.set_quota(project)
-            self.store.save_project(project)
-            self._apply(self.engine.schedule(self.clock()))
-            out = self._quota_row(project)
+            with self._change(self.clock()):
+                self.engine.set_quota(project)
+                self._projects[project.name] = project
+            out = self._quota_row(self.engine.quotas.projects[name])
             return {**out, "token": token} if token else out
 
     # --- views ------------------------------------------------------------------------------
@@ -299,7 +331,30 @@ class PoolService:
                 "fragmentation": round(cluster.fragmentation(), 4),
                 "budgets_metered": self.budgets.metered,
                 "projects": self.quotas(who),
+                "set_aside": self.store.set_aside() if who == OPERATOR else [],
             }
+
+    def devices(self, who: str) -> list[dict[str, Any]]:
+        """Every device and whether it is in use; a project token sees only its own jobs' ids
+        (another project's job is just ``used``)."""
+        with self.lock:
+            rows = self.store.devices()
+            for row in rows:
+                holder = self.engine.jobs.get(row["job_id"]) if row["job_id"] is not None else None
+                row["used"] = row["job_id"] is not None
+                if who != OPERATOR and (holder is None or holder.project != who):
+                    row["job_id"] = None
+            return rows
+
+    def usage(
+        self, who: str, since: float = 0.0, until: float = float("inf"), bucket: float = 3600.0
+    ) -> list[dict[str, Any]]:
+        """Device- and card-seconds per project, type and bucket; a project sees its own."""
+        for key, value in (("since", since), ("until", until)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+                raise PoolError(f"{key} must be a number of epoch seconds, got {value!r}")
+        project = None if who == OPERATOR else who
+        return self.store.usage(since, until, check_bucket(bucket), project)
 
     def _quota_row(self, project: Project) -> dict[str, Any]:
         quotas = self.engine.quotas
@@ -308,6 +363,7 @@ class PoolService:
             "team": project.team,
             "guaranteed": project.guaranteed,
             "borrow_limit": project.borrow_limit,
+            "max_priority": priority_name(project.max_priority),
             "used": quotas.used[project.name],
             "borrowed": quotas.borrowed[project.name],
         }
@@ -316,18 +372,23 @@ class PoolService:
 
     def tick(self) -> None:
         """Collect finished jobs from the executor, enforce budgets and schedule again (called
-        periodically)."""
+        periodically). A store that refuses the write is logged and the tick retried next time
+        (the ends the executor reported are kept until they are stored)."""
         with self.lock:
-            ended = self.executor.poll()
+            self._ended += self.executor.poll()
             now = self.clock()
-            for job_id, ok in ended:
-                job = self.engine.jobs.get(job_id)
-                if job is not None and job.state.value == "running":
-                    self.engine.complete(job_id, now, ok)
-                    job.payload.update(self._measured(job_id))
-            self._apply([])  # persist first: metering reads the store
-            self._enforce_budgets(now)
-            self._apply(self.engine.schedule(now))
+            try:
+                with self._change(now, schedule=False):  # stored first: metering reads the store
+                    for job_id, ok in self._ended:
+                        job = self.engine.jobs.get(job_id)
+                        if job is not None and job.state.value == "running":
+                            self.engine.complete(job_id, now, ok)
+                            job.payload.update(self._measured(job_id))
+                self._ended.clear()
+                with self._change(now):
+                    self._enforce_budgets(now)
+            except StoreUnavailable as exc:
+                log.warning("pool tick: %s; retrying at the next tick", exc)
 
     def _measured(self, job_id: int) -> dict[str, float]:
         """What an executor that measures its jobs (``usage(job_id)``, e.g. Slurm's end time)
@@ -351,16 +412,57 @@ class PoolService:
         live = [*self.engine.running_jobs(), *self.engine.queued_jobs()]
         for job, reason in self.budgets.to_stop(live):
             if job.state.value == "running":
-                self.executor.stop(job, f"budget: {reason}")
+                self._stops.append((job, f"budget: {reason}"))
             self.engine.cancel(job.id, now)
             self.engine.events.append(Event(now, "budget_stopped", job.id, {"reason": reason}))
 
-    def _apply(self, _: list[Event]) -> None:
-        """Persist every event since the last call and hand starts/stops to the executor."""
+    @contextmanager
+    def _change(self, now: float, schedule: bool = True) -> Iterator[None]:
+        """One request's change: the body changes the engine, a scheduling pass follows, and
+        all of it is stored in one transaction before the executor hears of it. A body that
+        fails after changing memory, or a store that refuses the write, rebuilds the engine
+        from the store: memory and store stay as they were (StoreUnavailable for the latter)."""
+        if self._stale:
+            try:
+                self._load()
+            except Exception as exc:
+                raise StoreUnavailable(f"the pool store {self.store.path} cannot be read") from exc
+        try:
+            yield
+            if schedule:
+                self.engine.schedule(now)
+            events = self._commit()
+        except BaseException:
+            changed = bool(self.engine.events or self._projects or self._stops)
+            self.engine.events.clear()
+            self._projects.clear()
+            self._stops.clear()
+            if changed:
+                self._reload()
+            raise
+        self._notify(events)
+
+    def _commit(self) -> list[Event]:
+        """Store every event since the last commit, with the jobs and projects they changed."""
         events = list(self.engine.events)
-        self.engine.events.clear()
         changed = {e.job: self.engine.jobs[e.job] for e in events if e.job is not None}
-        self.store.persist(self.engine, changed.values(), events)
+        try:
+            self.store.persist(self.engine, changed.values(), events, self._projects.values())
+        except Exception as exc:  # sqlite3, psycopg, an unencodable string: nothing was stored
+            log.warning("pool store %s refused a write: %s", self.store.path, exc)
+            raise StoreUnavailable(
+                f"the pool store {self.store.path} refused the write "
+                f"({type(exc).__name__}: {str(exc)[:200]}); nothing changed, try again"
+            ) from None
+        self.engine.events.clear()
+        self._projects.clear()
+        return events
+
+    def _notify(self, events: list[Event]) -> None:
+        """Tell the executor what the stored change means: stops first, then starts."""
+        stops, self._stops = self._stops, []
+        for job, reason in stops:
+            self.executor.stop(job, reason)
         for event in events:
             job = self.engine.jobs.get(event.job) if event.job is not None else None
             if job is None:

@@ -11,17 +11,22 @@ the console and cost metering build on; ``schema_version`` in ``meta`` changes w
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import logging
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from xirang_core.pool.cluster import Cluster
 from xirang_core.pool.database import Database, connect
 from xirang_core.pool.engine import Event, PoolEngine, Segment
-from xirang_core.pool.jobs import Job, JobState
+from xirang_core.pool.errors import PoolError
+from xirang_core.pool.jobs import Job, JobState, check_payload, parse_priority
 from xirang_core.pool.quota import Project
 
 SCHEMA_VERSION = 1
+log = logging.getLogger("xirang.pool")
+T = TypeVar("T")
 
 # Portable SQL: DOUBLE PRECISION (PostgreSQL's REAL is 4 bytes, too coarse for Unix times),
 # "end" quoted (reserved in PostgreSQL) and {serial} for the dialect's auto-increment key.
@@ -29,7 +34,8 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS projects (
     name TEXT PRIMARY KEY, team TEXT NOT NULL, guaranteed INTEGER NOT NULL,
-    borrow_limit INTEGER, token_hash TEXT NOT NULL DEFAULT '');
+    borrow_limit INTEGER, token_hash TEXT NOT NULL DEFAULT '',
+    max_priority INTEGER NOT NULL DEFAULT 1);
 CREATE TABLE IF NOT EXISTS nodes (
     name TEXT PRIMARY KEY, type TEXT NOT NULL, devices INTEGER NOT NULL, leaf TEXT NOT NULL,
     spine TEXT NOT NULL, domain_size INTEGER NOT NULL, healthy INTEGER NOT NULL,
@@ -55,6 +61,9 @@ CREATE TABLE IF NOT EXISTS usage (
     cards INTEGER NOT NULL,
     borrowed INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS usage_by_project ON usage(project, start);
+CREATE TABLE IF NOT EXISTS set_aside (
+    kind TEXT NOT NULL, ref TEXT NOT NULL, reason TEXT NOT NULL, time DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (kind, ref));
 """
 
 _JOB_COLUMNS = (
@@ -62,7 +71,12 @@ _JOB_COLUMNS = (
     "attained, device_type, devices, borrowed, preemptions, requeues, payload, allow_mixing"
 )
 #: columns added after the first release: (table, column, type) for stores made before them
-_ADDED_COLUMNS = (("jobs", "allow_mixing", "INTEGER NOT NULL DEFAULT 0"),)
+_ADDED_COLUMNS = (
+    ("jobs", "allow_mixing", "INTEGER NOT NULL DEFAULT 0"),
+    ("projects", "max_priority", "INTEGER NOT NULL DEFAULT 1"),
+)
+#: the most time buckets one usage query may fill (a tiny bucket over a long range is a typo)
+MAX_BUCKETS = 100_000
 
 
 def upsert(table: str, columns: Sequence[str], key: str) -> str:
@@ -80,9 +94,10 @@ _UPSERT_NODE = upsert(
     ("name", "type", "devices", "leaf", "spine", "domain_size", "healthy", "drain_reason"),
     "name",
 )
-_UPSERT_PROJECT = upsert(
-    "projects", ("name", "team", "guaranteed", "borrow_limit", "token_hash"), "name"
-)
+_PROJECT_COLUMNS = ("name", "team", "guaranteed", "borrow_limit", "token_hash", "max_priority")
+_UPSERT_PROJECT = upsert("projects", _PROJECT_COLUMNS, "name")
+#: the rows every reader skips: those a restart set aside
+_NOT_ASIDE = "WHERE CAST(id AS TEXT) NOT IN (SELECT ref FROM set_aside WHERE kind = 'job')"
 _UPSERT_JOB = upsert("jobs", tuple(c.strip() for c in _JOB_COLUMNS.split(",")), "id")
 _UPSERT_META = upsert("meta", ("key", "value"), "key")
 
@@ -94,6 +109,8 @@ class PoolStore:
     def __init__(self, location: str | Path) -> None:
         self.db: Database = connect(location)
         self.path = self.db.location  # no password in it: safe to print
+        #: rows read so far that the pool cannot use: (kind, ref) -> why
+        self.unusable: dict[tuple[str, str], str] = {}
         self.db.script(SCHEMA.format(serial=self.db.serial_key))
         self._add_columns()
         self.db.execute(
@@ -148,20 +165,23 @@ class PoolStore:
 
     def save_project(self, project: Project) -> None:
         with self._tx():
-            self.db.execute(
-                _UPSERT_PROJECT,
-                (
-                    project.name,
-                    project.team,
-                    project.guaranteed,
-                    project.borrow_limit,
-                    project.token_hash,
-                ),
-            )
+            self._save_project(project)
 
-    def persist(self, engine: PoolEngine, jobs: Iterable[Job], events: list[Event]) -> None:
-        """Write changed jobs, new events, finished usage segments and device ownership."""
+    def _save_project(self, project: Project) -> None:
+        self.db.execute(_UPSERT_PROJECT, tuple(getattr(project, c) for c in _PROJECT_COLUMNS))
+
+    def persist(
+        self,
+        engine: PoolEngine,
+        jobs: Iterable[Job],
+        events: list[Event],
+        projects: Iterable[Project] = (),
+    ) -> None:
+        """Write changed projects and jobs, new events, finished usage segments and device
+        ownership, in one transaction: all of it is stored, or (an exception) none of it."""
         with self._tx():
+            for project in projects:
+                self._save_project(project)
             for job in jobs:
                 self._save_job(job)
             self.db.executemany(
@@ -169,8 +189,8 @@ class PoolStore:
                 [(e.time, e.kind, e.job, json.dumps(e.detail)) for e in events],
             )
             self._save_segments(engine.segments)
-            engine.segments.clear()
             self._save_nodes_health(engine.cluster, events)
+        engine.segments.clear()
 
     def _save_job(self, job: Job) -> None:
         self.db.execute(
@@ -254,23 +274,63 @@ class PoolStore:
         ]
 
     def projects(self) -> list[Project]:
+        """The projects whose rows the pool can use (one it cannot is logged and skipped)."""
         rows = self.db.execute("SELECT * FROM projects ORDER BY name").fetchall()
-        return [
-            Project(r["name"], r["guaranteed"], r["borrow_limit"], r["team"], r["token_hash"])
-            for r in rows
-        ]
+        return [p for p in (self._usable(_project, r, "project", r["name"]) for r in rows) if p]
 
     def load_into(self, engine: PoolEngine, now: float) -> int:
-        """Queued and running jobs back into ``engine``; returns how many were restored."""
+        """Projects and jobs back into ``engine``; returns how many queued or running jobs were
+        restored. A row the engine cannot take back (corrupted, a device held twice, an unknown
+        project) is set aside: logged, listed by :meth:`set_aside` and skipped by every reader
+        from then on, so the rest of the pool serves."""
+        aside: list[tuple[str, str, str]] = []
         for project in self.projects():
             engine.quotas.upsert(project)
         restored = 0
-        for job in self.jobs():
-            if not job.state.finished:
+        for row in self.db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs {_NOT_ASIDE} ORDER BY id"):
+            try:
+                job = _job(row)
                 engine.reload(job, now)
-                restored += 1
-            engine.next_id = max(engine.next_id, job.id + 1)
+            except (ValueError, PoolError) as exc:
+                aside.append(("job", str(row["id"]), str(exc)))
+                continue
+            restored += 0 if job.state.finished else 1
+        unusable = self.unusable.items()
+        aside += [("project", ref, why) for (kind, ref), why in unusable if kind == "project"]
+        self._set_aside(aside, now, engine)
         return restored
+
+    def _set_aside(self, rows: list[tuple[str, str, str]], now: float, engine: PoolEngine) -> None:
+        """Record the rows a restart could not use, and device ownership as the engine holds
+        it (a device two stored jobs claimed belongs to the one restored)."""
+        for kind, ref, reason in rows:
+            log.warning("pool store: %s %s set aside: %s", kind, ref, reason)
+        with self._tx():
+            self.db.executemany(
+                "INSERT INTO set_aside VALUES (?,?,?,?) ON CONFLICT (kind, ref) DO NOTHING",
+                [(kind, ref, reason, now) for kind, ref, reason in rows],
+            )
+            self.db.execute("UPDATE devices SET job_id = NULL WHERE job_id IS NOT NULL")
+            self.db.executemany(
+                "UPDATE devices SET job_id = ? WHERE id = ?",
+                [(job.id, d) for job in engine.running_jobs() for d in job.devices],
+            )
+
+    def set_aside(self) -> list[dict[str, Any]]:
+        """The rows restarts set aside (kind ``job`` or ``project``, ref, reason, time), for
+        ``xirang pool status`` and an operator who repairs or deletes them."""
+        rows = self.db.execute("SELECT * FROM set_aside ORDER BY time, kind, ref")
+        return [dict(r) for r in rows]
+
+    def _usable(self, parse: Callable[[Any], T], row: Any, kind: str, ref: Any) -> T | None:
+        """``parse(row)``, or None for a row the pool cannot use (logged, remembered)."""
+        try:
+            return parse(row)
+        except (ValueError, TypeError, KeyError, PoolError) as exc:
+            if (kind, str(ref)) not in self.unusable:
+                log.warning("pool store: %s %s is unusable: %s", kind, ref, exc)
+            self.unusable[(kind, str(ref))] = str(exc)
+            return None
 
     # --- the read API (for the console and cost metering) -----------------------------------
 
@@ -278,15 +338,16 @@ class PoolStore:
         self, project: str | None = None, states: Iterable[str] = (), ids: Iterable[int] = ()
     ) -> list[Job]:
         """Jobs, oldest first, optionally of one project, some states and some ids (cost
-        metering reads only the jobs whose usage changed)."""
-        query, args = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE 1=1", []
+        metering reads only the jobs whose usage changed); rows set aside are left out."""
+        query, args = f"SELECT {_JOB_COLUMNS} FROM jobs {_NOT_ASIDE}", []
         if project:
             query, args = query + " AND project = ?", [*args, project]
         for column, values in (("state", list(states)), ("id", list(ids))):
             if values:
                 query += f" AND {column} IN ({','.join('?' * len(values))})"
                 args.extend(values)
-        return [_job(r) for r in self.db.execute(query + " ORDER BY id", args)]
+        rows = self.db.execute(query + " ORDER BY id", args)
+        return [job for job in (self._usable(_job, r, "job", r["id"]) for r in rows) if job]
 
     def nodes(self) -> list[dict[str, Any]]:
         """Every node with its health and how many of its devices are in use."""
@@ -316,9 +377,11 @@ class PoolStore:
         args: list[Any] = [since, until if until != float("inf") else 1e30]
         if project:
             query, args = query + " AND project = ?", [*args, project]
+        bucket_s, left = check_bucket(bucket_s), MAX_BUCKETS
         totals: dict[tuple[str, str, float], list[float]] = {}
         for row in self.db.execute(query, args):
-            _spread(totals, row, max(row["start"], since), min(row["end"], until), bucket_s)
+            start, end = max(row["start"], since), min(row["end"], until)
+            left = _spread(totals, row, start, end, bucket_s, left)
         return [
             {
                 "project": p,
@@ -342,19 +405,52 @@ class PoolStore:
 
 
 def _spread(
-    totals: dict, row: Mapping[str, Any], start: float, end: float, bucket_s: float
-) -> None:
-    t = start
-    while t < end:
-        bucket = (t // bucket_s) * bucket_s
-        stop = min(end, bucket + bucket_s)
-        entry = totals.setdefault((row["project"], row["device_type"], bucket), [0.0, 0.0])
-        entry[0] += row["devices"] * (stop - t)
-        entry[1] += row["cards"] * (stop - t)
-        t = stop
+    totals: dict, row: Mapping[str, Any], start: float, end: float, bucket_s: float, left: int
+) -> int:
+    """Add one segment's [start, end) to its buckets; returns how many more buckets (beyond
+    one per segment) may still be filled. Buckets are counted by index, so any positive size
+    ends (stepping a float by a tiny or fractional size may not)."""
+    if end <= start:
+        return left
+    if (end - start) / bucket_s > left + 1:
+        raise PoolError(
+            f"bucket={bucket_s:g} s splits this range into more than {MAX_BUCKETS} buckets; "
+            "use a larger bucket or a shorter since..until range"
+        )
+    first, last = math.floor(start / bucket_s), math.ceil(end / bucket_s)
+    for k in range(first, last):
+        lo, hi = max(start, k * bucket_s), min(end, (k + 1) * bucket_s)
+        if hi > lo:
+            key = (row["project"], row["device_type"], k * bucket_s)
+            entry = totals.setdefault(key, [0.0, 0.0])
+            entry[0] += row["devices"] * (hi - lo)
+            entry[1] += row["cards"] * (hi - lo)
+    return left - max(0, last - first - 1)
+
+
+def check_bucket(bucket_s: Any) -> float:
+    """A usage bucket: a finite number of seconds > 0, else one clear error."""
+    if isinstance(bucket_s, bool) or not isinstance(bucket_s, int | float):
+        raise PoolError(f"bucket must be a number of seconds, got {bucket_s!r}")
+    if not math.isfinite(bucket_s) or bucket_s <= 0:
+        raise PoolError(f"bucket must be a positive number of seconds, got {bucket_s!r}")
+    return float(bucket_s)
 
 
 def _job(row: Mapping[str, Any]) -> Job:
+    """A stored row as a job; ValueError naming the column for a row the pool did not write."""
+    for column, kinds in _JOB_TYPES.items():
+        value = row[column]
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            raise ValueError(f"column {column} holds {value!r}")
+    devices = json.loads(row["devices"])
+    if not isinstance(devices, list) or not all(type(d) is int for d in devices):
+        raise ValueError(f"column devices holds {row['devices']!r}, not a list of device ids")
+    payload = json.loads(row["payload"])
+    try:
+        check_payload(payload)
+    except PoolError as exc:
+        raise ValueError(f"column payload: {exc}") from None
     return Job(
         id=row["id"],
         project=row["project"],
@@ -367,11 +463,55 @@ def _job(row: Mapping[str, Any]) -> Job:
         started=row["started"],
         finished=row["finished"],
         attained=row["attained"],
-        devices=tuple(json.loads(row["devices"])),
+        devices=tuple(devices),
         device_type=row["device_type"],
         borrowed=bool(row["borrowed"]),
         preemptions=row["preemptions"],
         requeues=row["requeues"],
-        payload=json.loads(row["payload"]),
+        payload=payload,
         allow_mixing=bool(row["allow_mixing"]),
     )
+
+
+_NUMBER = (int, float)
+_OPTIONAL_NUMBER = (int, float, type(None))
+#: the type each job column must hold (SQLite stores whatever it is given)
+_JOB_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (int,),
+    "name": (str,),
+    "project": (str,),
+    "job_class": (str,),
+    "cards": (int,),
+    "priority": (int,),
+    "state": (str,),
+    "submitted": _NUMBER,
+    "started": _OPTIONAL_NUMBER,
+    "finished": _OPTIONAL_NUMBER,
+    "attained": _NUMBER,
+    "device_type": (str,),
+    "devices": (str,),
+    "borrowed": (int,),
+    "preemptions": (int,),
+    "requeues": (int,),
+    "payload": (str,),
+    "allow_mixing": (int,),
+}
+
+
+def _project(row: Mapping[str, Any]) -> Project:
+    """A stored project row, checked as an operator's edit is."""
+    for column in ("guaranteed", "max_priority"):
+        if isinstance(row[column], bool) or not isinstance(row[column], int):
+            raise ValueError(f"column {column} holds {row[column]!r}")
+    limit = row["borrow_limit"]
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+        raise ValueError(f"column borrow_limit holds {limit!r}")
+    project = Project(
+        str(row["name"]),
+        row["guaranteed"],
+        limit,
+        str(row["team"]),
+        str(row["token_hash"]),
+        parse_priority(row["max_priority"]),
+    )
+    return project.check()
