@@ -119,7 +119,12 @@ class ConsoleSource:
         if who == OPERATOR:
             return budgets
         mine = {c.ref.partition("@")[0] for c in self.charges_for(who)}  # pool job id or run
-        return [b for b in budgets if b["name"] == who or b["name"] in mine]
+        return [
+            b
+            for b in budgets
+            if (b["scope"], b["name"]) == ("project", who)
+            or (b["scope"] == "job" and b["name"] in mine)
+        ]
 
     def cost_view(self, who: str) -> dict[str, Any]:
         """Cost by team, project and device type, budgets and findings, for one viewer."""

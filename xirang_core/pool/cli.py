@@ -4,7 +4,7 @@
                       [--prices book.yaml] [--cost-db cost.db]
     xirang pool status | queue | jobs [--state running]
     xirang pool cancel JOB
-    xirang pool quota [PROJECT --guaranteed N --borrow-limit N --team T]
+    xirang pool quota [PROJECT --guaranteed N --borrow-limit N --team T --max-priority CLASS]
     xirang pool drain NODE [--reason TEXT] | undrain NODE
     xirang pool simulate --trace philly.csv --cluster cluster.yaml --policy fifo,priority,hetero
 
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from xirang_core.cli import help_text
 from xirang_core.paths import xirang_home
 from xirang_core.pool.client import PoolClient
+from xirang_core.pool.jobs import PRIORITIES
 
 if TYPE_CHECKING:
     from xirang_core.cost.budgets import PoolBudgets
@@ -90,6 +91,11 @@ def _parser() -> argparse.ArgumentParser:
     quota.add_argument("--guaranteed", type=int)
     quota.add_argument("--borrow-limit", type=int)
     quota.add_argument("--team")
+    quota.add_argument(
+        "--max-priority",
+        choices=list(PRIORITIES),
+        help="highest priority class the project's jobs may ask for (default normal)",
+    )
     quota.add_argument("--rotate-token", action="store_true")
     quota.set_defaults(run=_quota)
 
@@ -143,7 +149,7 @@ def _quota(args: argparse.Namespace) -> int:
     if not args.project:
         return _print(args, _client(args).call("GET", "/v1/projects"))
     body: dict[str, Any] = {"rotate_token": args.rotate_token}
-    for key in ("guaranteed", "borrow_limit", "team"):
+    for key in ("guaranteed", "borrow_limit", "team", "max_priority"):
         if getattr(args, key) is not None:
             body[key] = getattr(args, key)
     return _print(args, _client(args).call("PUT", f"/v1/projects/{args.project}", body))

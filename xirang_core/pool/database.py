@@ -7,11 +7,12 @@ auto-incrementing key and how a write transaction begins.
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -60,6 +61,15 @@ def connect(location: str | Path) -> Database:
     return SQLiteDatabase(text)
 
 
+def private_file(path: Path) -> None:
+    """Create ``path`` (and its folder) readable by its owner only, before SQLite opens it:
+    the store holds token hashes and every team's jobs. SQLite gives its ``-wal`` and ``-shm``
+    files the database file's mode; an existing file keeps the mode its owner chose."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with suppress(FileExistsError):
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+
+
 def redact(location: str) -> str:
     """The store's location with any password removed, fit for logs and messages."""
     return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", location)
@@ -73,7 +83,7 @@ class SQLiteDatabase:
     def __init__(self, path: str) -> None:
         self.location = path
         if path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            private_file(Path(path))
         self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")

@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from xirang_core.pool.errors import PoolError
-from xirang_core.pool.service import OPERATOR, PoolService
+from xirang_core.pool.service import PoolService
 
 MAX_BODY = 64 * 1024
 
@@ -124,12 +124,11 @@ def _float(query: dict, key: str, default: float) -> float:
 
 
 def _usage(pool: PoolService, who: str, query: dict) -> Any:
-    project = None if who == OPERATOR else who
-    bucket = _float(query, "bucket", 3600.0)
-    if bucket <= 0:
-        raise PoolError("bucket must be a positive number of seconds")
-    return pool.store.usage(
-        _float(query, "since", 0.0), _float(query, "until", float("inf")), bucket, project
+    return pool.usage(
+        who,
+        _float(query, "since", 0.0),
+        _float(query, "until", float("inf")),
+        _float(query, "bucket", 3600.0),
     )
 
 
@@ -162,7 +161,7 @@ _ROUTES: list[tuple[str, str, Any]] = [
     (r"/v1/projects", "GET", lambda p, w, b, q: p.quotas(w)),
     (r"/v1/projects/([\w-]+)", "PUT", lambda p, w, b, q, n: p.set_quota(w, n, b)),
     (r"/v1/nodes", "GET", lambda p, w, b, q: p.store.nodes()),
-    (r"/v1/devices", "GET", lambda p, w, b, q: p.store.devices()),
+    (r"/v1/devices", "GET", lambda p, w, b, q: p.devices(w)),
     (
         r"/v1/nodes/([\w.-]+)/drain",
         "POST",

@@ -301,8 +301,14 @@ class PoolStore:
         return restored
 
     def _set_aside(self, rows: list[tuple[str, str, str]], now: float, engine: PoolEngine) -> None:
-        """Record the rows a restart could not use, and device ownership as the engine holds
-        it (a device two stored jobs claimed belongs to the one restored)."""
+        """Record the rows a restart could not use, and device ownership where it differs from
+        the engine's (a device two stored jobs claimed belongs to the one restored); a store
+        that matches the engine is not written to."""
+        held = {d: job.id for job in engine.running_jobs() for d in job.devices}
+        stored = self.db.execute("SELECT id, job_id FROM devices").fetchall()
+        moved = [(held.get(r["id"]), r["id"]) for r in stored if held.get(r["id"]) != r["job_id"]]
+        if not rows and not moved:
+            return
         for kind, ref, reason in rows:
             log.warning("pool store: %s %s set aside: %s", kind, ref, reason)
         with self._tx():
@@ -310,11 +316,7 @@ class PoolStore:
                 "INSERT INTO set_aside VALUES (?,?,?,?) ON CONFLICT (kind, ref) DO NOTHING",
                 [(kind, ref, reason, now) for kind, ref, reason in rows],
             )
-            self.db.execute("UPDATE devices SET job_id = NULL WHERE job_id IS NOT NULL")
-            self.db.executemany(
-                "UPDATE devices SET job_id = ? WHERE id = ?",
-                [(job.id, d) for job in engine.running_jobs() for d in job.devices],
-            )
+            self.db.executemany("UPDATE devices SET job_id = ? WHERE id = ?", moved)
 
     def set_aside(self) -> list[dict[str, Any]]:
         """The rows restarts set aside (kind ``job`` or ``project``, ref, reason, time), for
