@@ -287,14 +287,17 @@ class PoolStore:
         for project in self.projects():
             engine.quotas.upsert(project)
         restored = 0
-        for row in self.db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs {_NOT_ASIDE} ORDER BY id"):
+        query = f"SELECT {_JOB_COLUMNS} FROM jobs {_NOT_ASIDE} ORDER BY id"
+        for row in self.db.execute(query).fetchall():
             try:
                 job = _job(row)
                 engine.reload(job, now)
-            except (ValueError, PoolError) as exc:
+            except (ValueError, TypeError, KeyError, PoolError) as exc:
                 aside.append(("job", str(row["id"]), str(exc)))
                 continue
             restored += 0 if job.state.finished else 1
+        top = self.db.execute("SELECT MAX(id) AS top FROM jobs").fetchone()["top"]
+        engine.next_id = max(engine.next_id, (top or 0) + 1)  # set-aside ids are not reused
         unusable = self.unusable.items()
         aside += [("project", ref, why) for (kind, ref), why in unusable if kind == "project"]
         self._set_aside(aside, now, engine)

@@ -1,0 +1,246 @@
+"""State that stays consistent: a change reaches memory only once the store committed it, a
+refused write changes nothing (StoreUnavailable, 503), and a restart sets aside the stored rows
+it cannot use instead of crashing. Real stores (an SQLite file; PostgreSQL where marked); the
+failures are real ones (a string the database cannot encode) or one refused statement."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.pool.consistency import assert_consistent, failing, snapshot
+from xirang_core.cost.budgets import Governor, PoolBudgets
+from xirang_core.cost.meter import Meter
+from xirang_core.cost.pricebook import PriceBook
+from xirang_core.cost.store import CostStore
+from xirang_core.pool.errors import PoolError, StoreUnavailable
+from xirang_core.pool.service import OPERATOR, PoolService, RecordingExecutor
+from xirang_core.pool.store import PoolStore
+
+SURROGATE = "\ud800"  # valid JSON ("\ud800"), not encodable as UTF-8
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Pool:
+    """A service over a real store, the recording executor and a hand-moved clock."""
+
+    def __init__(self, location: str, cluster: Path | None, budgets: PoolBudgets | None = None):
+        self.location, self.clock, self.executor = location, Clock(), RecordingExecutor()
+        self.budgets = budgets
+        self.service = self.start(cluster)
+
+    def start(self, cluster: Path | None = None) -> PoolService:
+        return PoolService(
+            PoolStore(self.location),
+            cluster,
+            executor=self.executor,
+            clock=self.clock,
+            budgets=self.budgets,
+        )
+
+    def restart(self) -> PoolService:
+        self.service.store.close()
+        self.service = self.start()
+        return self.service
+
+    def submit(self, project: str = "nlp", cards: int = 4, **body: object) -> dict:
+        return self.service.submit(OPERATOR, {"project": project, "cards": cards, **body})
+
+
+@pytest.fixture
+def pool(store_location: str, cluster_file: Path) -> Iterator[Pool]:
+    made = Pool(store_location, cluster_file)
+    yield made
+    made.service.store.close()
+
+
+def test_an_unencodable_job_name_is_a_503_that_changes_nothing(pool: Pool) -> None:
+    """Today: the job ran in memory, unstored (unbilled); here neither memory nor store has it,
+    the executor was not told to start it, and the next request and a restart serve."""
+    before = snapshot(pool.service.engine)
+    with pytest.raises(StoreUnavailable, match="refused the write") as err:
+        pool.submit(name=SURROGATE)
+    assert err.value.status == 503
+    assert snapshot(pool.service.engine) == before and pool.executor.started == []
+    assert pool.service.store.jobs() == []
+    assert_consistent(pool.service)
+    job = pool.submit()
+    assert job["id"] == 1 and job["state"] == "running"
+    assert pool.restart().job(OPERATOR, 1)["devices"] == job["devices"]
+
+
+@pytest.mark.service
+def test_a_nul_in_a_name_on_postgresql_changes_nothing(postgres_cluster: str, cluster_file):
+    from tests.pool import postgres
+
+    made = Pool(postgres.fresh_database(postgres_cluster, "pool_nul"), cluster_file)
+    try:
+        with pytest.raises(StoreUnavailable):
+            made.submit(name="a\x00b")
+        assert made.service.jobs(OPERATOR) == [] and made.service.store.jobs() == []
+        assert made.submit()["state"] == "running"
+        assert_consistent(made.service)
+    finally:
+        made.service.store.close()
+
+
+def test_a_refused_cancel_leaves_the_job_running_in_memory_store_and_executor(pool) -> None:
+    """Today: the cancel was reported done and the executor stopped the job, but the store
+    kept it running (and a restart brought it back)."""
+    job = pool.submit()
+    failing(pool.service).fail_in = 1
+    with pytest.raises(StoreUnavailable):
+        pool.service.cancel(OPERATOR, job["id"])
+    assert pool.service.job(OPERATOR, job["id"])["state"] == "running"
+    assert pool.executor.stopped == []
+    assert_consistent(pool.service)
+    assert pool.service.cancel(OPERATOR, job["id"])["state"] == "cancelled"
+    assert pool.executor.stopped == [job["id"]]
+    assert pool.restart().job(OPERATOR, job["id"])["state"] == "cancelled"
+
+
+def test_a_refused_preemption_never_gives_one_device_to_two_jobs(pool) -> None:
+    """Today: memory moved the devices to the preempting job while the store kept the victim
+    on them, so the restart refused (`device 0 on ... is not free`)."""
+    low = pool.submit("cv", 8, priority="low")
+    with pytest.raises(StoreUnavailable):
+        pool.submit("nlp", 4, priority="high", name=SURROGATE)
+    assert pool.service.job(OPERATOR, low["id"])["devices"] == low["devices"]
+    assert pool.executor.stopped == []
+    assert_consistent(pool.service)
+    again = pool.restart()
+    assert again.restored == 1 and again.job(OPERATOR, low["id"])["state"] == "running"
+
+
+def test_a_refused_drain_keeps_the_node_and_its_jobs(pool) -> None:
+    job = pool.submit(cards=8)
+    with pytest.raises(StoreUnavailable):
+        pool.service.drain(OPERATOR, "n-0000", SURROGATE)
+    assert pool.service.status(OPERATOR)["drained"] == []
+    assert pool.service.job(OPERATOR, job["id"])["requeues"] == 0
+    assert pool.executor.stopped == []
+    assert_consistent(pool.service)
+
+
+def test_a_refused_quota_edit_creates_no_project(pool) -> None:
+    with pytest.raises(StoreUnavailable):
+        pool.service.set_quota(OPERATOR, "ghost", {"team": SURROGATE})
+    assert "ghost" not in pool.service.engine.quotas.projects
+    assert_consistent(pool.service)
+
+
+def test_a_refused_tick_keeps_the_reported_end_and_stores_it_next_time(pool) -> None:
+    job = pool.submit()
+    ends = [(job["id"], True)]
+    pool.executor.poll = lambda: [ends.pop()] if ends else []  # type: ignore[method-assign]
+    failing(pool.service).fail_in = 1
+    pool.service.tick()  # logged, not raised: the serve loop keeps going
+    assert pool.service.job(OPERATOR, job["id"])["state"] == "running"
+    assert_consistent(pool.service)
+    pool.service.tick()
+    assert pool.service.job(OPERATOR, job["id"])["state"] == "done"
+    assert_consistent(pool.service)
+
+
+def _corrupt(path: str, *statements: str) -> None:
+    with sqlite3.connect(path) as db:
+        for statement in statements:
+            db.execute(statement)
+
+
+def test_a_restart_sets_aside_rows_it_cannot_use_and_the_rest_serves(tmp_path, cluster_file):
+    location = str(tmp_path / "pool.db")
+    costs = CostStore(tmp_path / "cost.db")
+    made = Pool(location, cluster_file, PoolBudgets(Governor(costs), Meter(PriceBook({"gpu": 1}))))
+    ids = [made.submit("nlp", 1)["id"] for _ in range(5)] + [made.submit("cv", 3)["id"]]
+    made.service.store.close()
+    _corrupt(
+        location,
+        f"UPDATE jobs SET state = 'bogus' WHERE id = {ids[0]}",
+        f"UPDATE jobs SET devices = '[0' WHERE id = {ids[1]}",
+        f"""UPDATE jobs SET payload = '{{"utilisation": "abc"}}' WHERE id = {ids[2]}""",
+        f"UPDATE jobs SET devices = (SELECT devices FROM jobs WHERE id = {ids[3]}) "
+        f"WHERE id = {ids[5]}",  # a device held twice: the job restored first keeps it
+        "INSERT INTO jobs SELECT 99, name, 'nobody', job_class, cards, priority, 'queued', "
+        "submitted, NULL, NULL, attained, '', '[]', 0, 0, 0, '{}', 0 FROM jobs LIMIT 1",
+        "INSERT INTO projects VALUES ('broken', 'default', 'many', NULL, '', 1)",
+    )
+    service = made.start()
+    aside = {(r["kind"], r["ref"]): r["reason"] for r in service.status(OPERATOR)["set_aside"]}
+    assert set(aside) == {
+        *(("job", str(i)) for i in (*ids[:3], ids[5], 99)),
+        ("project", "broken"),
+    }
+    assert "bogus" in aside[("job", str(ids[0]))] and "abc" in aside[("job", str(ids[2]))]
+    assert "held by another job" in aside[("job", str(ids[5]))]
+    assert service.restored == 2 and service.status(OPERATOR)["types"]["gpu"]["free"] == 6
+    made.clock.now += 3600
+    service.tick()  # meters the pool: the stored bad utilisation no longer reaches the meter
+    assert costs.spent_micro("project", "nlp") > 0
+    assert service.submit(OPERATOR, {"project": "nlp", "cards": 1})["id"] == 100
+    assert_consistent(service)
+    service.store.close()
+    costs.close()
+
+
+def test_payload_fields_the_pool_reads_are_checked_at_submit(pool) -> None:
+    for payload, message in (
+        ({"utilisation": "abc"}, "utilisation must be a number"),
+        ({"utilisation": 2}, "between 0 and 1"),
+        ({"interruptible": "yes"}, "interruptible must be true or false"),
+        (["not", "an", "object"], "JSON object"),
+    ):
+        with pytest.raises(PoolError, match=message) as err:
+            pool.submit(payload=payload)
+        assert err.value.status == 400
+    assert pool.submit(payload={"utilisation": 0.5, "note": "free text"})["state"] == "running"
+
+
+def test_a_fractional_usage_bucket_ends_and_a_tiny_one_is_refused(pool) -> None:
+    """Today `bucket=0.1` at a real clock stepped a float that stopped moving: a CPU forever."""
+    job = pool.submit()
+    pool.clock.now += 1
+    pool.service.cancel(OPERATOR, job["id"])
+    answer: list = []
+    worker = threading.Thread(
+        target=lambda: answer.append(pool.service.usage(OPERATOR, 0, 2e9, 0.1)), daemon=True
+    )
+    worker.start()
+    worker.join(10)
+    assert answer, "usage with bucket=0.1 did not return"
+    assert len(answer[0]) == 10 and sum(u["device_seconds"] for u in answer[0]) == 4
+    for bucket in (1e-9, 0, -1, float("nan"), "1"):
+        with pytest.raises(PoolError, match="bucket") as err:
+            pool.service.usage(OPERATOR, 0, 2e9, bucket)  # type: ignore[arg-type]
+        assert err.value.status == 400
+
+
+def test_a_project_sees_its_own_job_ids_on_devices_and_not_others(pool) -> None:
+    mine, theirs = pool.submit("nlp", 4), pool.submit("cv", 4)
+    rows = {d["id"]: d for d in pool.service.devices("nlp")}
+    assert {rows[d]["job_id"] for d in mine["devices"]} == {mine["id"]}
+    assert {rows[d]["job_id"] for d in theirs["devices"]} == {None}
+    assert all(rows[d]["used"] for d in (*mine["devices"], *theirs["devices"]))
+    every = {d["id"]: d["job_id"] for d in pool.service.devices(OPERATOR)}
+    assert {every[d] for d in theirs["devices"]} == {theirs["id"]}
+
+
+def test_store_files_are_readable_by_their_owner_only(tmp_path) -> None:
+    store = PoolStore(tmp_path / "pool.db")
+    store.set_meta("x", "y")
+    costs = CostStore(tmp_path / "cost.db")
+    for name in ("pool.db", "pool.db-wal", "cost.db"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o600, name
+    store.close()
+    costs.close()
