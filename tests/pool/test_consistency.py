@@ -5,12 +5,18 @@ failures are real ones (a string the database cannot encode) or one refused stat
 
 from __future__ import annotations
 
+import itertools
+import shutil
 import sqlite3
+import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from tests.pool.consistency import assert_consistent, failing, snapshot
 from xirang_core.cost.budgets import Governor, PoolBudgets
@@ -244,3 +250,134 @@ def test_store_files_are_readable_by_their_owner_only(tmp_path) -> None:
         assert (tmp_path / name).stat().st_mode & 0o777 == 0o600, name
     store.close()
     costs.close()
+
+
+class PoolMachine(RuleBasedStateMachine):
+    """Random requests, ticks, restarts and refused writes; after each step memory equals a
+    fresh load of the store, and a request that failed (4xx or 503) changed nothing."""
+
+    location: Callable[[], str]  # a fresh store per run (set by the test)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.folder = Path(tempfile.mkdtemp(prefix="xirang-machine-"))
+        (self.folder / "cluster.yaml").write_text(MACHINE_CLUSTER)
+        self.pool = Pool(self.location(), self.folder / "cluster.yaml")
+        self.ended: list[tuple[int, bool]] = []
+        self.pool.executor.poll = self._poll  # type: ignore[method-assign]
+        self.db = failing(self.pool.service)
+
+    def _poll(self) -> list[tuple[int, bool]]:
+        ended, self.ended = self.ended, []
+        return ended
+
+    def _request(self, call: Callable[[], object]) -> None:
+        before = snapshot(self.pool.service.engine)
+        try:
+            call()
+        except PoolError:  # refused (4xx) or not stored (503): nothing changed
+            assert snapshot(self.pool.service.engine) == before
+
+    @rule(n=st.integers(1, 4))
+    def refuse_a_write(self, n: int) -> None:
+        self.db.fail_in = n
+
+    @rule(
+        project=st.sampled_from(["nlp", "cv"]),
+        cards=st.integers(1, 8),
+        priority=st.sampled_from(["low", "normal", "high", "critical"]),
+        name=st.sampled_from(["job", SURROGATE]),
+        payload=st.sampled_from([{}, {"utilisation": 0.5}, {"utilisation": "abc"}]),
+        as_project=st.booleans(),
+    )
+    def submit(self, project, cards, priority, name, payload, as_project) -> None:
+        who = project if as_project else OPERATOR
+        body = {"project": project, "cards": cards, "priority": priority, "name": name}
+        self._request(lambda: self.pool.service.submit(who, {**body, "payload": payload}))
+
+    @rule(job=st.integers(1, 12))
+    def cancel(self, job: int) -> None:
+        self._request(lambda: self.pool.service.cancel(OPERATOR, job))
+
+    @rule(job=st.integers(1, 12), ok=st.booleans())
+    def complete(self, job: int, ok: bool) -> None:
+        self._request(lambda: self.pool.service.complete(OPERATOR, job, ok, {"utilisation": 1}))
+
+    @rule(node=st.sampled_from(["n-0000", "n-0001"]), reason=st.sampled_from(["ecc", SURROGATE]))
+    def drain(self, node: str, reason: str) -> None:
+        self._request(lambda: self.pool.service.drain(OPERATOR, node, reason))
+
+    @rule(node=st.sampled_from(["n-0000", "n-0001"]))
+    def undrain(self, node: str) -> None:
+        self._request(lambda: self.pool.service.undrain(OPERATOR, node))
+
+    @rule(
+        project=st.sampled_from(["nlp", "cv", "ml"]),
+        guaranteed=st.integers(0, 8),
+        highest=st.sampled_from(["normal", "high"]),
+        team=st.sampled_from(["research", SURROGATE]),
+    )
+    def quota(self, project, guaranteed, highest, team) -> None:
+        body = {"guaranteed": guaranteed, "max_priority": highest, "team": team}
+        self._request(lambda: self.pool.service.set_quota(OPERATOR, project, body))
+
+    @rule(seconds=st.floats(0, 3600), ends=st.integers(0, 2))
+    def tick(self, seconds: float, ends: int) -> None:
+        self.pool.clock.now += seconds
+        running = sorted(i for _, i in self.pool.service.engine.running)
+        self.ended += [(i, i % 2 == 0) for i in running[:ends]]
+        self.pool.service.tick()
+
+    @rule()
+    def restart(self) -> None:
+        self.db.fail_in = 0
+        self.pool.restart()
+        self.db = failing(self.pool.service)
+
+    @invariant()
+    def memory_equals_the_store(self) -> None:
+        armed, self.db.fail_in = self.db.fail_in, 0  # the check itself writes nothing
+        assert_consistent(self.pool.service)
+        self.db.fail_in = armed
+
+    def teardown(self) -> None:
+        self.pool.service.store.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+MACHINE_CLUSTER = """
+groups:
+  - {type: gpu, nodes: 2, devices: 4, prefix: n}
+projects:
+  - {name: nlp, guaranteed: 4}
+  - {name: cv, guaranteed: 4, max_priority: high}
+"""
+
+
+def _on(location: Callable[[], str]) -> type[PoolMachine]:
+    """The machine over stores made by ``location`` (one per run)."""
+    return type("Machine", (PoolMachine,), {"location": staticmethod(location)})
+
+
+MACHINE_SETTINGS = settings(
+    max_examples=25,
+    stateful_step_count=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+def test_random_requests_with_refused_writes_keep_memory_equal_to_the_store(tmp_path) -> None:
+    runs = itertools.count()
+    run_state_machine_as_test(
+        _on(lambda: str(tmp_path / f"pool-{next(runs)}.db")), settings=MACHINE_SETTINGS
+    )
+
+
+@pytest.mark.service
+def test_the_same_on_postgresql(postgres_cluster: str) -> None:
+    from tests.pool import postgres
+
+    runs = itertools.count()
+    machine = _on(lambda: postgres.fresh_database(postgres_cluster, f"machine_{next(runs)}"))
+    run_state_machine_as_test(machine, settings=settings(MACHINE_SETTINGS, max_examples=8))
