@@ -48,7 +48,7 @@ def print_answer(answer: dict[str, Any] | list[Any], console: Console | None = N
 
 
 def _print_status(status: dict[str, Any], console: Console) -> None:
-    """Scalars as ``key: value`` lines, device types and projects as tables."""
+    """Scalars as ``key: value`` lines; device types, projects and rows set aside as tables."""
     for key, value in status.items():
         if not isinstance(value, dict | list):
             console.print(f"[bold]{key}[/]: {_cell(value)}")
@@ -59,6 +59,9 @@ def _print_status(status: dict[str, Any], console: Console) -> None:
         print_answer(types, console)
     if status.get("projects"):
         print_answer(status["projects"], console)
+    if status.get("set_aside"):
+        console.print("[bold]set aside[/]: stored rows a restart could not use (docs/pool.md)")
+        print_answer(status["set_aside"], console)
 
 
 def _cell(value: Any) -> str:
