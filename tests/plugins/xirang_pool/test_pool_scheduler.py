@@ -28,7 +28,7 @@ def pool_env(tmp_path: Path) -> Iterator[tuple[PoolService, dict[str, str]]]:
         yaml.safe_dump(
             {
                 "nodes": [{"name": "here", "type": "cpu", "devices": 2}],
-                "projects": [{"name": "nlp", "guaranteed": 2}],
+                "projects": [{"name": "nlp", "guaranteed": 2, "max_priority": "high"}],
             }
         )
     )
