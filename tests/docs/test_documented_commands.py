@@ -197,6 +197,7 @@ TABLE: dict[str, As | Slow | Skip] = {
         "a service and a PostgreSQL server"
     ),
     "xirang pool quota nlp --guaranteed 64 --borrow-limit 64 --team research": Skip(_SERVICE),
+    "xirang pool quota nlp --max-priority high": Skip(_SERVICE),
     "export XIRANG_POOL_TOKEN=<nlp token>": Skip("the token the line above printed"),
     "xirang pool status | queue | jobs --state running | cancel 12": Skip(_SERVICE),
     'xirang pool drain gpu-0007 --reason "ECC errors"': Skip(_SERVICE),
