@@ -46,7 +46,7 @@ class WebServer:
         self._socket = _listen(host, port, limits.backlog)
         protocol = type("Protocol", (_Protocol,), {"read_timeout_s": limits.read_timeout_s})
         config = uvicorn.Config(
-            app,
+            _HeaderCase(app),
             http=protocol,
             loop="asyncio",
             lifespan="off",
@@ -82,6 +82,27 @@ class WebServer:
 
     def server_close(self) -> None:
         self._socket.close()
+
+
+class _HeaderCase:
+    """Header names sent as ``Content-Type`` rather than Starlette's ``content-type``: the
+    same to HTTP, but what the standard library's server sent, and what clients that keep
+    headers in a plain dict look up."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        async def send_cased(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [(_cased(k), v) for k, v in message.get("headers", ())]
+            await send(message)
+
+        await self.app(scope, receive, send_cased)
+
+
+def _cased(name: bytes) -> bytes:
+    return b"-".join(part.capitalize() for part in name.split(b"-"))
 
 
 def _listen(host: str, port: int, backlog: int) -> socket.socket:
