@@ -14,6 +14,5 @@ def require(what: str) -> None:
         import uvicorn  # noqa: F401
     except ImportError as exc:
         raise ConfigError(
-            f"{what} needs the web stack ({exc.name} is not installed): "
-            "pip install 'xirang[web]'"
+            f"{what} needs the web stack ({exc.name} is not installed): pip install 'xirang[web]'"
         ) from None
