@@ -113,3 +113,15 @@ def test_two_hundred_concurrent_clients_see_no_reset(tmp_path, cluster_file) -> 
         for thread in threads:
             thread.join()
         assert errors == [] and len(answers) == 200
+
+
+def test_a_handler_bug_is_a_500_for_that_request_alone(tmp_path, cluster_file, caplog) -> None:
+    with served(str(tmp_path / "pool.db"), cluster_file) as pool:
+        broken = pool.service.status
+        pool.service.status = lambda who: 1 / 0  # type: ignore[method-assign]
+        with pytest.raises(PoolError, match="internal error: ZeroDivisionError") as err:
+            pool.client().call("GET", "/v1/status")
+        assert err.value.status == 500
+        assert "internal error answering GET /v1/status" in caplog.text
+        pool.service.status = broken  # type: ignore[method-assign]
+        assert pool.client().call("GET", "/v1/status")["you"] == "nlp"
