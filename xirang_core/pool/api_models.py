@@ -78,13 +78,22 @@ class QuotaIn(StrictModel):
     borrow_limit: Count | None = None
     team: Name | None = None
     rotate_token: bool = False
+    #: the highest priority class the project may submit (where the service governs priority)
+    max_priority: Literal[tuple(PRIORITIES)] | None = None
+
+
+class Answer(BaseModel):
+    """An answer: its declared fields checked, any further key the service adds passed on
+    (the documented schema allows additional properties)."""
+
+    model_config = ConfigDict(extra="allow")
 
 
 class DrainIn(StrictModel):
     reason: Text = ""
 
 
-class JobOut(BaseModel):
+class JobOut(Answer):
     id: int
     name: str
     project: str
@@ -108,7 +117,7 @@ class QueuedOut(JobOut):
     position: int
 
 
-class QuotaOut(BaseModel):
+class QuotaOut(Answer):
     project: str
     team: str
     guaranteed: int
@@ -121,12 +130,12 @@ class QuotaSetOut(QuotaOut):
     token: str = Field("", description="the project's new token: only when created or rotated")
 
 
-class TypeOut(BaseModel):
+class TypeOut(Answer):
     capacity: int
     free: int
 
 
-class StatusOut(BaseModel):
+class StatusOut(Answer):
     you: str
     policy: str
     executor: str
@@ -139,7 +148,7 @@ class StatusOut(BaseModel):
     projects: list[QuotaOut]
 
 
-class NodeOut(BaseModel):
+class NodeOut(Answer):
     name: str
     type: str
     devices: int
@@ -151,7 +160,7 @@ class NodeOut(BaseModel):
     used: int
 
 
-class DeviceOut(BaseModel):
+class DeviceOut(Answer):
     id: int
     node: str
     type: str
@@ -159,17 +168,17 @@ class DeviceOut(BaseModel):
     job_id: int | None
 
 
-class DrainOut(BaseModel):
+class DrainOut(Answer):
     node: str
     requeued: list[int]
 
 
-class UndrainOut(BaseModel):
+class UndrainOut(Answer):
     node: str
     healthy: bool
 
 
-class UsageOut(BaseModel):
+class UsageOut(Answer):
     project: str
     device_type: str
     bucket_start: float

@@ -105,6 +105,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         408: "the request body did not arrive in time",
         411: "a body without a Content-Length",
         413: "request body over the limit",
+        503: "too many connections, or the store refused a write (nothing changed)",
     }.items()
 }
 
