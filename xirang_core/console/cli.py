@@ -18,7 +18,6 @@ from pathlib import Path
 
 from xirang_core.cli import help_text
 from xirang_core.console.metrics_store import MetricsStore
-from xirang_core.console.server import Sampler, serve
 from xirang_core.console.source import ConsoleSource
 from xirang_core.console.state import operator_token
 from xirang_core.cost.meter import Meter
@@ -27,10 +26,14 @@ from xirang_core.cost.store import CostStore
 from xirang_core.errors import ConfigError
 from xirang_core.paths import xirang_home
 from xirang_core.pool.store import PoolStore
+from xirang_core.web import require
 
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    require("xirang console")
+    from xirang_core.console.server import Sampler, serve
+
     source = build_source(args.state, args.prices, args.cost_db, args.metrics_db)
     if not source.operator_token:
         print("note: no operator token found; only project tokens can log in", flush=True)

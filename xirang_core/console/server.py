@@ -1,4 +1,5 @@
-"""The console's HTTP server (standard library, threaded) and its background sampler.
+"""The console's web server (a FastAPI app on uvicorn, xirang_core/web/server.py) and its
+background sampler.
 
     GET  /             overview: capacity, water level, utilisation charts, quota use
     GET  /jobs         queue and running jobs (a project sees its own)
@@ -7,42 +8,44 @@
     GET  /api/overview | /api/jobs | /api/nodes | /api/cost      the same as JSON
     GET  /metrics      Prometheus exposition
     GET|POST /login, GET /logout
+    GET  /openapi.json the API's OpenAPI document
 
 Pages accept the session cookie set at log-in; the API and ``/metrics`` also accept
-``Authorization: Bearer <token>`` with the pool's project or operator tokens.
+``Authorization: Bearer <token>`` with the pool's project or operator tokens. The login form's
+body is at most 4 KiB; the other limits are the pool's (:class:`~xirang_core.web.server.Limits`).
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable
-from http.cookies import SimpleCookie
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
-from urllib.parse import parse_qs, urlparse
+from typing import Annotated, Any
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from xirang_core.console import pages, prometheus
+from xirang_core.console.api_models import CostOut, OverviewOut, Row
 from xirang_core.console.auth import OPERATOR, SESSION_COOKIE, AuthError, Sessions
 from xirang_core.console.html import login_form
 from xirang_core.console.source import ConsoleSource
+from xirang_core.web.fields import ERRORS, install_errors
+from xirang_core.web.limits import BodyLimit
+from xirang_core.web.server import Limits, WebServer
 
-MAX_BODY = 4096
+LIMITS = Limits(max_body_bytes=4096)
+MAX_BODY = LIMITS.max_body_bytes
 HTML = "text/html; charset=utf-8"
-JSON = "application/json"
+NO_STORE = {"Cache-Control": "no-store"}
+Page = Annotated[int, Query(ge=1, le=1_000_000)]
 
 
-def serve(source: ConsoleSource, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
+def serve(
+    source: ConsoleSource, host: str = "127.0.0.1", port: int = 0, limits: Limits = LIMITS
+) -> WebServer:
     """A console server bound to ``host:port`` (0 = any free port); call serve_forever()."""
-
-    class Handler(_Handler):
-        pass
-
-    Handler.source = source
-    Handler.sessions = Sessions()
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
-    return server
+    return WebServer(BodyLimit(app(source, Sessions()), limits), host, port, limits)
 
 
 class Sampler(threading.Thread):
@@ -62,131 +65,147 @@ class Sampler(threading.Thread):
         self._stop.set()
 
 
-class _Handler(BaseHTTPRequestHandler):
-    source: ConsoleSource
-    sessions: Sessions
-    server_version = "xirang-console/1"
+def app(source: ConsoleSource, sessions: Sessions) -> FastAPI:
+    """The console's pages and API over ``source``, with browser ``sessions``."""
+    console = FastAPI(title="xirang console", version="1", docs_url=None, redoc_url=None)
+    install_errors(console, ())
+    viewer = _Viewer(source, sessions)
 
-    def log_message(self, format: str, *args: Any) -> None:  # no tokens or noise in logs
-        pass
+    @console.exception_handler(AuthError)
+    async def refused(request: Request, exc: AuthError) -> Response:
+        return _json({"error": str(exc)}, 403)
 
-    def do_GET(self) -> None:
-        url = urlparse(self.path)
-        query = parse_qs(url.query)
-        if url.path == "/login":
-            return self._send(200, HTML, login_form())
-        if url.path == "/logout":
-            self.sessions.close(self._cookie())
-            return self._redirect("/login", clear=True)
-        route = _PAGES.get(url.path) or _API.get(url.path)
-        if route is None:
-            return self._send(404, JSON, json.dumps({"error": f"no page {url.path}"}))
-        who = self._who(page=url.path in _PAGES)
-        if who is None:
-            return None
-        try:
-            content_type, body = route(self.source, who, _page_no(query))
-        except AuthError as exc:
-            return self._send(403, JSON, json.dumps({"error": str(exc)}))
-        return self._send(200, content_type, body)
+    @console.exception_handler(_LoggedOut)
+    async def logged_out(request: Request, exc: _LoggedOut) -> Response:
+        if exc.page:
+            return _redirect("/login")
+        return _json({"error": exc.message}, 401)
 
-    def do_POST(self) -> None:
-        if urlparse(self.path).path != "/login":
-            return self._send(405, JSON, json.dumps({"error": "only /login takes POST"}))
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY:
-            return self._send(413, JSON, json.dumps({"error": "request too large"}))
-        form = parse_qs(self.rfile.read(length).decode(errors="replace"))
-        try:
-            who = self.source.whoami((form.get("token") or [""])[0].strip())
-        except AuthError as exc:
-            return self._send(401, HTML, login_form(str(exc)))
-        sid = self.sessions.open(who)
-        self._redirect("/", cookie=sid)
+    @console.exception_handler(404)
+    async def no_page(request: Request, exc: Exception) -> Response:
+        return _json({"error": f"no page {request.url.path}"}, 404)
 
-    # --- helpers ----------------------------------------------------------------------------
+    @console.exception_handler(405)
+    async def no_method(request: Request, exc: Exception) -> Response:
+        return _json({"error": "only /login takes POST"}, 405)
 
-    def _who(self, page: bool) -> str | None:
-        """The viewer, or None after answering 401 (API) or redirecting to the login page."""
-        who = self.sessions.who(self._cookie())
+    console.include_router(_pages(source, viewer, sessions))
+    console.include_router(_api(source, viewer))
+    return console
+
+
+class _LoggedOut(Exception):
+    """No session and no valid token: a page goes to the login form, the API answers 401."""
+
+    def __init__(self, message: str, page: bool) -> None:
+        super().__init__(message)
+        self.message, self.page = message, page
+
+
+class _Viewer:
+    """Who is asking: the session cookie's viewer, else the bearer token's."""
+
+    def __init__(self, source: ConsoleSource, sessions: Sessions) -> None:
+        self.source, self.sessions = source, sessions
+
+    def __call__(self, request: Request, page: bool) -> str:
+        who = self.sessions.who(request.cookies.get(SESSION_COOKIE, ""))
         if who:
             return who
-        header = self.headers.get("Authorization", "")
+        header = request.headers.get("authorization", "")
         token = header[7:].strip() if header.lower().startswith("bearer ") else ""
         try:
             return self.source.whoami(token)
         except AuthError as exc:
-            if page:
-                self._redirect("/login")
-            else:
-                self._send(401, JSON, json.dumps({"error": str(exc)}))
-            return None
-
-    def _cookie(self) -> str:
-        jar = SimpleCookie(self.headers.get("Cookie", ""))
-        return jar[SESSION_COOKIE].value if SESSION_COOKIE in jar else ""
-
-    def _redirect(self, where: str, cookie: str = "", clear: bool = False) -> None:
-        self.send_response(303)
-        self.send_header("Location", where)
-        if cookie or clear:
-            value = cookie if cookie else "; Max-Age=0"
-            self.send_header(
-                "Set-Cookie", f"{SESSION_COOKIE}={value}; HttpOnly; SameSite=Strict; Path=/"
-            )
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def _send(self, status: int, content_type: str, body: str) -> None:
-        data = body.encode()
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("Cache-Control", "no-store")
-        self.end_headers()
-        self.wfile.write(data)
+            raise _LoggedOut(str(exc), page) from None
 
 
-def _page_no(query: dict[str, list[str]]) -> int:
-    text = (query.get("page") or ["1"])[0]
-    return max(1, int(text)) if text.isdigit() else 1
+def _pages(source: ConsoleSource, viewer: _Viewer, sessions: Sessions) -> APIRouter:
+    router = APIRouter(include_in_schema=False)
+
+    def html(render: Callable[[str, int], str]) -> Callable[..., Response]:
+        def show(request: Request, page: Page = 1) -> Response:
+            return _html(render(viewer(request, page=True), page))
+
+        return show
+
+    router.get("/")(html(lambda w, p: pages.overview(source, w)))
+    router.get("/jobs")(html(lambda w, p: pages.jobs(source, w, p)))
+    router.get("/nodes")(html(lambda w, p: pages.nodes(source, w, p)))
+    router.get("/cost")(html(lambda w, p: pages.cost(source, w)))
+
+    @router.get("/login")
+    def login_page() -> Response:
+        return _html(login_form())
+
+    @router.post("/login")
+    async def login(request: Request) -> Response:
+        form = parse_qs((await request.body()).decode(errors="replace"))
+        token = (form.get("token") or [""])[0].strip()
+        try:
+            who = source.whoami(token)
+        except AuthError as exc:
+            return _html(login_form(str(exc)), 401)
+        return _redirect("/", cookie=sessions.open(who))
+
+    @router.get("/logout")
+    def logout(request: Request) -> Response:
+        sessions.close(request.cookies.get(SESSION_COOKIE, ""))
+        return _redirect("/login", clear=True)
+
+    return router
 
 
-def _api_overview(source: ConsoleSource, who: str) -> dict[str, Any]:
-    snap = source.snapshot()
-    return {
-        "you": pages.display_name(who),
-        "taken": snap.taken,
-        "capacity": snap.capacity,
-        "drained_nodes": sum(1 for n in snap.nodes if not n["healthy"]),
-        "quotas": source.quotas_for(who),
-        "queued": sum(1 for j in source.jobs_for(who) if j["state"] == "queued"),
-    }
+def _api(source: ConsoleSource, viewer: _Viewer) -> APIRouter:
+    router = APIRouter(responses={k: ERRORS[k] for k in (400, 401, 403, 404)})
+
+    @router.get("/api/overview", response_model=OverviewOut)
+    def overview(request: Request) -> Any:
+        who = viewer(request, page=False)
+        snap = source.snapshot()
+        return {
+            "you": pages.display_name(who),
+            "taken": snap.taken,
+            "capacity": snap.capacity,
+            "drained_nodes": sum(1 for n in snap.nodes if not n["healthy"]),
+            "quotas": source.quotas_for(who),
+            "queued": sum(1 for j in source.jobs_for(who) if j["state"] == "queued"),
+        }
+
+    @router.get("/api/jobs", response_model=list[Row])
+    def jobs(request: Request) -> Any:
+        return source.jobs_for(viewer(request, page=False))
+
+    @router.get("/api/nodes", response_model=list[Row])
+    def nodes(request: Request) -> Any:
+        if viewer(request, page=False) != OPERATOR:
+            raise AuthError("node health needs the operator token")
+        return source.snapshot().nodes
+
+    @router.get("/api/cost", response_model=CostOut)
+    def cost(request: Request) -> Any:
+        return source.cost_view(viewer(request, page=False))
+
+    @router.get("/metrics", response_class=Response)
+    def metrics(request: Request) -> Response:
+        text = prometheus.exposition(source, viewer(request, page=False))
+        return Response(text, media_type=prometheus.CONTENT_TYPE, headers=NO_STORE)
+
+    return router
 
 
-def _nodes_json(source: ConsoleSource, who: str) -> list[dict[str, Any]]:
-    if who != OPERATOR:
-        raise AuthError("node health needs the operator token")
-    return source.snapshot().nodes
+def _html(body: str, status: int = 200) -> Response:
+    return HTMLResponse(body, status, headers=NO_STORE, media_type=HTML)
 
 
-def _json(fn: Callable[[ConsoleSource, str], Any]) -> Callable[..., tuple[str, str]]:
-    def route(source: ConsoleSource, who: str, _page: int) -> tuple[str, str]:
-        return JSON, json.dumps(fn(source, who))
-
-    return route
+def _json(answer: Any, status: int) -> Response:
+    return JSONResponse(answer, status, headers=NO_STORE)
 
 
-_PAGES: dict[str, Callable[..., tuple[str, str]]] = {
-    "/": lambda s, w, p: (HTML, pages.overview(s, w)),
-    "/jobs": lambda s, w, p: (HTML, pages.jobs(s, w, p)),
-    "/nodes": lambda s, w, p: (HTML, pages.nodes(s, w, p)),
-    "/cost": lambda s, w, p: (HTML, pages.cost(s, w)),
-}
-_API: dict[str, Callable[..., tuple[str, str]]] = {
-    "/api/overview": _json(_api_overview),
-    "/api/jobs": _json(ConsoleSource.jobs_for),
-    "/api/nodes": _json(_nodes_json),
-    "/api/cost": _json(ConsoleSource.cost_view),
-    "/metrics": lambda s, w, p: (prometheus.CONTENT_TYPE, prometheus.exposition(s, w)),
-}
+def _redirect(where: str, cookie: str = "", clear: bool = False) -> Response:
+    answer = RedirectResponse(where, 303, headers=NO_STORE)
+    if cookie or clear:
+        answer.set_cookie(
+            SESSION_COOKIE, cookie, max_age=None if cookie else 0, httponly=True, samesite="strict"
+        )
+    return answer

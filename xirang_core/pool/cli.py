@@ -156,6 +156,9 @@ def _quota(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from xirang_core.web import require
+
+    require("xirang pool serve")
     from xirang_core.pool.rest import serve
     from xirang_core.pool.service import PoolService
     from xirang_core.pool.store import PoolStore

@@ -1,6 +1,8 @@
-"""The REST face of :class:`~xirang_core.pool.service.PoolService` on the standard library's
-``http.server`` (threaded). Requests and answers are JSON; errors are ``{"error": message}``
-with a 4xx status that names what is wrong. Bodies over ``MAX_BODY`` bytes are refused (413).
+"""The REST face of :class:`~xirang_core.pool.service.PoolService`: a FastAPI application
+served by uvicorn (xirang_core/web/server.py). Requests and answers are JSON, described by the
+models in :mod:`xirang_core.pool.api_models` and served as OpenAPI at ``/openapi.json``;
+errors are ``{"error": message}`` with a 4xx status that names what is wrong. Limits (body,
+headers, connections, time) are :class:`~xirang_core.web.server.Limits`.
 
     GET    /v1/status                     pool summary            any token
     GET    /v1/jobs[?state=queued]        jobs you may see        any token
@@ -15,158 +17,134 @@ with a 4xx status that names what is wrong. Bodies over ``MAX_BODY`` bytes are r
     GET    /v1/nodes, /v1/devices         hardware and who holds it
     POST   /v1/nodes/<name>/drain         {"reason": ...} (operator); undrain likewise
     GET    /v1/usage?since=&until=&bucket=    device-seconds per project, type and time bucket
+
+Handlers are plain functions, so FastAPI runs them in its thread pool: the service's lock and
+its store writes never block the event loop that reads other clients' requests.
 """
 
-from __future__ import annotations
+from typing import Annotated, Any
 
-import json
-import re
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
-from urllib.parse import parse_qs, urlparse
+from fastapi import APIRouter, Depends, FastAPI, Query
+from fastapi import Path as PathParam
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from xirang_core.pool import api_models as m
 from xirang_core.pool.errors import PoolError
 from xirang_core.pool.service import PoolService
+from xirang_core.web.fields import ERRORS, ErrorOut, install_errors
+from xirang_core.web.limits import BodyLimit
+from xirang_core.web.server import Limits, WebServer
 
-MAX_BODY = 64 * 1024
+LIMITS = Limits(max_body_bytes=64 * 1024)
+MAX_BODY = LIMITS.max_body_bytes
+#: the smallest and largest usage bucket: the usage sum steps through a window bucket by bucket
+MIN_BUCKET_S, MAX_BUCKET_S = 60, 366 * 86400
+
+JobId = Annotated[int, PathParam(ge=0, le=2**53)]
+ProjectName = Annotated[str, PathParam(pattern=r"^[\w.-]+$", max_length=200)]
+NodeName = Annotated[str, PathParam(pattern=r"^[\w.-]+$", max_length=200)]
 
 
-def serve(service: PoolService, host: str, port: int) -> ThreadingHTTPServer:
+def serve(service: PoolService, host: str, port: int, limits: Limits = LIMITS) -> WebServer:
     """A server bound to ``host:port`` (port 0 = any free port); call serve_forever()."""
-
-    class Handler(_Handler):
-        pool = service
-
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
-    return server
+    return WebServer(BodyLimit(app(service), limits), host, port, limits)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    pool: PoolService
-    server_version = "xirang-pool/1"
-
-    def do_GET(self) -> None:
-        self._dispatch("GET")
-
-    def do_POST(self) -> None:
-        self._dispatch("POST")
-
-    def do_PUT(self) -> None:
-        self._dispatch("PUT")
-
-    def do_DELETE(self) -> None:
-        self._dispatch("DELETE")
-
-    def log_message(self, format: str, *args: Any) -> None:  # keep tokens and noise out of logs
-        pass
-
-    def _dispatch(self, method: str) -> None:
-        try:
-            url = urlparse(self.path)
-            body = self._body() if method in ("POST", "PUT") else {}
-            who = self.pool.whoami(_bearer(self.headers.get("Authorization", "")))
-            status, answer = 200, self._route(method, url.path, parse_qs(url.query), body, who)
-            if method == "POST" and url.path == "/v1/jobs":
-                status = 201
-        except PoolError as exc:
-            status, answer = exc.status, {"error": str(exc)}
-        except Exception as exc:  # one request never takes the service down
-            status, answer = 500, {"error": f"internal error: {type(exc).__name__}"}
-        self._send(status, answer)
-
-    def _route(self, method: str, path: str, query: dict, body: dict, who: str) -> Any:
-        pool = self.pool
-        for pattern, verb, handler in _ROUTES:
-            match = re.fullmatch(pattern, path)
-            if match and verb == method:
-                return handler(pool, who, body, query, *match.groups())
-        if any(re.fullmatch(p, path) for p, _, _ in _ROUTES):
-            raise PoolError(f"{method} is not allowed on {path}", 405)
-        raise PoolError(f"no such endpoint {path}; see docs/pool.md for the API", 404)
-
-    def _body(self) -> dict[str, Any]:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY:
-            raise PoolError(f"request body of {length} bytes is over the {MAX_BODY} limit", 413)
-        raw = self.rfile.read(length) if length else b"{}"
-        try:
-            body = json.loads(raw or b"{}")
-        except (ValueError, UnicodeDecodeError):
-            raise PoolError("request body is not valid JSON") from None
-        if not isinstance(body, dict):
-            raise PoolError("request body must be a JSON object")
-        return body
-
-    def _send(self, status: int, answer: Any) -> None:
-        data = json.dumps(answer, default=str).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
-def _bearer(header: str) -> str:
-    scheme, _, token = header.partition(" ")
-    return token.strip() if scheme.lower() == "bearer" else ""
-
-
-def _job_id(text: str) -> int:
-    return int(text)
-
-
-def _float(query: dict, key: str, default: float) -> float:
-    try:
-        return float(query.get(key, [default])[0])
-    except ValueError:
-        raise PoolError(f"query parameter {key} must be a number") from None
-
-
-def _usage(pool: PoolService, who: str, query: dict) -> Any:
-    return pool.usage(
-        who,
-        _float(query, "since", 0.0),
-        _float(query, "until", float("inf")),
-        _float(query, "bucket", 3600.0),
+def app(service: PoolService) -> FastAPI:
+    """The pool API over ``service``."""
+    api = FastAPI(
+        title="xirang pool",
+        version="1",
+        description="The shared accelerator pool: jobs, quotas, nodes, usage (docs/pool.md).",
+        docs_url=None,
+        redoc_url=None,
     )
+    install_errors(api, (PoolError,))
+    api.include_router(_routes(service))
+    return api
 
 
-def _ok(body: dict) -> bool:
-    ok = body.get("ok", True)
-    if not isinstance(ok, bool):
-        raise PoolError("'ok' must be true or false")
-    return ok
+def _routes(pool: PoolService) -> APIRouter:
+    bearer = HTTPBearer(auto_error=False, description="a project's token or the operator's")
+
+    def who(auth: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> str:
+        return pool.whoami(auth.credentials.strip() if auth else "")
+
+    Who = Annotated[str, Depends(who)]
+    router = APIRouter(prefix="/v1", responses=ERRORS)
+
+    @router.get("/status", response_model=m.StatusOut)
+    def status(you: Who) -> Any:
+        return pool.status(you)
+
+    @router.get("/jobs", response_model=list[m.JobOut])
+    def jobs(you: Who, state: Annotated[m.States | None, Query()] = None) -> Any:
+        return pool.jobs(you, state or "")
+
+    @router.post(
+        "/jobs",
+        status_code=201,
+        response_model=m.JobOut,
+        responses={402: {"model": ErrorOut, "description": "the project's budget refuses"}},
+    )
+    def submit(you: Who, body: m.SubmitIn) -> Any:
+        return pool.submit(you, body.model_dump(exclude_unset=True))
+
+    @router.get("/jobs/{job_id}", response_model=m.JobOut)
+    def job(you: Who, job_id: JobId) -> Any:
+        return pool.job(you, job_id)
+
+    @router.delete("/jobs/{job_id}", response_model=m.JobOut, responses=_CONFLICT)
+    def cancel(you: Who, job_id: JobId) -> Any:
+        return pool.cancel(you, job_id)
+
+    @router.post("/jobs/{job_id}/complete", response_model=m.JobOut, responses=_CONFLICT)
+    def complete(you: Who, job_id: JobId, body: m.CompleteIn | None = None) -> Any:
+        body = body or m.CompleteIn()
+        usage = body.usage.model_dump(exclude_unset=True) if body.usage else {}
+        return pool.complete(you, job_id, body.ok, usage)
+
+    @router.get("/queue", response_model=list[m.QueuedOut])
+    def queue(you: Who) -> Any:
+        return pool.queue(you)
+
+    @router.get("/projects", response_model=list[m.QuotaOut])
+    def projects(you: Who) -> Any:
+        return pool.quotas(you)
+
+    @router.put("/projects/{name}", response_model=m.QuotaSetOut, response_model_exclude_unset=True)
+    def set_quota(you: Who, name: ProjectName, body: m.QuotaIn | None = None) -> Any:
+        return pool.set_quota(you, name, body.model_dump(exclude_unset=True) if body else {})
+
+    @router.get("/nodes", response_model=list[m.NodeOut])
+    def nodes(you: Who) -> Any:
+        return pool.store.nodes()
+
+    @router.get("/devices", response_model=list[m.DeviceOut])
+    def devices(you: Who) -> Any:
+        return pool.devices(you)
+
+    @router.post("/nodes/{name}/drain", response_model=m.DrainOut)
+    def drain(you: Who, name: NodeName, body: m.DrainIn | None = None) -> Any:
+        return pool.drain(you, name, body.reason if body else "")
+
+    @router.post("/nodes/{name}/undrain", response_model=m.UndrainOut)
+    def undrain(you: Who, name: NodeName) -> Any:
+        return pool.undrain(you, name)
+
+    @router.get("/usage", response_model=list[m.UsageOut])
+    def usage(
+        you: Who,
+        since: Annotated[float, Query(ge=0, le=1e11)] = 0.0,
+        until: Annotated[float | None, Query(ge=0, le=1e11)] = None,
+        bucket: Annotated[int, Query(ge=MIN_BUCKET_S, le=MAX_BUCKET_S)] = 3600,
+    ) -> Any:
+        end = float("inf") if until is None else until
+        return pool.usage(you, since, end, float(bucket))
+
+    return router
 
 
-def _usage_report(body: dict) -> dict[str, Any]:
-    report = body.get("usage") or {}
-    if not isinstance(report, dict):
-        raise PoolError('\'usage\' must be an object: {"utilisation": 0.8, "run_ended_at": ...}')
-    return report
-
-
-_ROUTES: list[tuple[str, str, Any]] = [
-    (r"/v1/status", "GET", lambda p, w, b, q: p.status(w)),
-    (r"/v1/jobs", "GET", lambda p, w, b, q: p.jobs(w, q.get("state", [""])[0])),
-    (r"/v1/jobs", "POST", lambda p, w, b, q: p.submit(w, b)),
-    (r"/v1/jobs/(\d+)", "GET", lambda p, w, b, q, i: p.job(w, _job_id(i))),
-    (r"/v1/jobs/(\d+)", "DELETE", lambda p, w, b, q, i: p.cancel(w, _job_id(i))),
-    (
-        r"/v1/jobs/(\d+)/complete",
-        "POST",
-        lambda p, w, b, q, i: p.complete(w, _job_id(i), _ok(b), _usage_report(b)),
-    ),
-    (r"/v1/queue", "GET", lambda p, w, b, q: p.queue(w)),
-    (r"/v1/projects", "GET", lambda p, w, b, q: p.quotas(w)),
-    (r"/v1/projects/([\w-]+)", "PUT", lambda p, w, b, q, n: p.set_quota(w, n, b)),
-    (r"/v1/nodes", "GET", lambda p, w, b, q: p.store.nodes()),
-    (r"/v1/devices", "GET", lambda p, w, b, q: p.devices(w)),
-    (
-        r"/v1/nodes/([\w.-]+)/drain",
-        "POST",
-        lambda p, w, b, q, n: p.drain(w, n, str(b.get("reason", ""))),
-    ),
-    (r"/v1/nodes/([\w.-]+)/undrain", "POST", lambda p, w, b, q, n: p.undrain(w, n)),
-    (r"/v1/usage", "GET", lambda p, w, b, q: _usage(p, w, q)),
-]
+_CONFLICT: dict[int | str, dict[str, Any]] = {
+    409: {"model": ErrorOut, "description": "the job has already ended"}
+}
