@@ -79,7 +79,8 @@ def open_worker(config: dict[str, Any], run_dir: str, registry: Registry) -> Wor
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     threads = config["trainer"]["threads"]
-    torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // world_size))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))  # this node's workers
+    torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // local_world))
     backend = registry.create("device", config["device"])
     device = backend.torch_device(local_device(local_rank))  # healthy ones, as placed
     ctx = WorkerContext(rank, local_rank, world_size, device, run_dir, config)
