@@ -5,9 +5,10 @@ many leaf switches as the placement spans, so Slurm keeps the job as close as th
 Each node is asked for the devices its workers need: ``--gpus-per-node`` for CUDA and ROCm,
 ``--gres=npu:N`` for Ascend (or the ``gres`` given), and CPUs for every worker's threads.
 
-A xirang run's workers are srun tasks (``xirang_slurm.task``), one per device; the first node
-resolves the runtime before they start and picks a free rendezvous port. ``--signal=TERM@grace``
-has Slurm send the workers TERM that long before the time limit, which they answer with a
+A xirang run's workers are srun tasks (``xirang_slurm.task``), one per device, which resolve
+the runtime on their nodes; the batch script picks a free rendezvous port on the first node.
+``--signal=TERM@grace`` has Slurm send the workers TERM that long before the time limit,
+which they answer with a
 checkpoint at the step's end; the script then requeues the job (``--requeue``) and the requeued
 job resumes from that checkpoint. A failed step (a node lost) is requeued too while
 ``max_restarts`` allows, counted by Slurm's ``SLURM_RESTART_COUNT``.
@@ -112,8 +113,7 @@ def _run(job: BatchJob) -> list[str]:
         f"rm -f {stop}",
         'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
         f'export MASTER_PORT="$({python} -c {shlex.quote(FREE_PORT)})"',
-        f"{python} -m xirang_slurm.task resolve {run_dir} || exit $?",
-        f"srun --kill-on-bad-exit=1 {python} -m xirang_slurm.task train {run_dir}",
+        f"srun --kill-on-bad-exit=1 {python} -m xirang_slurm.task {run_dir}",
         "rc=$?",
         *_requeue(job, stop),
         "exit $rc",

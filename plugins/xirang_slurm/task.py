@@ -1,14 +1,14 @@
-"""What a Slurm job of a xirang run executes on its nodes, without torchrun in between.
+"""What each task of a Slurm job of a xirang run executes, without torchrun in between.
 
-``python -m xirang_slurm.task resolve RUN_DIR`` runs once in the batch script, on the job's
-first node: it resolves the run's device, collective backend and calibration there (where the
-workers run, not on a login node that may have no such device) into the run's ``config.yaml``.
+``python -m xirang_slurm.task RUN_DIR`` is one worker, its rank and the world taken from Slurm's
+task variables. It resolves the run's device, collective backend and calibration itself, on
+its node (where the workers run, not on a login node that may have no such device, or another
+one); a bad choice is one ``xirang error:`` line in the job's output.
 
-``python -m xirang_slurm.task train RUN_DIR`` is each srun task: one worker, its rank and the
-world taken from Slurm's task variables. srun starts the workers directly, so the TERM Slurm
-sends before a time limit or on ``scancel --signal=TERM`` reaches the worker's own stop handler
-(which tolerates repeats: Slurm may deliver it two or three times) and no launcher agent that
-dies on the second copy stands in between. A worker stopped that way has saved its checkpoint
+srun starts the workers directly, so the TERM Slurm sends before a time limit or on
+``scancel --signal=TERM`` reaches the worker's own stop handler (which tolerates repeats:
+Slurm may deliver it two or three times), with no launcher agent in between that dies on the
+second copy. A worker stopped that way has saved its checkpoint
 at the step's end; rank 0 leaves :data:`STOP_FILE` so the batch script requeues the job, and
 the requeued job resumes from that checkpoint.
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -26,9 +27,9 @@ from xirang_core.errors import XirangError
 STOP_FILE = "slurm-stop-requested"
 
 
-def resolve(run_dir: str) -> None:
-    """Resolve the runtime on this node into ``RUN_DIR/config.yaml`` (every requeue again: a
-    requeued job may land on other nodes)."""
+def resolved(run_dir: str) -> dict[str, Any]:
+    """The run's config with its runtime resolved on this node (every start again: a requeued
+    job may land on other nodes); rank 0 writes it back into ``RUN_DIR/config.yaml``."""
     from xirang_core.plugins import get_registry
     from xirang_core.run import resolve_runtime
     from xirang_core.train.worker import CONFIG_FILE
@@ -38,9 +39,11 @@ def resolve(run_dir: str) -> None:
     runtime = resolve_runtime(config, get_registry())
     runtime["devices"] *= int(os.environ.get("SLURM_NNODES", "1"))  # every node's, for cost
     config["runtime"] = {**config.get("runtime", {}), **runtime}  # the tokenizer is there
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(config, sort_keys=False))
-    tmp.replace(path)
+    if os.environ.get("RANK") == "0":
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(yaml.safe_dump(config, sort_keys=False))
+        tmp.replace(path)
+    return config
 
 
 def task_env(env: dict[str, str]) -> dict[str, str]:
@@ -62,7 +65,7 @@ def train(run_dir: str) -> None:
 
     os.environ.update(task_env(dict(os.environ)))
     try:
-        worker.main(run_dir)
+        worker.main(run_dir, resolved(run_dir))
     except RunInterrupted as stop:
         if os.environ["RANK"] == "0":
             (Path(run_dir) / STOP_FILE).write_text(f"{stop}\n")
@@ -71,11 +74,10 @@ def train(run_dir: str) -> None:
 
 
 def main(argv: list[str]) -> None:
-    actions = {"resolve": resolve, "train": train}
-    if len(argv) != 2 or argv[0] not in actions:
-        sys.exit("usage: python -m xirang_slurm.task resolve|train RUN_DIR")
+    if len(argv) != 1:
+        sys.exit("usage: python -m xirang_slurm.task RUN_DIR")
     try:
-        actions[argv[0]](argv[1])
+        train(argv[0])
     except XirangError as exc:  # one line in the job's output, as the command line prints it
         print(f"{exc.label}: {exc}", file=sys.stderr, flush=True)
         sys.exit(exc.exit_code)

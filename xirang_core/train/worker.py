@@ -56,9 +56,10 @@ class Assembly:
     params: int = 0  # the whole model's parameters, counted before a split keeps a stage's
 
 
-def main(run_dir: str) -> None:
-    """Entry point of every worker process."""
-    config = yaml.safe_load((Path(run_dir) / CONFIG_FILE).read_text())
+def main(run_dir: str, config: dict[str, Any] | None = None) -> None:
+    """Entry point of every worker process; ``config`` when its launcher resolved the run's
+    runtime in the worker itself (Slurm's tasks), else the run directory's."""
+    config = config or yaml.safe_load((Path(run_dir) / CONFIG_FILE).read_text())
     registry = get_registry()
     ctx = open_worker(config, run_dir, registry)
     try:
