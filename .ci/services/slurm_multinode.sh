@@ -21,7 +21,8 @@
 # name a job looks up resolves from files and a DNS query can only go to 127.0.0.1 in the node.
 # The root namespace's /etc/hosts gets a tagged block "10.250.0.1x nodeX" (removed by `down`).
 # Each node shares the host's PID namespace and filesystem (a shared-filesystem cluster).
-# SlurmdTimeout is short so a killed node is declared DOWN (and its job requeued) in seconds.
+# SlurmdTimeout is short so a killed node is declared DOWN (and its job requeued) in seconds,
+# and cred_expire too (a requeued job waits that long before it starts again; default 120 s).
 set -euo pipefail
 
 MN_DIR="${MN_DIR:-${XIRANG_SLURM_MULTINODE:-/tmp/xirang-multinode}}"          # all state: conf, spool, logs, pid files
@@ -124,6 +125,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
+AuthInfo=cred_expire=10
 StateSaveLocation=${MN_DIR}/state
 SlurmdSpoolDir=${MN_DIR}/spool/%n
 SlurmctldPidFile=${MN_DIR}/run/slurmctld.pid

@@ -60,12 +60,19 @@ def task_env(env: dict[str, str]) -> dict[str, str]:
 
 def train(run_dir: str) -> None:
     """One worker of the run; a requested stop leaves :data:`STOP_FILE` and exits 143."""
+    from xirang_core.checkpoint.manager import RESTART_ENV
     from xirang_core.train import worker
     from xirang_core.train.interrupt import RunInterrupted
 
     os.environ.update(task_env(dict(os.environ)))
+    config = resolved(run_dir)
+    requeues = os.environ.get("SLURM_RESTART_COUNT", "0")
+    if requeues != "0":  # a requeued job is the same run going on: from its own checkpoint
+        os.environ[RESTART_ENV] = requeues
+        if config["checkpoint"]["resume"] == "never":
+            config["checkpoint"]["resume"] = "auto"
     try:
-        worker.main(run_dir, resolved(run_dir))
+        worker.main(run_dir, config)
     except RunInterrupted as stop:
         if os.environ["RANK"] == "0":
             (Path(run_dir) / STOP_FILE).write_text(f"{stop}\n")
