@@ -235,7 +235,7 @@ def validate(cfg: DictConfig, registry: Registry) -> dict[str, Any]:
     data["model"] = _check_model(data.get("model"), registry)
     settle_vocab(data, registry)  # model.vocab_size: 0 -> the tokenizer's; too small -> error
     _check_pretrained(data["model"], registry)  # against the settled shape, vocabulary included
-    _check_batch(data["trainer"], data["parallel"])
+    _check_batch(data)
     _check_choices(data["trainer"], data["optim"], registry)
     _check_profile(data["trainer"])
     _check_strategy(data, registry)
@@ -318,22 +318,25 @@ def _check_pretrained(model: dict[str, Any], registry: Registry) -> None:
         model.update(check_pretrained(registry.spec("model", model["family"]), settings))
 
 
-def _check_batch(trainer: dict[str, Any], parallel: dict[str, Any]) -> None:
+def _check_batch(data: dict[str, Any]) -> None:
+    trainer, parallel = data["trainer"], data["parallel"]
     for key in ("max_steps", "nproc", "global_batch", "log_every"):
         if trainer[key] < 1:
             raise ConfigError(f"trainer.{key}={trainer[key]}: must be at least 1")
-    nproc, global_batch = trainer["nproc"], trainer["global_batch"]
-    if global_batch % nproc:
+    workers, named = run_workers(data)
+    global_batch = trainer["global_batch"]
+    if global_batch % workers:
         fits = [n for n in range(1, global_batch + 1) if global_batch % n == 0]
         raise ConfigError(
-            f"trainer.global_batch={global_batch} does not divide over trainer.nproc={nproc} "
-            f"workers. Use an nproc in {fits} or a global_batch that is a multiple of {nproc}."
+            f"trainer.global_batch={global_batch} does not divide over {named} ({workers} "
+            f"workers). Use a worker count in {fits} or a global_batch that is a multiple of "
+            f"{workers}."
         )
-    micro = trainer["micro_batch"] or global_batch // nproc
+    micro = trainer["micro_batch"] or global_batch // workers
     # per data-parallel rank, as the planner and the scheduler count (a pipeline's stages share
-    # their rank's sequences); degrees that do not fit nproc are the plan check's to name
-    degrees = degrees_on(nproc, parallel) if parallel.get("name") != AUTO else None
-    ranks = degrees[0] if degrees else nproc
+    # their rank's sequences); degrees that do not fit the workers are the plan check's to name
+    degrees = degrees_on(workers, parallel) if parallel.get("name") != AUTO else None
+    ranks = degrees[0] if degrees else workers
     per_rank = global_batch // ranks
     if micro < 1 or per_rank % micro:
         raise ConfigError(
@@ -342,6 +345,17 @@ def _check_batch(trainer: dict[str, Any], parallel: dict[str, Any]) -> None:
             f"of {per_rank}, or 0."
         )
     trainer["micro_batch"] = micro
+
+
+def run_workers(data: dict[str, Any]) -> tuple[int, str]:
+    """All the run's workers (``trainer.nproc`` per node times a multi-node scheduler's
+    ``scheduler.nodes``) and the keys that make them, for messages."""
+    nproc, nodes = data["trainer"]["nproc"], data["scheduler"].get("nodes", 1)
+    if not isinstance(nodes, int) or nodes < 1:
+        raise ConfigError(f"scheduler.nodes={nodes}: must be a whole number of nodes, at least 1")
+    if nodes == 1:
+        return nproc, f"trainer.nproc={nproc}"
+    return nproc * nodes, f"scheduler.nodes={nodes} x trainer.nproc={nproc}"
 
 
 def _check_choices(trainer: dict[str, Any], optim: dict[str, Any], registry: Registry) -> None:
@@ -373,7 +387,7 @@ def _check_profile(trainer: dict[str, Any]) -> None:
 
 
 def _check_strategy(data: dict[str, Any], registry: Registry) -> None:
-    name, nproc = data["parallel"]["name"], data["trainer"]["nproc"]
+    name, (nproc, named) = data["parallel"]["name"], run_workers(data)
     if name == AUTO:
         return  # the planner picks a plan for nproc workers (xirang_core.parallel.resolve)
     spec = registry.spec("parallel", name)
@@ -385,8 +399,8 @@ def _check_strategy(data: dict[str, Any], registry: Registry) -> None:
             n for n in registry.names("parallel") if registry.spec("parallel", n).multi_process
         ]
         raise ConfigError(
-            f"parallel={name} runs a single process but trainer.nproc={nproc}. "
-            f"Choose a multi-process strategy ({', '.join(multi)}) or trainer.nproc=1."
+            f"parallel={name} runs a single process but {named} make {nproc} workers. "
+            f"Choose a multi-process strategy ({', '.join(multi)}) or one worker."
         )
 
 

@@ -44,7 +44,8 @@ def launch(cfg: DictConfig) -> dict[str, Any]:
     run_dir = resume.run_dir_for(config, Path(hydra.runtime.output_dir), sweeping)
     key = resume.config_key(config)
     join_trial(config, hydra)  # a pruned sweep's trial: where its study is
-    config["runtime"] = resolve_runtime(config, registry)
+    if not resolves_remotely(config, registry):  # else where the workers run (Slurm's nodes)
+        config["runtime"] = resolve_runtime(config, registry)
     resolve_dataset(config["data"], config["storage"])  # pin the snapshot once, not per worker
     resolve_tokenizer(config, registry)  # bpe trains here (once per snapshot), never in a worker
     summary = train_in(config, run_dir, registry, key)
@@ -83,6 +84,13 @@ def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any
     resolve_dataset(config["data"], config["storage"])
     resolve_tokenizer(config, registry)
     return config
+
+
+def resolves_remotely(config: dict[str, Any], registry: Registry) -> bool:
+    """Whether the run's scheduler resolves the runtime (device, backend, calibration) on the
+    nodes its workers run on: a login node may have no such device, or another one."""
+    scheduler = registry.load("scheduler", config["scheduler"]["name"])
+    return bool(getattr(scheduler, "resolves_runtime", False))
 
 
 def resolve_runtime(config: dict[str, Any], registry: Registry) -> dict[str, Any]:

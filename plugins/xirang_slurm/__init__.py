@@ -1,5 +1,5 @@
 """Slurm as an executor of the pool and as a run scheduler (``scheduler=slurm``): sbatch of a
-script that starts the workers with srun and torchrun on the nodes chosen, node inventory from
+script that starts one srun task per worker on the nodes chosen, node inventory from
 ``scontrol show node``, and draining bad nodes with ``scontrol``."""
 
 from xirang import conf_folder, hookimpl
@@ -13,7 +13,7 @@ def xirang_schedulers() -> list[SchedulerSpec]:
             name="slurm",
             target="xirang_slurm.scheduler:SlurmScheduler",
             schema="xirang_slurm.scheduler:SlurmConfig",
-            description="sbatch the run's workers (srun + torchrun) on a Slurm cluster and wait",
+            description="sbatch the run's workers (one srun task each) on Slurm nodes and wait",
             tools=("sbatch",),
         )
     ]

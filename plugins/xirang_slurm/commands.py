@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 from datetime import datetime
@@ -63,6 +64,12 @@ def end_time(slurm_id: str) -> float | None:
         return datetime.fromisoformat(text).timestamp()
     except ValueError:  # "Unknown", "None" or missing
         return None
+
+
+def cancel(slurm_id: str, *flags: str) -> None:
+    """``scancel`` (with ``flags``, e.g. a signal); a job that already ended is no error."""
+    with contextlib.suppress(SlurmError):
+        run("scancel", *flags, slurm_id)
 
 
 def job_state(slurm_id: str) -> tuple[str, int]:

@@ -1,13 +1,15 @@
 """The pool's Slurm executor: each placed job becomes one sbatch job on the chosen nodes.
 
 ``xirang pool serve --executor slurm`` uses it. A job's ``payload`` either names a xirang run
-directory (``run_dir``, workers started by torchrun) or a plain ``command`` list run by srun.
-Preemption sends TERM first (the workers checkpoint), then cancels; the pool requeues the job.
+directory (``run_dir``: one srun task per worker, ``xirang_slurm.task``) or a plain ``command``
+list run by srun once per node. A job over several nodes gets them as ``--nodelist`` and the
+leaf switches its placement spans as ``--switches``. Preemption sends TERM first (the workers
+checkpoint at their step's end), then cancels; the pool requeues the job, which resumes from
+that checkpoint in its run directory.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +31,6 @@ TERMINAL = {
 }
 
 
-def worker_command(run_dir: str) -> list[str]:
-    """The command each worker runs for a xirang run directory (the same worker entry point
-    the local scheduler calls)."""
-    code = "import sys; from xirang_core.train.worker import main; main(sys.argv[1])"
-    return [sys.executable, "-c", code, run_dir]
-
-
 class SlurmExecutor:
     name = "slurm"
 
@@ -52,13 +47,15 @@ class SlurmExecutor:
         per_node = max(1, len(job.devices) // max(1, len(nodes)))
         batch = BatchJob(
             name=f"xirang-{job.id}",
-            command=payload.get("command") or worker_command(str(payload.get("run_dir", "."))),
+            command=payload.get("command") or (),
+            run_dir="" if "command" in payload else str(payload.get("run_dir", ".")),
             nodes=nodes,
             procs_per_node=per_node,
+            device=job.device_type or "cpu",
             switches=leaves,
             partition=self.partition,
             output=str(self.workdir / f"job-{job.id}.out"),
-            torchrun="command" not in payload,
+            requeue=False,  # the pool requeues a preempted job itself
         )
         script = self.workdir / f"job-{job.id}.sbatch"
         script.write_text(render(batch))
@@ -71,11 +68,8 @@ class SlurmExecutor:
         slurm_id = self.slurm_ids.pop(job.id, None)
         if slurm_id is None:
             return
-        try:
-            commands.run("scancel", "--signal=TERM", "--full", slurm_id)
-            commands.run("scancel", slurm_id)
-        except commands.SlurmError:
-            pass  # it ended on its own meanwhile
+        commands.cancel(slurm_id, "--signal=TERM", "--full")  # it may have ended meanwhile
+        commands.cancel(slurm_id)
 
     def poll(self) -> list[tuple[int, bool]]:
         """Jobs that ended since the last poll and whether they succeeded."""

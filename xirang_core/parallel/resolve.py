@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from xirang_core.config import run_workers
 from xirang_core.errors import ConfigError
 from xirang_core.parallel.plan import ModelShape, ParallelPlan, PlanError, check_plan, plan_problem
 from xirang_core.plugins import Registry
@@ -44,7 +45,7 @@ def resolve_parallel(config: dict[str, Any], registry: Registry) -> None:
 def note_one_worker(config: dict[str, Any], registry: Registry) -> None:
     """One warning line for each choice that acts between workers when there is only one: it
     runs, but a user who asked for it should not believe it did something."""
-    if config["trainer"]["nproc"] > 1:
+    if run_workers(config)[0] > 1:  # on several nodes too
         return
     strategy, comm = config["parallel"]["name"], config["comm"]["name"]
     if registry.spec("parallel", strategy).multi_process:
@@ -66,7 +67,7 @@ def plan_on_workers(config: dict[str, Any], strategy: Any, shape: ModelShape) ->
     it (``parallel=sp`` or ``parallel.tp=2`` on one worker), the error names ``trainer.nproc``
     and the counts it runs on, rather than the splits of a world size the user never set."""
     trainer, name = config["trainer"], config["parallel"]["name"]
-    nproc, global_batch = trainer["nproc"], trainer["global_batch"]
+    nproc, global_batch = run_workers(config)[0], trainer["global_batch"]
     try:
         plan = strategy.plan(nproc, trainer["micro_batch"])
     except PlanError as exc:

@@ -56,9 +56,10 @@ class Assembly:
     params: int = 0  # the whole model's parameters, counted before a split keeps a stage's
 
 
-def main(run_dir: str) -> None:
-    """Entry point of every worker process."""
-    config = yaml.safe_load((Path(run_dir) / CONFIG_FILE).read_text())
+def main(run_dir: str, config: dict[str, Any] | None = None) -> None:
+    """Entry point of every worker process; ``config`` when its launcher resolved the run's
+    runtime in the worker itself (Slurm's tasks), else the run directory's."""
+    config = config or yaml.safe_load((Path(run_dir) / CONFIG_FILE).read_text())
     registry = get_registry()
     ctx = open_worker(config, run_dir, registry)
     try:
@@ -79,7 +80,8 @@ def open_worker(config: dict[str, Any], run_dir: str, registry: Registry) -> Wor
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     threads = config["trainer"]["threads"]
-    torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // world_size))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))  # this node's workers
+    torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // local_world))
     backend = registry.create("device", config["device"])
     device = backend.torch_device(local_device(local_rank))  # healthy ones, as placed
     ctx = WorkerContext(rank, local_rank, world_size, device, run_dir, config)

@@ -1,4 +1,5 @@
-"""The real single-node Slurm (.ci/services/slurm.sh starts it) the Slurm tests submit to.
+"""The real Slurm clusters the Slurm tests submit to: single-node (.ci/services/slurm.sh) and
+two nodes of network namespaces (.ci/services/slurm_multinode.sh).
 
 Without Slurm these tests skip locally and FAIL in CI (CI=true), where the service must run.
 """
@@ -8,6 +9,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -27,3 +30,57 @@ def slurm() -> str:
             pytest.fail(problem)
         pytest.skip(problem)
     return probe.stdout.split()[0]
+
+
+#: where .ci/services/slurm_multinode.sh keeps its cluster (its MN_DIR)
+MULTINODE_DIR = Path(os.environ.get("XIRANG_SLURM_MULTINODE", "/tmp/xirang-multinode"))
+MULTINODE_SERVICE = Path(__file__).parents[3] / ".ci" / "services" / "slurm_multinode.sh"
+
+
+@dataclass(frozen=True)
+class MultiNodeSlurm:
+    """The 2-node Slurm of network namespaces: its client config, partition and nodes."""
+
+    conf: Path
+    partition: str
+    nodes: tuple[str, ...]
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What a Slurm client (sbatch, xirang's scheduler) needs to talk to this cluster."""
+        return {"SLURM_CONF": str(self.conf)}
+
+    def namespace(self, node: str) -> str:
+        """The network namespace node ``nodeN`` runs in (the service names it ``xrnN``)."""
+        return "xrn" + node.removeprefix("node")
+
+    def restore(self) -> None:
+        """Start what is missing again (a killed node's slurmd: its replacement)."""
+        subprocess.run(["bash", str(MULTINODE_SERVICE), "up"], check=True, capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def slurm_multinode() -> MultiNodeSlurm:
+    """The multi-node cluster, once all of its nodes answer (.ci/run starts it)."""
+    conf = MULTINODE_DIR / "etc" / "slurm.conf"
+    problem = ""
+    if shutil.which("sbatch") is None:
+        problem = "Slurm is not installed (run .ci/services/slurm_multinode.sh)"
+    elif not conf.exists():
+        problem = f"no multi-node Slurm config at {conf} (run .ci/services/slurm_multinode.sh)"
+    else:
+        probe = subprocess.run(
+            ["sinfo", "-h", "-N", "-o", "%N %P %T"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "SLURM_CONF": str(conf)},
+        )
+        rows = [line.split() for line in probe.stdout.splitlines()]
+        up = [r for r in rows if r[2].rstrip("*") in ("idle", "mixed", "allocated")]
+        if probe.returncode != 0 or len(up) < 2:
+            problem = f"the multi-node Slurm has {len(up)} of 2 nodes up: {probe.stderr.strip()}"
+    if problem:
+        if os.environ.get("CI") == "true":
+            pytest.fail(problem)
+        pytest.skip(problem)
+    return MultiNodeSlurm(conf, up[0][1].rstrip("*"), tuple(sorted(r[0] for r in up)))

@@ -1,0 +1,306 @@
+#!/usr/bin/env bash
+# A real multi-node Slurm on one host, for the multi-node tests (tests/plugins/xirang_slurm/
+# test_multinode.py): slurmctld in the root network namespace on a bridge of its own, and one
+# slurmd per compute node, each in its own network, UTS and mount namespace (its own IP, its own
+# hostname nodeN, its own /etc/hosts), as real nodes have. Apart from .ci/services/slurm.sh's
+# single-node cluster (own controller port, own config, state and pid files), which keeps
+# working beside it. .ci/run starts it with no arguments (= up).
+#
+#   slurm_multinode.sh [up [N]]   # N compute nodes (default 2, or $MN_NODES); idempotent
+#   slurm_multinode.sh down       # stop its daemons and jobs, remove namespaces and bridge
+#   slurm_multinode.sh status
+#
+# Clients use this cluster's config:   export SLURM_CONF=$MN_DIR/etc/slurm.conf
+# (MN_DIR defaults to /tmp/xirang-multinode; the tests find it there or through
+# XIRANG_SLURM_MULTINODE). Debian's slurm-wlm + munge; root only.
+#
+# Network: only addresses this script creates: bridge xrbr0 = 10.250.0.1/24 in the root
+# namespace (slurmctld), node i = 10.250.0.(10+i) on eth0 inside namespace xrn<i>. The node
+# namespaces have no default route; each slurmd runs in its own mount namespace where
+# /etc/netns/xrn<i>/{hosts,resolv.conf} are bound over /etc/hosts and /etc/resolv.conf, so every
+# name a job looks up resolves from files and a DNS query can only go to 127.0.0.1 in the node.
+# The root namespace's /etc/hosts gets a tagged block "10.250.0.1x nodeX" (removed by `down`).
+# Each node shares the host's PID namespace and filesystem (a shared-filesystem cluster).
+# SlurmdTimeout is short so a killed node is declared DOWN (and its job requeued) in seconds,
+# and cred_expire too (a requeued job waits that long before it starts again; default 120 s).
+set -euo pipefail
+
+MN_DIR="${MN_DIR:-${XIRANG_SLURM_MULTINODE:-/tmp/xirang-multinode}}"          # all state: conf, spool, logs, pid files
+MN_BR="${MN_BR:-xrbr0}"
+MN_NET="${MN_NET:-10.250.0}"                  # /24 prefix: .1 = controller, .1i = node i
+MN_NS_PREFIX="${MN_NS_PREFIX:-xrn}"
+MN_CTLD_PORT="${MN_CTLD_PORT:-6917}"          # not 6817, so a single-node Slurm can coexist
+MN_CPUS="${MN_CPUS:-$(nproc)}"                 # CPUs each node advertises (all share the host)
+MN_MEM_MB="${MN_MEM_MB:-2048}"
+CONF="$MN_DIR/etc/slurm.conf"
+HOSTS_TAG="# multinode-slurm ($MN_BR)"
+CTL_HOST="$(hostname -s)"
+
+log() { echo "multinode-slurm: $*" >&2; }
+# alive PIDFILE COMM: the pid in the file is a live (not zombie) process named COMM
+alive() {
+    local pid
+    [ -s "$1" ] || return 1
+    pid="$(cat "$1")"
+    [ -r "/proc/$pid/stat" ] || return 1
+    [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ] || return 1
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ]
+}
+
+install_packages() {
+    if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v munged >/dev/null; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null
+    fi
+}
+
+# ---------------------------------------------------------------- network
+net_up() {
+    local n="$1" i ns
+    if ! ip link show "$MN_BR" >/dev/null 2>&1; then
+        ip link add "$MN_BR" type bridge
+    fi
+    ip addr replace "$MN_NET.1/24" dev "$MN_BR"
+    ip link set "$MN_BR" up
+    for i in $(seq 1 "$n"); do
+        ns="$MN_NS_PREFIX$i"
+        [ -e "/run/netns/$ns" ] || ip netns add "$ns"
+        if ! ip link show "${MN_NS_PREFIX}v$i" >/dev/null 2>&1; then
+            ip link add "${MN_NS_PREFIX}v$i" type veth peer name eth0 netns "$ns"
+        fi
+        ip link set "${MN_NS_PREFIX}v$i" master "$MN_BR" up
+        ip -n "$ns" addr replace "$MN_NET.$((10 + i))/24" dev eth0
+        ip -n "$ns" link set eth0 up
+        ip -n "$ns" link set lo up
+        # name resolution inside the node: files only, and a resolver on loopback (nothing leaves)
+        mkdir -p "/etc/netns/$ns"
+        { echo "127.0.0.1 localhost"; hosts_block "$n"; } >"/etc/netns/$ns/hosts"
+        echo "nameserver 127.0.0.1" >"/etc/netns/$ns/resolv.conf"
+    done
+    # the root namespace (slurmctld, clients) resolves the node names from /etc/hosts too
+    hosts_remove
+    { echo "$HOSTS_TAG begin"; hosts_block "$n"; echo "$HOSTS_TAG end"; } >>/etc/hosts
+}
+
+hosts_block() {
+    local n="$1" i
+    echo "$MN_NET.1 xrctl"
+    for i in $(seq 1 "$n"); do echo "$MN_NET.$((10 + i)) node$i"; done
+}
+
+hosts_remove() {
+    if grep -qF "$HOSTS_TAG begin" /etc/hosts 2>/dev/null; then
+        # /etc/hosts may be a bind mount: rewrite in place, don't replace the file
+        local tmp; tmp="$(mktemp)"
+        awk -v b="$HOSTS_TAG begin" -v e="$HOSTS_TAG end" \
+            '$0==b{skip=1;next} $0==e{skip=0;next} !skip' /etc/hosts >"$tmp"
+        cat "$tmp" >/etc/hosts
+        rm -f "$tmp"
+    fi
+}
+
+net_down() {
+    local ns i
+    for ns in $(ip netns list | awk '{print $1}' | grep -E "^${MN_NS_PREFIX}[0-9]+$" || true); do
+        i="${ns#"$MN_NS_PREFIX"}"
+        ip link del "${MN_NS_PREFIX}v$i" 2>/dev/null || true
+        ip netns del "$ns" 2>/dev/null || true
+        rm -rf "/etc/netns/$ns"
+    done
+    ip link del "$MN_BR" 2>/dev/null || true
+    rmdir /etc/netns 2>/dev/null || true   # only if empty (ours were the only entries)
+    hosts_remove
+}
+
+# ---------------------------------------------------------------- config
+write_conf() {
+    local n="$1" i
+    mkdir -p "$MN_DIR"/{etc,state,spool,log,run}
+    cat >"$CONF.tmp" <<CONF
+ClusterName=xrmn
+SlurmctldHost=${CTL_HOST}(${MN_NET}.1)
+SlurmctldPort=${MN_CTLD_PORT}
+SlurmdPort=6818
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=cred_expire=10
+StateSaveLocation=${MN_DIR}/state
+SlurmdSpoolDir=${MN_DIR}/spool/%n
+SlurmctldPidFile=${MN_DIR}/run/slurmctld.pid
+SlurmdPidFile=${MN_DIR}/run/slurmd-%n.pid
+SlurmctldLogFile=${MN_DIR}/log/slurmctld.log
+SlurmdLogFile=${MN_DIR}/log/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SchedulerType=sched/backfill
+SchedulerParameters=batch_sched_delay=0
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+MpiDefault=none
+MailProg=/bin/true
+KillWait=5
+SlurmdTimeout=6
+TopologyPlugin=topology/tree
+JobRequeue=1
+CONF
+    for i in $(seq 1 "$n"); do
+        echo "NodeName=node$i NodeHostname=node$i NodeAddr=${MN_NET}.$((10 + i)) CPUs=${MN_CPUS} RealMemory=${MN_MEM_MB} State=UNKNOWN" >>"$CONF.tmp"
+    done
+    echo "PartitionName=debug Nodes=node[1-$n] Default=YES MaxTime=INFINITE State=UP" >>"$CONF.tmp"
+    # one leaf switch over every node: `--switches` is honoured
+    echo "SwitchName=leaf0 Nodes=node[1-$n]" >"$MN_DIR/etc/topology.conf"
+    mv "$CONF.tmp" "$CONF"
+    # task/none + proctrack/linuxproc need no cgroup.conf; never let one from /etc/slurm leak in
+    rm -f "$MN_DIR/etc/cgroup.conf"
+    echo "$n" >"$MN_DIR/nodes"
+}
+
+# ---------------------------------------------------------------- daemons
+munge_up() {
+    if munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then return 0; fi
+    mkdir -p /etc/munge /run/munge /var/lib/munge /var/log/munge
+    if [ ! -s /etc/munge/munge.key ]; then
+        dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
+    fi
+    chown -R munge:munge /etc/munge /run/munge /var/lib/munge /var/log/munge
+    chmod 0400 /etc/munge/munge.key
+    runuser -u munge -- munged 2>/dev/null || munged --force
+    for _ in $(seq 1 50); do
+        if [ -s /run/munge/munged.pid ]; then break; fi
+        sleep 0.1
+    done
+    cp /run/munge/munged.pid "$MN_DIR/run/munged.ours"   # we started it: `down` stops it
+    munge -n | unmunge >/dev/null
+}
+
+ctld_up() {
+    alive "$MN_DIR/run/slurmctld.pid" slurmctld && return 0
+    SLURM_CONF="$CONF" slurmctld -f "$CONF" -i
+}
+
+slurmd_up() {
+    local i="$1" ns="$MN_NS_PREFIX$1"
+    alive "$MN_DIR/run/slurmd-node$i.pid" slurmd && return 0
+    rm -rf "$MN_DIR/spool/node$i" "$MN_DIR/log/slurmd-node$i.log"
+    mkdir -p "$MN_DIR/spool/node$i"
+    # Own netns (IP), own UTS ns (hostname nodeN), own mount ns (node's /etc/hosts and
+    # /etc/resolv.conf bound over the host's). Not `ip netns exec`: it remounts /sys, which
+    # hides /sys/fs/cgroup, and slurmd 22.05 then dies ("Unable to initialize cgroup plugin")
+    # even with proctrack/linuxproc + task/none. slurmd daemonizes and stays in all three.
+    nsenter --net="/run/netns/$ns" unshare --uts --mount --propagation private -- sh -c "
+        mount --bind /etc/netns/$ns/hosts /etc/hosts &&
+        mount --bind /etc/netns/$ns/resolv.conf /etc/resolv.conf &&
+        hostname node$i &&
+        SLURM_CONF='$CONF' exec slurmd -f '$CONF' -N node$i"
+}
+
+cluster_running() {
+    alive "$MN_DIR/run/slurmctld.pid" slurmctld
+}
+
+wait_idle() {
+    local n="$1" up=0 deadline=$((SECONDS + ${MN_UP_TIMEOUT:-60}))
+    while [ "$SECONDS" -lt "$deadline" ]; do
+        up="$(SLURM_CONF="$CONF" timeout 5 sinfo -h -N -o '%N %T' 2>/dev/null | grep -cE ' (idle|mixed|allocated)$' || true)"
+        [ "$up" -ge "$n" ] && return 0
+        sleep 0.2
+    done
+    log "only $up of $n nodes came up; see $MN_DIR/log/"
+    SLURM_CONF="$CONF" sinfo -N >&2 || true
+    return 1
+}
+
+cmd_up() {
+    local n="${1:-${MN_NODES:-2}}" i
+    [ "$(id -u)" -eq 0 ] || { log "must run as root"; exit 1; }
+    install_packages
+    if cluster_running && [ "$(cat "$MN_DIR/nodes" 2>/dev/null)" != "$n" ]; then
+        log "running with $(cat "$MN_DIR/nodes" 2>/dev/null) nodes, want $n: restarting"
+        cmd_down
+    fi
+    if ! cluster_running; then
+        # controller starts from nothing: no saved jobs/nodes from an earlier run
+        rm -rf "$MN_DIR/state" "$MN_DIR/log/slurmctld.log"
+    fi
+    net_up "$n"
+    write_conf "$n"
+    munge_up
+    ctld_up
+    for i in $(seq 1 "$n"); do slurmd_up "$i"; done
+    wait_idle "$n"
+    echo "export SLURM_CONF=$CONF" >"$MN_DIR/env"
+    log "up: $n nodes (node1..node$n = $MN_NET.11..$MN_NET.$((10 + n))), controller $CTL_HOST($MN_NET.1):$MN_CTLD_PORT"
+    echo "export SLURM_CONF=$CONF"
+}
+
+stop_pids() {   # stop_pids GRACE_TENTHS PID...: TERM them all, wait up to GRACE, then KILL
+    local pid left tenths="$1"
+    shift
+    [ "$#" -gt 0 ] || return 0
+    kill -TERM "$@" 2>/dev/null || true
+    for _ in $(seq 1 "$tenths"); do
+        left=""
+        for pid in "$@"; do
+            # gone, or a zombie waiting for init to reap it, counts as stopped
+            if [ -r "/proc/$pid/stat" ] && [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]; then left=1; fi
+        done
+        [ -z "$left" ] && return 0
+        sleep 0.1
+    done
+    kill -KILL "$@" 2>/dev/null || true
+}
+
+cmd_down() {
+    local ns pid f pids=()
+    if [ -s "$CONF" ] && alive "$MN_DIR/run/slurmctld.pid" slurmctld; then
+        SLURM_CONF="$CONF" timeout 10 scancel --full -u root 2>/dev/null || true
+        # let the jobs end (TERM now, KILL after KillWait) before the daemons go: a slurmd
+        # with live steps ignores TERM for its whole grace time
+        for _ in $(seq 1 80); do
+            [ -z "$(SLURM_CONF="$CONF" timeout 5 squeue -h -o %i 2>/dev/null)" ] && break
+            sleep 0.1
+        done
+    fi
+    # only the pids this script recorded
+    for f in "$MN_DIR"/run/slurmd-*.pid; do
+        if alive "$f" slurmd; then pids+=("$(cat "$f")"); fi
+        rm -f "$f"
+    done
+    if alive "$MN_DIR/run/slurmctld.pid" slurmctld; then pids+=("$(cat "$MN_DIR/run/slurmctld.pid")"); fi
+    rm -f "$MN_DIR/run/slurmctld.pid"
+    stop_pids 100 "${pids[@]}"
+    # anything still alive inside our node namespaces (job steps, slurmstepd, which ignores
+    # TERM) is ours: TERM, 2 s grace, KILL
+    pids=()
+    for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${MN_NS_PREFIX}[0-9]+$" || true); do
+        for pid in $(ip netns pids "$ns" 2>/dev/null); do pids+=("$pid"); done
+    done
+    stop_pids 20 "${pids[@]}"
+    # munged only if this script started it (and that pid is still munged)
+    if alive "$MN_DIR/run/munged.ours" munged; then stop_pids 50 "$(cat "$MN_DIR/run/munged.ours")"; fi
+    rm -f "$MN_DIR/run/munged.ours"
+    net_down
+    rm -rf "$MN_DIR/state" "$MN_DIR/spool"
+    log "down (logs kept in $MN_DIR/log)"
+}
+
+cmd_status() {
+    if cluster_running; then
+        SLURM_CONF="$CONF" timeout 10 sinfo -N
+    else
+        echo "not running"
+        return 1
+    fi
+}
+
+case "${1:-up}" in
+    up) cmd_up "${@:2}" ;;
+    down) cmd_down ;;
+    status) cmd_status ;;
+    *) echo "usage: $0 up [N] | down | status" >&2; exit 2 ;;
+esac

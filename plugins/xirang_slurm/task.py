@@ -1,0 +1,94 @@
+"""What each task of a Slurm job of a xirang run executes, without torchrun in between.
+
+``python -m xirang_slurm.task RUN_DIR`` is one worker, its rank and the world taken from Slurm's
+task variables. It resolves the run's device, collective backend and calibration itself, on
+its node (where the workers run, not on a login node that may have no such device, or another
+one); a bad choice is one ``xirang error:`` line in the job's output.
+
+srun starts the workers directly, so the TERM Slurm sends before a time limit or on
+``scancel --signal=TERM`` reaches the worker's own stop handler (which tolerates repeats:
+Slurm may deliver it two or three times), with no launcher agent in between that dies on the
+second copy. A worker stopped that way has saved its checkpoint
+at the step's end; rank 0 leaves :data:`STOP_FILE` so the batch script requeues the job, and
+the requeued job resumes from that checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from xirang_core.errors import XirangError
+
+STOP_FILE = "slurm-stop-requested"
+
+
+def resolved(run_dir: str) -> dict[str, Any]:
+    """The run's config with its runtime resolved on this node (every start again: a requeued
+    job may land on other nodes); rank 0 writes it back into ``RUN_DIR/config.yaml``."""
+    from xirang_core.plugins import get_registry
+    from xirang_core.run import resolve_runtime
+    from xirang_core.train.worker import CONFIG_FILE
+
+    path = Path(run_dir) / CONFIG_FILE
+    config = yaml.safe_load(path.read_text())
+    runtime = resolve_runtime(config, get_registry())
+    runtime["devices"] *= int(os.environ.get("SLURM_NNODES", "1"))  # every node's, for cost
+    config["runtime"] = {**config.get("runtime", {}), **runtime}  # the tokenizer is there
+    if os.environ.get("RANK") == "0":
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(yaml.safe_dump(config, sort_keys=False))
+        tmp.replace(path)
+    return config
+
+
+def task_env(env: dict[str, str]) -> dict[str, str]:
+    """torch.distributed's variables for this task from Slurm's (MASTER_ADDR and MASTER_PORT
+    come from the batch script, which picked a free port on the first node)."""
+    per_node = env.get("SLURM_NTASKS_PER_NODE", "1").split("(")[0]
+    return {
+        "RANK": env["SLURM_PROCID"],
+        "WORLD_SIZE": env["SLURM_NTASKS"],
+        "LOCAL_RANK": env["SLURM_LOCALID"],
+        "LOCAL_WORLD_SIZE": per_node,
+    }
+
+
+def train(run_dir: str) -> None:
+    """One worker of the run; a requested stop leaves :data:`STOP_FILE` and exits 143."""
+    from xirang_core.checkpoint.manager import RESTART_ENV
+    from xirang_core.train import worker
+    from xirang_core.train.interrupt import RunInterrupted
+
+    os.environ.update(task_env(dict(os.environ)))
+    config = resolved(run_dir)
+    requeues = os.environ.get("SLURM_RESTART_COUNT", "0")
+    if requeues != "0":  # a requeued job is the same run going on: from its own checkpoint
+        os.environ[RESTART_ENV] = requeues
+        if config["checkpoint"]["resume"] == "never":
+            config["checkpoint"]["resume"] = "auto"
+    try:
+        worker.main(run_dir, config)
+    except RunInterrupted as stop:
+        if os.environ["RANK"] == "0":
+            (Path(run_dir) / STOP_FILE).write_text(f"{stop}\n")
+        print(f"xirang: {stop}", file=sys.stderr, flush=True)
+        sys.exit(stop.exit_code)
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) != 1:
+        sys.exit("usage: python -m xirang_slurm.task RUN_DIR")
+    try:
+        train(argv[0])
+    except XirangError as exc:  # one line in the job's output, as the command line prints it
+        print(f"{exc.label}: {exc}", file=sys.stderr, flush=True)
+        sys.exit(exc.exit_code)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
