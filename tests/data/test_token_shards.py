@@ -140,3 +140,24 @@ def test_token_shards_too_narrow_for_the_vocabulary_are_refused(make_dataset: Ma
     config["data"]["seq_len"] = 2
     with pytest.raises(DataError, match=r"uint8, which cannot hold"):
         run_batches(config, 0, 1, 1, 1)[0].get(1)
+
+
+def test_an_interrupted_tokenize_leaves_nothing_a_run_reads(make_dataset: Make, monkeypatch):
+    """Shards land by atomic renames and the manifest goes last: a crash in the middle leaves
+    no token snapshot, so the next run tokenises again rather than reading half of one."""
+    tier, _ = make_dataset(n=60, per_shard=10)
+    real, done = token_shards.tokenize_shard, []
+
+    def crash_on_the_third(*args):
+        if len(done) == 2:
+            raise KeyboardInterrupt
+        done.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(token_shards, "tokenize_shard", crash_on_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        launched(tier.root, BYTES)
+    assert list_ids(tokens_tier(tier)) == []
+    assert not [key for key in tokens_tier(tier).list("shards") if "partial" in key]
+    monkeypatch.setattr(token_shards, "tokenize_shard", real)
+    assert len(token_snapshot(tier.root, BYTES).shards) == 6

@@ -187,6 +187,7 @@ def _sync(args: argparse.Namespace) -> int:
     console.print(
         f"snapshot {report.snapshot}: moved {report.moved} shards ({report.moved_bytes:,} bytes), "
         f"skipped {report.skipped} already there ({report.skipped_bytes:,} bytes)"
+        + (f", replaced {report.replaced} corrupt there" if report.replaced else "")
     )
     return 0
 
