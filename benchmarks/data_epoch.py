@@ -33,20 +33,20 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from xirang_core.data.fetch import TierSettings  # noqa: E402
-from xirang_core.data.order import Partition  # noqa: E402
-from xirang_core.data.snapshot import Snapshot, load, save  # noqa: E402
-from xirang_core.data.stream import SourceRead, TokenSource  # noqa: E402
-from xirang_core.data.token_shards import (  # noqa: E402
+from xirang_core.data.fetch import TierSettings
+from xirang_core.data.order import Partition
+from xirang_core.data.snapshot import Snapshot, load, save
+from xirang_core.data.stream import SourceRead, TokenSource
+from xirang_core.data.token_shards import (
     COLUMN,
     KIND,
     token_table,
     tokens_tier,
     write_token_shard,
 )
-from xirang_core.data.tokens import NamedSource, TokenBatches  # noqa: E402
-from xirang_core.storage.cache import DiskCache  # noqa: E402
-from xirang_core.storage.locate import tier_for  # noqa: E402
+from xirang_core.data.tokens import NamedSource, TokenBatches
+from xirang_core.storage.cache import DiskCache
+from xirang_core.storage.locate import tier_for
 
 BUCKET = "xirang"
 VOCAB = 50_257

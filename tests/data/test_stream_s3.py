@@ -26,6 +26,7 @@ from xirang_core.storage.locate import tier_for
 
 BUCKET = "xirang-stream"
 ROOT = Path(__file__).resolve().parents[2]
+RANK = [sys.executable, "-m", "tests.data.stream_rank"]
 
 
 @pytest.fixture(scope="module")
@@ -63,14 +64,12 @@ def s3_run(make_dataset: Make, s3: str, tmp_path: Path, name: str) -> tuple[Path
 
 
 def ranks(config: Path, world: int, first: int, last: int, out: Path, pause: float):
-    return [
-        subprocess.Popen(
-            [sys.executable, "-m", "tests.data.stream_rank", str(config), str(rank), str(world)]
-            + [str(first), str(last), f"{out}.{rank}", str(pause)],
-            cwd=ROOT,
-        )
-        for rank in range(world)
-    ]
+    """``world`` rank processes reading steps ``first..last``, each logging to ``out.<rank>``."""
+    procs = []
+    for rank in range(world):
+        args = [config, rank, world, first, last, f"{out}.{rank}", pause]
+        procs.append(subprocess.Popen([*RANK, *map(str, args)], cwd=ROOT))
+    return procs
 
 
 def hashes(out: Path, rank: int) -> dict[int, str]:
