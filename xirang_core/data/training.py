@@ -78,7 +78,10 @@ def run_batches(
         origin = token_shards.tokens_tier(tier)
         settings = dataset.tier_settings(cfg, origin.root)
         stream = TokenSource(snap, origin, settings, read)
-        named.append(NamedSource(source.uri.rstrip("/").rsplit("/", 1)[-1], stream, source.weight))
+        name = source.uri.rstrip("/").rsplit("/", 1)[-1]
+        if any(n.name == name for n in named):  # two roots of one name: say which is which
+            name = f"{name}#{len(named)}"
+        named.append(NamedSource(name, stream, source.weight))
     part = Partition(micro, world, rank)
     return (
         TokenBatches(named, part, accum, seed, "train", tokenizer),
