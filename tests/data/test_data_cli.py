@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from xirang_core.data.cli import main
+from xirang_core.data.snapshot import load
 from xirang_core.errors import DataError
+from xirang_core.storage.locate import tier_for
 
 
 @pytest.fixture
@@ -40,6 +42,26 @@ def test_prepare_then_list_sync_and_verify(source: Path, tmp_path: Path, capsys)
     shard.write_bytes(shard.read_bytes()[:-1])
     assert main(["verify", str(copy)]) == 1
     assert shard.name in capsys.readouterr().out
+    good = (dst / "shards" / shard.name).read_bytes()
+    shard.write_bytes(bytes([good[0] ^ 1]) + good[1:])  # same size, other bytes
+    assert main(["sync", str(dst), str(copy)]) == 0
+    assert "moved 1 shards" in capsys.readouterr().out and shard.read_bytes() == good
+    assert main(["verify", str(copy)]) == 0
+
+
+def test_a_snapshot_file_holding_another_snapshots_manifest_is_refused(
+    source: Path, tmp_path: Path, capsys
+) -> None:
+    dst = tmp_path / "dst"
+    ids = []
+    for extra in ("", "more"):
+        (source / "extra.txt").write_text(extra or "x")
+        assert main(["prepare", str(source), str(dst), "--json"]) == 0
+        ids.append(json.loads(capsys.readouterr().out)["snapshot"])
+    manifests = dst / "snapshots"
+    (manifests / f"{ids[0]}.json").write_text((manifests / f"{ids[1]}.json").read_text())
+    with pytest.raises(DataError, match=rf"holds the manifest of snapshot {ids[1]}, not {ids[0]}"):
+        load(tier_for(str(dst)), ids[0])
 
 
 def test_missing_source_is_one_clear_error(tmp_path: Path) -> None:

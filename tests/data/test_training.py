@@ -10,8 +10,9 @@ import torch
 import yaml
 
 from tests.conftest import QUICK, run_dirs
-from tests.data.conftest import Make
-from xirang_core.data import features
+from tests.data.conftest import Make, samples
+from xirang_core.data import token_shards
+from xirang_core.data.order import EpochOrder
 from xirang_core.data.training import resolve_dataset, run_batches
 from xirang_core.errors import ConfigError, DataError
 
@@ -53,27 +54,30 @@ def test_a_step_reads_the_same_rows_on_any_number_of_ranks(make_dataset: Make) -
         assert global_rows(1, step) == global_rows(2, step) == global_rows(4, step)
 
 
-def test_ranks_read_different_documents(make_dataset: Make) -> None:
-    tier, _ = make_dataset(n=120, per_shard=20)
-    ranks = [run_batches(config(tier.root), r, 3, 4, 1)[0] for r in range(3)]
-    docs = [set(b.documents(s, 0).tolist()) for b in ranks for s in range(1, 9)]
-    assert sum(len(d) for d in docs) == len(set().union(*docs))  # 3 ranks x 8 steps x 4 = 96
+def test_an_epoch_of_rows_packs_every_training_token_once_in_the_epoch_order(
+    make_dataset: Make,
+) -> None:
+    """Rows run on across document boundaries: one epoch's rows laid end to end are the
+    training documents (each with its end marker) in the reader's epoch order."""
+    tier, snap = make_dataset(n=100, per_shard=20)
+    train, _ = run_batches(config(tier.root), 0, 1, 5, 1)
+    source = train.sources[0].source
+    rows = source.rows_per_epoch
+    stream = np.concatenate(train.rows(np.arange(rows)).tolist())
+    order = EpochOrder(tuple(s.samples for s in snap.shards), 7, 0, True, 4).samples
+    texts = {i: s["text"].encode() + b"\n\n" for i, s in enumerate(samples(100))}
+    expected = b"".join(texts[int(i)] for i in order if i < source.n_train)
+    assert rows == len(expected) // 17 and bytes(stream.astype(np.uint8)) == expected[: rows * 17]
+    next_epoch = train.rows(np.arange(rows, rows + 3))
+    assert not np.array_equal(next_epoch, train.rows(np.arange(3)))  # reshuffled, not repeated
 
 
-def test_an_epoch_of_training_windows_starts_at_every_document_once(make_dataset: Make) -> None:
-    tier, _ = make_dataset(n=100, per_shard=20)
-    train, val = run_batches(config(tier.root), 0, 1, 9, 1)
-    seen = np.concatenate([train.documents(s, 0) for s in range(1, 11)])
-    assert sorted(seen.tolist()) == train.ids.tolist()
-    assert not set(train.ids.tolist()) & set(val.ids.tolist())
-
-
-def test_tokenised_features_are_reused(make_dataset: Make, monkeypatch) -> None:
+def test_token_shards_are_written_once(make_dataset: Make, monkeypatch) -> None:
     tier, _ = make_dataset(n=60, per_shard=20)
     run_batches(config(tier.root), 0, 1, 2, 1)
     calls = []
-    real = features._compute
-    monkeypatch.setattr(features, "_compute", lambda *a: calls.append(1) or real(*a))
+    real = token_shards.tokenize_snapshot
+    monkeypatch.setattr(token_shards, "tokenize_snapshot", lambda *a: calls.append(1) or real(*a))
     run_batches(config(tier.root), 0, 1, 2, 1)
     assert calls == []
 

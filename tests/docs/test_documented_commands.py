@@ -153,6 +153,9 @@ TABLE: dict[str, As | Slow | Skip] = {
     "xirang data sync SRC DST [--snapshot ID]": As(("xirang data sync data/corpus data/copy",)),
     "xirang data verify DST [--snapshot ID]": As(("xirang data verify data/copy",)),
     "python -m xirang data=snapshot data.uri=/data/corpus [data.snapshot=ID]": Slow(_TRAINS),
+    "xirang data tokenize DST --tokenizer NAME [--snapshot ID] [--workers 2] "
+    "[--set tokenizer.KEY=V]": Skip(_SYNOPSIS),
+    "python benchmarks/data_epoch.py [--gb 1.5] [--cache-mb 300] [--shard-mb 16]": Skip(_BENCH),
     "python -m xirang tokenizer=bpe tokenizer.vocab_size=4096": Slow(_TRAINS),
     "python -m xirang tokenizer=hf tokenizer.path=/models/llama3": Skip(
         "a local Hugging Face tokenizer folder"

@@ -2,6 +2,7 @@
 
     xirang data prepare SRC DST [--format auto|files|lines|jsonl|parquet] [--min-chars N] ...
     xirang data snapshots DST
+    xirang data tokenize DST --tokenizer NAME [--snapshot ID] [--workers N] [--set tokenizer.KEY=V]
     xirang data sync SRC DST [--snapshot ID]
     xirang data verify DST [--snapshot ID]
 
@@ -57,6 +58,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=2, help="threads compressing shards")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(run=_prepare)
+    t = sub.add_parser("tokenize", help="write a snapshot's token shards for a tokenizer")
+    t.add_argument("dst", help="the dataset root holding the snapshot")
+    t.add_argument("--tokenizer", required=True, help="a tokenizer option: bytes, bpe, hf ...")
+    t.add_argument("--snapshot", default="", help="the snapshot id; the latest when empty")
+    t.add_argument("--workers", type=int, default=2, help="tokenising processes (0: this one)")
+    t.add_argument("--json", action="store_true", help="print the result as JSON")
+    t.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a tokenizer setting, e.g. --set tokenizer.vocab_size=4096 (repeatable)",
+    )
+    t.set_defaults(run=_tokenize)
     s = sub.add_parser("snapshots", help="list the snapshots of a dataset")
     s.add_argument("dst")
     s.set_defaults(run=_snapshots)
@@ -89,6 +104,38 @@ def _prepare(args: argparse.Namespace) -> int:
         f"({snap.bytes / 2**20:.1f} MiB) in {time.perf_counter() - started:.1f} s"
     )
     _print_report(report)
+    return 0
+
+
+def _tokenize(args: argparse.Namespace) -> int:
+    """The token snapshot of DST's snapshot in the run config's tokenizer (trained first when it
+    learns from the corpus), written by worker processes with a progress bar."""
+    from xirang_core.config import compose
+    from xirang_core.data.token_shards import tokenize_snapshot
+    from xirang_core.data.tokenizer import prepare_tokenizer
+    from xirang_core.data.training import resolve_dataset
+    from xirang_core.plugins import get_registry
+
+    registry = get_registry()
+    pin = [f"data.snapshot={args.snapshot}"] if args.snapshot else []
+    overrides = [f"tokenizer={args.tokenizer}", "data=snapshot", f"data.uri={args.dst}", *pin]
+    config = compose([*overrides, *args.set], registry)
+    resolve_dataset(config["data"], config["storage"])
+    started = time.perf_counter()
+    tokenizer = prepare_tokenizer(config, registry)
+    tier = tier_for(args.dst, config["storage"])
+    snap = load(tier, config["data"]["snapshot"])
+    recipe = {"tokenizer": config["tokenizer"], "runtime": config["runtime"]}
+    tokens = tokenize_snapshot(tier, snap, tokenizer, recipe, args.workers, not args.json)
+    total = sum(tokens.lineage["shard_tokens"])
+    if args.json:
+        print(json.dumps({"snapshot": tokens.id, "source": snap.id, "tokens": total}))
+        return 0
+    console.print(
+        f"token snapshot [bold]{tokens.id}[/] of {snap.id}: {total:,} tokens "
+        f"({tokens.lineage['dtype']}) in {len(tokens.shards)} shards "
+        f"({tokens.bytes / 2**20:.1f} MiB) in {time.perf_counter() - started:.1f} s"
+    )
     return 0
 
 
@@ -140,6 +187,7 @@ def _sync(args: argparse.Namespace) -> int:
     console.print(
         f"snapshot {report.snapshot}: moved {report.moved} shards ({report.moved_bytes:,} bytes), "
         f"skipped {report.skipped} already there ({report.skipped_bytes:,} bytes)"
+        + (f", replaced {report.replaced} corrupt there" if report.replaced else "")
     )
     return 0
 

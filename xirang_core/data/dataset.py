@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from pathlib import Path
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from xirang_core.data.fetch import TierSettings
@@ -35,6 +34,17 @@ class DataConfig:
     origin_concurrency: int = 8
     origin_requests_per_s: float = 0.0
     origin_deadline_s: float = 300.0
+    #: data=mixture: weighted snapshots, each {uri, snapshot (optional pin), weight}
+    sources: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Source:
+    """One snapshot a run trains on, with its mixture weight."""
+
+    uri: str
+    snapshot: str = ""
+    weight: float = 1.0
 
 
 def check(data: dict[str, Any]) -> DataConfig:
@@ -49,9 +59,34 @@ def check(data: dict[str, Any]) -> DataConfig:
     cfg = DataConfig(**data)
     if not 0 <= cfg.val_fraction < 1:
         raise ConfigError(f"data.val_fraction={cfg.val_fraction}: must be in [0, 1)")
-    if cfg.name != "stdlib" and not cfg.uri:
+    if cfg.name == "mixture":
+        _check_sources(cfg.sources)
+    elif cfg.name != "stdlib" and not cfg.uri:
         raise ConfigError(f"data={cfg.name} needs data.uri=<dataset root, folder or s3://...>")
     return cfg
+
+
+def _check_sources(sources: Any) -> None:
+    example = "data.sources=[{uri:/data/code,weight:0.7},{uri:/data/prose,weight:0.3}]"
+    if not isinstance(sources, list) or not sources:
+        raise ConfigError(f"data=mixture needs data.sources, a list of snapshots: {example}")
+    for i, raw in enumerate(sources):
+        known = {f.name for f in fields(Source)}
+        if not isinstance(raw, dict) or not raw.get("uri") or set(raw) - known:
+            raise ConfigError(
+                f"data.sources[{i}]={raw!r}: each source is {{uri, snapshot, weight}} with a uri; "
+                f"for example {example}"
+            )
+        weight = raw.get("weight", 1.0)
+        if not isinstance(weight, int | float) or weight <= 0:
+            raise ConfigError(f"data.sources[{i}].weight={weight!r}: must be a number > 0")
+
+
+def sources(data: dict[str, Any]) -> list[Source]:
+    """The snapshots of a resolved ``data`` section: its mixture's, or its one snapshot."""
+    if data.get("name") == "mixture":
+        return [Source(**raw) for raw in data["sources"]]
+    return [Source(data["uri"], data["snapshot"])]
 
 
 def resolve(data: dict[str, Any], storage: dict[str, Any] | None) -> tuple[FsspecTier, Snapshot]:
@@ -61,6 +96,8 @@ def resolve(data: dict[str, Any], storage: dict[str, Any] | None) -> tuple[Fsspe
     from xirang_core.storage.locate import origin_errors, tier_for
 
     cfg = check(data)
+    if cfg.name == "mixture":
+        return _resolve_mixture(data, storage)
     if cfg.name == "stdlib" and cfg.uri:
         # data.uri=ROOT alone (as the stdlib option's own comment invites) trains on ROOT: the
         # run says so, rather than calling the user's dataset the embedded corpus
@@ -71,6 +108,24 @@ def resolve(data: dict[str, Any], storage: dict[str, Any] | None) -> tuple[Fsspe
         snap = load(tier, cfg.snapshot)
     data.update(uri=uri, snapshot=snap.id)
     return tier, snap
+
+
+def _resolve_mixture(
+    data: dict[str, Any], storage: dict[str, Any] | None
+) -> tuple[FsspecTier, Snapshot]:
+    """Pin every source's snapshot; ``uri`` and ``snapshot`` name the first source (the text a
+    tokenizer that learns from the corpus trains on)."""
+    from xirang_core.storage.locate import origin_errors, tier_for
+
+    first = None
+    for raw in data["sources"]:
+        tier = tier_for(raw["uri"], storage)
+        with origin_errors(raw["uri"]):
+            snap = load(tier, raw.get("snapshot", ""))
+        raw["snapshot"] = snap.id
+        first = first or (tier, snap)
+    data.update(uri=data["sources"][0]["uri"], snapshot=first[1].id)
+    return first
 
 
 def tier_settings(cfg: DataConfig, origin_root: str) -> TierSettings:
@@ -98,7 +153,3 @@ def open_reader(
     """A reader over the run's pinned snapshot."""
     tier, snap = resolve(data, storage)
     return ShardReader(snap, tier, read, tier_settings(check(data), tier.root))
-
-
-def feature_root() -> Path:
-    return xirang_home() / "features"

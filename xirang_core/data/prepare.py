@@ -131,9 +131,14 @@ class _ShardWriter:
 def write_shard(dst: FsspecTier, table: pa.Table, folder: str) -> shards.ShardInfo:
     """Encode and store one shard unless identical bytes are already there."""
     data, info = shards.encode(table, folder)
+    write_shard_bytes(dst, data, info)
+    return info
+
+
+def write_shard_bytes(dst: FsspecTier, data: bytes, info: shards.ShardInfo) -> None:
+    """Store an encoded shard (atomically, by the tier's rename) unless it is already there."""
     if not (dst.exists(info.key) and dst.size(info.key) == info.bytes):
         dst.write(info.key, data)
-    return info
 
 
 def _write_quarantine(dst: FsspecTier, rows: list[dict[str, Any]]) -> tuple[shards.ShardInfo, ...]:

@@ -58,10 +58,13 @@ class ShardInfo:
         )
 
 
-def encode(table: pa.Table, folder: str = "shards") -> tuple[bytes, ShardInfo]:
-    """Serialise ``table`` as a compressed shard; returns its bytes and its index entry."""
+def encode(
+    table: pa.Table, folder: str = "shards", compression: str | None = "zstd"
+) -> tuple[bytes, ShardInfo]:
+    """Serialise ``table`` as a shard (zstd, or uncompressed with ``compression=None``);
+    returns its bytes and its index entry."""
     sink = pa.BufferOutputStream()
-    options = pa.ipc.IpcWriteOptions(compression="zstd")
+    options = pa.ipc.IpcWriteOptions(compression=compression)
     starts: list[int] = []
     with pa.ipc.new_file(sink, table.schema, options=options) as writer:
         for start in range(0, max(table.num_rows, 1), ROWS_PER_BATCH):

@@ -31,6 +31,9 @@ class Snapshot:
     shards: tuple[ShardInfo, ...]
     quarantine: tuple[ShardInfo, ...] = ()
     meta: dict[str, Any] = field(default_factory=dict)  # source, created, report: not hashed
+    #: what a derived snapshot was made from and how (token shards: source id, tokenizer and
+    #: its fingerprint); hashed, so a derived snapshot's id names its recipe too
+    lineage: dict[str, Any] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -46,11 +49,12 @@ class Snapshot:
         return sum(s.bytes for s in self.shards)
 
     def _content(self) -> dict[str, Any]:
-        return {
+        content = {
             "schema": self.schema,
             "shards": [s.as_dict() for s in self.shards],
             "quarantine": [s.as_dict() for s in self.quarantine],
         }
+        return {**content, "lineage": self.lineage} if self.lineage else content
 
     def to_json(self) -> str:
         return json.dumps({"id": self.id, **self._content(), "meta": self.meta}, indent=1)
@@ -65,6 +69,7 @@ class Snapshot:
                 shards=tuple(ShardInfo.from_dict(s) for s in raw["shards"]),
                 quarantine=tuple(ShardInfo.from_dict(s) for s in raw.get("quarantine", [])),
                 meta=dict(raw.get("meta", {})),
+                lineage=dict(raw.get("lineage", {})),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise DataError(f"{name} is not a snapshot manifest: {exc}") from None
@@ -111,4 +116,11 @@ def load(tier: FsspecTier, snapshot_id: str = "") -> Snapshot:
             f"snapshot {snapshot_id} is not in {tier.root}; `xirang data snapshots {tier.root}` "
             "lists the ones there"
         )
-    return Snapshot.from_json(tier.read(key).decode(), f"snapshot {snapshot_id}")
+    snap = Snapshot.from_json(tier.read(key).decode(), f"snapshot {snapshot_id}")
+    if snap.id != snapshot_id:
+        raise DataError(
+            f"{tier.path(key)} holds the manifest of snapshot {snap.id}, not {snapshot_id}: a "
+            "snapshot file's name must be its content id. Restore the file (`xirang data sync` "
+            "from a good copy) or remove it"
+        )
+    return snap

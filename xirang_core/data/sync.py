@@ -1,8 +1,10 @@
 """Copy a snapshot between locations, moving only the shards the destination lacks.
 
-Shards are named by their sha256, so "the destination lacks it" is a name lookup: no shard is
-compared or moved twice. Every copied shard is checked against its checksum before it is
-written, and the manifest goes last, so a destination never lists a shard it does not hold.
+Shards are named by their sha256, so what the destination should hold is known by name; what
+it does hold is checked by hash, not size: a destination shard whose bytes do not match its
+name (a corrupt or truncated copy) is replaced. Every copied shard is checked against its
+checksum before it is written (by an atomic rename), and the manifest goes last, so a
+destination never lists a shard it does not hold.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class SyncReport:
     moved_bytes: int = 0
     skipped: int = 0
     skipped_bytes: int = 0
+    replaced: int = 0  # destination copies that failed their checksum
 
 
 def sync(src: FsspecTier, dst: FsspecTier, snapshot_id: str = "", workers: int = 4) -> SyncReport:
@@ -36,10 +39,12 @@ def sync(src: FsspecTier, dst: FsspecTier, snapshot_id: str = "", workers: int =
     throttle = Throttle()
     todo: list[ShardInfo] = []
     for info in (*snap.shards, *snap.quarantine):
-        if dst.exists(info.key) and dst.size(info.key) == info.bytes:
+        held = _held(dst, info)
+        if held:
             report.skipped += 1
             report.skipped_bytes += info.bytes
         else:
+            report.replaced += held is False
             todo.append(info)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         for info in pool.map(lambda i: _copy(src, dst, i, throttle), todo):
@@ -47,6 +52,14 @@ def sync(src: FsspecTier, dst: FsspecTier, snapshot_id: str = "", workers: int =
             report.moved_bytes += info.bytes
     save(dst, snap)
     return report
+
+
+def _held(dst: FsspecTier, info: ShardInfo) -> bool | None:
+    """True: ``dst`` holds the shard intact; False: a corrupt copy; None: nothing there."""
+    try:
+        return shards.checksum_ok(dst.read(info.key), info)
+    except FileNotFoundError:
+        return None
 
 
 def _copy(src: FsspecTier, dst: FsspecTier, info: ShardInfo, throttle: Throttle) -> ShardInfo:

@@ -49,8 +49,19 @@ def check_vocab(config: dict[str, Any], vocab: int) -> None:
 
 def resolve_tokenizer(config: dict[str, Any], registry: Registry) -> Tokenizer:
     """The launching process's step after the dataset is pinned (``data.snapshot`` set): the
-    tokenizer prepared (trained when it learns from the corpus and no cached one fits), the
-    model's vocabulary checked against it, and ``config["runtime"]["tokenizer"]`` recorded."""
+    tokenizer prepared (:func:`prepare_tokenizer`), then the token shards the run reads pinned
+    in ``config["runtime"]["tokens"]`` (small corpora are tokenised here, once)."""
+    from xirang_core.data.training import pin_tokens
+
+    tokenizer = prepare_tokenizer(config, registry)
+    pin_tokens(config, tokenizer)
+    return tokenizer
+
+
+def prepare_tokenizer(config: dict[str, Any], registry: Registry) -> Tokenizer:
+    """The tokenizer prepared (trained when it learns from the corpus and no cached one fits),
+    the model's vocabulary checked against it, and ``config["runtime"]["tokenizer"]``
+    recorded."""
     cls, settings = _tokenizer_class(config, registry)
     tokenizer = cls.prepare(settings, text_corpus(config))
     check_vocab(config, tokenizer.vocab_size)
@@ -85,11 +96,11 @@ def text_corpus(config: dict[str, Any]) -> TextCorpus:
 
     def batches() -> Iterator[list[str]]:
         from xirang_core.data.reader import ReadSettings
-        from xirang_core.data.tokens import snapshot_tables
 
         reader = dataset.open_reader(config["data"], config.get("storage"), ReadSettings())
         try:
-            for table in snapshot_tables(reader):
+            for shard in range(len(reader.snap.shards)):  # index order, checksums checked
+                table = reader.fetcher.table(shard, lambda s: float(s), {shard})
                 yield table.column(TEXT_FIELD).to_pylist()
         finally:
             reader.close()

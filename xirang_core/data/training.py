@@ -1,14 +1,19 @@
-"""What the training run asks of the data pipeline: a pinned snapshot, and its token batches."""
+"""What the training run asks of the data pipeline: pinned snapshots, their token shards, and
+the token batches of one rank streamed from them."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from xirang_core.data import dataset
+from xirang_core.data import dataset, token_shards
 from xirang_core.data.order import Partition
-from xirang_core.data.reader import ReadSettings
+from xirang_core.data.snapshot import load
+from xirang_core.data.stream import SourceRead, TokenSource
 from xirang_core.data.tokenizer import open_tokenizer
-from xirang_core.data.tokens import TokenBatches, TokenCorpus
+from xirang_core.data.tokens import NamedSource, TokenBatches
+from xirang_core.errors import ConfigError
+from xirang_core.specs import Tokenizer
+from xirang_core.storage.locate import tier_for
 
 
 def resolve_dataset(data: dict[str, Any], storage: dict[str, Any] | None = None) -> str:
@@ -20,22 +25,65 @@ def resolve_dataset(data: dict[str, Any], storage: dict[str, Any] | None = None)
     return snap.id
 
 
+def pin_tokens(config: dict[str, Any], tokenizer: Tokenizer) -> list[str]:
+    """The token snapshot of every source in the run's tokenizer, recorded in
+    ``config["runtime"]["tokens"]``. The embedded corpus and small snapshots are tokenised here
+    once; a larger snapshot without token shards is a :class:`ConfigError` naming the command."""
+    data, storage = config["data"], config.get("storage")
+    dataset.resolve(data, storage)
+    runtime = config.setdefault("runtime", {})
+    recipe = {"tokenizer": config["tokenizer"], "runtime": {"tokenizer": runtime.get("tokenizer")}}
+    ids = []
+    for source in dataset.sources(data):
+        tier = tier_for(source.uri, storage)
+        snap = load(tier, source.snapshot)
+        found = token_shards.find(tier, snap, tokenizer)
+        if found is None:
+            small = snap.bytes <= token_shards.AUTO_TOKENIZE_BYTES or data.get("name") == "stdlib"
+            if not small:
+                command = token_shards.rebuild_command(source.uri, snap.id, tokenizer.name)
+                raise ConfigError(
+                    f"data.uri={source.uri}: snapshot {snap.id} ({snap.bytes / 2**20:.0f} MiB) "
+                    f"has no token shards for tokenizer={tokenizer.name}; make them once with "
+                    f"`{command}`"
+                )
+            found = token_shards.tokenize_snapshot(tier, snap, tokenizer, recipe)
+        ids.append(found.id)
+    runtime["tokens"] = ids
+    return ids
+
+
 def run_batches(
     config: dict[str, Any], rank: int, world: int, micro: int, accum: int
 ) -> tuple[TokenBatches, TokenBatches]:
     """Training and held-out batches of one data-parallel rank, in the run's tokenizer."""
-    data, seed = config["data"], config["seed"]
+    data, seed, storage = config["data"], config["seed"], config.get("storage")
     cfg = dataset.check(data)
-    read = ReadSettings(micro, seed, cfg.shuffle, cfg.shuffle_block, world, rank)
-    reader = dataset.open_reader(data, config.get("storage"), read)
-    try:
-        corpus = TokenCorpus.open(
-            reader, dataset.feature_root(), cfg.val_fraction, open_tokenizer(config)
+    tokenizer = open_tokenizer(config)
+    pinned = (config.get("runtime") or {}).get("tokens") or pin_tokens(config, tokenizer)
+    named = []
+    for source, token_id in zip(dataset.sources(data), pinned, strict=True):
+        tier = tier_for(source.uri, storage)
+        snap = token_shards.open_tokens(tier, token_id, tokenizer, source.uri)
+        rebuild = token_shards.rebuild_command(source.uri, source.snapshot, tokenizer.name)
+        read = SourceRead(
+            cfg.seq_len + 1,
+            seed,
+            cfg.shuffle,
+            cfg.shuffle_block,
+            cfg.val_fraction,
+            tokenizer.vocab_size,
+            rebuild,
         )
-    finally:
-        reader.close()
+        origin = token_shards.tokens_tier(tier)
+        settings = dataset.tier_settings(cfg, origin.root)
+        stream = TokenSource(snap, origin, settings, read)
+        name = source.uri.rstrip("/").rsplit("/", 1)[-1]
+        if any(n.name == name for n in named):  # two roots of one name: say which is which
+            name = f"{name}#{len(named)}"
+        named.append(NamedSource(name, stream, source.weight))
     part = Partition(micro, world, rank)
     return (
-        TokenBatches(corpus, cfg.seq_len, part, accum, seed, "train"),
-        TokenBatches(corpus, cfg.seq_len, part, 1, seed, "val"),
+        TokenBatches(named, part, accum, seed, "train", tokenizer),
+        TokenBatches(named, part, 1, seed, "val", tokenizer),
     )

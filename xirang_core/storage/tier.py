@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import os
 import pickle
 import posixpath
+import uuid
 from typing import Any
 
 
@@ -35,7 +37,9 @@ class FsspecTier:
     def write(self, key: str, data: bytes) -> None:
         target = self.path(key)
         self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
-        tmp = f"{target}.partial"
+        # a temporary key per writer: two processes writing one content-addressed key at once
+        # never move each other's half-written object into place
+        tmp = f"{target}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.fs.pipe_file(tmp, data)
         self.fs.mv(tmp, target)
 

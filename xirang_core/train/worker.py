@@ -153,7 +153,7 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
         optim=config["optim"],
         flops_per_token=flops_per_token,
         peak_flops=run_peak_flops(config["runtime"], ctx.world_size),
-        bytes_per_token=train.corpus.features.bytes_per_token,
+        bytes_per_token=train.bytes_per_token,
         precision=trainer["precision"],
         compile=trainer["compile"],
         eval_every=trainer["eval_every"],
@@ -258,7 +258,7 @@ def final_sample(config: dict[str, Any], parts: Assembly) -> str:
         return ""
     stance = torch.compiler.set_stance("force_eager") if config["trainer"]["compile"] else None
     with stance or contextlib.nullcontext():
-        tokenizer = parts.train.corpus.tokenizer
+        tokenizer = parts.train.tokenizer
         return sample_text(parts.model, config["trainer"], parts.ctx.device, tokenizer)
 
 
@@ -316,6 +316,7 @@ def summarize(
         "precision": config["trainer"]["precision"],
         "world_size": parts.ctx.world_size,
         "data_snapshot": config["data"].get("snapshot", ""),
+        "data_tokens": parts.train.tokens_seen(last["step"]),  # per source, inputs
         "device": runtime["device_model"],
         "cost": {
             "amount": quote.amount,

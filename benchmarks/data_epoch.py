@@ -1,0 +1,184 @@
+"""One full epoch of training data through the path that feeds the loop, from a moto S3 origin.
+
+The reader, packing and tiers are the very ones a training run uses (``TokenSource`` and
+``TokenBatches`` over ``ShardFetcher``: memory, a local disk cache with a byte limit, the S3
+origin), with the model step left out. The corpus is written as token shards of random ids
+(uint16, so zstd does not pay and they are stored raw) whose total is a whole number of
+batches of ``seq+1``-token rows, so "every token read once" is checked exactly: the count and
+the sum of every token the epoch yields equal the corpus's. A second, 10x smaller corpus is
+walked by a fresh process with the same settings, for the resident-memory comparison.
+
+    python benchmarks/data_epoch.py                      # the issue's size: 1.5 GB, 300 MB cache
+    python benchmarks/data_epoch.py --gb 0.3 --cache-mb 60 --shard-mb 8
+
+Last line: ``epoch_gb=<g> cache_limit_mb=<l> peak_cache_mb=<p> shard_mb=<s>
+within_limit_plus_shard=<bool> every_token_once=<bool> rss_mb=<a> rss_small_mb=<b>
+rss_ratio=<a/b> epoch_s=<t> tokens_per_s=<r>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from xirang_core.data.fetch import TierSettings
+from xirang_core.data.order import Partition
+from xirang_core.data.snapshot import Snapshot, load, save
+from xirang_core.data.stream import SourceRead, TokenSource
+from xirang_core.data.token_shards import (
+    COLUMN,
+    KIND,
+    token_table,
+    tokens_tier,
+    write_token_shard,
+)
+from xirang_core.data.tokens import NamedSource, TokenBatches
+from xirang_core.storage.cache import DiskCache
+from xirang_core.storage.locate import tier_for
+
+BUCKET = "xirang"
+VOCAB = 50_257
+
+
+def write_corpus(uri: str, tokens: int, shard_tokens: int, span: int, batch: int) -> dict:
+    """Random token documents (log-normal lengths) as a token snapshot; returns its id and the
+    count and sum of its tokens (a whole number of batches of rows)."""
+    rng = np.random.default_rng(0)
+    total = tokens // (span * batch) * span * batch
+    dst = tokens_tier(tier_for(uri))
+    infos, counts, value_sum, left = [], [], 0, total
+    while left:
+        size = min(shard_tokens, left)
+        lengths = np.maximum(rng.lognormal(7.0, 1.0, size // 200 + 2).astype(np.int64), 1)
+        lengths = lengths[np.cumsum(lengths) < size]
+        lengths = np.append(lengths, size - lengths.sum())
+        flat = rng.integers(0, VOCAB, size, dtype=np.uint16)
+        value_sum += int(flat.sum(dtype=np.int64))
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        docs = [flat[offsets[i] : offsets[i + 1]] for i in range(len(lengths))]
+        infos.append(write_token_shard(dst, token_table(docs, np.dtype(np.uint16))))
+        counts.append(size)
+        left -= size
+    lineage = {"kind": KIND, "source": "0" * 16, "tokenizer": "random", "fingerprint": "none"}
+    lineage.update(vocab_size=VOCAB, dtype="uint16", shard_tokens=counts, text_bytes=2 * total)
+    snap = Snapshot({COLUMN: "list<item: uint16>"}, tuple(infos), lineage=lineage)
+    save(dst, snap)
+    return {"snapshot": snap.id, "tokens": total, "sum": value_sum, "shards": len(infos)}
+
+
+def walk(args: argparse.Namespace) -> dict:
+    """One epoch of batches as the loop reads them; peak cache bytes sampled all along."""
+    origin = tokens_tier(tier_for(args.uri))
+    snap = load(origin, args.snapshot)
+    tiers = TierSettings(
+        cache_dir=args.cache_dir,
+        cache_limit_bytes=int(args.cache_mb * 2**20),
+        memory_limit_bytes=int(args.memory_mb * 2**20),
+        prefetch_shards=args.prefetch,
+    )
+    read = SourceRead(args.seq + 1, seed=1, shuffle=True, block_shards=args.block, vocab_size=VOCAB)
+    source = TokenSource(snap, origin, tiers, read)
+    batches = TokenBatches(
+        [NamedSource("corpus", source)], Partition(args.batch), 1, 1, "train", None
+    )
+    peak, stop = [0], threading.Event()
+
+    cache = DiskCache(args.cache_dir, tiers.cache_limit_bytes)  # the run's folder, only looked at
+
+    def watch() -> None:
+        while not stop.is_set():
+            used = sum(cache.usage().values())
+            peak[0] = max(peak[0], used)
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    steps = source.rows_per_epoch // args.batch
+    count, value_sum, started = 0, 0, time.perf_counter()
+    for step in range(1, steps + 1):
+        x, y = batches.get(step)
+        count += x.numel() + y.shape[0]  # inputs plus each row's last target: the row's tokens
+        value_sum += int(x.sum()) + int(y[:, -1].sum())
+    seconds = time.perf_counter() - started
+    stop.set()
+    watcher.join()
+    return {
+        "tokens": count,
+        "sum": value_sum,
+        "seconds": seconds,
+        "peak_cache": peak[0],
+        "origin_bytes": source.fetcher.origin_bytes,
+        "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "shard_bytes": max(i.bytes for i in snap.shards),
+    }
+
+
+def run_walk(args: argparse.Namespace, uri: str, snapshot: str, cache_dir: str) -> dict:
+    """The walk in a fresh process, so its peak resident memory is its own."""
+    argv = [sys.executable, __file__, "--walk", "--uri", uri, "--snapshot", snapshot]
+    argv += ["--cache-dir", cache_dir, "--cache-mb", str(args.cache_mb)]
+    argv += ["--memory-mb", str(args.memory_mb), "--seq", str(args.seq), "--batch", str(args.batch)]
+    argv += ["--block", str(args.block), "--prefetch", str(args.prefetch)]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gb", type=float, default=1.5, help="corpus size in GB of tokens")
+    parser.add_argument("--cache-mb", type=float, default=300.0, help="disk cache limit")
+    parser.add_argument("--shard-mb", type=float, default=16.0, help="token shard size")
+    parser.add_argument("--memory-mb", type=float, default=128.0, help="decoded shards in memory")
+    parser.add_argument("--seq", type=int, default=2048)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--block", type=int, default=4, help="data.shuffle_block")
+    parser.add_argument("--prefetch", type=int, default=4, help="data.prefetch_shards")
+    parser.add_argument("--walk", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--uri", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--snapshot", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--cache-dir", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.walk:
+        print(json.dumps(walk(args)))
+        return
+    from xirang_core.storage.local_s3 import local_s3
+
+    span, shard_tokens = args.seq + 1, int(args.shard_mb * 2**20) // 2
+    with local_s3(BUCKET), tempfile.TemporaryDirectory(prefix="xirang-epoch-") as tmp:
+        results = {}
+        for name, gb in (("big", args.gb), ("small", args.gb / 10)):
+            uri = f"s3://{BUCKET}/{name}"
+            made = write_corpus(uri, int(gb * 1e9) // 2, shard_tokens, span, args.batch)
+            print(f"{name}: {made['tokens']:,} tokens in {made['shards']} shards on S3", flush=True)
+            walked = run_walk(args, uri, made["snapshot"], os.path.join(tmp, f"cache-{name}"))
+            walked["once"] = (walked["tokens"], walked["sum"]) == (made["tokens"], made["sum"])
+            results[name] = walked
+            print(f"{name}: {json.dumps(walked)}", flush=True)
+    big, small = results["big"], results["small"]
+    limit = args.cache_mb * 2**20
+    print(
+        f"epoch_gb={big['tokens'] * 2 / 1e9:.3f} cache_limit_mb={args.cache_mb:.0f} "
+        f"peak_cache_mb={big['peak_cache'] / 2**20:.1f} "
+        f"shard_mb={big['shard_bytes'] / 2**20:.1f} "
+        f"within_limit_plus_shard={big['peak_cache'] <= limit + big['shard_bytes']} "
+        f"every_token_once={big['once'] and small['once']} "
+        f"rss_mb={big['rss'] / 2**20:.0f} rss_small_mb={small['rss'] / 2**20:.0f} "
+        f"rss_ratio={big['rss'] / small['rss']:.3f} epoch_s={big['seconds']:.1f} "
+        f"tokens_per_s={big['tokens'] / big['seconds']:.0f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""Mixtures: weighted snapshots, each global row's source fixed by its number."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.data.conftest import Make
+from xirang_core.data.mixture import CHUNK, Schedule
+from xirang_core.data.training import run_batches
+from xirang_core.errors import ConfigError
+
+weights = st.lists(st.floats(0.05, 10.0), min_size=1, max_size=5)
+
+
+@settings(max_examples=30, deadline=None)
+@given(weights=weights, seed=st.integers(0, 2**31), rows=st.integers(20 * CHUNK, 60 * CHUNK))
+def test_each_sources_share_is_its_weight_within_one_percent(weights, seed, rows) -> None:
+    counts = Schedule(tuple(weights), seed).counts(rows)
+    assert counts.sum() == rows
+    share = counts / rows
+    assert np.all(np.abs(share - np.asarray(weights) / sum(weights)) < 0.01)
+
+
+@settings(max_examples=20, deadline=None)
+@given(weights=weights, seed=st.integers(0, 2**31), start=st.integers(0, 5 * CHUNK))
+def test_a_rows_place_in_its_source_follows_from_the_row_alone(weights, seed, start) -> None:
+    """Rows of each source are numbered 0, 1, 2 ... in order, with none skipped or repeated:
+    reading from any row on (a resume) continues each source where it was."""
+    schedule = Schedule(tuple(weights), seed)
+    rows = np.arange(start + 2 * CHUNK)
+    source, within = schedule.locate(rows)
+    for s in range(len(weights)):
+        assert np.array_equal(within[source == s], np.arange((source == s).sum()))
+    tail = Schedule(tuple(weights), seed).locate(rows[start:])
+    assert np.array_equal(tail[0], source[start:]) and np.array_equal(tail[1], within[start:])
+
+
+def mixture(code: str, prose: str, **data) -> dict:
+    sources = [{"uri": code, "weight": 0.7}, {"uri": prose, "weight": 0.3}]
+    return {
+        "seed": 3,
+        "storage": {"name": "local", "root": ""},
+        "tokenizer": {"name": "bytes", "separator": "\n\n"},
+        "data": {"name": "mixture", "sources": sources, "seq_len": 8, "val_fraction": 0.0, **data},
+    }
+
+
+def test_a_mixture_trains_on_each_source_by_its_weight(make_dataset: Make, tmp_path) -> None:
+    code, _ = make_dataset(n=60, per_shard=20, root=str(tmp_path / "code"))
+    prose, _ = make_dataset(n=40, per_shard=20, root=str(tmp_path / "prose"))
+    train, _ = run_batches(mixture(code.root, prose.root), 0, 1, 10, 1)
+    steps = 2 * CHUNK // 10
+    seen = train.tokens_seen(steps)
+    assert seen == {"code": 0.7 * steps * 10 * 8, "prose": 0.3 * steps * 10 * 8}
+    x, _ = train.get(7)
+    again, _ = run_batches(mixture(code.root, prose.root), 1, 2, 5, 1)  # other ranks, resumed
+    assert torch.equal(x[5:], again.get(7)[0])
+    with pytest.raises(ConfigError, match=r"data\.sources\[1\]"):
+        run_batches(mixture(code.root, ""), 0, 1, 2, 1)

@@ -1,0 +1,217 @@
+"""Training rows streamed from token shards: packed across documents, through the tiers.
+
+An epoch of one token snapshot is one stream of tokens: the reader's epoch order (a seeded
+permutation of shards, then a shuffle of the documents inside each block of ``shuffle_block``
+shards) with every training document's tokens (its end-of-document marker included) one after
+another. Row ``r`` of the epoch is tokens ``[r*(seq+1), (r+1)*(seq+1))`` of that stream, so rows
+pack across document boundaries and an epoch reads every training token once (the last
+partial row aside). Which global rows a (step, micro-batch, rank) reads comes from the
+partition, so batches are a pure function of the step: a run resumes at any step, on any
+number of ranks, with exactly the rows it would have seen.
+
+Only the block being read is in memory (plus the next one where a row crosses into it): its
+shards come through :class:`ShardFetcher` (decoded shards in memory up to a byte budget, the
+local disk cache up to its limit, then the origin), prefetched in reading order, and the tier
+evicts what is needed furthest in the future. Where a block starts and ends in the stream is
+known from the manifest's tokens per shard, so no step reads or holds the whole corpus.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+
+import numpy as np
+
+from xirang_core.data.fetch import ShardFetcher, TierSettings
+from xirang_core.data.order import EpochOrder
+from xirang_core.data.snapshot import Snapshot
+from xirang_core.data.token_shards import check_dtype
+from xirang_core.errors import DataError
+from xirang_core.storage.tier import FsspecTier
+
+#: decoded blocks kept: the one being read and the next, for a row that crosses into it
+BLOCKS_KEPT = 2
+
+
+@dataclass(frozen=True)
+class SourceRead:
+    """How one rank reads a token snapshot (``data.*`` settings and the run's seed)."""
+
+    span: int  # seq_len + 1 tokens a row
+    seed: int = 0
+    shuffle: bool = True
+    block_shards: int = 4
+    val_fraction: float = 0.0
+    vocab_size: int = 256
+    rebuild: str = "xirang data tokenize ..."  # the command that rebuilds these token shards
+
+
+@dataclass
+class _Plan:
+    """One epoch's blocks: their shards, reading positions and where they start in the stream."""
+
+    order: EpochOrder
+    blocks: list[np.ndarray]
+    cum: np.ndarray  # tokens before each block; cum[-1] is the epoch's training tokens
+    block_of: np.ndarray  # shard -> its block
+
+
+class TokenSource:
+    """Packed rows of one token snapshot: training rows by epoch, held-out rows from the tail."""
+
+    def __init__(
+        self, snap: Snapshot, origin: FsspecTier, tiers: TierSettings, read: SourceRead
+    ) -> None:
+        self.snap, self.origin, self.tiers, self.read = snap, origin, tiers, read
+        self.counts = np.array([s.samples for s in snap.shards], dtype=np.int64)
+        self.shard_tokens = np.array(snap.lineage["shard_tokens"], dtype=np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(np.int64)
+        n = int(self.counts.sum())
+        self.n_val = round(n * read.val_fraction) if read.val_fraction else 0
+        self.n_train = n - self.n_val
+        if self.n_train < 1:
+            raise DataError(f"snapshot {snap.lineage['source']} has {n} samples; none for training")
+        self._fetcher: ShardFetcher | None = None
+        self._pid = os.getpid()
+        self._blocks: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        if self.rows_per_epoch < 1:
+            raise DataError(
+                f"the corpus holds fewer than {read.span} training tokens; lower data.seq_len"
+            )
+
+    # --- layout ------------------------------------------------------------------------
+
+    @cached_property
+    def train_tokens(self) -> np.ndarray:
+        """Training tokens per shard: all of it, none (held out), or up to the held-out tail."""
+        ends = self.starts + self.counts
+        tokens = np.where(ends <= self.n_train, self.shard_tokens, 0)
+        boundary = np.flatnonzero((self.starts < self.n_train) & (ends > self.n_train))
+        for shard in boundary:
+            offsets, _ = self._tokens(int(shard), lambda s: float("inf"), set())
+            tokens[shard] = offsets[self.n_train - self.starts[shard]] - offsets[0]
+        return tokens
+
+    @cached_property
+    def rows_per_epoch(self) -> int:
+        return int(self.train_tokens.sum()) // self.read.span
+
+    @property
+    def bytes_per_token(self) -> float:
+        """Text bytes per stored token (bits per byte from a loss in nats per token)."""
+        total = int(self.shard_tokens.sum())
+        return self.snap.lineage.get("text_bytes", 0) / total if total else 0.0
+
+    @lru_cache(maxsize=2)  # noqa: B019 - this epoch's plan and the next, owned by this object
+    def plan(self, epoch: int) -> _Plan:
+        r = self.read
+        order = EpochOrder(tuple(self.counts), r.seed, epoch, r.shuffle, r.block_shards)
+        seq = order.shard_sequence
+        blocks = [seq[lo : lo + r.block_shards] for lo in range(0, len(seq), r.block_shards)]
+        sizes = [int(self.train_tokens[b].sum()) for b in blocks]
+        block_of = np.empty(len(seq), dtype=np.int64)
+        for index, block in enumerate(blocks):
+            block_of[block] = index
+        return _Plan(order, blocks, np.concatenate([[0], np.cumsum(sizes)]), block_of)
+
+    # --- rows --------------------------------------------------------------------------
+
+    def train_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Global training rows (running on across epochs) as a [len(rows), span] array."""
+        span = self.read.span
+        out = np.empty((len(rows), span), dtype=np.int64)
+        for i, row in enumerate(np.asarray(rows, dtype=np.int64)):
+            epoch, r = divmod(int(row), self.rows_per_epoch)
+            out[i] = self._slice(epoch, r * span, span)
+        return out
+
+    def val_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Held-out rows (cycling); the training rows when nothing long enough is held out."""
+        stream, span = self._val_stream, self.read.span
+        if len(stream) < span:
+            return self.train_rows(rows)
+        starts = (np.asarray(rows, dtype=np.int64) % (len(stream) // span)) * span
+        return stream[starts[:, None] + np.arange(span)].astype(np.int64)
+
+    @cached_property
+    def _val_stream(self) -> np.ndarray:
+        """The held-out tail's tokens in index order (a small fraction of the corpus)."""
+        pieces = []
+        for shard in np.flatnonzero(self.starts + self.counts > self.n_train):
+            offsets, values = self._tokens(int(shard), lambda s: float("inf"), set())
+            first = max(0, self.n_train - int(self.starts[shard]))
+            pieces.append(values[offsets[first] : offsets[-1]])
+        return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+
+    def _slice(self, epoch: int, start: int, length: int) -> np.ndarray:
+        """Tokens ``[start, start + length)`` of ``epoch``'s stream, across blocks."""
+        plan = self.plan(epoch)
+        pieces = []
+        block = int(np.searchsorted(plan.cum, start, side="right")) - 1
+        while length > 0:
+            tokens = self._block(epoch, block)
+            lo = start - int(plan.cum[block])
+            piece = tokens[lo : lo + length]
+            pieces.append(piece)
+            start, length, block = start + len(piece), length - len(piece), block + 1
+        return np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
+
+    def _block(self, epoch: int, block: int) -> np.ndarray:
+        """Block ``block`` of ``epoch``: its training documents' tokens in the epoch's order."""
+        key = (epoch, block)
+        if key in self._blocks:
+            self._blocks.move_to_end(key)
+            return self._blocks[key]
+        plan = self.plan(epoch)
+        current = {int(s) for s in plan.blocks[block]}
+
+        def next_use(shard: int) -> float:
+            at = int(plan.block_of[shard])
+            return float(at) if at >= block else float("inf")
+
+        upcoming = [int(s) for b in plan.blocks[block:] for s in b]
+        self.fetcher.prefetch(upcoming, next_use, current, len(current))
+        lo, hi = _positions(plan.order, plan.blocks[block])
+        ids = plan.order.samples[lo:hi]
+        shard_of, row_of = plan.order.locate(ids[ids < self.n_train])
+        arrays = {s: self._tokens(s, next_use, current) for s in sorted(current)}
+        pieces = [
+            arrays[s][1][arrays[s][0][r] : arrays[s][0][r + 1]]
+            for s, r in zip(shard_of.tolist(), row_of.tolist(), strict=True)
+        ]
+        tokens = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+        self._blocks[key] = tokens
+        while len(self._blocks) > BLOCKS_KEPT:
+            self._blocks.popitem(last=False)
+        return tokens
+
+    def _tokens(self, shard: int, next_use, protect: set[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(document offsets, token values) of one token shard, its dtype checked."""
+        table = self.fetcher.table(shard, next_use, protect)
+        column = table.column(0).combine_chunks()
+        values = column.values.to_numpy()
+        where = self.snap.shards[shard].key
+        check_dtype(values.dtype, self.read.vocab_size, where, self.read.rebuild)
+        return np.asarray(column.offsets), values
+
+    @property
+    def fetcher(self) -> ShardFetcher:
+        """Created on first use in each process, so a source survives a fork."""
+        if self._fetcher is None or self._pid != os.getpid():
+            origin = self.origin if self._pid == os.getpid() else self.origin.reopened()
+            self._fetcher = ShardFetcher(origin, self.snap.shards, self.tiers)
+            self._pid = os.getpid()
+        return self._fetcher
+
+    def close(self) -> None:
+        if self._fetcher is not None:
+            self._fetcher.close()
+
+
+def _positions(order: EpochOrder, block: np.ndarray) -> tuple[int, int]:
+    """Reading positions ``[lo, hi)`` of one block's documents in the epoch order."""
+    first, end = order.block_spans
+    return int(first[block[0]]), int(end[block[0]])
