@@ -12,6 +12,7 @@ prints requests/s and the p99 latency.
 from __future__ import annotations
 
 import collections
+import http.client
 import os
 import signal
 import socket
@@ -131,8 +132,8 @@ def test_clients_under_load_and_kills_lose_and_duplicate_nothing(tmp_path) -> No
 
 
 def _client(i: int, service: Service, token: str, stop: threading.Event, tally: Tally) -> None:
-    """Submit, read and cancel, again and again; a connection error counts only while the
-    service is down (or went down during the request)."""
+    """Submit, read and cancel, again and again; a connection error (refused, reset, an answer
+    cut short) counts only while the service is down (or went down during the request)."""
     client = PoolClient(service.url, token, timeout=30)
     n = 0
     while not stop.is_set():
@@ -146,8 +147,8 @@ def _client(i: int, service: Service, token: str, stop: threading.Event, tally: 
             _timed(tally, client.cancel, job["id"])
             with tally.lock:
                 tally.cancelled.add(job["id"])
-        except (PoolError, OSError) as exc:
-            unreachable = isinstance(exc, OSError) or "cannot reach" in str(exc)
+        except (PoolError, OSError, http.client.HTTPException) as exc:
+            unreachable = not isinstance(exc, PoolError) or "cannot reach" in str(exc)
             if not unreachable or not (service.down.is_set() or generation != service.generation):
                 with tally.lock:
                     tally.failures.append(f"{name}: {exc!r}")

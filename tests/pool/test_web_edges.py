@@ -10,12 +10,16 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import TypeAdapter, ValidationError
 
 from tests.pool.web import OPERATOR, post, raw, served
 from xirang_core.pool.client import PoolClient
 from xirang_core.pool.errors import PoolError
 from xirang_core.pool.rest import LIMITS
 from xirang_core.pool.service import OPERATOR as OPERATOR_WHO
+from xirang_core.web.fields import MAX_TEXT, Text
 
 
 class Clock:
@@ -24,6 +28,21 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+@given(st.text(st.characters(exclude_categories=()), max_size=MAX_TEXT + 20))
+def test_text_is_accepted_exactly_when_every_store_can_hold_it(value: str) -> None:
+    try:
+        value.encode("utf-8")
+        storable = "\x00" not in value and len(value) <= MAX_TEXT
+    except UnicodeEncodeError:
+        storable = False
+    try:
+        TypeAdapter(Text).validate_python(value)
+        accepted = True
+    except ValidationError:
+        accepted = False
+    assert accepted == storable
 
 
 @pytest.mark.parametrize("bad", [r"\ud800", r"bert\u0000"])
