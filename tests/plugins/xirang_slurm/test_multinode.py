@@ -39,12 +39,12 @@ RUN = (
 TWO_NODES = ("scheduler=slurm", "scheduler.nodes=2", "trainer.nproc=1", *RUN)
 
 
-def xirang(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+def xirang(root: Path, *args: str, env: dict[str, str] = {}) -> subprocess.Popen:  # noqa: B006
     root.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(
         [sys.executable, "-m", "xirang", *args],
         cwd=root,
-        env={**os.environ, "XIRANG_RUNS": str(root / "runs"), "OMP_NUM_THREADS": "1", **(env or {})},
+        env={**os.environ, "XIRANG_RUNS": str(root / "runs"), "OMP_NUM_THREADS": "1", **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
