@@ -39,12 +39,14 @@ RUN = (
 TWO_NODES = ("scheduler=slurm", "scheduler.nodes=2", "trainer.nproc=1", *RUN)
 
 
-def xirang(root: Path, *args: str, env: dict[str, str] = {}) -> subprocess.Popen:  # noqa: B006
+def xirang(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """``python -m xirang ARGS`` in ``root``, its runs under ``root/runs``."""
     root.mkdir(parents=True, exist_ok=True)
+    env = {"XIRANG_RUNS": str(root / "runs"), "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.Popen(
         [sys.executable, "-m", "xirang", *args],
         cwd=root,
-        env={**os.environ, "XIRANG_RUNS": str(root / "runs"), "OMP_NUM_THREADS": "1", **env},
+        env={**os.environ, **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
