@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +54,21 @@ class MultiNodeSlurm:
     def namespace(self, node: str) -> str:
         """The network namespace node ``nodeN`` runs in (the service names it ``xrnN``)."""
         return "xrn" + node.removeprefix("node")
+
+    def wait_down(self, node: str, timeout: float = 60) -> None:
+        """Until Slurm has marked ``node`` down (it stopped answering)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = subprocess.run(
+                ["sinfo", "-h", "-n", node, "-o", "%T"],
+                capture_output=True,
+                text=True,
+                env={**os.environ, **self.env},
+            ).stdout
+            if "down" in state:
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"Slurm did not mark {node} down in {timeout:.0f} s")
 
     def restore(self) -> None:
         """Start what is missing again (a killed node's slurmd: its replacement)."""
