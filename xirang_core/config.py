@@ -66,6 +66,9 @@ class ProfileConfig:
 class TrainerConfig:
     max_steps: int = 300
     nproc: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str = ""
     global_batch: int = 16
     micro_batch: int = 0
     log_every: int = 10
@@ -319,15 +322,21 @@ def _check_pretrained(model: dict[str, Any], registry: Registry) -> None:
 
 
 def _check_batch(trainer: dict[str, Any], parallel: dict[str, Any]) -> None:
-    for key in ("max_steps", "nproc", "global_batch", "log_every"):
+    for key in ("max_steps", "nproc", "nnodes", "global_batch", "log_every"):
         if trainer[key] < 1:
             raise ConfigError(f"trainer.{key}={trainer[key]}: must be at least 1")
-    nproc, global_batch = trainer["nproc"], trainer["global_batch"]
+    check_nodes(trainer)
+    # every worker of every node takes its share of the global batch
+    nproc, global_batch = trainer["nproc"] * trainer["nnodes"], trainer["global_batch"]
+    workers = f"trainer.nproc={trainer['nproc']}" + (
+        f" x trainer.nnodes={trainer['nnodes']}" if trainer["nnodes"] > 1 else ""
+    )
     if global_batch % nproc:
         fits = [n for n in range(1, global_batch + 1) if global_batch % n == 0]
         raise ConfigError(
-            f"trainer.global_batch={global_batch} does not divide over trainer.nproc={nproc} "
-            f"workers. Use an nproc in {fits} or a global_batch that is a multiple of {nproc}."
+            f"trainer.global_batch={global_batch} does not divide over {workers} "
+            f"workers. Use a worker count in {fits} or a global_batch that is a multiple of "
+            f"{nproc}."
         )
     micro = trainer["micro_batch"] or global_batch // nproc
     # per data-parallel rank, as the planner and the scheduler count (a pipeline's stages share
@@ -342,6 +351,32 @@ def _check_batch(trainer: dict[str, Any], parallel: dict[str, Any]) -> None:
             f"of {per_rank}, or 0."
         )
     trainer["micro_batch"] = micro
+
+
+def check_nodes(trainer: dict[str, Any]) -> None:
+    """``trainer.nnodes``/``node_rank``/``rdzv_endpoint`` (torchrun's): one job of the same
+    command on N hosts, which meet at node 0's ``host:port`` (c10d rendezvous)."""
+    nnodes, rank, endpoint = trainer["nnodes"], trainer["node_rank"], trainer["rdzv_endpoint"]
+    if not 0 <= rank < nnodes:
+        raise ConfigError(
+            f"trainer.node_rank={rank}: must be in 0..{nnodes - 1} "
+            f"(one rank per node of trainer.nnodes={nnodes}; node 0 hosts the rendezvous)"
+        )
+    if nnodes == 1:
+        return
+    host, _, port = endpoint.rpartition(":")
+    if not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(
+            f"trainer.rdzv_endpoint={endpoint!r}: trainer.nnodes={nnodes} needs node 0's "
+            f"address as host:port (e.g. trainer.rdzv_endpoint=node0.example:29500), the same "
+            f"on every node"
+        )
+    if trainer["max_restarts"]:
+        raise ConfigError(
+            f"trainer.max_restarts={trainer['max_restarts']}: restarts are one node's, and a "
+            f"job of trainer.nnodes={nnodes} restarts on every node; use trainer.max_restarts=0 "
+            f"and run the same command again on every node (it resumes from the checkpoint)"
+        )
 
 
 def _check_choices(trainer: dict[str, Any], optim: dict[str, Any], registry: Registry) -> None:
@@ -373,7 +408,14 @@ def _check_profile(trainer: dict[str, Any]) -> None:
 
 
 def _check_strategy(data: dict[str, Any], registry: Registry) -> None:
-    name, nproc = data["parallel"]["name"], data["trainer"]["nproc"]
+    trainer, name = data["trainer"], data["parallel"]["name"]
+    nproc = trainer["nproc"] * trainer["nnodes"]
+    if trainer["nnodes"] > 1 and data["scheduler"]["name"] != "local":
+        raise ConfigError(
+            f"trainer.nnodes={trainer['nnodes']}: the same command on each node is "
+            f"scheduler=local's (torchrun semantics); scheduler={data['scheduler']['name']} "
+            f"places its nodes itself (trainer.nnodes=1 there)"
+        )
     if name == AUTO:
         return  # the planner picks a plan for nproc workers (xirang_core.parallel.resolve)
     spec = registry.spec("parallel", name)
@@ -385,7 +427,8 @@ def _check_strategy(data: dict[str, Any], registry: Registry) -> None:
             n for n in registry.names("parallel") if registry.spec("parallel", n).multi_process
         ]
         raise ConfigError(
-            f"parallel={name} runs a single process but trainer.nproc={nproc}. "
+            f"parallel={name} runs a single process but the run has {nproc} workers "
+            f"(trainer.nproc x trainer.nnodes). "
             f"Choose a multi-process strategy ({', '.join(multi)}) or trainer.nproc=1."
         )
 
