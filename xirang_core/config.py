@@ -325,7 +325,6 @@ def _check_batch(trainer: dict[str, Any], parallel: dict[str, Any]) -> None:
     for key in ("max_steps", "nproc", "nnodes", "global_batch", "log_every"):
         if trainer[key] < 1:
             raise ConfigError(f"trainer.{key}={trainer[key]}: must be at least 1")
-    check_nodes(trainer)
     # every worker of every node takes its share of the global batch
     nproc, global_batch = trainer["nproc"] * trainer["nnodes"], trainer["global_batch"]
     workers = f"trainer.nproc={trainer['nproc']}" + (
@@ -353,16 +352,17 @@ def _check_batch(trainer: dict[str, Any], parallel: dict[str, Any]) -> None:
     trainer["micro_batch"] = micro
 
 
-def check_nodes(trainer: dict[str, Any]) -> None:
+def check_nodes(trainer: dict[str, Any], scheduler: str) -> None:
     """``trainer.nnodes``/``node_rank``/``rdzv_endpoint`` (torchrun's): one job of the same
     command on N hosts, which meet at node 0's ``host:port`` (c10d rendezvous)."""
     nnodes, rank, endpoint = trainer["nnodes"], trainer["node_rank"], trainer["rdzv_endpoint"]
+    check_node_scheduler(trainer, scheduler)
     if not 0 <= rank < nnodes:
         raise ConfigError(
             f"trainer.node_rank={rank}: must be in 0..{nnodes - 1} "
             f"(one rank per node of trainer.nnodes={nnodes}; node 0 hosts the rendezvous)"
         )
-    if nnodes == 1:
+    if nnodes == 1 or scheduler != "local":
         return
     host, _, port = endpoint.rpartition(":")
     if not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
@@ -376,6 +376,27 @@ def check_nodes(trainer: dict[str, Any]) -> None:
             f"trainer.max_restarts={trainer['max_restarts']}: restarts are one node's, and a "
             f"job of trainer.nnodes={nnodes} restarts on every node; use trainer.max_restarts=0 "
             f"and run the same command again on every node (it resumes from the checkpoint)"
+        )
+
+
+#: schedulers that start ``trainer.nnodes`` torchrun nodes (the others place nodes themselves)
+TORCHRUN_SCHEDULERS = ("local", "kubernetes")
+
+
+def check_node_scheduler(trainer: dict[str, Any], scheduler: str) -> None:
+    """``trainer.nnodes`` is for schedulers that run torchrun's nodes; under Kubernetes the
+    manifests give each pod its node rank and the rendezvous, so the command sets neither."""
+    nnodes = trainer["nnodes"]
+    if nnodes > 1 and scheduler not in TORCHRUN_SCHEDULERS:
+        raise ConfigError(
+            f"trainer.nnodes={nnodes}: the same command on each node is torchrun's form, for "
+            f"scheduler={' or '.join(TORCHRUN_SCHEDULERS)}; scheduler={scheduler} places its "
+            f"nodes itself (trainer.nnodes=1 there)"
+        )
+    if scheduler == "kubernetes" and (trainer["node_rank"] or trainer["rdzv_endpoint"]):
+        raise ConfigError(
+            "trainer.node_rank / trainer.rdzv_endpoint: scheduler=kubernetes sets them for "
+            "each pod (its completion index; the first pod's DNS name); leave them unset"
         )
 
 
@@ -410,12 +431,7 @@ def _check_profile(trainer: dict[str, Any]) -> None:
 def _check_strategy(data: dict[str, Any], registry: Registry) -> None:
     trainer, name = data["trainer"], data["parallel"]["name"]
     nproc = trainer["nproc"] * trainer["nnodes"]
-    if trainer["nnodes"] > 1 and data["scheduler"]["name"] != "local":
-        raise ConfigError(
-            f"trainer.nnodes={trainer['nnodes']}: the same command on each node is "
-            f"scheduler=local's (torchrun semantics); scheduler={data['scheduler']['name']} "
-            f"places its nodes itself (trainer.nnodes=1 there)"
-        )
+    check_nodes(trainer, data["scheduler"]["name"])
     if name == AUTO:
         return  # the planner picks a plan for nproc workers (xirang_core.parallel.resolve)
     spec = registry.spec("parallel", name)
