@@ -218,8 +218,8 @@ def _latest(run_dir: str) -> str:
 def _stopped_by_peer(exc: Any, job: JobSpec) -> RunInterrupted | None:
     """A stop that reached another node's workers: they all checkpointed at the same step (the
     stop vote is job-wide) and this node's workers stopped too, so this node stops as asked."""
-    detail = _failure_detail(exc)
-    if not _is_xirang_error(detail.split(":", 1)[0]) or "RunInterrupted" not in detail:
+    error = _failure_detail(exc).split(":", 1)[0]  # "RunInterrupted" or its dotted name
+    if error.rpartition(".")[2] != RunInterrupted.__name__:
         return None
     return RunInterrupted(f"run stopped on another node: {recovery_note(job.run_dir)}")
 
