@@ -321,14 +321,19 @@ def _check_pretrained(model: dict[str, Any], registry: Registry) -> None:
         model.update(check_pretrained(registry.spec("model", model["family"]), settings))
 
 
+#: trainer settings that count something and must be at least 1
+CHECKED_COUNTS = ("max_steps", "nproc", "global_batch", "log_every")
+
+
 def _check_batch(trainer: dict[str, Any], parallel: dict[str, Any]) -> None:
-    for key in ("max_steps", "nproc", "nnodes", "global_batch", "log_every"):
-        if trainer[key] < 1:
-            raise ConfigError(f"trainer.{key}={trainer[key]}: must be at least 1")
+    nnodes = trainer.get("nnodes", 1)  # a trainer section built by hand (plan checks) has none
+    for key, value in (*((k, trainer[k]) for k in CHECKED_COUNTS), ("nnodes", nnodes)):
+        if value < 1:
+            raise ConfigError(f"trainer.{key}={value}: must be at least 1")
     # every worker of every node takes its share of the global batch
-    nproc, global_batch = trainer["nproc"] * trainer["nnodes"], trainer["global_batch"]
+    nproc, global_batch = trainer["nproc"] * nnodes, trainer["global_batch"]
     workers = f"trainer.nproc={trainer['nproc']}" + (
-        f" x trainer.nnodes={trainer['nnodes']}" if trainer["nnodes"] > 1 else ""
+        f" x trainer.nnodes={nnodes}" if nnodes > 1 else ""
     )
     if global_batch % nproc:
         fits = [n for n in range(1, global_batch + 1) if global_batch % n == 0]

@@ -44,7 +44,7 @@ def resolve_parallel(config: dict[str, Any], registry: Registry) -> None:
 def note_one_worker(config: dict[str, Any], registry: Registry) -> None:
     """One warning line for each choice that acts between workers when there is only one: it
     runs, but a user who asked for it should not believe it did something."""
-    if config["trainer"]["nproc"] > 1:
+    if config["trainer"]["nproc"] * config["trainer"].get("nnodes", 1) > 1:
         return
     strategy, comm = config["parallel"]["name"], config["comm"]["name"]
     if registry.spec("parallel", strategy).multi_process:
