@@ -66,6 +66,9 @@ class ProfileConfig:
 class TrainerConfig:
     max_steps: int = 300
     nproc: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str = ""
     global_batch: int = 16
     micro_batch: int = 0
     log_every: int = 10
@@ -318,10 +321,14 @@ def _check_pretrained(model: dict[str, Any], registry: Registry) -> None:
         model.update(check_pretrained(registry.spec("model", model["family"]), settings))
 
 
+#: trainer settings that count something and must be at least 1
+CHECKED_COUNTS = ("max_steps", "nproc", "global_batch", "log_every")
+
+
 def _check_batch(data: dict[str, Any]) -> None:
     trainer, parallel = data["trainer"], data["parallel"]
-    for key in ("max_steps", "nproc", "global_batch", "log_every"):
-        if trainer[key] < 1:
+    for key in (*CHECKED_COUNTS, "nnodes"):
+        if trainer.get(key, 1) < 1:
             raise ConfigError(f"trainer.{key}={trainer[key]}: must be at least 1")
     workers, named = run_workers(data)
     global_batch = trainer["global_batch"]
@@ -348,14 +355,69 @@ def _check_batch(data: dict[str, Any]) -> None:
 
 
 def run_workers(data: dict[str, Any]) -> tuple[int, str]:
-    """All the run's workers (``trainer.nproc`` per node times a multi-node scheduler's
-    ``scheduler.nodes``) and the keys that make them, for messages."""
-    nproc, nodes = data["trainer"]["nproc"], data["scheduler"].get("nodes", 1)
+    """All the run's workers (``trainer.nproc`` per node times the nodes: a multi-node
+    scheduler's ``scheduler.nodes`` or torchrun's ``trainer.nnodes``) and the keys that make
+    them, for messages."""
+    trainer = data["trainer"]
+    nproc, nnodes = trainer["nproc"], trainer.get("nnodes", 1)
+    nodes = data.get("scheduler", {}).get("nodes", 1)
     if not isinstance(nodes, int) or nodes < 1:
         raise ConfigError(f"scheduler.nodes={nodes}: must be a whole number of nodes, at least 1")
-    if nodes == 1:
-        return nproc, f"trainer.nproc={nproc}"
-    return nproc * nodes, f"scheduler.nodes={nodes} x trainer.nproc={nproc}"
+    if nodes > 1:
+        return nproc * nodes, f"scheduler.nodes={nodes} x trainer.nproc={nproc}"
+    if nnodes > 1:
+        return nproc * nnodes, f"trainer.nproc={nproc} x trainer.nnodes={nnodes}"
+    return nproc, f"trainer.nproc={nproc}"
+
+
+
+
+def check_nodes(trainer: dict[str, Any], scheduler: str) -> None:
+    """``trainer.nnodes``/``node_rank``/``rdzv_endpoint`` (torchrun's): one job of the same
+    command on N hosts, which meet at node 0's ``host:port`` (c10d rendezvous)."""
+    nnodes, rank, endpoint = trainer["nnodes"], trainer["node_rank"], trainer["rdzv_endpoint"]
+    check_node_scheduler(trainer, scheduler)
+    if not 0 <= rank < nnodes:
+        raise ConfigError(
+            f"trainer.node_rank={rank}: must be in 0..{nnodes - 1} "
+            f"(one rank per node of trainer.nnodes={nnodes}; node 0 hosts the rendezvous)"
+        )
+    if nnodes == 1 or scheduler != "local":
+        return
+    host, _, port = endpoint.rpartition(":")
+    if not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(
+            f"trainer.rdzv_endpoint={endpoint!r}: trainer.nnodes={nnodes} needs node 0's "
+            f"address as host:port (e.g. trainer.rdzv_endpoint=node0.example:29500), the same "
+            f"on every node"
+        )
+    if trainer["max_restarts"]:
+        raise ConfigError(
+            f"trainer.max_restarts={trainer['max_restarts']}: restarts are one node's, and a "
+            f"job of trainer.nnodes={nnodes} restarts on every node; use trainer.max_restarts=0 "
+            f"and run the same command again on every node (it resumes from the checkpoint)"
+        )
+
+
+#: schedulers that start ``trainer.nnodes`` torchrun nodes (the others place nodes themselves)
+TORCHRUN_SCHEDULERS = ("local", "kubernetes")
+
+
+def check_node_scheduler(trainer: dict[str, Any], scheduler: str) -> None:
+    """``trainer.nnodes`` is for schedulers that run torchrun's nodes; under Kubernetes the
+    manifests give each pod its node rank and the rendezvous, so the command sets neither."""
+    nnodes = trainer["nnodes"]
+    if nnodes > 1 and scheduler not in TORCHRUN_SCHEDULERS:
+        raise ConfigError(
+            f"trainer.nnodes={nnodes}: the same command on each node is torchrun's form, for "
+            f"scheduler={' or '.join(TORCHRUN_SCHEDULERS)}; scheduler={scheduler} places its "
+            f"nodes itself (trainer.nnodes=1 there)"
+        )
+    if scheduler == "kubernetes" and (trainer["node_rank"] or trainer["rdzv_endpoint"]):
+        raise ConfigError(
+            "trainer.node_rank / trainer.rdzv_endpoint: scheduler=kubernetes sets them for "
+            "each pod (its completion index; the first pod's DNS name); leave them unset"
+        )
 
 
 def _check_choices(trainer: dict[str, Any], optim: dict[str, Any], registry: Registry) -> None:
@@ -387,7 +449,8 @@ def _check_profile(trainer: dict[str, Any]) -> None:
 
 
 def _check_strategy(data: dict[str, Any], registry: Registry) -> None:
-    name, (nproc, named) = data["parallel"]["name"], run_workers(data)
+    trainer, name, (nproc, named) = data["trainer"], data["parallel"]["name"], run_workers(data)
+    check_nodes(trainer, data["scheduler"]["name"])
     if name == AUTO:
         return  # the planner picks a plan for nproc workers (xirang_core.parallel.resolve)
     spec = registry.spec("parallel", name)
@@ -399,8 +462,8 @@ def _check_strategy(data: dict[str, Any], registry: Registry) -> None:
             n for n in registry.names("parallel") if registry.spec("parallel", n).multi_process
         ]
         raise ConfigError(
-            f"parallel={name} runs a single process but {named} make {nproc} workers. "
-            f"Choose a multi-process strategy ({', '.join(multi)}) or one worker."
+            f"parallel={name} runs a single process but the run has {nproc} workers "
+            f"({named}). Choose a multi-process strategy ({', '.join(multi)}) or one worker."
         )
 
 

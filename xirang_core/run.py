@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -62,9 +63,16 @@ def train_in(
     """Train a resolved config in ``run_dir`` through its scheduler; returns the summary (the
     plugin test kit calls this with :func:`compose_config`'s result). With the config's ``key``
     (:func:`resume.config_key`) a stop leaves the run for the same command to resume."""
-    (run_dir / worker.CONFIG_FILE).write_text(yaml.safe_dump(config, sort_keys=False))
+    # atomically: with trainer.nnodes>1 every node's launcher writes it into the shared run
+    # directory while another node's workers may be reading it
+    tmp = run_dir / f".{worker.CONFIG_FILE}.{socket.gethostname()}.{os.getpid()}"
+    tmp.write_text(yaml.safe_dump(config, sort_keys=False))
+    tmp.replace(run_dir / worker.CONFIG_FILE)
     trainer = config["trainer"]
-    job = JobSpec(str(run_dir), trainer["nproc"], config["project"], trainer["max_restarts"])
+    nodes = {k: trainer[k] for k in ("nnodes", "node_rank", "rdzv_endpoint")}
+    job = JobSpec(
+        str(run_dir), trainer["nproc"], config["project"], trainer["max_restarts"], **nodes
+    )
     scheduler = registry.create("scheduler", config["scheduler"])
     stopping = resume.resumable(run_dir, key) if key else contextlib.nullcontext()
     with stopping:  # a stop leaves the run resumable and says how

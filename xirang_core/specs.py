@@ -301,6 +301,11 @@ class JobSpec:
     nproc: int
     project: str = "default"
     max_restarts: int = 0
+    #: torchrun's multi-node form (``trainer.nnodes``/``node_rank``/``rdzv_endpoint``): this
+    #: launcher is node ``node_rank`` of ``nnodes`` running the same command
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,13 @@
 """Kueue-managed manifests: JobSet or PyTorchJob for a run, and the queue objects for projects.
 
+A run's pods share one ``ReadWriteMany`` volume (a PersistentVolumeClaim) mounted at
+``mount``: the run directory (config, checkpoints, metrics, summary) and XIRANG_HOME's caches
+live there, so every node writes one run and a resubmitted job resumes from its checkpoint. The
+run's resolved config travels in a ConfigMap that each pod copies into the run directory. For
+several nodes a headless Service gives every pod of the JobSet a DNS name; the first pod
+(``<run>-workers-0-0.<run>``) hosts torchrun's c10d rendezvous and every pod passes its Indexed
+Job completion index as its node rank.
+
 Mapping of the pool's model onto Kueue: a device type is a ``ResourceFlavor`` (nodes labelled
 ``xirang.io/device-type``); a project is a ``ClusterQueue`` with ``nominalQuota`` (its
 guaranteed cards) and ``borrowingLimit``, in a ``cohort`` named after its team, so idle quota is
@@ -26,7 +34,7 @@ class RunManifest:
     name: str
     project: str
     command: tuple[str, ...]
-    image: str = "python:3.11"
+    image: str = "xirang"
     namespace: str = "default"
     queue: str = ""
     priority_class: str = ""
@@ -35,6 +43,17 @@ class RunManifest:
     procs_per_node: int = 1
     topology_level: str = "kubernetes.io/hostname"
     topology_required: bool = False
+    volume_claim: str = "xirang-runs"
+    mount: str = "/runs"
+    port: int = 29500
+
+    @property
+    def rendezvous_host(self) -> str:
+        """The DNS name of the JobSet's first pod, through the run's headless Service."""
+        return f"{self.name}-workers-0-0.{self.name}"
+
+
+CONFIG_MOUNT = "/etc/xirang"
 
 
 def resource_name(device_type: str) -> str:
@@ -63,13 +82,68 @@ def pod_template(run: RunManifest, role: str) -> dict[str, Any]:
                     "name": "worker",
                     "image": run.image,
                     "command": list(run.command),
-                    "env": [{"name": "XIRANG_PROJECT", "value": run.project}],
+                    "env": [
+                        {"name": "XIRANG_PROJECT", "value": run.project},
+                        {"name": "XIRANG_HOME", "value": f"{run.mount}/.xirang"},
+                    ],
+                    "ports": [{"name": "rendezvous", "containerPort": run.port}],
                     "resources": {
                         "limits": {resource: str(run.procs_per_node)},
                         "requests": {resource: str(run.procs_per_node)},
                     },
+                    "volumeMounts": [
+                        {"name": "runs", "mountPath": run.mount},
+                        {"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True},
+                    ],
                 }
             ],
+            "volumes": [
+                {"name": "runs", "persistentVolumeClaim": {"claimName": run.volume_claim}},
+                {"name": "config", "configMap": {"name": f"{run.name}-config"}},
+            ],
+        },
+    }
+
+
+def run_volume(run: RunManifest, size: str, storage_class: str = "") -> dict[str, Any]:
+    """The shared volume every run of the namespace keeps its run directory on (applying it
+    again leaves an existing claim as it is)."""
+    spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteMany"],  # every node's pods mount it at once
+        "resources": {"requests": {"storage": size}},
+    }
+    if storage_class:
+        spec["storageClassName"] = storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": run.volume_claim, "namespace": run.namespace},
+        "spec": spec,
+    }
+
+
+def run_config(run: RunManifest, config_text: str) -> dict[str, Any]:
+    """The run's resolved config, which each pod copies into its run directory."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{run.name}-config", "namespace": run.namespace},
+        "data": {"config.yaml": config_text},
+    }
+
+
+def headless_service(run: RunManifest) -> dict[str, Any]:
+    """DNS names for the JobSet's pods (``<pod hostname>.<run>``), ready or not, so the
+    rendezvous host resolves while the other pods are still starting."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": run.name, "namespace": run.namespace},
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {"jobset.sigs.k8s.io/jobset-name": run.name},
+            "ports": [{"name": "rendezvous", "port": run.port, "targetPort": run.port}],
         },
     }
 
@@ -99,6 +173,8 @@ def jobset(run: RunManifest) -> dict[str, Any]:
         "metadata": {"name": run.name, "namespace": run.namespace, "labels": _labels(run)},
         "spec": {
             "suspend": True,  # Kueue admits (unsuspends) it
+            "network": {"enableDNSHostnames": True, "subdomain": run.name},
+            "failurePolicy": {"maxRestarts": 0},  # resubmit: the run resumes from its checkpoint
             "replicatedJobs": [{"name": "workers", "replicas": 1, "template": {"spec": job}}],
         },
     }

@@ -123,20 +123,27 @@ CRD_SCHEMAS: dict[str, dict[str, Any]] = {
 }
 
 
+#: core objects, validated whole against the Kubernetes schema
+CORE_KINDS = ("PersistentVolumeClaim", "ConfigMap", "Service")
+
+
 def validate(manifest: dict[str, Any], version: str = "") -> None:
     """Raise ManifestError naming the first problem in ``manifest``."""
     import kubernetes_validate
 
     kind = manifest.get("kind", "")
-    if kind not in CRD_SCHEMAS:
-        raise ManifestError(f"cannot validate kind {kind!r}; known: {', '.join(CRD_SCHEMAS)}")
-    try:
-        jsonschema.validate(manifest, CRD_SCHEMAS[kind])
-    except jsonschema.ValidationError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path)
-        raise ManifestError(f"{kind} {where or '(top)'}: {exc.message}") from None
+    if kind not in CRD_SCHEMAS and kind not in CORE_KINDS:
+        known = ", ".join((*CRD_SCHEMAS, *CORE_KINDS))
+        raise ManifestError(f"cannot validate kind {kind!r}; known: {known}")
+    if kind in CRD_SCHEMAS:
+        try:
+            jsonschema.validate(manifest, CRD_SCHEMAS[kind])
+        except jsonschema.ValidationError as exc:
+            where = "/".join(str(p) for p in exc.absolute_path)
+            raise ManifestError(f"{kind} {where or '(top)'}: {exc.message}") from None
     version = version or kubernetes_validate.latest_version()
-    for label, obj in _embedded(manifest):
+    objects = [(kind, manifest)] if kind in CORE_KINDS else _embedded(manifest)
+    for label, obj in objects:
         try:
             kubernetes_validate.validate(obj, version, strict=True)
         except kubernetes_validate.ValidationError as exc:

@@ -4,6 +4,11 @@ One worker runs in the calling process, so a progress bar and a debugger work as
 workers run under torch's elastic agent with a private rendezvous on loopback; every worker gets
 the run directory that the caller created, so one run has one directory.
 
+With ``trainer.nnodes>1`` the same command on every node forms one job through a c10d
+rendezvous at node 0's ``trainer.rdzv_endpoint`` (:mod:`xirang_local.nodes`); a node that goes
+away ends the others' step with an error that says so, and the same command on every node
+resumes the job.
+
 Workers go on healthy devices only (each device's health probe is asked before every launch).
 When a worker fails, the scheduler restarts the run, up to ``trainer.max_restarts`` times, from
 its latest checkpoint: on the same devices after a plain crash, or without a device that its
@@ -30,6 +35,7 @@ from xirang_core.plugins import get_registry
 from xirang_core.specs import JobSpec
 from xirang_core.train.interrupt import RunInterrupted
 from xirang_local.devices import Eviction, LocalDevices
+from xirang_local.nodes import NodeLost, Nodes
 
 log = logging.getLogger("xirang.local")
 
@@ -41,19 +47,25 @@ class WorkerFailed(XirangError):
 class LocalScheduler:
     def launch(self, job: JobSpec, entrypoint: Callable[[str], Any]) -> None:
         devices = LocalDevices.of_run(job.run_dir, get_registry())
+        nodes = Nodes.of_job(job)
+        nodes.check_run_dir(job.run_dir)
         restarts = 0
         while True:
             placed = _placement(devices, job, restarts)
             started = len(read_events(job.run_dir))  # this attempt's events come after
             with _worker_env(placed, restarts):
-                if job.nproc == 1 and job.max_restarts == 0:
+                if job.nproc == 1 and job.max_restarts == 0 and not nodes.multi:
                     entrypoint(job.run_dir)
                     return
-                failure = _attempt(job, entrypoint, len(placed))
+                failure = _attempt(job, entrypoint, len(placed), nodes)
             if failure is None:
+                nodes.check_summary(job.run_dir)
                 return
             if restarts >= job.max_restarts:
-                raise WorkerFailed(_describe_failure(failure, job, len(placed), restarts))
+                raise _stopped_by_peer(failure, job) or WorkerFailed(
+                    _describe_failure(failure, job, len(placed) * nodes.count, restarts)
+                    + nodes.lost_hint()
+                )
             restarts += 1
             evicted = devices.evict_failed(placed, job.run_dir, started)
             _report_restart(job, devices, evicted, placed, restarts)
@@ -95,30 +107,38 @@ def _placement(devices: LocalDevices, job: JobSpec, restarts: int) -> list[int]:
     return placed
 
 
-def _attempt(job: JobSpec, entrypoint: Callable[[str], Any], nproc: int) -> Any:
-    """One launch of ``nproc`` workers; the elastic failure, or None when they all finished."""
+def _attempt(job: JobSpec, entrypoint: Callable[[str], Any], nproc: int, nodes: Nodes) -> Any:
+    """One launch of ``nproc`` workers on this node (of ``nodes``); the elastic failure, or
+    None when they all finished."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous import RendezvousError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     logging.getLogger("torch.distributed.elastic").setLevel(logging.WARNING)
     elastic_log = logging.getLogger("torch.distributed.elastic.multiprocessing.api")
     if not any(isinstance(f, UserErrorFilter) for f in elastic_log.filters):
         elastic_log.addFilter(UserErrorFilter())
+    rendezvous: dict[str, Any] = {
+        "min_nodes": 1,
+        "max_nodes": 1,
+        "run_id": f"xirang-{uuid.uuid4().hex[:8]}",
+        "rdzv_endpoint": "127.0.0.1:0",
+    }
+    if nodes.multi:
+        rendezvous = nodes.launch_settings(job.run_dir)
     config = LaunchConfig(
-        min_nodes=1,
-        max_nodes=1,
         nproc_per_node=nproc,
-        run_id=f"xirang-{uuid.uuid4().hex[:8]}",
         rdzv_backend="c10d",
-        rdzv_endpoint="127.0.0.1:0",
         max_restarts=0,  # restarts are this scheduler's: it may move them to other devices
         monitor_interval=0.1,
         start_method="spawn",
+        **rendezvous,
     )
+    where = f" on {nodes.label()}, meeting the others at {nodes.endpoint}" if nodes.multi else ""
     print(  # spawning, importing torch and joining the group takes a while before step 1
-        f"xirang: starting {nproc} workers (each imports torch, joins the process group and "
-        "builds its part of the model before the first step) ...",
+        f"xirang: starting {nproc} workers{where} (each imports torch, joins the process group "
+        "and builds its part of the model before the first step) ...",
         file=sys.stderr,
         flush=True,
     )
@@ -126,6 +146,11 @@ def _attempt(job: JobSpec, entrypoint: Callable[[str], Any], nproc: int) -> Any:
         elastic_launch(config, entrypoint)(job.run_dir)
     except ChildFailedError as exc:
         return exc
+    except RendezvousError as exc:  # a node never came, or the one hosting the store went
+        raise NodeLost(
+            f"{nodes.label()}: the rendezvous at {nodes.endpoint} failed "
+            f"({type(exc).__name__}: {exc}){nodes.lost_hint()}"
+        ) from None
     except SignalException as exc:
         # the agent forwarded the stop to the workers, which checkpoint at their step's end
         stop = RunInterrupted(f"run stopped by {exc.sigval.name}: {recovery_note(job.run_dir)}")
@@ -190,13 +215,27 @@ def _latest(run_dir: str) -> str:
     return f"checkpoint step {max(saves)}" if saves else "the start (no checkpoint yet)"
 
 
-def _describe_failure(exc: Any, job: JobSpec, nproc: int, restarts: int) -> str:
-    rank, failure = exc.get_first_failure()
+def _stopped_by_peer(exc: Any, job: JobSpec) -> RunInterrupted | None:
+    """A stop that reached another node's workers: they all checkpointed at the same step (the
+    stop vote is job-wide) and this node's workers stopped too, so this node stops as asked."""
+    error = _failure_detail(exc).split(":", 1)[0]  # "RunInterrupted" or its dotted name
+    if error.rpartition(".")[2] != RunInterrupted.__name__:
+        return None
+    return RunInterrupted(f"run stopped on another node: {recovery_note(job.run_dir)}")
+
+
+def _failure_detail(exc: Any) -> str:
+    """The last line of the first failed worker's error (its exception), or its exit code."""
+    _, failure = exc.get_first_failure()
     message = failure.message
     if isinstance(message, dict):
         message = message.get("message", message)
-    detail = str(message).strip().splitlines()[-1] if message else f"exit code {failure.exitcode}"
+    return str(message).strip().splitlines()[-1] if message else f"exit code {failure.exitcode}"
+
+
+def _describe_failure(exc: Any, job: JobSpec, nproc: int, restarts: int) -> str:
+    rank, _ = exc.get_first_failure()
     return (
-        f"worker rank {rank} of {nproc} failed after {restarts} restart(s): {detail} "
+        f"worker rank {rank} of {nproc} failed after {restarts} restart(s): {_failure_detail(exc)} "
         f"(run directory {job.run_dir}; {recovery_note(job.run_dir)})"
     )

@@ -55,7 +55,8 @@ def test_every_plan_the_planner_offers_passes_the_trainers_checks(
         settings = plan.settings()  # the parallel section parallel=auto writes
         trainer = {"nproc": world, "global_batch": global_batch, "micro_batch": plan.micro_batch}
         trainer.update(max_steps=1, log_every=1)
-        _check_batch(trainer, settings)  # raises ConfigError if the config check refused it
+        # raises ConfigError if the config check refused it
+        _check_batch({"trainer": trainer, "parallel": settings})
         config = {"trainer": trainer, "parallel": settings}
         assert fits(world, config), plan.label()
 

@@ -188,6 +188,7 @@ def _read(marker: Path) -> dict[str, Any]:
 
 
 def _write(marker: Path, state: dict[str, Any]) -> None:
-    tmp = marker.with_name(f".{marker.name}.tmp")
+    # a name of its own: the launchers of a multi-node job share the run directory
+    tmp = marker.with_name(f".{marker.name}.{socket.gethostname()}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps({**state, "updated": time.time()}, indent=2) + "\n")
     tmp.replace(marker)
