@@ -370,8 +370,6 @@ def run_workers(data: dict[str, Any]) -> tuple[int, str]:
     return nproc, f"trainer.nproc={nproc}"
 
 
-
-
 def check_nodes(trainer: dict[str, Any], scheduler: str) -> None:
     """``trainer.nnodes``/``node_rank``/``rdzv_endpoint`` (torchrun's): one job of the same
     command on N hosts, which meet at node 0's ``host:port`` (c10d rendezvous)."""
