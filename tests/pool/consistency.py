@@ -4,6 +4,7 @@ memory with a fresh load of its store."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from xirang_core.pool.cluster import Cluster
@@ -53,17 +54,19 @@ def snapshot(engine: PoolEngine) -> dict[str, Any]:
     """What the pool holds in memory: jobs, queue order, who runs, free devices, health and
     quota use, the projects."""
     quotas = engine.quotas
-    return {
-        "jobs": {i: {**describe(j), "attained": j.attained} for i, j in engine.jobs.items()},
-        "queue": [i for _, i in engine.queue],
-        "running": sorted(i for _, i in engine.running),
-        "free": dict(engine.cluster.type_free),
-        "healthy": {n.name: n.healthy for n in engine.cluster.nodes},
-        "used": {p: n for p, n in quotas.used.items() if n},
-        "borrowed": {p: n for p, n in quotas.borrowed.items() if n},
-        "projects": {name: vars(p) for name, p in quotas.projects.items()},
-        "next_id": engine.next_id,
-    }
+    return copy.deepcopy(
+        {
+            "jobs": {i: {**describe(j), "attained": j.attained} for i, j in engine.jobs.items()},
+            "queue": [i for _, i in engine.queue],
+            "running": sorted(i for _, i in engine.running),
+            "free": dict(engine.cluster.type_free),
+            "healthy": {n.name: n.healthy for n in engine.cluster.nodes},
+            "used": {p: n for p, n in quotas.used.items() if n},
+            "borrowed": {p: n for p, n in quotas.borrowed.items() if n},
+            "projects": {name: vars(p) for name, p in quotas.projects.items()},
+            "next_id": engine.next_id,
+        }
+    )  # a copy: a job's payload is one dict that a later request may change
 
 
 def fresh(service: PoolService) -> PoolEngine:

@@ -97,6 +97,7 @@ class PoolService:
         self.throughputs = self._hardware(cluster_file)
         self._stops: list[tuple[Job, str]] = []  # told to the executor once the change is stored
         self._projects: dict[str, Project] = {}  # edited, stored with the next change
+        self._jobs: dict[int, Job] = {}  # changed without an event, stored likewise
         self._ended: list[tuple[int, bool]] = []  # polled ends not yet stored
         self._stale = False  # memory may differ from the store: reload before the next change
         self.restored = self._load()
@@ -282,6 +283,10 @@ class PoolService:
             with self._change(self.clock()):
                 self.engine.set_quota(project)
                 self._projects[project.name] = project
+                # its running jobs were re-split into guaranteed and borrowed: stored too
+                self._jobs.update(
+                    (j.id, j) for j in self.engine.running_jobs() if j.project == name
+                )
             out = self._quota_row(self.engine.quotas.projects[name])
             return {**out, "token": token} if token else out
 
@@ -433,9 +438,10 @@ class PoolService:
                 self.engine.schedule(now)
             events = self._commit()
         except BaseException:
-            changed = bool(self.engine.events or self._projects or self._stops)
+            changed = bool(self.engine.events or self._projects or self._jobs or self._stops)
             self.engine.events.clear()
             self._projects.clear()
+            self._jobs.clear()
             self._stops.clear()
             if changed:
                 self._reload()
@@ -446,6 +452,7 @@ class PoolService:
         """Store every event since the last commit, with the jobs and projects they changed."""
         events = list(self.engine.events)
         changed = {e.job: self.engine.jobs[e.job] for e in events if e.job is not None}
+        changed.update(self._jobs)
         try:
             self.store.persist(self.engine, changed.values(), events, self._projects.values())
         except Exception as exc:  # sqlite3, psycopg, an unencodable string: nothing was stored
@@ -456,6 +463,7 @@ class PoolService:
             ) from None
         self.engine.events.clear()
         self._projects.clear()
+        self._jobs.clear()
         return events
 
     def _notify(self, events: list[Event]) -> None:

@@ -290,7 +290,7 @@ class PoolStore:
         query = f"SELECT {_JOB_COLUMNS} FROM jobs {_NOT_ASIDE} ORDER BY id"
         for row in self.db.execute(query).fetchall():
             try:
-                job = _job(row)
+                job = _checked_job(row)
                 engine.reload(job, now)
             except (ValueError, TypeError, KeyError, PoolError) as exc:
                 aside.append(("job", str(row["id"]), str(exc)))
@@ -442,20 +442,26 @@ def check_bucket(bucket_s: Any) -> float:
     return float(bucket_s)
 
 
-def _job(row: Mapping[str, Any]) -> Job:
-    """A stored row as a job; ValueError naming the column for a row the pool did not write."""
+def _checked_job(row: Mapping[str, Any]) -> Job:
+    """A stored row as a job, every column checked (what a restart takes back); ValueError
+    naming the column for a row the pool did not write. Readers after the restart use the
+    cheaper :func:`_job`: the rows a restart could not check are set aside by then."""
     for column, kinds in _JOB_TYPES.items():
         value = row[column]
         if isinstance(value, bool) or not isinstance(value, kinds):
             raise ValueError(f"column {column} holds {value!r}")
-    devices = json.loads(row["devices"])
-    if not isinstance(devices, list) or not all(type(d) is int for d in devices):
+    job = _job(row)
+    if not all(type(d) is int for d in job.devices):
         raise ValueError(f"column devices holds {row['devices']!r}, not a list of device ids")
-    payload = json.loads(row["payload"])
     try:
-        check_payload(payload)
+        check_payload(job.payload)
     except PoolError as exc:
         raise ValueError(f"column payload: {exc}") from None
+    return job
+
+
+def _job(row: Mapping[str, Any]) -> Job:
+    """A stored row as a job (ValueError, TypeError for one that is not JSON or a state)."""
     return Job(
         id=row["id"],
         project=row["project"],
@@ -468,12 +474,12 @@ def _job(row: Mapping[str, Any]) -> Job:
         started=row["started"],
         finished=row["finished"],
         attained=row["attained"],
-        devices=tuple(devices),
+        devices=tuple(json.loads(row["devices"])),
         device_type=row["device_type"],
         borrowed=bool(row["borrowed"]),
         preemptions=row["preemptions"],
         requeues=row["requeues"],
-        payload=payload,
+        payload=json.loads(row["payload"]),
         allow_mixing=bool(row["allow_mixing"]),
     )
 
