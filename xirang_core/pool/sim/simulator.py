@@ -46,6 +46,7 @@ class Result:
     finished: int
     rejected: int
     avg_jct_h: float
+    p50_jct_h: float
     p95_jct_h: float
     avg_queue_h: float
     utilisation: float
@@ -110,7 +111,12 @@ class Simulator:
             trace = jobs[ref]
             try:
                 job = self.engine.submit(
-                    trace.project, trace.cards, now, trace.job_class, trace.priority
+                    trace.project,
+                    trace.cards,
+                    now,
+                    trace.job_class,
+                    trace.priority,
+                    work=trace.duration * trace.cards,
                 )
             except PoolError:
                 return 1
@@ -211,6 +217,7 @@ class Simulator:
             finished=len(done),
             rejected=rejected,
             avg_jct_h=sum(jct) / max(1, len(jct)) / 3600,
+            p50_jct_h=(jct[(len(jct) - 1) // 2] if jct else 0.0) / 3600,
             p95_jct_h=(jct[int(0.95 * (len(jct) - 1))] if jct else 0.0) / 3600,
             avg_queue_h=sum(waits) / max(1, len(waits)) / 3600,
             utilisation=self.busy_device_s / span,
