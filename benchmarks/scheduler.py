@@ -13,7 +13,8 @@
 
 Last line: ``jct_vs_fifo=<fifo avg JCT / default avg JCT> jct_vs_fifo_backfill=<FIFO+EASY avg
 JCT / default avg JCT> decision_p99_ms=<p99 pass> replay_s=<wall seconds of the default policy's
-replay of the whole trace>``.
+replay of the whole trace> replay_cpu_s=<its CPU seconds: what load from other processes
+does not inflate>``.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def main() -> None:
     for r in results:
         print(
             f"{r.policy:>14s}: JCT mean {r.avg_jct_h:.2f} h, median {r.p50_jct_h:.3f} h, "
-            f"p95 {r.p95_jct_h:.2f} h; replay {r.wall_s:.1f} s"
+            f"p95 {r.p95_jct_h:.2f} h; replay {r.wall_s:.1f} s wall, {r.cpu_s:.1f} s CPU"
         )
     fifo, easy, default, hetero = results
     timings = sorted(decision_latency(args.devices, args.queued, args.passes))
@@ -126,7 +127,7 @@ def main() -> None:
     print(
         f"jct_vs_fifo={fifo.avg_jct_h / default.avg_jct_h:.2f} "
         f"jct_vs_fifo_backfill={easy.avg_jct_h / default.avg_jct_h:.2f} decision_p99_ms={p99:.2f} "
-        f"replay_s={default.wall_s:.1f}"
+        f"replay_s={default.wall_s:.1f} replay_cpu_s={default.cpu_s:.1f}"
     )
 
 
