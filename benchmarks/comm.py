@@ -6,10 +6,12 @@ PowerSGD's plain-all-reduce warm-up), and so is the overlap (DDP's first backwar
 buckets not yet rebuilt in gradient order).
 
 Why the hidden share is what it is: plain all-reduce again at several bucket sizes, and with
-half the workers (one core each on two cores). ``bound`` is 1 - (the last bucket's own seconds
-/ all communication seconds): the last bucket starts when backward ends, so no schedule hides
-it. Each worker's compute and gloo's communication thread share the cores the machine has:
-four workers on two cores give each worker half a core for both.
+half the workers (one core each on two cores). ``bound`` is 1 - (the last bucket's seconds from
+its hand-over, when backward ends, to its completion, over all communication seconds): the last
+bucket's transfer, and its wait behind earlier buckets still queued on gloo's one communication
+thread, all come after backward, so this run's schedule could have hidden at most that much.
+Each worker's compute and gloo's thread share the cores the machine has: four workers on two
+cores give each worker half a core for both, and the backlog at the end of backward grows.
 
 The last line is the issue's figure:
 

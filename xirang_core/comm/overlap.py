@@ -29,8 +29,9 @@ class OverlapMeter:
         self.clock: Clock = clock or HostClock()
         self.hidden_s = 0.0
         self.exposed_s = 0.0
-        #: the last bucket's own seconds: exposed whatever the overlap (it starts when backward
-        #: ends), so 1 - last_bucket_s / comm_s bounds hidden_frac from above
+        #: the last bucket's seconds from hand-over (backward's end) to completion, its wait
+        #: behind buckets still queued included: all after backward, so 1 - last_bucket_s /
+        #: comm_s bounds this run's hidden_frac from above
         self.last_bucket_s = 0.0
         self.passes = 0
         self._intervals: list[list[Any]] = []
