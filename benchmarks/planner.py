@@ -5,15 +5,25 @@ The host is measured first, as the planner does for ``parallel=auto`` here
 (xirang_core.parallel.calibrate: this model's layer per micro-batch size, how many of the 4
 workers really compute at once, all-reduce per group size and point-to-point links, all in 4
 gloo workers); then the planner ranks every valid split, the eight best distinct splits run
-``STEPS`` steps each, and prediction meets measurement. Side by side: a model-states-only
-estimate (what DeepSpeed's ZeRO estimators report) against the same measurements.
+``STEPS`` steps each, and so does every 10th of the other fitting plans (lower-ranked ones the
+planner did not favour, so ``pick_vs_best`` is measured against them too); prediction meets
+measurement. Side by side: a model-states-only estimate (what DeepSpeed's ZeRO estimators
+report) against the same measurements.
+
+Memory is measured twice: ``meas`` is tensor accounting of the categories the predictor models
+(states, saved activations, gathered parameters: xirang_core.parallel.meter), ``real`` the
+worker's real peak over its baseline (the process's peak resident set on a CPU, the allocator's
+``max_memory_allocated`` on an accelerator: xirang_core.parallel.peak), which also holds what
+the accounting cannot see: allocator overhead, temporaries, communication buffers, the autograd
+graph. A plan that fails to run is reported with its error and counted, not dropped.
 
 The machine may be loaded by other work while this runs: every timing, calibration and step
 alike, is the best of its repeats (the figure load disturbs least), so the comparison is
 like for like.
 
     python benchmarks/planner.py
-Last line: ``mem_err_p50=<x> time_err_p50=<y> pick_vs_best=<z>``.
+Last line: ``mem_err_p50=<x> mem_err_real_p50=<x against the real peak> time_err_p50=<y>
+pick_vs_best=<z> measured=<plans run> failed=<plans that failed>``.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ from typing import Any
 WORKERS = 4
 STEPS = 12
 DISTINCT = 8
+EVERY = 10  # of the other fitting plans, every EVERY-th is run too
 MODEL = [
     "model=gpt_tiny",
     "tokenizer=bytes",
@@ -66,6 +77,8 @@ def main() -> None:
     )
     ranking = rank_plans(shape, cluster, global_batch, WORKERS, host)
     picks = distinct(ranking.candidates, DISTINCT)
+    others = [c for c in ranking.candidates if c not in picks][EVERY - 1 :: EVERY]
+    picks += others
     measured = [measure_alone(run_plans, config, c.plan) for c in picks]
     links = ", ".join(f"{g} ranks {link.describe()}" for g, link in sorted(host.links.items()))
     print(
@@ -75,29 +88,48 @@ def main() -> None:
     print(
         f"memory per worker {cluster.memory_gb * 1024:.1f} MiB "
         f"(full replica needs {replica / 2**20:.1f}); {len(ranking.candidates)} plans fit, "
-        f"{len(ranking.rejected)} rejected; cores {os.cpu_count()}"
+        f"{len(ranking.rejected)} rejected; cores {os.cpu_count()}; running the top "
+        f"{len(picks) - len(others)} distinct and {len(others)} lower-ranked (every {EVERY}th)"
     )
-    columns = ("mem pred", "meas", "states-only", "t pred", "meas")
+    columns = ("rank", "mem pred", "meas", "real", "states-only", "t pred", "meas")
     print(f"{'plan':34s} " + " ".join(f"{c:>11s}" for c in columns))
-    mem_err, time_err, states_err = [], [], []
+    errors: dict[str, list[float]] = {"mem": [], "real": [], "states": [], "states_real": []}
+    time_err, failed = [], []
     for c, m in zip(picks, measured, strict=True):
+        rank = ranking.candidates.index(c) + 1
         if m is None:
-            print(f"{c.plan.label():34s} failed to run (excluded)")
+            failed.append(c.plan.label())
+            print(f"{c.plan.label():34s} {rank:11d} failed to run (error above)")
             continue
         states = c.memory.params + c.memory.grads + c.memory.optimizer
-        mem_err.append(abs(c.memory.total - m.peak_bytes) / m.peak_bytes)
-        states_err.append(abs(states - m.peak_bytes) / m.peak_bytes)
+        real = m.real_peak_bytes or m.peak_bytes
+        for key, predicted, against in (
+            ("mem", c.memory.total, m.peak_bytes),
+            ("real", c.memory.total, real),
+            ("states", states, m.peak_bytes),
+            ("states_real", states, real),
+        ):
+            errors[key].append(abs(predicted - against) / against)
         time_err.append(abs(c.time.total - m.best_step_s) / m.best_step_s)
         print(
-            f"{c.plan.label():34s} {c.memory.total / 2**20:10.2f}M {m.peak_bytes / 2**20:10.2f}M "
-            f"{states / 2**20:10.2f}M {c.time.total:11.4f} {m.best_step_s:11.4f}"
+            f"{c.plan.label():34s} {rank:11d} {c.memory.total / 2**20:10.2f}M "
+            f"{m.peak_bytes / 2**20:10.2f}M {real / 2**20:10.2f}M {states / 2**20:10.2f}M "
+            f"{c.time.total:11.4f} {m.best_step_s:11.4f}"
         )
-    best = min(m.best_step_s for m in measured if m is not None)
-    print(f"states-only estimate (peer baseline): mem_err_p50={statistics.median(states_err):.3f}")
+    ran = [m for m in measured if m is not None]
+    best = min(m.best_step_s for m in ran)
+    top = next(m for m in measured if m)
     print(
-        f"mem_err_p50={statistics.median(mem_err):.3f} "
+        "states-only estimate (peer baseline): "
+        f"mem_err_p50={statistics.median(errors['states']):.3f} "
+        f"mem_err_real_p50={statistics.median(errors['states_real']):.3f}"
+    )
+    print(f"failed plans: {', '.join(failed) or 'none'}")
+    print(
+        f"mem_err_p50={statistics.median(errors['mem']):.3f} "
+        f"mem_err_real_p50={statistics.median(errors['real']):.3f} "
         f"time_err_p50={statistics.median(time_err):.3f} "
-        f"pick_vs_best={next(m for m in measured if m).best_step_s / best:.3f}"
+        f"pick_vs_best={top.best_step_s / best:.3f} measured={len(ran)} failed={len(failed)}"
     )
 
 

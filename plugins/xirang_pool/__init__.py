@@ -15,6 +15,11 @@ def xirang_schedulers() -> list[SchedulerSpec]:
             description="pool policy: strict arrival order, no backfill, no preemption",
         ),
         PoolPolicySpec(
+            name="pool-fifo-backfill",
+            target="xirang_pool.policies.backfill:FifoBackfill",
+            description="pool policy: arrival order with EASY backfill (Slurm's default)",
+        ),
+        PoolPolicySpec(
             name="pool-priority",
             target="xirang_pool.policies.priority:PriorityQuota",
             description="default pool policy: priority, quotas, borrowing, least attained service",

@@ -20,8 +20,8 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.metadata import Metadata
 
-from xirang_core.checkpoint.chunks import FileRecord
-from xirang_core.checkpoint.manifest import Manifest
+from xirang_core.checkpoint.chunks import FileRecord, chunk_key
+from xirang_core.checkpoint.manifest import MANIFEST_FILE, Manifest, step_dir
 from xirang_core.checkpoint.memfs import MemoryFileSystem, memory_reader, memory_writer
 from xirang_core.checkpoint.store import CheckpointStore
 from xirang_core.errors import XirangError
@@ -163,7 +163,13 @@ def _commit(
             timings=timings,
             **extra,
         )
+        synced = time.perf_counter()  # the chunks are on disk before the manifest names them
+        store.tier.sync({chunk_key(d) for r in files.values() for d in r.chunks})
+        synced = time.perf_counter() - synced
         location = store.commit(manifest)
+        started = time.perf_counter()  # and a commit reported survives power loss
+        store.tier.sync([f"{step_dir(snap.step)}/{MANIFEST_FILE}"])
+        timings["fsync_s"] = synced + time.perf_counter() - started
     except Exception as exc:
         return f"checkpoint step {snap.step} not committed: {type(exc).__name__}: {exc}"
     return SaveResult(snap.step, location, manifest.bytes_total, manifest.bytes_new, timings)

@@ -29,6 +29,10 @@ class OverlapMeter:
         self.clock: Clock = clock or HostClock()
         self.hidden_s = 0.0
         self.exposed_s = 0.0
+        #: the last bucket's seconds from hand-over (backward's end) to completion, its wait
+        #: behind buckets still queued included: all after backward, so 1 - last_bucket_s /
+        #: comm_s bounds this run's hidden_frac from above
+        self.last_bucket_s = 0.0
         self.passes = 0
         self._intervals: list[list[Any]] = []
         self._compute_end: Any = None
@@ -64,6 +68,7 @@ class OverlapMeter:
                 "comm_s": round(total, 4),
                 "hidden_s": round(self.hidden_s, 4),
                 "exposed_s": round(self.exposed_s, 4),
+                "last_bucket_s": round(self.last_bucket_s, 4),
                 "hidden_frac": round(self.hidden_s / total, 4) if total else 0.0,
             }
 
@@ -87,6 +92,7 @@ class OverlapMeter:
             hidden, exposed = split_busy_time(offsets, self.clock.seconds(origin, mark))
             self.hidden_s += hidden
             self.exposed_s += exposed
+            self.last_bucket_s += offsets[-1][1] - offsets[-1][0]
             self.passes += 1
         self._closed = kept
 

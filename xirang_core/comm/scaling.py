@@ -77,6 +77,7 @@ def train(rank: int, world: int, s: TrainSettings) -> dict[str, Any]:
     """Train the tiny GPT for ``s.steps`` steps under ``s.option``; rank 0's figures."""
     from torch.nn.parallel import DistributedDataParallel
 
+    from xirang_core.comm.overlap import OverlapMeter
     from xirang_core.plugins import get_registry
     from xirang_core.specs import WorkerContext
 
@@ -97,6 +98,8 @@ def train(rank: int, world: int, s: TrainSettings) -> dict[str, Any]:
         if step == s.warmup_steps:
             started = time.perf_counter()
             bytes_before = option.ledger.wire_bytes() if option is not None else 0.0
+            if option is not None:  # overlap over the timed steps too (not DDP's first pass,
+                option.overlap = OverlapMeter(option.overlap.clock)  # in unrebuilt buckets)
         starts = torch.randint(0, len(tokens) - s.seq_len - 1, (s.micro_batch,), generator=gen)
         window = torch.stack([tokens[i : i + s.seq_len + 1] for i in starts])
         loss = wrapped(window[:, :-1], window[:, 1:])

@@ -33,6 +33,9 @@ class Measurement:
     activation_bytes: int
     gathered_bytes: int
     shares: dict[str, float] = field(default_factory=dict)
+    #: the worst worker's real peak over its baseline (xirang_core.parallel.peak): everything
+    #: the tensor accounting above leaves out included; 0 where the platform cannot tell
+    real_peak_bytes: int = 0
 
 
 class SyntheticBatches:
@@ -115,6 +118,7 @@ def _combine(plan: ParallelPlan, results: list[dict[str, Any]]) -> Measurement:
         activation_bytes=worst["activation_bytes"],
         gathered_bytes=worst["gathered_bytes"],
         shares=main["shares"],
+        real_peak_bytes=max(r["real_peak_bytes"] for r in results),
     )
 
 
@@ -144,6 +148,7 @@ def _train_and_measure(
 
     from xirang_core.devices.calibration import synchronizer
     from xirang_core.parallel.meter import SavedTensorMeter, state_bytes
+    from xirang_core.parallel.peak import RealPeak
     from xirang_core.plugins import get_registry
     from xirang_core.specs import WorkerContext
     from xirang_core.train.init import materialize
@@ -151,6 +156,8 @@ def _train_and_measure(
     from xirang_core.train.optim import build_optimizer
     from xirang_core.train.worker import build_model, starts_sharded
 
+    real = RealPeak(device)
+    real.start()  # before the model exists: everything from here on is this plan's
     registry = get_registry()
     ctx = WorkerContext(rank, rank, world, device, "", config)
     settings = {k: v for k, v in config["model"].items() if k not in ("family", "name")}
@@ -194,6 +201,7 @@ def _train_and_measure(
             dist.all_reduce(loss)
             loss /= ctx.loss_replicas
         losses.append(loss.item())
+    real_peak = real.read()["allocated"]
     if resume.get("save"):
         save_state(wrapped, optimizer, resume["save"])
     states = state_bytes(wrapped, optimizer)
@@ -208,6 +216,7 @@ def _train_and_measure(
         "activation_bytes": meter.peak,
         "gathered_bytes": meter.gathered,
         "peak_bytes": state_total + meter.peak + meter.gathered,
+        "real_peak_bytes": real_peak,
         "shares": shares,
     }
 

@@ -336,12 +336,14 @@ class PoolEngine:
         if not self.quotas.may_borrow(job):
             return False
         types = self.policy.device_types(job, self)
+        usable = self.policy.startable(job, types, self, now)
         shape = (job.job_class, job.cards, job.allow_mixing)
         if shape not in tries.failed:
-            if self._place_free(job, types, now):
+            if self._place_free(job, usable, now):
                 tries.misses = 0
                 return True
-            tries.failed.add(shape)
+            if len(usable) == len(types):  # no room, rather than types held for another job
+                tries.failed.add(shape)
         if self.policy.preempts and tries.preempt < self.preempt_scan:
             tries.preempt += 1
             if self._preempt_for(job, types, now):

@@ -1,9 +1,10 @@
 """Scheduling policies: the plug-in point of the pool.
 
-A policy decides three things and nothing else: the order of the queue (:meth:`Policy.rank`),
-which device types a job may take and in which preference (:meth:`Policy.device_types`), and
-which running job a waiting job may preempt (:meth:`Policy.may_preempt`). The engine does the
-rest (quota accounting, gang placement, requeues), identically for the service and the
+A policy decides four things and nothing else: the order of the queue (:meth:`Policy.rank`),
+which device types a job may take and in which preference (:meth:`Policy.device_types`), which
+of them it may start on now (:meth:`Policy.startable`: all, unless capacity is held for another
+job), and which running job a waiting job may preempt (:meth:`Policy.may_preempt`). The engine
+does the rest (quota accounting, gang placement, requeues), identically for the service and the
 simulator. Policies are registered through the ``xirang_schedulers`` hook as
 :class:`PoolPolicySpec` entries named ``pool-<policy>``; :func:`load_policy` finds them.
 
@@ -100,6 +101,11 @@ class Policy:
         cards = engine.throughputs
         eligible = [t for t in engine.cluster.types if cards.devices_for(job_class, 1, t)]
         return sorted(eligible, key=lambda t: (-cards.relative(job_class, t), t))
+
+    def startable(self, job: Job, types: list[str], engine: PoolEngine, now: float) -> list[str]:
+        """Of ``types`` (:meth:`device_types`), those ``job`` may start on now: all of them,
+        unless the policy holds capacity for another job (EASY backfill's reservation)."""
+        return types
 
     def may_preempt(self, waiting: Job, victim: Job, engine: PoolEngine, now: float) -> bool:
         return False

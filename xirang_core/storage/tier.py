@@ -7,6 +7,7 @@ import os
 import pickle
 import posixpath
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -43,6 +44,21 @@ class FsspecTier:
         self.fs.pipe_file(tmp, data)
         self.fs.mv(tmp, target)
 
+    def sync(self, keys: Iterable[str]) -> None:
+        """Make the objects at ``keys`` survive power loss. On a local disk: fsync each file
+        and then each folder holding one (its entry, from the move into place). Elsewhere a
+        completed write already is durable (an object store acknowledges stored objects only),
+        and this does nothing."""
+        if "file" not in _protocols(self.fs):
+            return
+        folders = set()
+        for key in keys:
+            path = self.fs._strip_protocol(self.path(key))
+            _fsync(path, os.O_RDONLY)
+            folders.add(os.path.dirname(path))
+        for folder in sorted(folders):
+            _fsync(folder, os.O_RDONLY | os.O_DIRECTORY)
+
     def put_file(self, local_path: str, key: str) -> None:
         target = self.path(key)
         self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
@@ -68,3 +84,16 @@ class FsspecTier:
     def evict(self, key: str) -> None:
         if self.fs.exists(self.path(key)):
             self.fs.rm(self.path(key), recursive=True)
+
+
+def _protocols(fs: Any) -> tuple[str, ...]:
+    protocol = fs.protocol
+    return (protocol,) if isinstance(protocol, str) else tuple(protocol)
+
+
+def _fsync(path: str, flags: int) -> None:
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,1 +1,2 @@
-"""Built-in pool policies: FIFO, priority with quotas (default), heterogeneity-aware."""
+"""Built-in pool policies: FIFO, FIFO with EASY backfill, priority with quotas (default),
+heterogeneity-aware."""
