@@ -12,8 +12,9 @@ number of ranks, with exactly the rows it would have seen.
 Only the block being read is packed in memory (a row crossing into the next keeps a copy of
 its tail, not the block): its shards come through :class:`ShardFetcher` (decoded shards in
 memory up to a byte budget, the local disk cache up to its limit, then the origin), prefetched
-in reading order, and the tiers evict what is needed furthest in the future. Where a block starts and ends in the stream is
-known from the manifest's tokens per shard, so no step reads or holds the whole corpus.
+in reading order, and the tiers evict what is needed furthest in the future. Where a block
+starts and ends in the stream is known from the manifest's tokens per shard, so no step reads
+or holds the whole corpus.
 """
 
 from __future__ import annotations
