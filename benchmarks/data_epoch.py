@@ -9,7 +9,10 @@ the sum of every token the epoch yields equal the corpus's. A second, 10x smalle
 walked by a fresh process with the same settings, for the resident-memory comparison.
 
     python benchmarks/data_epoch.py                      # the size: 1.5 GB, 300 MB cache
-    python benchmarks/data_epoch.py --gb 0.3 --cache-mb 60 --shard-mb 8
+    python benchmarks/data_epoch.py --gb 0.3 --cache-mb 60 --shard-mb 2 --memory-mb 16
+
+The decoded-shard budget (``--memory-mb``) should stay below the small corpus, or the small
+corpus fits in memory whole and its resident memory is lower for that reason alone.
 
 Last line: ``epoch_gb=<g> cache_limit_mb=<l> peak_cache_mb=<p> shard_mb=<s>
 within_limit_plus_shard=<bool> every_token_once=<bool> rss_mb=<a> rss_small_mb=<b>
@@ -139,8 +142,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gb", type=float, default=1.5, help="corpus size in GB of tokens")
     parser.add_argument("--cache-mb", type=float, default=300.0, help="disk cache limit")
-    parser.add_argument("--shard-mb", type=float, default=16.0, help="token shard size")
-    parser.add_argument("--memory-mb", type=float, default=128.0, help="decoded shards in memory")
+    parser.add_argument("--shard-mb", type=float, default=4.0, help="token shard size")
+    parser.add_argument("--memory-mb", type=float, default=32.0, help="decoded shards in memory")
     parser.add_argument("--seq", type=int, default=2048)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--block", type=int, default=4, help="data.shuffle_block")

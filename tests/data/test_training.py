@@ -100,3 +100,4 @@ def test_the_embedded_run_records_its_snapshot(run_xirang, tmp_path: Path) -> No
     summary = yaml.safe_load((run / "summary.json").read_text())
     pinned = yaml.safe_load((run / "config.yaml").read_text())["data"]["snapshot"]
     assert summary["data_snapshot"] == pinned and len(pinned) == 16
+    assert sum(summary["data_tokens"].values()) == summary["tokens"]  # per source, all of them

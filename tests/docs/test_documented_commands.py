@@ -155,7 +155,7 @@ TABLE: dict[str, As | Slow | Skip] = {
     "python -m xirang data=snapshot data.uri=/data/corpus [data.snapshot=ID]": Slow(_TRAINS),
     "xirang data tokenize DST --tokenizer NAME [--snapshot ID] [--workers 2] "
     "[--set tokenizer.KEY=V]": Skip(_SYNOPSIS),
-    "python benchmarks/data_epoch.py [--gb 1.5] [--cache-mb 300] [--shard-mb 16]": Skip(_BENCH),
+    "python benchmarks/data_epoch.py [--gb 1.5] [--cache-mb 300] [--shard-mb 4]": Skip(_BENCH),
     "python -m xirang tokenizer=bpe tokenizer.vocab_size=4096": Slow(_TRAINS),
     "python -m xirang tokenizer=hf tokenizer.path=/models/llama3": Skip(
         "a local Hugging Face tokenizer folder"

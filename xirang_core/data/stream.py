@@ -9,16 +9,18 @@ partial row aside). Which global rows a (step, micro-batch, rank) reads comes fr
 partition, so batches are a pure function of the step: a run resumes at any step, on any
 number of ranks, with exactly the rows it would have seen.
 
-Only the block being read is in memory (plus the next one where a row crosses into it): its
-shards come through :class:`ShardFetcher` (decoded shards in memory up to a byte budget, the
-local disk cache up to its limit, then the origin), prefetched in reading order, and the tier
-evicts what is needed furthest in the future. Where a block starts and ends in the stream is
-known from the manifest's tokens per shard, so no step reads or holds the whole corpus.
+Only the block being read is packed in memory (a row crossing into the next keeps a copy of
+its tail, not the block): its shards come through :class:`ShardFetcher` (decoded shards in
+memory up to a byte budget, the local disk cache up to its limit, then the origin), prefetched
+in reading order, and the tiers evict what is needed furthest in the future. Where a block
+starts and ends in the stream is known from the manifest's tokens per shard, so no step reads
+or holds the whole corpus.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
@@ -32,8 +34,8 @@ from xirang_core.data.token_shards import check_dtype
 from xirang_core.errors import DataError
 from xirang_core.storage.tier import FsspecTier
 
-#: decoded blocks kept: the one being read and the next, for a row that crosses into it
-BLOCKS_KEPT = 2
+#: packed blocks kept: the one being read (a row crossing into the next copies its tail first)
+BLOCKS_KEPT = 1
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,8 @@ class TokenSource:
         self._fetcher: ShardFetcher | None = None
         self._pid = os.getpid()
         self._blocks: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        # the device prefetcher's thread reads training rows while evaluation reads held-out ones
+        self._lock = threading.RLock()
         if self.rows_per_epoch < 1:
             raise DataError(
                 f"the corpus holds fewer than {read.span} training tokens; lower data.seq_len"
@@ -123,14 +127,16 @@ class TokenSource:
         """Global training rows (running on across epochs) as a [len(rows), span] array."""
         span = self.read.span
         out = np.empty((len(rows), span), dtype=np.int64)
-        for i, row in enumerate(np.asarray(rows, dtype=np.int64)):
-            epoch, r = divmod(int(row), self.rows_per_epoch)
-            out[i] = self._slice(epoch, r * span, span)
+        with self._lock:
+            for i, row in enumerate(np.asarray(rows, dtype=np.int64)):
+                epoch, r = divmod(int(row), self.rows_per_epoch)
+                out[i] = self._slice(epoch, r * span, span)
         return out
 
     def val_rows(self, rows: np.ndarray) -> np.ndarray:
         """Held-out rows (cycling); the training rows when nothing long enough is held out."""
-        stream, span = self._val_stream, self.read.span
+        with self._lock:
+            stream, span = self._val_stream, self.read.span
         if len(stream) < span:
             return self.train_rows(rows)
         starts = (np.asarray(rows, dtype=np.int64) % (len(stream) // span)) * span
@@ -155,7 +161,7 @@ class TokenSource:
             tokens = self._block(epoch, block)
             lo = start - int(plan.cum[block])
             piece = tokens[lo : lo + length]
-            pieces.append(piece)
+            pieces.append(piece if len(piece) == length else piece.copy())  # frees the block
             start, length, block = start + len(piece), length - len(piece), block + 1
         return np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
 
@@ -165,6 +171,8 @@ class TokenSource:
         if key in self._blocks:
             self._blocks.move_to_end(key)
             return self._blocks[key]
+        while len(self._blocks) >= BLOCKS_KEPT:  # before building: one block's memory at a time
+            self._blocks.popitem(last=False)
         plan = self.plan(epoch)
         current = {int(s) for s in plan.blocks[block]}
 
@@ -184,8 +192,6 @@ class TokenSource:
         ]
         tokens = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
         self._blocks[key] = tokens
-        while len(self._blocks) > BLOCKS_KEPT:
-            self._blocks.popitem(last=False)
         return tokens
 
     def _tokens(self, shard: int, next_use, protect: set[int]) -> tuple[np.ndarray, np.ndarray]:
