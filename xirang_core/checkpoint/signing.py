@@ -83,12 +83,3 @@ def _long_enough(key: bytes, setting: str) -> bytes:
             f"{MIN_KEY_BYTES} (e.g. `python -c 'import secrets; print(secrets.token_hex(32))'`)"
         )
     return key
-
-
-def write_key_file(path: Path) -> None:
-    """A new random key in ``path``, created 0600 (never readable by others, not even briefly)."""
-    import secrets
-
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(secrets.token_hex(32) + "\n")

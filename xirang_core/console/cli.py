@@ -26,6 +26,7 @@ from xirang_core.cost.pricefile import load_pricebook
 from xirang_core.cost.store import CostStore
 from xirang_core.errors import ConfigError
 from xirang_core.paths import xirang_home
+from xirang_core.pool.database import redact
 from xirang_core.pool.store import PoolStore
 
 
@@ -40,7 +41,7 @@ def main(argv: list[str]) -> int:
     sampler.start()
     threading.Thread(target=server.serve_forever, daemon=True).start()
     host, port = server.server_address[:2]
-    print(f"xirang console: http://{host}:{port} (pool state {args.state})", flush=True)
+    print(f"xirang console: http://{host}:{port} (pool state {redact(args.state)})", flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with contextlib.suppress(KeyboardInterrupt):
@@ -73,8 +74,8 @@ def build_source(
     """A console source over the pool state at ``state`` (which must already exist)."""
     if not Path(state).is_file():
         raise ConfigError(
-            f"--state {state}: no pool state there; start the pool with "
-            f"`xirang pool serve --state {state} --cluster FILE` first"
+            f"--state {redact(str(state))}: no pool state there; start the pool with "
+            f"`xirang pool serve --state {redact(str(state))} --cluster FILE` first"
         )
     meter = Meter(load_pricebook(prices)) if prices else None
     metrics = MetricsStore(metrics_db or xirang_home() / "console" / "metrics.db")
