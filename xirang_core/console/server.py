@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from xirang_core.console import pages, prometheus
+from xirang_core.console import auth, pages, prometheus
 from xirang_core.console.auth import OPERATOR, SESSION_COOKIE, AuthError, Sessions
 from xirang_core.console.html import login_form
 from xirang_core.console.source import ConsoleSource
@@ -32,14 +32,19 @@ HTML = "text/html; charset=utf-8"
 JSON = "application/json"
 
 
-def serve(source: ConsoleSource, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
+def serve(
+    source: ConsoleSource,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    session_ttl_s: float = auth.DEFAULT_TTL_S,
+) -> ThreadingHTTPServer:
     """A console server bound to ``host:port`` (0 = any free port); call serve_forever()."""
 
     class Handler(_Handler):
         pass
 
     Handler.source = source
-    Handler.sessions = Sessions()
+    Handler.sessions = Sessions(session_ttl_s)
     server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
     return server
@@ -74,7 +79,7 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlparse(self.path)
         query = parse_qs(url.query)
         if url.path == "/login":
-            return self._send(200, HTML, login_form())
+            return self._login_page(200)
         if url.path == "/logout":
             self.sessions.close(self._cookie())
             return self._redirect("/login", clear=True)
@@ -97,18 +102,25 @@ class _Handler(BaseHTTPRequestHandler):
         if length > MAX_BODY:
             return self._send(413, JSON, json.dumps({"error": "request too large"}))
         form = parse_qs(self.rfile.read(length).decode(errors="replace"))
+        token = (form.get("token") or [""])[0].strip()
         try:
-            who = self.source.whoami((form.get("token") or [""])[0].strip())
+            auth.check_same_origin("POST", self.headers)
+            auth.check_csrf(self._cookie(auth.CSRF_COOKIE), (form.get(auth.CSRF_FIELD) or [""])[0])
         except AuthError as exc:
-            return self._send(401, HTML, login_form(str(exc)))
-        sid = self.sessions.open(who)
+            return self._login_page(403, str(exc))
+        try:
+            who = self.source.whoami(token)
+        except AuthError as exc:
+            return self._login_page(401, str(exc))
+        sid = self.sessions.open(who, token)
         self._redirect("/", cookie=sid)
 
     # --- helpers ----------------------------------------------------------------------------
 
     def _who(self, page: bool) -> str | None:
         """The viewer, or None after answering 401 (API) or redirecting to the login page."""
-        who = self.sessions.who(self._cookie())
+        snap = self.source.snapshot()
+        who = self.sessions.who(self._cookie(), snap.state.projects, self.source.operator_token)
         if who:
             return who
         header = self.headers.get("Authorization", "")
@@ -122,29 +134,43 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(401, JSON, json.dumps({"error": str(exc)}))
             return None
 
-    def _cookie(self) -> str:
+    def _cookie(self, name: str = SESSION_COOKIE) -> str:
         jar = SimpleCookie(self.headers.get("Cookie", ""))
-        return jar[SESSION_COOKIE].value if SESSION_COOKIE in jar else ""
+        return jar[name].value if name in jar else ""
+
+    def _login_page(self, status: int, message: str = "") -> None:
+        """The log-in form with a fresh CSRF token, in its cookie and in the form."""
+        csrf = auth.new_csrf_token()
+        cookie = auth.cookie(auth.CSRF_COOKIE, csrf)
+        self._send(status, HTML, login_form(csrf, message), [cookie])
 
     def _redirect(self, where: str, cookie: str = "", clear: bool = False) -> None:
         self.send_response(303)
         self.send_header("Location", where)
         if cookie or clear:
-            value = cookie if cookie else "; Max-Age=0"
-            self.send_header(
-                "Set-Cookie", f"{SESSION_COOKIE}={value}; HttpOnly; SameSite=Strict; Path=/"
-            )
+            self.send_header("Set-Cookie", auth.cookie(SESSION_COOKIE, cookie, self.sessions.ttl_s))
+            self.send_header("Set-Cookie", auth.cookie(auth.CSRF_COOKIE, ""))
+        self._security_headers()
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    def _send(self, status: int, content_type: str, body: str) -> None:
+    def _send(
+        self, status: int, content_type: str, body: str, cookies: tuple[str, ...] | list = ()
+    ) -> None:
         data = body.encode()
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Cache-Control", "no-store")
+        for value in cookies:
+            self.send_header("Set-Cookie", value)
+        self._security_headers()
         self.end_headers()
         self.wfile.write(data)
+
+    def _security_headers(self) -> None:
+        for name, value in auth.SECURITY_HEADERS.items():
+            self.send_header(name, value)
 
 
 def _page_no(query: dict[str, list[str]]) -> int:
