@@ -17,7 +17,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from xirang_core.errors import ConfigError, XirangError
@@ -25,10 +25,9 @@ from xirang_core.pool.quota import Project
 
 OPERATOR = "*operator*"
 SESSION_COOKIE = "xirang_console"
-#: the log-in form's CSRF cookie, and the field (or header) that must repeat it
+#: a form's CSRF cookie, and the form field that must repeat it
 CSRF_COOKIE = "xirang_csrf"
 CSRF_FIELD = "csrf"
-CSRF_HEADER = "X-CSRF-Token"
 #: how long a console session lasts by default (``xirang console --session-hours``)
 DEFAULT_TTL_S = 8 * 3600.0
 
@@ -64,13 +63,11 @@ def credential(who: str, projects: Iterable[Project], operator_token: str) -> st
 
 @dataclass
 class Session:
-    """One logged-in browser: who, with which token (its hash), until when, and the token its
-    state-changing requests must carry (CSRF)."""
+    """One logged-in browser: who, with which token (its hash), until when."""
 
     who: str
     credential: str
     expires: float
-    csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
 
 
 class Sessions:
@@ -133,7 +130,7 @@ class Sessions:
 
 # --- CSRF and framing -------------------------------------------------------------------------
 
-#: state-changing requests a browser can be tricked into sending from another site
+#: methods that change nothing; any other may be a forged request from another site
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
@@ -145,21 +142,21 @@ def check_same_origin(method: str, headers: Mapping[str, str]) -> None:
     if headers.get("Sec-Fetch-Site", "").lower() == "cross-site":
         raise AuthError("cross-site request refused")
     origin = headers.get("Origin", "")
-    if origin and origin != "null" and urlsplit(origin).netloc != headers.get("Host", ""):
-        raise AuthError(f"request from another origin ({origin}) refused")
     if origin == "null":
         raise AuthError("request from an opaque origin refused")
+    if origin and urlsplit(origin).netloc != headers.get("Host", ""):
+        raise AuthError(f"request from another origin ({origin}) refused")
 
 
 def new_csrf_token() -> str:
-    """A token for a form sent before there is a session (log-in): set it as the
-    :data:`CSRF_COOKIE` cookie and as the form's :data:`CSRF_FIELD` (double submit)."""
+    """A token for a form: set it as the :data:`CSRF_COOKIE` cookie and as the form's
+    :data:`CSRF_FIELD` (double submit; a cookie other sites can neither read nor set)."""
     return secrets.token_urlsafe(32)
 
 
 def check_csrf(expected: str, sent: str) -> None:
-    """:class:`AuthError` unless ``sent`` (the form field or ``X-CSRF-Token`` header) equals
-    ``expected`` (the session's token, or the log-in form's cookie)."""
+    """:class:`AuthError` unless ``sent`` (the form's :data:`CSRF_FIELD`) equals ``expected``
+    (the :data:`CSRF_COOKIE`)."""
     if not expected or not sent or not hmac.compare_digest(expected, sent):
         raise AuthError("missing or wrong CSRF token: reload the page and try again")
 
