@@ -7,6 +7,7 @@ import io
 import json
 import os
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ import yaml
 from tests.checkpoint.helpers import build, manager, train_step
 from xirang_core.checkpoint.chunks import RefusedCheckpoint
 from xirang_core.checkpoint.cli import main
+from xirang_core.checkpoint.config import CheckpointConfig, check_checkpoint
 from xirang_core.checkpoint.signing import KEY_ENV, KEY_FILE_ENV
 from xirang_core.checkpoint.store import CheckpointStore
 from xirang_core.errors import ConfigError
@@ -135,10 +137,15 @@ def test_an_unsigned_or_reforged_checkpoint_is_refused_when_a_key_is_set(
     assert store_of(tmp_path).retain(keep_last=1) == []  # refused is not torn: kept
 
 
-def test_a_key_file_others_can_read_is_refused(tmp_path: Path, monkeypatch) -> None:
+def test_a_key_file_others_can_read_or_a_short_key_is_refused(tmp_path: Path, monkeypatch) -> None:
     key_file = tmp_path / "pool.key"
     key_file.write_text("k" * 32)
     os.chmod(key_file, 0o644)
     monkeypatch.setenv(KEY_FILE_ENV, str(key_file))
     with pytest.raises(ConfigError, match=r"mode 644.*chmod 600"):
         store_of(tmp_path)
+    with pytest.raises(ConfigError, match=r"mode 644"):  # as the config is composed
+        check_checkpoint(asdict(CheckpointConfig()))
+    monkeypatch.setenv(KEY_ENV, "short")
+    with pytest.raises(ConfigError, match=f"{KEY_ENV}: the checkpoint key has 5 bytes"):
+        check_checkpoint(asdict(CheckpointConfig()))

@@ -17,7 +17,6 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from xirang_core.checkpoint.chunks import RefusedCheckpoint
 from xirang_core.errors import ConfigError
 
 KEY_ENV = "XIRANG_CHECKPOINT_KEY"
@@ -37,6 +36,8 @@ class SigningKey:
 
     def check(self, body: bytes, signature: str | None, where: str) -> None:
         """RefusedCheckpoint unless ``signature`` is this key's over ``body``."""
+        from xirang_core.checkpoint.chunks import RefusedCheckpoint  # torch: only when checking
+
         if not signature:
             raise RefusedCheckpoint(
                 f"{where}: the checkpoint is not signed, and {self.setting} is set, so only "
