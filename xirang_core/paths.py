@@ -32,3 +32,20 @@ def publishing(target: Path) -> Iterator[Path]:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def private_file(path: str | Path, text: str | None = None) -> Path:
+    """``path`` created empty (or holding ``text``) with mode 0600, so tokens and state never
+    exist readable by others, not even for a moment; an existing file is left as it is.
+
+    SQLite creates a database's ``-wal`` and ``-shm`` files with its main file's mode, so a
+    store opened on a file made here stays private as a whole."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path
+    with os.fdopen(fd, "w") as out:
+        out.write(text or "")
+    return path

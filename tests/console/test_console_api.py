@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -90,8 +91,11 @@ def test_costs_are_metered_and_budget_states_shown(console):
 
 
 def test_login_form_sets_a_session_and_logout_ends_it(console):
-    form = urllib.parse.urlencode({"token": console.pool.tokens["vision"]}).encode()
-    request = urllib.request.Request(console.url + "/login", data=form, method="POST")
+    _, page_headers, page = get(console.url + "/login")
+    csrf = re.search(r'name=csrf value="([^"]+)"', page).group(1)
+    form = urllib.parse.urlencode({"token": console.pool.tokens["vision"], "csrf": csrf})
+    request = urllib.request.Request(console.url + "/login", data=form.encode(), method="POST")
+    request.add_header("Cookie", page_headers["Set-Cookie"].split(";")[0])
     with pytest.raises(urllib.error.HTTPError) as answer:  # 303 is not followed
         OPENER.open(request, timeout=10)
     cookie = answer.value.headers["Set-Cookie"].split(";")[0]
@@ -105,8 +109,11 @@ def test_login_form_sets_a_session_and_logout_ends_it(console):
 
 
 def test_a_wrong_token_at_login_is_one_clear_message(console):
-    form = urllib.parse.urlencode({"token": "guess"}).encode()
+    _, page_headers, page = get(console.url + "/login")
+    csrf = re.search(r'name=csrf value="([^"]+)"', page).group(1)
+    form = urllib.parse.urlencode({"token": "guess", "csrf": csrf}).encode()
     request = urllib.request.Request(console.url + "/login", data=form, method="POST")
+    request.add_header("Cookie", page_headers["Set-Cookie"].split(";")[0])
     with pytest.raises(urllib.error.HTTPError) as answer:
         OPENER.open(request, timeout=10)
     assert answer.value.code == 401 and "invalid token" in answer.value.read().decode()

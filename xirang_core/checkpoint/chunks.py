@@ -38,6 +38,11 @@ class CorruptCheckpoint(XirangError):
     """A checkpoint's bytes do not match what its manifest recorded."""
 
 
+class RefusedCheckpoint(CorruptCheckpoint):
+    """A checkpoint that must not be loaded: not signed by this pool's key, or needing a
+    pickle. Resume stops on it instead of quietly falling back to an older one."""
+
+
 def chunk_key(digest: str) -> str:
     """Two-level fan-out keeps directory listings short on filesystems and object stores."""
     return f"{CHUNK_DIR}/{digest[:2]}/{digest}"

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from xirang_core.checkpoint.chunks import CorruptCheckpoint
+from xirang_core.checkpoint.chunks import CorruptCheckpoint, RefusedCheckpoint
 from xirang_core.checkpoint.store import CheckpointStore
 from xirang_core.cli import help_text
 from xirang_core.errors import ConfigError
@@ -87,7 +87,7 @@ def listing(store: CheckpointStore) -> list[dict[str, Any]]:
     for cand in store.candidates():
         row: dict[str, Any] = {"step": cand.step, "kept": store.is_kept(cand.step)}
         if cand.manifest is None:
-            row.update(state="unusable", reason=cand.problem)
+            row.update(state="refused" if cand.refused else "unusable", reason=cand.problem)
         else:
             m = cand.manifest
             row.update(
@@ -132,20 +132,31 @@ def cmd_ls(store: CheckpointStore, args: argparse.Namespace) -> int:
 
 
 def cmd_verify(store: CheckpointStore, args: argparse.Namespace) -> int:
-    """Exit status 1 when any checked checkpoint is unusable."""
+    """Exit status 1 when any checked checkpoint is unusable or refused."""
     bad = 0
     for cand in store.candidates():
         if args.step is not None and cand.step != args.step:
             continue
-        problem = cand.problem
+        problem, refused = cand.problem, cand.refused
         if cand.manifest is not None:
             try:
-                store.verify(cand.manifest)
+                _check(store, cand.manifest)
             except CorruptCheckpoint as exc:
-                problem = str(exc)
+                problem, refused = str(exc), isinstance(exc, RefusedCheckpoint)
         bad += bool(problem)
-        print(f"step {cand.step}: " + (f"CORRUPT: {problem}" if problem else "ok"))
+        label = "REFUSED" if refused else "CORRUPT"
+        print(f"step {cand.step}: " + (f"{label}: {problem}" if problem else "ok"))
     return 1 if bad else 0
+
+
+def _check(store: CheckpointStore, manifest: Any) -> None:
+    """Every chunk against the manifest, and the checkpoint loadable without a pickle (what
+    export and resume will check again before they load it)."""
+    from xirang_core.checkpoint.snapshot import DCP_PREFIX, check_loadable
+
+    store.verify(manifest)
+    dcp = [n for n in manifest.files if n.startswith(DCP_PREFIX)]
+    check_loadable(store.read_files(manifest, dcp), f"step {manifest.step}")
 
 
 def cmd_export(store: CheckpointStore, args: argparse.Namespace) -> int:
@@ -185,14 +196,19 @@ def cmd_keep(store: CheckpointStore, args: argparse.Namespace) -> int:
 
 
 def _pick(store: CheckpointStore, step: int | None) -> Any:
-    """The manifest of ``step``, or of the newest checkpoint that verifies."""
+    """The manifest of ``step``, or of the newest checkpoint that verifies; a refused one
+    (unsigned under a key, needing a pickle) is an error, never silently passed over."""
     for cand in store.candidates():
         if step is not None and cand.step != step:
             continue
+        if cand.refused:
+            raise RefusedCheckpoint(cand.problem)
         if cand.manifest is None:
             continue
         try:
-            store.verify(cand.manifest)
+            _check(store, cand.manifest)
+        except RefusedCheckpoint:
+            raise
         except CorruptCheckpoint:
             continue
         return cand.manifest

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xirang_core.checkpoint.interval import Interval
+from xirang_core.checkpoint.signing import signing_key
 from xirang_core.errors import ConfigError
 
 
@@ -42,6 +43,7 @@ def check_checkpoint(settings: dict[str, Any]) -> None:
     """What the schema's types cannot say, checked when the config is composed, so a bad value
     stops the run with one message before any worker starts (not in every worker after)."""
     Interval.parse(settings["interval"])
+    signing_key()  # a key too short, or a key file others may read, stops the run here
     if settings["mtbf_hours"] <= 0:
         raise ConfigError(
             f"checkpoint.mtbf_hours={settings['mtbf_hours']}: the mean time between failures "

@@ -1,7 +1,7 @@
 """Weights out of a checkpoint, for use outside xirang: plain safetensors under xirang's own
 names, or a Hugging Face directory (``--format hf``) through the model family's mapping.
 
-Checkpoints are read through DCP's metadata and the chunk store (no pickle)."""
+Checkpoints are read through DCP's metadata (JSON) and the chunk store; nothing is unpickled."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from xirang_core.checkpoint.manifest import Manifest
 from xirang_core.checkpoint.memfs import MemoryFileSystem, memory_reader
-from xirang_core.checkpoint.snapshot import DCP_PREFIX
+from xirang_core.checkpoint.snapshot import DCP_PREFIX, check_loadable
 from xirang_core.checkpoint.store import CheckpointStore
 from xirang_core.errors import ConfigError
 
@@ -29,9 +29,8 @@ def model_tensors(store: CheckpointStore, manifest: Manifest) -> dict[str, torch
     Needs no model class: the tensors' names, shapes and dtypes come from DCP's metadata."""
     names = [n for n in manifest.files if n.startswith(DCP_PREFIX)]
     files = store.read_files(manifest, names)
+    metadata = check_loadable(files, f"step {manifest.step}")
     fs = MemoryFileSystem({n[len(DCP_PREFIX) :]: d for n, d in files.items()})
-    reader = memory_reader(fs)
-    metadata = reader.read_metadata()
     template = {
         key[len(MODEL_PREFIX) :]: torch.empty(tuple(md.size), dtype=md.properties.dtype)
         for key, md in metadata.state_dict_metadata.items()

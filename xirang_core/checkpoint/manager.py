@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from xirang_core.checkpoint.chunks import ChunkedBytes, CorruptCheckpoint
+from xirang_core.checkpoint.chunks import ChunkedBytes, CorruptCheckpoint, RefusedCheckpoint
 from xirang_core.checkpoint.config import CheckpointConfig
 from xirang_core.checkpoint.events import record_event
 from xirang_core.checkpoint.interval import Interval, IntervalPolicy
@@ -34,6 +34,7 @@ from xirang_core.checkpoint.snapshot import (
     SaveFailed,
     SaveResult,
     Snapshot,
+    check_loadable,
     dcp_metadata,
     load_tensors,
     rank_file,
@@ -144,16 +145,22 @@ class CheckpointManager:
     def _choose(
         self, store: CheckpointStore, only: int | None
     ) -> tuple[int, dict[str, ChunkedBytes]] | None:
-        """Rank 0: the newest checkpoint whose manifest and chunks all check out, read."""
+        """Rank 0: the newest checkpoint whose manifest and chunks all check out, read. A
+        refused one (unsigned under a key, needing a pickle) stops the run: falling back to an
+        older one would quietly throw training away."""
         for cand in store.candidates():
             if only is not None and cand.step != only:
                 continue
-            problem = cand.problem
+            problem, refused = cand.problem, cand.refused
             if cand.manifest is not None:
                 try:
-                    return cand.step, store.read_files(cand.manifest)
+                    files = store.read_files(cand.manifest)
+                    check_loadable(files, f"step {cand.step}")
+                    return cand.step, files
                 except CorruptCheckpoint as exc:
-                    problem = str(exc)
+                    problem, refused = str(exc), isinstance(exc, RefusedCheckpoint)
+            if refused:
+                raise RefusedCheckpoint(f"checkpoint.resume: {problem}")
             self._skip(cand.step, problem, fatal=only is not None)
         if only is not None:
             raise ConfigError(f"checkpoint.resume: no checkpoint for step {only} there")

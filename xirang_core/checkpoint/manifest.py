@@ -3,7 +3,8 @@
 A checkpoint exists only once ``step-<N>/manifest.json`` is in place. It lists every file with
 its chunk digests and a checksum, holds the small global state (step, learning-rate schedule,
 resolved config, dataset snapshot id), and carries a checksum of itself, so a torn or edited
-manifest is caught as surely as a corrupt chunk.
+manifest is caught as surely as a corrupt chunk. With a pool key set (:mod:`signing`) it also
+carries an HMAC of the same body, which only the key's holders can recompute.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from xirang_core.checkpoint.chunks import CorruptCheckpoint, FileRecord
+from xirang_core.checkpoint.signing import SigningKey
 
 FORMAT = 1
 MANIFEST_FILE = "manifest.json"
@@ -70,20 +72,28 @@ class Manifest:
             "config": self.config,
         }
 
-    def to_bytes(self) -> bytes:
+    def to_bytes(self, key: SigningKey | None = None) -> bytes:
+        """The manifest file: its body, checksum and (with ``key``) signature."""
         body = self.body()
-        return json.dumps({**body, "checksum": _checksum(body)}, indent=1).encode()
+        sealed = {"checksum": _checksum(body)}
+        if key is not None:
+            sealed["signature"] = key.sign(_canonical(body))
+        return json.dumps({**body, **sealed}, indent=1).encode()
 
     @classmethod
-    def from_bytes(cls, data: bytes, where: str) -> Manifest:
-        """Parse and check; a torn, edited or foreign manifest raises CorruptCheckpoint."""
+    def from_bytes(cls, data: bytes, where: str, key: SigningKey | None = None) -> Manifest:
+        """Parse and check; a torn, edited or foreign manifest raises CorruptCheckpoint, and
+        with ``key`` an unsigned or foreign-signed one raises RefusedCheckpoint."""
         try:
             doc = json.loads(data)
             checksum = doc.pop("checksum")
+            signature = doc.pop("signature", None)
         except (ValueError, KeyError, AttributeError, TypeError):
             raise CorruptCheckpoint(f"{where}: manifest is not valid JSON (torn write?)") from None
         if checksum != _checksum(doc):
             raise CorruptCheckpoint(f"{where}: manifest fails its checksum")
+        if key is not None:
+            key.check(_canonical(doc), signature, where)
         if doc.get("format") != FORMAT:
             raise CorruptCheckpoint(f"{where}: manifest format {doc.get('format')}, need {FORMAT}")
         return cls(
@@ -99,5 +109,9 @@ class Manifest:
         )
 
 
+def _canonical(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, sort_keys=True).encode()
+
+
 def _checksum(body: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    return hashlib.sha256(_canonical(body)).hexdigest()

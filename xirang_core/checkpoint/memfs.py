@@ -40,7 +40,11 @@ class MemoryFileSystem(FileSystemBase):
 
     @staticmethod
     def _key(path: str | os.PathLike) -> str:
-        return str(path).lstrip("/")
+        """``/a``, ``./a`` and ``a`` are one file (DCP joins names onto a root of ``.``)."""
+        key = str(path).lstrip("/")
+        while key.startswith("./"):
+            key = key[2:]
+        return key
 
     @contextmanager
     def create_stream(self, path: str | os.PathLike, mode: str) -> Generator[Any, None, None]:

@@ -5,19 +5,19 @@ and its reader unpacks each with ``torch.load``: a zip parse, an allocation and 
 tensor before the copy into the model. Here each rank's file is the tensors' bytes back to back
 (their shapes and dtypes are in DCP's metadata already), and the reader copies each straight
 from the verified chunks into the tensor DCP resolves for it. Planning, resharding and the
-metadata stay DCP's. Files written by torch's own writer (``.distcp``) still load.
+metadata stay DCP's, but the metadata is written and read as JSON (:mod:`dcpmeta`) and
+non-tensor values are loaded by torch's weights-only rules: reading a checkpoint runs no code.
+Files of torch's own writer (``.distcp``, pickled ``.metadata``) are refused.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import io
 import warnings
 from typing import Any
 
 import torch
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
-from torch.distributed.checkpoint.filesystem import _StorageInfo
+from torch.distributed.checkpoint.filesystem import CURRENT_DCP_VERSION, _StorageInfo
 from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex, TensorStorageMetadata
 from torch.distributed.checkpoint.planner import (
     LoadItemType,
@@ -30,6 +30,9 @@ from torch.distributed.checkpoint.planner import (
 )
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
+
+from xirang_core.checkpoint import dcpmeta
+from xirang_core.checkpoint.chunks import CorruptCheckpoint, RefusedCheckpoint
 
 RAW_SUFFIX = ".raw"
 
@@ -56,6 +59,14 @@ class RawWriter(FileSystemWriter):
         future.set_result(results)
         return future
 
+    def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
+        """The metadata as JSON (DCP's own writer pickles it)."""
+        metadata.version = CURRENT_DCP_VERSION
+        metadata.storage_data = {wr.index: wr.storage_data for rs in results for wr in rs}
+        path = self.fs.concat_path(self.path, dcpmeta.METADATA_FILE)
+        with self.fs.create_stream(path, "wb") as stream:
+            stream.write(dcpmeta.to_json(metadata))
+
 
 def _tensor_bytes(tensor: torch.Tensor) -> memoryview:
     """A CPU tensor's elements as bytes, in its dtype's native layout (any dtype, bf16 too)."""
@@ -65,28 +76,36 @@ def _tensor_bytes(tensor: torch.Tensor) -> memoryview:
 
 class RawReader(FileSystemReader):
     """Reads what :class:`RawWriter` wrote, straight into the tensors DCP's planner resolves;
-    files of torch's own format go to torch's reader."""
+    anything else (torch's own pickled format) is refused before a byte of it is loaded."""
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        """The JSON metadata; a checkpoint with only DCP's pickled ``.metadata`` is refused."""
+        path = self.fs.concat_path(self.path, dcpmeta.METADATA_FILE)
+        if not self.fs.exists(path):
+            if self.fs.exists(self.fs.concat_path(self.path, dcpmeta.PICKLE_METADATA)):
+                raise dcpmeta.pickle_refusal("checkpoint")
+            raise CorruptCheckpoint(f"checkpoint: no {dcpmeta.METADATA_FILE}")
+        return dcpmeta.from_json(bytes(self.fs.data(path)), "checkpoint")
 
     def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, **kw: Any) -> None:
         super().set_up_storage_reader(metadata, is_coordinator, **kw)
         self.metadata = metadata
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
-        raw: list[ReadItem] = []
-        torch_format: list[ReadItem] = []
-        for req in plan.items:
-            is_raw = self._info(req).relative_path.endswith(RAW_SUFFIX)
-            (raw if is_raw else torch_format).append(req)
-        if torch_format:
-            super().read_data(dataclasses.replace(plan, items=torch_format), planner).wait()
         opened: dict[str, Any] = {}
-        for req in raw:
+        for req in plan.items:
             info = self._info(req)
+            if not info.relative_path.endswith(RAW_SUFFIX):
+                raise RefusedCheckpoint(
+                    f"checkpoint: {info.relative_path} is not xirang's raw format (torch's own "
+                    f"files are pickles, which xirang does not load)"
+                )
             if info.relative_path not in opened:
                 opened[info.relative_path] = self._file(info.relative_path)
             data = opened[info.relative_path]
             if req.type == LoadItemType.BYTE_IO:
-                planner.load_bytes(req, io.BytesIO(data.read(info.offset, info.length)))
+                value = data.read(info.offset, info.length)
+                planner.load_bytes(req, dcpmeta.safe_value(value, req.storage_index.fqn))
             else:
                 target = planner.resolve_tensor(req).detach()
                 self._fill(target, req, data, info)

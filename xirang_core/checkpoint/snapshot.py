@@ -18,11 +18,18 @@ from typing import Any
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.metadata import Metadata
+from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata
 
-from xirang_core.checkpoint.chunks import FileRecord, chunk_key
+from xirang_core.checkpoint import dcpmeta
+from xirang_core.checkpoint.chunks import (
+    CorruptCheckpoint,
+    FileRecord,
+    RefusedCheckpoint,
+    chunk_key,
+)
 from xirang_core.checkpoint.manifest import MANIFEST_FILE, Manifest, step_dir
 from xirang_core.checkpoint.memfs import MemoryFileSystem, memory_reader, memory_writer
+from xirang_core.checkpoint.rawdcp import RAW_SUFFIX
 from xirang_core.checkpoint.store import CheckpointStore
 from xirang_core.errors import XirangError
 
@@ -181,6 +188,34 @@ def _retain_safely(retain: Callable[[], Any]) -> None:
         retain()
     except Exception as exc:
         logging.getLogger("xirang.checkpoint").warning("checkpoint retention failed: %s", exc)
+
+
+def check_loadable(files: dict[str, Any], where: str) -> Metadata:
+    """Refuse, before anything is loaded, a checkpoint that would need unpickling: DCP's
+    pickled metadata, files of torch's own format, or a non-tensor value that torch's
+    weights-only rules refuse (those values are checked only when their files are in
+    ``files``). Returns the DCP metadata."""
+    if any(n.rsplit("/", 1)[-1] == dcpmeta.PICKLE_METADATA for n in files):
+        raise dcpmeta.pickle_refusal(where)
+    name = DCP_PREFIX + dcpmeta.METADATA_FILE
+    if name not in files:
+        raise CorruptCheckpoint(f"{where}: no {name}")
+    metadata = dcpmeta.from_json(bytes(files[name]), where)
+    for index, info in metadata.storage_data.items():
+        if not info.relative_path.endswith(RAW_SUFFIX):
+            raise RefusedCheckpoint(f"{where}: {info.relative_path} is not xirang's raw format")
+        data = files.get(DCP_PREFIX + info.relative_path)
+        is_value = isinstance(metadata.state_dict_metadata.get(index.fqn), BytesStorageMetadata)
+        if data is not None and is_value:
+            dcpmeta.safe_value(_piece(data, info.offset, info.length), f"{where} {index.fqn}")
+    return metadata
+
+
+def _piece(data: Any, offset: int, length: int) -> bytes:
+    """``length`` bytes at ``offset`` of a stored file (chunked, or plain bytes)."""
+    if hasattr(data, "read"):
+        return data.read(offset, length)
+    return bytes(data[offset : offset + length])
 
 
 def dcp_metadata(files: dict[str, Any]) -> Metadata:

@@ -17,8 +17,14 @@ from typing import Any
 
 import fsspec
 
-from xirang_core.checkpoint.chunks import ChunkedBytes, ChunkStore, CorruptCheckpoint
+from xirang_core.checkpoint.chunks import (
+    ChunkedBytes,
+    ChunkStore,
+    CorruptCheckpoint,
+    RefusedCheckpoint,
+)
 from xirang_core.checkpoint.manifest import MANIFEST_FILE, Manifest, parse_step_dir, step_dir
+from xirang_core.checkpoint.signing import signing_key
 from xirang_core.storage.tier import FsspecTier
 
 log = logging.getLogger("xirang.checkpoint")
@@ -27,19 +33,22 @@ KEEP_FILE = "KEEP"
 
 @dataclass
 class Candidate:
-    """A step folder and what is wrong with it, if anything (``problem`` is empty when valid)."""
+    """A step folder and what is wrong with it, if anything (``problem`` is empty when valid);
+    ``refused``: intact but not to be loaded (unsigned under a key, foreign key)."""
 
     step: int
     manifest: Manifest | None
     problem: str = ""
+    refused: bool = False
 
 
 class CheckpointStore:
-    """One run's checkpoints in ``tier``."""
+    """One run's checkpoints in ``tier``, signed and checked with the environment's key."""
 
     def __init__(self, tier: FsspecTier, chunk_bytes: int = 4 << 20) -> None:
         self.tier = tier
         self.chunks = ChunkStore(tier, chunk_bytes)
+        self.key = signing_key()
 
     @classmethod
     def at(cls, uri: str, chunk_bytes: int = 4 << 20, tier: FsspecTier | None = None) -> Any:
@@ -59,20 +68,24 @@ class CheckpointStore:
         found = (parse_step_dir(p) for p in fs.ls(root, detail=False))
         return sorted(s for s in found if s is not None)
 
-    def manifest(self, step: int) -> Manifest:
-        """The committed manifest of ``step``; CorruptCheckpoint when missing, torn or edited."""
+    def manifest(self, step: int, signed: bool = True) -> Manifest:
+        """The committed manifest of ``step``; CorruptCheckpoint when missing, torn or edited,
+        RefusedCheckpoint when a key is set and it is not signed by it (``signed`` False:
+        housekeeping that loads nothing, and skips that check)."""
         key = f"{step_dir(step)}/{MANIFEST_FILE}"
         if not self.tier.exists(key):
             raise CorruptCheckpoint(f"step {step}: no manifest (save never committed: torn)")
-        return Manifest.from_bytes(self.tier.read(key), f"step {step}")
+        return Manifest.from_bytes(
+            self.tier.read(key), f"step {step}", self.key if signed else None
+        )
 
-    def candidates(self) -> Iterator[Candidate]:
+    def candidates(self, signed: bool = True) -> Iterator[Candidate]:
         """Step folders newest first, each with its manifest or the reason it has none."""
         for step in reversed(self.steps()):
             try:
-                yield Candidate(step, self.manifest(step))
+                yield Candidate(step, self.manifest(step, signed))
             except CorruptCheckpoint as exc:
-                yield Candidate(step, None, str(exc))
+                yield Candidate(step, None, str(exc), isinstance(exc, RefusedCheckpoint))
 
     def verify(self, manifest: Manifest) -> None:
         """Read every chunk of every file and check it; raises CorruptCheckpoint."""
@@ -93,12 +106,13 @@ class CheckpointStore:
 
     def commit(self, manifest: Manifest) -> str:
         """Write the manifest, the last act of a save; returns the checkpoint's location."""
-        self.tier.write(f"{step_dir(manifest.step)}/{MANIFEST_FILE}", manifest.to_bytes())
+        data = manifest.to_bytes(self.key)
+        self.tier.write(f"{step_dir(manifest.step)}/{MANIFEST_FILE}", data)
         return self.tier.path(step_dir(manifest.step))
 
     def mark(self, step: int, keep: bool = True) -> None:
         """Exempt ``step`` from retention (or lift that)."""
-        self.manifest(step)  # refuse to mark what is not a committed checkpoint
+        self.manifest(step, signed=False)  # refuse to mark what is not a committed checkpoint
         key = f"{step_dir(step)}/{KEEP_FILE}"
         if keep:
             self.tier.write(key, b"kept\n")
@@ -108,9 +122,10 @@ class CheckpointStore:
     def retain(self, keep_last: int, keep_every: int = 0) -> list[int]:
         """Delete committed checkpoints beyond the newest ``keep_last`` (except kept ones and
         multiples of ``keep_every``), torn folders older than the newest commit, and chunks
-        nothing references any more. Returns the steps deleted."""
+        nothing references any more. Returns the steps deleted. Signatures are not checked:
+        retention loads nothing, and must not take a checkpoint under another key for torn."""
         committed, torn = [], []
-        for cand in self.candidates():
+        for cand in self.candidates(signed=False):
             (committed if cand.manifest is not None else torn).append(cand)
         newest = committed[0].step if committed else None
         doomed = [

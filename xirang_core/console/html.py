@@ -78,12 +78,15 @@ def pager(path: str, page_no: int, total: int, size: int) -> str:
     return f"<p>page {page_no} of {pages} ({total:,} in all) {' '.join(links)}</p>"
 
 
-def login_form(message: str = "") -> str:
+def login_form(csrf: str, message: str = "") -> str:
+    """The log-in page; ``csrf`` repeats the log-in CSRF cookie (double submit)."""
     note = f'<p class="bad">{escape(message)}</p>' if message else ""
     return page(
         "Log in",
         "",
-        f"{note}<form method=post action=/login><label>Project or operator token "
+        f"{note}<form method=post action=/login>"
+        f'<input type=hidden name=csrf value="{escape(csrf)}">'
+        "<label>Project or operator token "
         "<input type=password name=token id=token autocomplete=off></label> "
         "<button type=submit id=login>Log in</button></form>",
     )

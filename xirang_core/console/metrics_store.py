@@ -12,6 +12,8 @@ import threading
 from collections.abc import Iterable
 from pathlib import Path
 
+from xirang_core.paths import private_file
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS samples (ts REAL, metric TEXT, key TEXT, value REAL);
 CREATE INDEX IF NOT EXISTS samples_metric_ts ON samples (metric, ts);
@@ -24,8 +26,7 @@ class MetricsStore:
     def __init__(self, path: str | Path | None = None) -> None:
         target = ":memory:"
         if path is not None:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            target = str(path)
+            target = str(private_file(path))
         self._db = sqlite3.connect(target, check_same_thread=False)
         self._lock = threading.Lock()
         with self._lock, self._db:

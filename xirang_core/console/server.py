@@ -25,7 +25,7 @@ from urllib.parse import parse_qs
 from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from xirang_core.console import pages, prometheus
+from xirang_core.console import auth, pages, prometheus
 from xirang_core.console.api_models import CostOut, OverviewOut, Row
 from xirang_core.console.auth import OPERATOR, SESSION_COOKIE, AuthError, Sessions
 from xirang_core.console.html import login_form
@@ -42,10 +42,16 @@ Page = Annotated[int, Query(ge=1, le=1_000_000)]
 
 
 def serve(
-    source: ConsoleSource, host: str = "127.0.0.1", port: int = 0, limits: Limits = LIMITS
+    source: ConsoleSource,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    limits: Limits = LIMITS,
+    session_ttl_s: float = auth.DEFAULT_TTL_S,
 ) -> WebServer:
-    """A console server bound to ``host:port`` (0 = any free port); call serve_forever()."""
-    return WebServer(BodyLimit(app(source, Sessions()), limits), host, port, limits)
+    """A console server bound to ``host:port`` (0 = any free port); call serve_forever().
+    A browser session lasts ``session_ttl_s`` (or until its token is rotated)."""
+    sessions = Sessions(session_ttl_s)
+    return WebServer(BodyLimit(app(source, sessions), limits), host, port, limits)
 
 
 class Sampler(threading.Thread):
@@ -70,6 +76,12 @@ def app(source: ConsoleSource, sessions: Sessions) -> FastAPI:
     console = FastAPI(title="xirang console", version="1", docs_url=None, redoc_url=None)
     install_errors(console, ())
     viewer = _Viewer(source, sessions)
+
+    @console.middleware("http")
+    async def no_framing(request: Request, call_next: Callable) -> Response:
+        answer = await call_next(request)
+        answer.headers.update(auth.SECURITY_HEADERS)
+        return answer
 
     @console.exception_handler(AuthError)
     async def refused(request: Request, exc: AuthError) -> Response:
@@ -109,7 +121,9 @@ class _Viewer:
         self.source, self.sessions = source, sessions
 
     def __call__(self, request: Request, page: bool) -> str:
-        who = self.sessions.who(request.cookies.get(SESSION_COOKIE, ""))
+        state = self.source.snapshot().state
+        cookie = request.cookies.get(SESSION_COOKIE, "")
+        who = self.sessions.who(cookie, state.projects, self.source.operator_token)
         if who:
             return who
         header = request.headers.get("authorization", "")
@@ -136,17 +150,23 @@ def _pages(source: ConsoleSource, viewer: _Viewer, sessions: Sessions) -> APIRou
 
     @router.get("/login")
     def login_page() -> Response:
-        return _html(login_form())
+        return _login_page(200)
 
     @router.post("/login")
     async def login(request: Request) -> Response:
         form = parse_qs((await request.body()).decode(errors="replace"))
         token = (form.get("token") or [""])[0].strip()
         try:
+            auth.check_same_origin("POST", request.headers)
+            sent = (form.get(auth.CSRF_FIELD) or [""])[0]
+            auth.check_csrf(request.cookies.get(auth.CSRF_COOKIE, ""), sent)
+        except AuthError as exc:
+            return _login_page(403, str(exc))
+        try:
             who = source.whoami(token)
         except AuthError as exc:
-            return _html(login_form(str(exc)), 401)
-        return _redirect("/", cookie=sessions.open(who))
+            return _login_page(401, str(exc))
+        return _redirect("/", cookie=sessions.open(who, token), ttl_s=sessions.ttl_s)
 
     @router.get("/logout")
     def logout(request: Request) -> Response:
@@ -202,10 +222,21 @@ def _json(answer: Any, status: int) -> Response:
     return JSONResponse(answer, status, headers=NO_STORE)
 
 
-def _redirect(where: str, cookie: str = "", clear: bool = False) -> Response:
+def _login_page(status: int, message: str = "") -> Response:
+    """The log-in form with a fresh CSRF token, in its cookie and in the form."""
+    csrf = auth.new_csrf_token()
+    answer = _html(login_form(csrf, message), status)
+    answer.headers.append("Set-Cookie", auth.cookie(auth.CSRF_COOKIE, csrf))
+    return answer
+
+
+def _redirect(
+    where: str, cookie: str = "", clear: bool = False, ttl_s: float | None = None
+) -> Response:
+    """A 303 to ``where``; with ``cookie`` it opens that session, with ``clear`` it ends it
+    (the log-in form's CSRF cookie goes either way)."""
     answer = RedirectResponse(where, 303, headers=NO_STORE)
     if cookie or clear:
-        answer.set_cookie(
-            SESSION_COOKIE, cookie, max_age=None if cookie else 0, httponly=True, samesite="strict"
-        )
+        answer.headers.append("Set-Cookie", auth.cookie(SESSION_COOKIE, cookie, ttl_s))
+        answer.headers.append("Set-Cookie", auth.cookie(auth.CSRF_COOKIE, ""))
     return answer

@@ -55,10 +55,12 @@ class ConsoleSource:
         operator_token: str = "",
         clock: Callable[[], float] = time.time,
         ttl: float = 2.0,
+        reload_operator_token: Callable[[], str] | None = None,
     ) -> None:
         self.pool, self.costs, self.metrics, self.meter = pool, costs, metrics, meter
         self.metering = PoolMetering(meter) if meter is not None else None
         self.operator_token = operator_token
+        self.reload_operator_token = reload_operator_token  # a new one ends the old's sessions
         self.clock = clock
         self.ttl = ttl
         self._snapshot: Snapshot | None = None
@@ -75,6 +77,8 @@ class ConsoleSource:
             return self._snapshot
 
     def _take(self, now: float) -> Snapshot:
+        if self.reload_operator_token is not None:
+            self.operator_token = self.reload_operator_token()
         state = read_state(self.pool, now)
         budgets = [
             {

@@ -15,8 +15,7 @@ from pathlib import Path
 
 from xirang_core.cost.budgets import Budget
 from xirang_core.cost.charges import Charge
-from xirang_core.paths import xirang_home
-from xirang_core.pool.database import private_file
+from xirang_core.paths import private_file, xirang_home
 
 _CHARGE_FIELDS = [f.name for f in fields(Charge)]
 _SCHEMA = f"""
@@ -40,8 +39,7 @@ class CostStore:
     """Thread-safe access to the cost database (one connection, serialised)."""
 
     def __init__(self, path: str | Path | None = None) -> None:
-        self.path = Path(path) if path else default_path()
-        private_file(self.path)
+        self.path = private_file(path or default_path())
         self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
         self._lock = threading.Lock()
         with self._tx() as db:

@@ -7,15 +7,16 @@ auto-incrementing key and how a write transaction begins.
 
 from __future__ import annotations
 
-import os
 import re
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import unquote
 
+from xirang_core.paths import private_file
 from xirang_core.pool.errors import PoolError
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -61,18 +62,45 @@ def connect(location: str | Path) -> Database:
     return SQLiteDatabase(text)
 
 
-def private_file(path: Path) -> None:
-    """Create ``path`` (and its folder) readable by its owner only, before SQLite opens it:
-    the store holds token hashes and every team's jobs. SQLite gives its ``-wal`` and ``-shm``
-    files the database file's mode; an existing file keeps the mode its owner chose."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with suppress(FileExistsError):
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-
-
 def redact(location: str) -> str:
-    """The store's location with any password removed, fit for logs and messages."""
-    return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", location)
+    """The store's location with every password removed, fit for logs and messages: the
+    userinfo's (up to the host's ``@``, so a password holding ``/``, ``@`` or ``?`` goes
+    whole) and any ``password=`` query parameter. It may hide more than the password, never
+    less."""
+    scheme, sep, rest = location.partition("://")
+    if not sep:
+        return location
+    at = rest.rfind("@")
+    if at >= 0:
+        user, colon, _ = rest[:at].partition(":")
+        rest = user + (":***" if colon else "") + rest[at:]
+    return scheme + "://" + _PASSWORD_PARAM.sub(r"\1***", rest)
+
+
+def scrub(text: str, location: str) -> str:
+    """``text`` (a driver's error message) with the passwords of ``location`` masked, whole
+    and in pieces, as written and percent-decoded: libpq quotes the part of a URL it cannot
+    parse, and a password holding ``/`` or ``@`` is cut there (``u:pw/x@h`` reads as port
+    ``pw``)."""
+    secrets = _passwords(location)
+    pieces = {p for s in secrets for p in re.split(r"[/@?&#:\s]+", s) if len(p) >= 2}
+    text = text.replace(location, redact(location))
+    for secret in sorted(secrets | pieces, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+def _passwords(location: str) -> set[str]:
+    _, _, rest = location.partition("://")
+    found = [m.group(2) for m in _PASSWORD_PARAM.finditer(rest)]
+    at = rest.rfind("@")
+    if at >= 0 and ":" in rest[:at]:
+        found.append(rest[:at].partition(":")[2])
+    return {s for raw in found for s in (raw, unquote(raw)) if s}
+
+
+#: a ``password=`` query parameter, up to the next ``&name=`` (a raw ``&`` in it stays hidden)
+_PASSWORD_PARAM = re.compile(r"([?&]password=)(.*?)(?=&[A-Za-z_]+=|$)", re.IGNORECASE)
 
 
 class SQLiteDatabase:
@@ -83,7 +111,7 @@ class SQLiteDatabase:
     def __init__(self, path: str) -> None:
         self.location = path
         if path != ":memory:":
-            private_file(Path(path))
+            private_file(path)  # the store holds token hashes and every project's jobs
         self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")
@@ -135,9 +163,11 @@ class PostgresDatabase:
         self.location = redact(url)
         try:
             self.db = psycopg.connect(url, autocommit=True, row_factory=dict_row)
-        except psycopg.OperationalError as exc:
-            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else "no answer"
-            raise PoolError(f"cannot reach the pool store {self.location}: {detail}") from None
+        except psycopg.Error as exc:  # a URL libpq cannot parse too: its text may hold secrets
+            text = scrub(str(exc).strip(), url)
+            detail = text.splitlines()[0] if text else "no answer"
+            what = "reach" if isinstance(exc, psycopg.OperationalError) else "use"
+            raise PoolError(f"cannot {what} the pool store {self.location}: {detail}") from None
         self.lock = threading.RLock()
 
     def execute(self, sql: str, args: Sequence[Any] = ()) -> Cursor:

@@ -1,0 +1,151 @@
+"""A checkpoint folder is not trusted: reading one runs no code, and with a pool key only
+checkpoints signed by that key load (``ckpt verify``, ``ckpt export`` and resume alike)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from tests.checkpoint.helpers import build, manager, train_step
+from xirang_core.checkpoint.chunks import RefusedCheckpoint
+from xirang_core.checkpoint.cli import main
+from xirang_core.checkpoint.config import CheckpointConfig, check_checkpoint
+from xirang_core.checkpoint.signing import KEY_ENV, KEY_FILE_ENV
+from xirang_core.checkpoint.store import CheckpointStore
+from xirang_core.errors import ConfigError
+from xirang_core.storage.tier import FsspecTier
+
+
+class Payload:
+    """What a hostile pickle does when loaded: here, create ``marker``."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (exec, (f"open({str(self.marker)!r}, 'w').close()",))
+
+
+def saved_run(run: Path) -> None:
+    """A run directory with one checkpoint, as a run leaves it."""
+    (run / "config.yaml").write_text(yaml.safe_dump({"checkpoint": {"uri": ""}}))
+    model, optim = build()
+    mgr = manager(str(run), model, optim)
+    train_step(model, optim, 1)
+    mgr.save(1)
+    mgr.wait(raise_errors=True)
+
+
+def store_of(run: Path) -> CheckpointStore:
+    import fsspec
+
+    return CheckpointStore(FsspecTier(fsspec.filesystem("file"), str(run / "checkpoints")))
+
+
+def forge(run: Path, edit: Callable[[CheckpointStore, dict[str, bytes]], None]) -> None:
+    """Change the checkpoint's files as someone who can write the folder would, and
+    recompute every chunk digest and the manifest's checksum (a signature needs the key)."""
+    store = store_of(run)
+    manifest = store.manifest(1, signed=False)
+    files = {n: bytes(d) for n, d in store.read_files(manifest).items()}
+    edit(store, files)
+    manifest.files = {n: store.chunks.put(d)[0] for n, d in files.items()}
+    (run / "checkpoints/step-000000001/manifest.json").write_bytes(manifest.to_bytes())
+
+
+def plant_pickled_metadata(marker: Path) -> Callable[[CheckpointStore, dict[str, bytes]], None]:
+    """DCP's own layout: the metadata as a pickle (``.metadata``), here a hostile one."""
+
+    def edit(store: CheckpointStore, files: dict[str, bytes]) -> None:
+        import pickle
+
+        del files["dcp/metadata.json"]
+        files["dcp/.metadata"] = pickle.dumps(Payload(marker))
+
+    return edit
+
+
+def plant_pickled_value(marker: Path) -> Callable[[CheckpointStore, dict[str, bytes]], None]:
+    """A non-tensor value (the optimizer's learning rate) replaced by a hostile torch.save."""
+
+    def edit(store: CheckpointStore, files: dict[str, bytes]) -> None:
+        meta = json.loads(files["dcp/metadata.json"])
+        value = next(e for e in meta["storage"] if e["fqn"] == meta["values"][0])
+        blob = io.BytesIO()
+        torch.save(Payload(marker), blob)
+        value.update(at=len(files["dcp/__0_0.raw"]), length=len(blob.getvalue()))
+        files["dcp/__0_0.raw"] += blob.getvalue()
+        files["dcp/metadata.json"] = json.dumps(meta).encode()
+
+    return edit
+
+
+@pytest.mark.parametrize("plant", [plant_pickled_metadata, plant_pickled_value])
+def test_a_planted_pickle_runs_nothing_and_is_refused(tmp_path: Path, capsys, plant) -> None:
+    marker = tmp_path / "payload-ran"
+    saved_run(tmp_path)
+    forge(tmp_path, plant(marker))
+
+    assert main(["verify", str(tmp_path)]) == 1
+    assert "step 1: REFUSED" in capsys.readouterr().out
+    with pytest.raises(RefusedCheckpoint, match="pickle"):
+        main(["export", str(tmp_path), "-o", str(tmp_path / "w.safetensors")])
+    model, optim = build(seed=1)
+    with pytest.raises(RefusedCheckpoint, match=r"checkpoint.resume: step 1.*pickle"):
+        manager(str(tmp_path), model, optim).restore()
+    assert not marker.exists()
+
+
+def test_a_signed_checkpoint_loads_only_under_its_key(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv(KEY_ENV, "a" * 32)
+    saved_run(tmp_path)
+    manifest = json.loads((tmp_path / "checkpoints/step-000000001/manifest.json").read_text())
+    assert len(manifest["signature"]) == 64
+    assert main(["verify", str(tmp_path)]) == 0
+    model, optim = build(seed=1)
+    assert manager(str(tmp_path), model, optim).restore() == 2
+
+    monkeypatch.setenv(KEY_ENV, "b" * 32)
+    assert main(["verify", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert f"REFUSED: step 1: the checkpoint is signed by another key than {KEY_ENV}" in out
+    with pytest.raises(RefusedCheckpoint, match=f"another key than {KEY_ENV}"):
+        manager(str(tmp_path), model, optim).restore()
+
+
+def test_an_unsigned_or_reforged_checkpoint_is_refused_when_a_key_is_set(
+    tmp_path: Path, monkeypatch
+) -> None:
+    saved_run(tmp_path)  # written without a key
+    key_file = tmp_path / "pool.key"
+    key_file.write_text("k" * 32)
+    key_file.chmod(0o600)
+    monkeypatch.setenv(KEY_FILE_ENV, str(key_file))
+    model, optim = build(seed=1)
+    with pytest.raises(RefusedCheckpoint, match=rf"not signed, and {KEY_FILE_ENV}=.*pool.key"):
+        manager(str(tmp_path), model, optim).restore()
+    with pytest.raises(RefusedCheckpoint, match="not signed"):
+        main(["export", str(tmp_path), "-o", str(tmp_path / "w.safetensors")])
+    assert store_of(tmp_path).retain(keep_last=1) == []  # refused is not torn: kept
+
+
+def test_a_key_file_others_can_read_or_a_short_key_is_refused(tmp_path: Path, monkeypatch) -> None:
+    key_file = tmp_path / "pool.key"
+    key_file.write_text("k" * 32)
+    os.chmod(key_file, 0o644)
+    monkeypatch.setenv(KEY_FILE_ENV, str(key_file))
+    with pytest.raises(ConfigError, match=r"mode 644.*chmod 600"):
+        store_of(tmp_path)
+    with pytest.raises(ConfigError, match=r"mode 644"):  # as the config is composed
+        check_checkpoint(asdict(CheckpointConfig()))
+    monkeypatch.setenv(KEY_ENV, "short")
+    with pytest.raises(ConfigError, match=f"{KEY_ENV}: the checkpoint key has 5 bytes"):
+        check_checkpoint(asdict(CheckpointConfig()))
