@@ -15,6 +15,10 @@ from xirang_slurm import commands, inventory
 from xirang_slurm.executor import SlurmExecutor
 from xirang_slurm.script import BatchJob, render
 
+from xirang_core.config import compose
+from xirang_core.errors import ConfigError
+from xirang_core.plugins import get_registry
+
 
 def _wait(executor: SlurmExecutor, timeout: float = 90.0) -> list[tuple[int, bool]]:
     deadline = time.monotonic() + timeout
@@ -160,3 +164,16 @@ def test_the_pool_executor_places_a_job_over_two_nodes(
     assert _wait(executor) == [(12, True)]
     ran = dict(line.split(maxsplit=1) for line in marker.read_text().splitlines())
     assert sorted(ran) == list(slurm_multinode.nodes) and len(set(ran.values())) == 2
+
+
+def test_the_batch_is_split_over_every_node_s_workers() -> None:
+    """scheduler.nodes x trainer.nproc workers share trainer.global_batch; a batch that does
+    not divide over them is refused naming both keys, before anything is submitted."""
+    registry = get_registry()
+    two_nodes = ["scheduler=slurm", "scheduler.nodes=2", "parallel=ddp"]
+    config = compose([*two_nodes, "trainer.global_batch=8"], registry)
+    assert config["trainer"]["micro_batch"] == 4  # 8 sequences over 2 nodes x 1 worker
+    with pytest.raises(ConfigError, match=r"scheduler.nodes=2 x trainer.nproc=2 \(4 workers\)"):
+        compose([*two_nodes, "trainer.nproc=2", "trainer.global_batch=6"], registry)
+    with pytest.raises(ConfigError, match=r"scheduler\.nodes=0: must be"):
+        compose(["scheduler=slurm", "scheduler.nodes=0"], registry)
