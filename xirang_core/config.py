@@ -350,7 +350,7 @@ def _check_batch(data: dict[str, Any]) -> None:
 def run_workers(data: dict[str, Any]) -> tuple[int, str]:
     """All the run's workers (``trainer.nproc`` per node times a multi-node scheduler's
     ``scheduler.nodes``) and the keys that make them, for messages."""
-    nproc, nodes = data["trainer"]["nproc"], data["scheduler"].get("nodes", 1)
+    nproc, nodes = data["trainer"]["nproc"], (data.get("scheduler") or {}).get("nodes", 1)
     if not isinstance(nodes, int) or nodes < 1:
         raise ConfigError(f"scheduler.nodes={nodes}: must be a whole number of nodes, at least 1")
     if nodes == 1:
