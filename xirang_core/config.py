@@ -360,7 +360,7 @@ def run_workers(data: dict[str, Any]) -> tuple[int, str]:
     them, for messages."""
     trainer = data["trainer"]
     nproc, nnodes = trainer["nproc"], trainer.get("nnodes", 1)
-    nodes = data.get("scheduler", {}).get("nodes", 1)
+    nodes = (data.get("scheduler") or {}).get("nodes", 1)
     if not isinstance(nodes, int) or nodes < 1:
         raise ConfigError(f"scheduler.nodes={nodes}: must be a whole number of nodes, at least 1")
     if nodes > 1:

@@ -54,9 +54,12 @@ CONF
 # proctrack/linuxproc and task/none need no cgroup.conf; a stale one breaks slurmd's start.
 $SUDO rm -f "$CONF_DIR/cgroup.conf"
 
+# running PIDFILE COMM: this cluster's daemon is up (by its pid file, not its name: the
+# multi-node cluster of slurm_multinode.sh runs slurmctld and slurmds of its own beside it)
+running() { [ -s "$1" ] && [ "$(cat "/proc/$(cat "$1")/comm" 2>/dev/null)" = "$2" ]; }
 pgrep -x munged >/dev/null || $SUDO -u munge munged 2>/dev/null || $SUDO munged --force
-pgrep -x slurmctld >/dev/null || $SUDO slurmctld
-pgrep -x slurmd >/dev/null || $SUDO slurmd
+running /run/slurmctld.pid slurmctld || $SUDO slurmctld
+running /run/slurmd.pid slurmd || $SUDO slurmd
 
 for _ in $(seq 1 30); do
     if sinfo -h -o '%T' 2>/dev/null | grep -qE '^(idle|mixed|allocated)'; then

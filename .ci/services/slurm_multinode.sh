@@ -298,6 +298,8 @@ cmd_status() {
     fi
 }
 
+# namespaces, bridges and daemons need root: CI's runner may be a sudoer instead
+[ "$(id -u)" -eq 0 ] || exec sudo -E bash "$0" "$@"
 case "${1:-up}" in
     up) cmd_up "${@:2}" ;;
     down) cmd_down ;;

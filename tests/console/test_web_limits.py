@@ -29,7 +29,8 @@ def _login(console, length_header: str, body: bytes = b"token=x") -> int:
         ("Content-Length: -1\r\n", 400),
         (f"Content-Length: {MAX_BODY + 1}\r\n", 413),
         ("", 411),
-        ("Content-Length: 7\r\n", 401),  # a sound one reaches the token check: "x" is no token
+        # a sound one reaches the checks of its content: no CSRF token, so 403
+        ("Content-Length: 7\r\n", 403),
     ],
 )
 def test_a_login_body_needs_a_sound_length(console, header: str, status: int) -> None:

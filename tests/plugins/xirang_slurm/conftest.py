@@ -60,7 +60,7 @@ class MultiNodeSlurm:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             state = subprocess.run(
-                ["sinfo", "-h", "-n", node, "-o", "%T"],
+                ["sinfo", "-h", "-N", "-n", node, "-o", "%T"],
                 capture_output=True,
                 text=True,
                 env={**os.environ, **self.env},

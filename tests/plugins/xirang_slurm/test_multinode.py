@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,6 @@ from xirang_core.checkpoint.store import CheckpointStore
 
 STEPS = 8
 RUN = (
-    "parallel=ddp",
     "tokenizer=bytes",
     "trainer.threads=1",
     "trainer.log_every=1",
@@ -37,6 +37,7 @@ RUN = (
     "checkpoint.resume=never",
 )
 TWO_NODES = ("scheduler=slurm", "scheduler.nodes=2", "trainer.nproc=1", *RUN)
+DDP = "parallel=ddp"
 
 
 def xirang(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -124,18 +125,32 @@ def slurm_job(cluster: MultiNodeSlurm) -> str:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The same run on one node with two workers (the local launcher, no Slurm)."""
-    root = tmp_path_factory.mktemp("one-node")
-    return finished(xirang(root, "trainer.nproc=2", *RUN), root)
+def one_node(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """The same run on one node with two workers (the local launcher, no Slurm), once per
+    ``parallel=...`` choice."""
+    done: dict[str, Path] = {}
+
+    def run(strategy: str) -> Path:
+        if strategy not in done:
+            root = tmp_path_factory.mktemp("one-node")
+            done[strategy] = finished(xirang(root, "trainer.nproc=2", strategy, *RUN), root)
+        return done[strategy]
+
+    return run
+
+
+@pytest.fixture
+def reference(one_node: Callable[[str], Path]) -> Path:
+    return one_node(DDP)
 
 
 @pytest.mark.service
 @pytest.mark.slow
+@pytest.mark.parametrize("strategy", [DDP, "parallel=fsdp"])
 def test_two_nodes_train_as_one_node_with_two_workers(
-    slurm_multinode: MultiNodeSlurm, reference: Path, tmp_path: Path
+    slurm_multinode: MultiNodeSlurm, one_node: Callable[[str], Path], strategy: str, tmp_path: Path
 ) -> None:
-    run_dir = finished(xirang(tmp_path, *TWO_NODES, env=slurm_multinode.env), tmp_path)
+    run_dir = finished(xirang(tmp_path, *TWO_NODES, strategy, env=slurm_multinode.env), tmp_path)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["steps"] == STEPS
     script = (run_dir / "job.sbatch").read_text()
@@ -149,7 +164,7 @@ def test_two_nodes_train_as_one_node_with_two_workers(
         check=True,
     ).stdout
     assert f"NodeList={compact(slurm_multinode.nodes)} " in job  # two nodes, two addresses
-    assert_same_run(run_dir, reference)
+    assert_same_run(run_dir, one_node(strategy))
 
 
 @pytest.mark.service
@@ -157,7 +172,7 @@ def test_two_nodes_train_as_one_node_with_two_workers(
 def test_term_checkpoints_requeues_and_resumes_to_the_same_weights(
     slurm_multinode: MultiNodeSlurm, reference: Path, tmp_path: Path
 ) -> None:
-    proc = xirang(tmp_path, *TWO_NODES, env=slurm_multinode.env)
+    proc = xirang(tmp_path, *TWO_NODES, DDP, env=slurm_multinode.env)
     wait_for_step(tmp_path, 2)
     job = slurm_job(slurm_multinode)
     # as a scheduler preempting it, or a time limit's warning (--signal) would
@@ -177,7 +192,7 @@ def test_term_checkpoints_requeues_and_resumes_to_the_same_weights(
 def test_a_lost_node_resumes_from_the_last_checkpoint(
     slurm_multinode: MultiNodeSlurm, reference: Path, tmp_path: Path
 ) -> None:
-    proc = xirang(tmp_path, *TWO_NODES, "trainer.max_restarts=1", env=slurm_multinode.env)
+    proc = xirang(tmp_path, *TWO_NODES, DDP, "trainer.max_restarts=1", env=slurm_multinode.env)
     wait_for_step(tmp_path, 2)
     lost = slurm_multinode.nodes[-1]  # not the batch script's node
     pids = subprocess.run(

@@ -5,7 +5,6 @@ Without Slurm these tests skip locally and FAIL in CI (CI=true), where the servi
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -15,6 +14,10 @@ import pytest
 from xirang_slurm import commands, inventory
 from xirang_slurm.executor import SlurmExecutor
 from xirang_slurm.script import BatchJob, render
+
+from xirang_core.config import compose
+from xirang_core.errors import ConfigError
+from xirang_core.plugins import get_registry
 
 
 def _wait(executor: SlurmExecutor, timeout: float = 90.0) -> list[tuple[int, bool]]:
@@ -28,7 +31,9 @@ def _wait(executor: SlurmExecutor, timeout: float = 90.0) -> list[tuple[int, boo
 
 
 def _job(job_id: int, command: list[str], devices: int = 1) -> SimpleNamespace:
-    return SimpleNamespace(id=job_id, devices=tuple(range(devices)), payload={"command": command})
+    return SimpleNamespace(
+        id=job_id, devices=tuple(range(devices)), device_type="cpu", payload={"command": command}
+    )
 
 
 @pytest.mark.service
@@ -123,11 +128,52 @@ def test_hostlists_and_gres_are_parsed() -> None:
     assert (specs[1]["type"], specs[1]["devices"], specs[1]["healthy"]) == ("cpu", 4, False)
 
 
-def test_script_uses_srun_torchrun_nodelist_and_switches() -> None:
+def test_script_asks_each_node_for_its_devices_and_starts_one_task_per_worker() -> None:
     text = render(
-        BatchJob("xirang-1", ["python", "-c", "pass"], ["a", "b"], procs_per_node=4, switches=1)
+        BatchJob(
+            "xirang-1",
+            run_dir="/runs/r",
+            nodes=["a", "b"],
+            procs_per_node=4,
+            switches=1,
+            device="cuda",
+        )
     )
     assert "#SBATCH --nodelist=a,b" in text and "#SBATCH --nodes=2" in text
-    assert "#SBATCH --switches=1" in text and "--nproc_per_node=4" in text
-    assert "srun python -m torch.distributed.run" in text
-    assert socket.gethostname()  # the script itself names no host of ours
+    assert "#SBATCH --switches=1" in text and "#SBATCH --gpus-per-node=4" in text
+    assert "#SBATCH --ntasks-per-node=4" in text and "#SBATCH --requeue" in text
+    assert "srun --kill-on-bad-exit=1" in text and "xirang_slurm.task /runs/r" in text
+    assert "--gres=npu:2" in render(BatchJob("x", run_dir="/r", procs_per_node=2, device="ascend"))
+    cpu = render(BatchJob("x", run_dir="/r", procs_per_node=2, threads_per_proc=3))
+    assert "--cpus-per-task=3" in cpu and "gpus" not in cpu and "gres" not in cpu
+
+
+@pytest.mark.service
+def test_the_pool_executor_places_a_job_over_two_nodes(
+    slurm_multinode, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A placement over two nodes of the multi-node cluster: ``--nodelist`` names both, and the
+    job runs on each of them, at two addresses."""
+    monkeypatch.setenv("SLURM_CONF", str(slurm_multinode.conf))
+    executor = SlurmExecutor(tmp_path)
+    marker = tmp_path / "ran-on"
+    where = f"echo $SLURMD_NODENAME $(hostname -I) >> {marker}"
+    executor.start(_job(12, ["bash", "-c", where], devices=2), list(slurm_multinode.nodes), 1)
+    script = (tmp_path / "job-12.sbatch").read_text()
+    assert f"--nodelist={','.join(slurm_multinode.nodes)}" in script and "--nodes=2" in script
+    assert _wait(executor) == [(12, True)]
+    ran = dict(line.split(maxsplit=1) for line in marker.read_text().splitlines())
+    assert sorted(ran) == list(slurm_multinode.nodes) and len(set(ran.values())) == 2
+
+
+def test_the_batch_is_split_over_every_node_s_workers() -> None:
+    """scheduler.nodes x trainer.nproc workers share trainer.global_batch; a batch that does
+    not divide over them is refused naming both keys, before anything is submitted."""
+    registry = get_registry()
+    two_nodes = ["scheduler=slurm", "scheduler.nodes=2", "parallel=ddp"]
+    config = compose([*two_nodes, "trainer.global_batch=8"], registry)
+    assert config["trainer"]["micro_batch"] == 4  # 8 sequences over 2 nodes x 1 worker
+    with pytest.raises(ConfigError, match=r"scheduler.nodes=2 x trainer.nproc=2 \(4 workers\)"):
+        compose([*two_nodes, "trainer.nproc=2", "trainer.global_batch=6"], registry)
+    with pytest.raises(ConfigError, match=r"scheduler\.nodes=0: must be"):
+        compose(["scheduler=slurm", "scheduler.nodes=0"], registry)
