@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A real multi-node Slurm on one host, for the multi-node tests (tests/plugins/xirang_slurm/
-# test_multinode.py): slurmctld in the root network namespace on a bridge of its own, and one
+# test_slurm_multinode.py): slurmctld in the root network namespace on a bridge of its own, and one
 # slurmd per compute node, each in its own network, UTS and mount namespace (its own IP, its own
 # hostname nodeN, its own /etc/hosts), as real nodes have. Apart from .ci/services/slurm.sh's
 # single-node cluster (own controller port, own config, state and pid files), which keeps
