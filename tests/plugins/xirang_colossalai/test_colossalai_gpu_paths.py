@@ -137,3 +137,57 @@ def test_hybrid_parallel_refuses_a_non_llama_hf_config(tmp_path) -> None:
         compose(
             ["model=hf", f"model.config={tmp_path}", "tokenizer=bytes", "data.seq_len=16", *HYBRID]
         )
+
+
+class HeldOut:
+    """Fixed held-out batches (what the worker's ``val`` reader hands ``evaluate``)."""
+
+    def __init__(self, n: int, seq_len: int) -> None:
+        seed = torch.Generator().manual_seed(1)
+        rows = torch.randint(0, 256, (n, 2, seq_len + 1), generator=seed)
+        self.batches = [(r[:, :-1], r[:, 1:]) for r in rows]
+
+    def get(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.batches[i % len(self.batches)]
+
+
+def test_hybrid_parallel_evaluates_and_samples_the_twin_it_trained(made) -> None:
+    """model=llama under hybrid_parallel trains the Hugging Face twin: the run's validation
+    loss and sample must come from it, not from the Llama it was copied from."""
+    from xirang_tokenizers.bytes import ByteTokenizer
+
+    from xirang_core.train.loop import evaluate
+    from xirang_core.train.worker import (
+        EVAL_BATCHES,
+        Assembly,
+        final_sample,
+        held_out_loss,
+        sample_text,
+    )
+
+    config = compose([*TINY_LLAMA, "trainer.sample_tokens=12"])
+    model = tiny_llama(config)
+    strategy = ColossalStrategy(plugin="hybrid_parallel")
+    twin = strategy.wrap(model, gpu_ctx(config))
+    val, cpu = HeldOut(EVAL_BATCHES, 16), torch.device("cpu")
+    for _ in range(15):  # what the loop does to the boosted model: its optimizer's steps
+        twin(*val.get(0)).backward()
+        strategy.optimizer.step()
+        strategy.optimizer.zero_grad()
+    tokenizer = ByteTokenizer("\n\n")
+    parts = Assembly(
+        ctx=WorkerContext(0, 0, 1, cpu, "", config),
+        model=model,
+        wrapped=twin,
+        optimizer=strategy.optimizer,
+        train=types.SimpleNamespace(corpus=types.SimpleNamespace(tokenizer=tokenizer)),
+        val=val,
+        settings=None,
+        strategy=strategy,
+    )
+    trained, untrained = (evaluate(m, val, cpu, EVAL_BATCHES) for m in (twin, model))
+    assert trained < untrained - 0.1  # the twin learned; the Llama did not move
+    assert held_out_loss(parts) == pytest.approx(trained)
+    sample = final_sample(config, parts)
+    assert sample == sample_text(twin, config["trainer"], cpu, tokenizer)
+    assert sample != sample_text(model, config["trainer"], cpu, tokenizer)
