@@ -9,6 +9,7 @@ with a 4xx status that names what is wrong. Bodies over ``MAX_BODY`` bytes are r
     DELETE /v1/jobs/<id>                  cancel
     POST   /v1/jobs/<id>/complete         {"ok": true, "usage": {...}}: the job's executor reports
                                           its end (usage: utilisation, run_ended_at)
+    GET    /v1/jobs/<id>/charge           what the pool's metering charges the job so far
     GET    /v1/queue                      queued jobs in order, with positions
     GET    /v1/projects                   quotas and usage
     PUT    /v1/projects/<name>            create/edit quota (operator); returns a new token once
@@ -158,6 +159,7 @@ _ROUTES: list[tuple[str, str, Any]] = [
         "POST",
         lambda p, w, b, q, i: p.complete(w, _job_id(i), _ok(b), _usage_report(b)),
     ),
+    (r"/v1/jobs/(\d+)/charge", "GET", lambda p, w, b, q, i: p.job_charge(w, _job_id(i))),
     (r"/v1/queue", "GET", lambda p, w, b, q: p.queue(w)),
     (r"/v1/projects", "GET", lambda p, w, b, q: p.quotas(w)),
     (r"/v1/projects/([\w-]+)", "PUT", lambda p, w, b, q, n: p.set_quota(w, n, b)),

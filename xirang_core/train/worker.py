@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 import yaml
 
+from xirang_core.cost.run_cost import cost_fields
 from xirang_core.data.tokens import TokenBatches
 from xirang_core.data.training import run_batches
 from xirang_core.errors import ConfigError
@@ -328,14 +329,12 @@ def summarize(
         "world_size": parts.ctx.world_size,
         "data_snapshot": config["data"].get("snapshot", ""),
         "device": runtime["device_model"],
-        "cost": {
-            "amount": quote.amount,
-            "currency": quote.currency,
-            "policy": config["cost"]["name"],
-        },
-        "tokens_per_cost": round(tokens / quote.amount, 1) if quote.amount else None,
-        "loss_drop_per_cost": (
-            round((first["loss"] - last["loss"]) / quote.amount, 4) if quote.amount else None
+        **cost_fields(
+            tokens,
+            first["loss"] - last["loss"],
+            quote.amount,
+            quote.currency,
+            config["cost"]["name"],
         ),
         **comm_report(parts, last["step"]),
     }
