@@ -104,9 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     undrain = sub.add_parser("undrain", help="put a node back into service")
     undrain.add_argument("node")
     undrain.set_defaults(
-        run=lambda a: _print(
-            a, _operator_client(a).call("POST", f"/v1/nodes/{a.node}/undrain", {})
-        )
+        run=lambda a: _print(a, _operator_client(a).call("POST", f"/v1/nodes/{a.node}/undrain", {}))
     )
 
     simulate = sub.add_parser("simulate", help="replay a job trace under policies")
