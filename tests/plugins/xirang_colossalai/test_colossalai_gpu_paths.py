@@ -40,6 +40,12 @@ class Booster:
         self.boosted.append(model)
         return model, optimizer, None, None, None
 
+    def execute_pipeline(self, data, model, criterion, optimizer=None, return_loss=False) -> dict:
+        """One stage holding every layer: the schedule's loss is the criterion's."""
+        self.optimizers = [*getattr(self, "optimizers", []), optimizer]
+        batch = next(data)
+        return {"loss": criterion(model(**batch), batch)}
+
 
 @pytest.fixture
 def made(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, Any]]:
@@ -191,3 +197,19 @@ def test_hybrid_parallel_evaluates_and_samples_the_twin_it_trained(made) -> None
     sample = final_sample(config, parts)
     assert sample == sample_text(twin, config["trainer"], cpu, tokenizer)
     assert sample != sample_text(model, config["trainer"], cpu, tokenizer)
+
+
+def test_hybrid_parallel_with_a_pipeline_evaluates_forward_only(made) -> None:
+    """pp > 1: no plain forward runs on a stage; the held-out loss comes from Colossal-AI's
+    schedule without an optimizer (forwards only), over a step's micro-batches per run."""
+    from xirang_core.train.loop import evaluate
+
+    config = compose(TINY_LLAMA)
+    strategy = ColossalStrategy(plugin="hybrid_parallel", pp=2)
+    twin = strategy.wrap(tiny_llama(config), gpu_ctx(config))
+    val, cpu = HeldOut(4, 16), torch.device("cpu")
+    pipelined = evaluate(twin, val, cpu, 2)  # through twin.xirang_eval
+    assert strategy.booster.optimizers == [None, None]  # forward-only runs, one per batch
+    twin.xirang_eval = None  # the same batches through the twin's own forward
+    plain = evaluate(twin, HeldOut(4, 16), cpu, 2 * strategy.micro_batches)
+    assert pipelined == pytest.approx(plain, rel=0.05)  # transformers skips each row's last target
