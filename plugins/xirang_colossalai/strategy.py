@@ -62,6 +62,11 @@ class ColossalStrategy:
         self.booster: Any = None
         self.optimizer: Any = None
         self.model: Any = None
+        #: hybrid_parallel trains a stand-in (the Llama's Hugging Face twin): the worker
+        #: evaluates and samples it, on every worker together (its shards span the workers)
+        self.trained: nn.Module | None = None
+        self.splits_model = self.config.plugin == "hybrid_parallel"
+        self.micro_batches = 1  # per schedule run under pp > 1 (set when the model is wrapped)
 
     def wrap(self, model: nn.Module, ctx: Any) -> nn.Module:
         require_device(self.config, ctx.device)
@@ -77,14 +82,15 @@ class ColossalStrategy:
             model = hf_llama(model, ctx.config)
             target = model.hf
         max_norm = max(0.0, float(ctx.config["trainer"].get("grad_clip", 0.0)))
-        plugin = booster_plugin(config, step_micro_batches(ctx), max_norm)
+        self.micro_batches = config.micro_batches or step_micro_batches(ctx)
+        plugin = booster_plugin(config, self.micro_batches, max_norm)
         self.booster = Booster(plugin=plugin)
         optimizer = build_optimizer(target, ctx.config["optim"])
         self.model, self.optimizer, *_ = self.booster.boost(target, optimizer)
         wrapped = self.model
         if target is not model:
             model.hf = self.model  # the wrapper's forward (logits, loss) runs the sharded model
-            wrapped = model
+            wrapped = self.trained = model
         if config.plugin != "torch_ddp":
             self._own_the_step(wrapped)
         return wrapped
@@ -97,29 +103,58 @@ class ColossalStrategy:
             boosted.no_sync = lambda: self.booster.no_sync(self.model, self.optimizer)
         if self.config.pp > 1:
             boosted.xirang_step = self.pipeline_step
+            boosted.xirang_eval = self.pipeline_eval
 
     def backward(self, loss: torch.Tensor) -> None:
         self.booster.backward(loss, self.optimizer)
 
     def pipeline_step(self, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
         """Forward and backward of the step's micro-batches through Colossal-AI's schedule;
-        the mean loss on the last stage, zero elsewhere (as the native pipeline returns).
+        the mean loss on the last stage, zero elsewhere (as the native pipeline returns)."""
+        loss = self._run_pipeline(batches, self.optimizer)
+        return loss.detach() if loss is not None else torch.zeros((), device=self._device())
 
-        The sharded model is transformers' Llama, which shifts ``labels`` itself: label t+1 is
-        target t, so each row's last target is not scored (one position of seq_len)."""
-        device = next(self.model.parameters()).device
+    @torch.no_grad()
+    def pipeline_eval(self, batches: Any, n_batches: int) -> float:
+        """Mean held-out loss over ``n_batches`` forward-only schedule runs of a step's
+        micro-batches (without an optimizer Colossal-AI's schedule runs forwards only). The
+        last stage holds each loss: a sum over every worker, with the number of holders, gives
+        all of them the same mean."""
+        held = torch.zeros(2, device=self._device())  # loss sum, number of losses
+        per_run = self.micro_batches
+        for i in range(n_batches):
+            loss = self._run_pipeline([batches.get(i * per_run + j) for j in range(per_run)])
+            if loss is not None:
+                held += torch.stack([loss.float(), torch.ones_like(held[0])])
+        if torch.distributed.is_initialized():
+            torch.distributed.all_reduce(held)
+        return (held[0] / held[1].clamp(min=1)).item()
+
+    def _run_pipeline(
+        self, batches: list[tuple[torch.Tensor, torch.Tensor]], optimizer: Any = None
+    ) -> torch.Tensor | None:
+        """One schedule run over ``batches``; the loss on the last stage (None elsewhere). The
+        sharded model is transformers' Llama, scored on :func:`hf_labels`."""
+        device = self._device()
         idx = torch.cat([b[0] for b in batches]).to(device)
         targets = torch.cat([b[1] for b in batches]).to(device)
-        labels = torch.cat([torch.full_like(targets[:, :1], -100), targets[:, :-1]], dim=1)
         out = self.booster.execute_pipeline(
-            iter([{"input_ids": idx, "labels": labels}]),
+            iter([{"input_ids": idx, "labels": hf_labels(targets)}]),
             self.model,
             _model_loss,
-            self.optimizer,
+            optimizer,
             return_loss=True,
         )
-        loss = out.get("loss")
-        return loss.detach() if loss is not None else torch.zeros((), device=device)
+        return out.get("loss")
+
+    def _device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+
+def hf_labels(targets: torch.Tensor) -> torch.Tensor:
+    """xirang's targets as transformers' Llama ``labels`` (which it shifts itself): label t+1
+    is target t, so each row's last target is not scored."""
+    return torch.cat([torch.full_like(targets[:, :1], -100), targets[:, :-1]], dim=1)
 
 
 def _model_loss(outputs: Any, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -195,7 +230,7 @@ def booster_plugin(config: ColossalConfig, step_micro: int = 1, max_norm: float 
         tp_size=config.tp,
         pp_size=config.pp,
         zero_stage=config.zero,
-        num_microbatches=(config.micro_batches or step_micro) if config.pp > 1 else None,
+        num_microbatches=step_micro if config.pp > 1 else None,
         precision=config.precision,
         max_norm=max_norm,
         custom_policy=llama_policy(),

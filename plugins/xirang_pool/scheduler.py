@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xirang_core.cost.run_cost import charge_summary
 from xirang_core.cost.usage import run_usage
 from xirang_core.errors import XirangError
 from xirang_core.pool.client import PoolClient
 from xirang_core.pool.errors import PoolError
 from xirang_core.specs import JobSpec
 from xirang_core.train.interrupt import stop_on
+from xirang_core.train.report import SUMMARY_FILE
 from xirang_pool.watch import PoolWatch
 
 
@@ -65,8 +67,10 @@ class PoolScheduler:
         try:
             state = self._wait(job_id, until=("running",))
             if self.client.call("GET", "/v1/status").get("executor", "local") != "local":
-                return self._follow(job_id)
-            self._run_here(job_id, job, entrypoint, state)
+                self._follow(job_id)  # a cluster executor's run dir is on a shared filesystem
+            else:
+                self._run_here(job_id, job, entrypoint, state)
+            self._state_the_charge(job_id, job.run_dir)
         except KeyboardInterrupt:
             self.client.cancel(job_id)
             raise
@@ -122,6 +126,13 @@ class PoolScheduler:
             if exc.status != 409:
                 raise
             self.client.cancel(job_id)  # requeued as the run ended: nothing is left to run
+
+    def _state_the_charge(self, job_id: int, run_dir: str) -> None:
+        """The run's summary states the pool's charge for the job (one amount for one job:
+        the summary's and ``xirang cost report``'s); an unmetered pool leaves the run's quote."""
+        charge = self.client.charge(job_id)
+        if charge is not None and Path(run_dir, SUMMARY_FILE).exists():
+            charge_summary(run_dir, charge)
 
     def _follow(self, job_id: int) -> None:
         final = self._wait(job_id, until=("done", "failed", "cancelled"))

@@ -20,6 +20,7 @@ from xirang_core.cost import findings
 from xirang_core.cost.budgets import Governor, PoolBudgets
 from xirang_core.cost.meter import Meter
 from xirang_core.cost.pricebook import PriceBook
+from xirang_core.cost.run_cost import cost_fields
 from xirang_core.cost.store import CostStore
 from xirang_core.cost.usage import run_usage
 from xirang_core.pool.client import PoolClient
@@ -186,3 +187,30 @@ def test_a_cluster_executors_end_time_makes_the_idle_after_finding(tmp_path):
     finally:
         service.store.close()
         costs.close()
+
+
+def test_a_pool_runs_summary_states_the_pools_charge_for_its_job(pool, tmp_path):
+    """One job, one amount: the summary's cost is what the pool charges (and the cost store,
+    behind ``xirang cost report``, holds), not the run's own quote of its training time."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+
+    def train(folder: str) -> None:
+        """An hour on two devices, of which the loop trained 20 minutes (quoted by cost=flat)."""
+        pool.clocks.now += HOUR
+        summary = {"wall_time_s": 1200.0, "world_size": 2, "tokens": 4_000_000}
+        summary |= {"first_loss": 5.0, "final_loss": 3.0}
+        summary |= cost_fields(4_000_000, 2.0, 0.033333, "USD", "flat")
+        (Path(folder) / "summary.json").write_text(json.dumps(summary))
+
+    PoolScheduler(url=pool.url, cards=2, poll_s=0.05).launch(
+        JobSpec(str(run_dir), nproc=2, project="nlp"), train
+    )
+    now = pool.clocks.service()
+    pool.budgets.record(read_state(pool.service.store, now, usage=True), now)
+    (charge,) = pool.costs.charges()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["cost"]["amount"] == charge.amount_micro / 1e6 == 1.4  # 2 x 1 h x 0.7
+    assert summary["cost"]["policy"] == "pool" and summary["cost"]["device_s"] == 2 * HOUR
+    assert summary["tokens_per_cost"] == round(4_000_000 / 1.4, 1)
+    assert summary["loss_drop_per_cost"] == round(2.0 / 1.4, 4)

@@ -17,8 +17,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,7 +50,28 @@ class Skip:
     why: str
 
 
-_SERVICE = "needs a running pool service (tests/pool start one)"
+@dataclass(frozen=True)
+class Pool:
+    """Run with the working folder's pool service up: the ``pool`` fixture starts it with the
+    documented ``xirang pool serve --cluster cluster.yaml`` (on a free loopback port, which
+    XIRANG_POOL_URL names) the first time an entry needs it. ``serves``: the entry is that
+    command, checked by what it printed; ``commands`` spell out alternatives ({job}: a job
+    submitted just before, to cancel); empty runs the command as written; ``slow`` leaves it
+    to XIRANG_DOCS_SLOW=1."""
+
+    commands: tuple[str, ...] = ()
+    serves: bool = False
+    slow: str = ""
+
+
+@dataclass(frozen=True)
+class Export:
+    """``export NAME=<token>``: NAME is set, for the commands after it, to the newest token a
+    pool command printed (``token: ...``)."""
+
+    name: str
+
+
 _TRAINS = "a full training run (300 steps by default): minutes on two CPU cores"
 _MULTI = "several workers for a full run: minutes on two CPU cores"
 _GPU = "needs NVIDIA GPUs"
@@ -104,10 +127,15 @@ TABLE: dict[str, As | Slow | Skip] = {
     "xirang ckpt keep RUN STEP": As(("xirang ckpt keep {run} {step}",)),
     "xirang ckpt export --format hf RUN OUT": As(("xirang ckpt export --format hf {run} hf2",)),
     "xirang drill all": Slow("four drills, each a run killed, corrupted or failed and resumed"),
-    "xirang pool serve --cluster cluster.yaml": Skip("a service that runs until stopped"),
-    "python -m xirang scheduler=pool project=nlp pool.priority=high pool.cards=8": Skip(_SERVICE),
-    "xirang pool quota nlp --guaranteed 64": Skip(_SERVICE),
-    "xirang pool status | queue | jobs | cancel 12": Skip(_SERVICE),
+    "xirang pool serve --cluster cluster.yaml": Pool(serves=True),
+    "xirang pool quota nlp --guaranteed 64": Pool(),
+    "export XIRANG_POOL_TOKEN=<nlp token>": Export("XIRANG_POOL_TOKEN"),
+    "python -m xirang scheduler=pool project=nlp pool.priority=high pool.cards=8": Pool(
+        slow=_TRAINS
+    ),
+    "xirang pool status | queue | jobs | cancel 12": Pool(
+        ("xirang pool status", "xirang pool queue", "xirang pool jobs", "xirang pool cancel {job}")
+    ),
     "python -m xirang -m hydra/launcher=submitit_slurm hydra.launcher.partition=debug "
     "optim.lr=1e-3,3e-3": Skip(_SLURM),
     "xirang cost report --by team|project|device --since 7d [--csv out.csv]": As(
@@ -199,11 +227,17 @@ TABLE: dict[str, As | Slow | Skip] = {
     "xirang pool serve --cluster cluster.yaml --store postgresql://pool@db.example/pool": Skip(
         "a service and a PostgreSQL server"
     ),
-    "xirang pool quota nlp --guaranteed 64 --borrow-limit 64 --team research": Skip(_SERVICE),
-    "xirang pool quota nlp --max-priority high": Skip(_SERVICE),
-    "export XIRANG_POOL_TOKEN=<nlp token>": Skip("the token the line above printed"),
-    "xirang pool status | queue | jobs --state running | cancel 12": Skip(_SERVICE),
-    'xirang pool drain gpu-0007 --reason "ECC errors"': Skip(_SERVICE),
+    "xirang pool quota nlp --guaranteed 64 --borrow-limit 64 --team research": Pool(),
+    "xirang pool quota nlp --max-priority high": Pool(),
+    "xirang pool status | queue | jobs --state running | cancel 12": Pool(
+        (
+            "xirang pool status",
+            "xirang pool queue",
+            "xirang pool jobs --state running",
+            "xirang pool cancel {job}",
+        )
+    ),
+    'xirang pool drain gpu-0007 --reason "ECC errors"': Pool(),
     "python -m xirang -m hydra/launcher=submitit_slurm hydra.launcher.partition=debug "
     "hydra.launcher.cpus_per_task=4 hydra.launcher.timeout_min=60 optim.lr=1e-3,3e-3": Skip(_SLURM),
     # docs/tracking.md (each tracker, the profiler and both sweepers have their own tests)
@@ -256,6 +290,15 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return work
 
 
+#: what the commands so far put in the environment (the pool's URL, an exported token)
+_EXPORTED: dict[str, str] = {}
+#: the cluster file the pool commands name: two 8-GPU nodes, one of them the one docs drain
+_CLUSTER = """nodes:
+  - {name: gpu-0007, type: cuda, devices: 8}
+  - {name: gpu-0008, type: cuda, devices: 8}
+"""
+
+
 def _env(work: Path) -> dict[str, str]:
     bin_dir = str(Path(sys.executable).parent)
     return {
@@ -263,7 +306,79 @@ def _env(work: Path) -> dict[str, str]:
         "XIRANG_HOME": str(work / "home"),
         "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
         "COLUMNS": "80",  # a newcomer's terminal: what the docs show is what fits it
+        **_EXPORTED,
     }
+
+
+@dataclass
+class PoolService:
+    process: subprocess.Popen
+    printed: str  # what ``xirang pool serve`` printed as it started
+    token: str = ""  # the newest token a pool command printed (``export`` sets it)
+
+
+@pytest.fixture(scope="module")
+def pool(workspace: Path) -> Iterator[PoolService]:
+    """The documented ``xirang pool serve --cluster cluster.yaml``, on a free loopback port
+    (several test sessions may share a machine), until the module's commands are done."""
+    (workspace / "cluster.yaml").write_text(_CLUSTER)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        ["bash", "-c", f"exec xirang pool serve --cluster cluster.yaml --port {port}"],
+        cwd=workspace,
+        env=_env(workspace),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    printed = ""
+    while "operator token" not in printed:  # its last start-up line: it serves from now on
+        line = process.stdout.readline()
+        assert line, f"xirang pool serve exited {process.wait()}:\n{printed}"
+        printed += line
+    _EXPORTED["XIRANG_POOL_URL"] = f"http://127.0.0.1:{port}"
+    yield PoolService(process, printed)
+    process.terminate()
+    process.wait(timeout=30)
+    _EXPORTED.clear()
+
+
+def _pool_job(work: Path) -> str:
+    """A job of project nlp (the docs' ``cancel 12``): submitted now, with its token."""
+    from xirang_core.pool.client import PoolClient
+
+    env = _env(work)
+    client = PoolClient(env["XIRANG_POOL_URL"], env.get("XIRANG_POOL_TOKEN", ""))
+    return str(client.submit(project="nlp", cards=1)["id"])
+
+
+def _run_pooled(entry: Pool, command: DocCommand, request: pytest.FixtureRequest) -> None:
+    """A pool command with the service up (see :class:`Pool`)."""
+    if entry.slow and os.environ.get(SLOW_ENV) != "1":
+        pytest.skip(f"slow ({entry.slow}); {SLOW_ENV}=1 runs it")
+    service: PoolService = request.getfixturevalue("pool")
+    if entry.serves:
+        assert service.process.poll() is None, service.printed
+        missing = mismatch(command.output, service.printed)
+        assert not missing, f"the docs show {missing!r}; it printed {service.printed}"
+        return
+    for text in entry.commands or (command.text,):
+        work = request.getfixturevalue("workspace")
+        done = _shell(text.replace("{job}", _pool_job(work)) if "{job}" in text else text, work)
+        printed = done.stdout + done.stderr
+        service.token = [service.token, *re.findall(r"^token: (\S+)$", printed, re.M)][-1]
+        what = f"{command.where}: `{text}` printed:\n{printed[-3000:]}"
+        assert done.returncode == 0 and "Traceback" not in printed, what
+        missing = mismatch(command.output, printed, command.figures)
+        assert not missing, f"the docs show {missing!r}; {what}"
+
+
+def _export(entry: Export, request: pytest.FixtureRequest) -> None:
+    service: PoolService = request.getfixturevalue("pool")
+    assert service.token, f"no pool command before `export {entry.name}` printed a token"
+    _EXPORTED[entry.name] = service.token
 
 
 def _shell(command: str, work: Path) -> subprocess.CompletedProcess[str]:
@@ -325,10 +440,16 @@ def mismatch(shown: tuple[str, ...], printed: str, figures: bool = False) -> str
 
 @pytest.mark.slow
 @pytest.mark.parametrize("command", COMMANDS, ids=_id)
-def test_a_documented_command_works_as_written(command: DocCommand, workspace: Path) -> None:
+def test_a_documented_command_works_as_written(
+    command: DocCommand, workspace: Path, request: pytest.FixtureRequest
+) -> None:
     entry = TABLE.get(command.text)
     if command.skip or isinstance(entry, Skip):
         pytest.skip(command.skip or entry.why)
+    if isinstance(entry, Pool):
+        return _run_pooled(entry, command, request)
+    if isinstance(entry, Export):
+        return _export(entry, request)
     if isinstance(entry, Slow) and os.environ.get(SLOW_ENV) != "1":
         pytest.skip(f"slow ({entry.why}); {SLOW_ENV}=1 runs it")
     texts = entry.commands if isinstance(entry, As) else (command.text,)

@@ -15,12 +15,14 @@ shows each status.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xirang_core.cost.errors import BudgetExceeded, CostError
+from xirang_core.cost.money import from_micro
 
 if TYPE_CHECKING:
     from xirang_core.cost.meter import Meter
@@ -207,6 +209,26 @@ class PoolBudgets:
         if self.meter is None:
             return 0
         return self.governor.store.record(self.meter.pool_charges(state, now))
+
+    def job_charge(self, state: Any, job_id: int, now: float) -> dict[str, Any] | None:
+        """What the pool charges job ``job_id`` up to ``now``: every allocation it held
+        (placements, resumed ones too), priced by the same meter that fills the cost store, so
+        the run's summary can state the very amount ``xirang cost report`` shows. None when
+        the pool does not meter (no price book)."""
+        if self.meter is None:
+            return None
+        mine = dataclasses.replace(
+            state,
+            jobs=[j for j in state.jobs if j.id == job_id],
+            segments=[s for s in state.segments if s["job_id"] == job_id],
+        )
+        charges = self.meter.pool_charges(mine, now)
+        return {
+            "amount": float(from_micro(sum(c.amount_micro for c in charges))),
+            "currency": self.meter.book.currency,
+            "policy": "pool",
+            "device_s": round(sum(c.device_s for c in charges), 3),
+        }
 
     def meter_pool(self, store: PoolStore, now: float) -> int:
         """Meter what changed in the pool's store since the last tick (the service's tick)."""

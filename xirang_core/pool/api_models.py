@@ -169,6 +169,15 @@ class DeviceOut(Answer):
     job_id: int | None
 
 
+class ChargeOut(Answer):
+    """What the pool's metering charges a job so far (null where the pool does not meter)."""
+
+    amount: float
+    currency: str
+    policy: str
+    device_s: float
+
+
 class DrainOut(Answer):
     node: str
     requeued: list[int]

@@ -104,13 +104,13 @@ def _parser() -> argparse.ArgumentParser:
     drain.add_argument("--reason", default="drained by operator")
     drain.set_defaults(
         run=lambda a: _print(
-            a, _client(a).call("POST", f"/v1/nodes/{a.node}/drain", {"reason": a.reason})
+            a, _operator_client(a).call("POST", f"/v1/nodes/{a.node}/drain", {"reason": a.reason})
         )
     )
     undrain = sub.add_parser("undrain", help="put a node back into service")
     undrain.add_argument("node")
     undrain.set_defaults(
-        run=lambda a: _print(a, _client(a).call("POST", f"/v1/nodes/{a.node}/undrain", {}))
+        run=lambda a: _print(a, _operator_client(a).call("POST", f"/v1/nodes/{a.node}/undrain", {}))
     )
 
     simulate = sub.add_parser("simulate", help="replay a job trace under policies")
@@ -128,6 +128,17 @@ def _parser() -> argparse.ArgumentParser:
 
 def _client(args: argparse.Namespace) -> PoolClient:
     return PoolClient(args.url, args.token)
+
+
+def _operator_client(args: argparse.Namespace) -> PoolClient:
+    """For the operator's commands (setting a quota, drain, undrain): ``--token``, else
+    XIRANG_POOL_OPERATOR_TOKEN, else the token file ``xirang pool serve`` wrote beside its
+    default state on this machine, else XIRANG_POOL_TOKEN (a project's: the service then
+    answers that the operator's token is needed). A project's exported token never shadows
+    the operator's own."""
+    token_file = _beside_state(str(xirang_home() / "pool.db"), ".operator-token")
+    kept = token_file.read_text().strip() if token_file.is_file() else ""
+    return PoolClient(args.url, args.token or os.environ.get(OPERATOR_TOKEN_ENV) or kept)
 
 
 def _print(args: argparse.Namespace, answer: Any) -> int:
@@ -152,7 +163,7 @@ def _quota(args: argparse.Namespace) -> int:
     for key in ("guaranteed", "borrow_limit", "team", "max_priority"):
         if getattr(args, key) is not None:
             body[key] = getattr(args, key)
-    return _print(args, _client(args).call("PUT", f"/v1/projects/{args.project}", body))
+    return _print(args, _operator_client(args).call("PUT", f"/v1/projects/{args.project}", body))
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -57,5 +57,9 @@ class PoolClient:
         body: dict[str, Any] = {"ok": ok, **({"usage": usage} if usage else {})}
         return self.call("POST", f"/v1/jobs/{job_id}/complete", body)
 
+    def charge(self, job_id: int) -> dict[str, Any] | None:
+        """What the pool charges the job so far (None when the pool does not meter)."""
+        return self.call("GET", f"/v1/jobs/{job_id}/charge")
+
     def cancel(self, job_id: int) -> dict[str, Any]:
         return self.call("DELETE", f"/v1/jobs/{job_id}")

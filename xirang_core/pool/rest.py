@@ -11,6 +11,7 @@ headers, connections, time) are :class:`~xirang_core.web.server.Limits`.
     DELETE /v1/jobs/<id>                  cancel
     POST   /v1/jobs/<id>/complete         {"ok": true, "usage": {...}}: the job's executor reports
                                           its end (usage: utilisation, run_ended_at)
+    GET    /v1/jobs/<id>/charge           what the pool's metering charges the job so far
     GET    /v1/queue                      queued jobs in order, with positions
     GET    /v1/projects                   quotas and usage
     PUT    /v1/projects/<name>            create/edit quota (operator); returns a new token once
@@ -103,6 +104,10 @@ def _routes(pool: PoolService) -> APIRouter:
         body = body or m.CompleteIn()
         usage = body.usage.model_dump(exclude_unset=True) if body.usage else {}
         return pool.complete(you, job_id, body.ok, usage)
+
+    @router.get("/jobs/{job_id}/charge", response_model=m.ChargeOut | None)
+    def charge(you: Who, job_id: JobId) -> Any:
+        return pool.job_charge(you, job_id)
 
     @router.get("/queue", response_model=list[m.QueuedOut])
     def queue(you: Who) -> Any:

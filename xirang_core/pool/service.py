@@ -298,6 +298,16 @@ class PoolService:
             self._visible(who, job)
             return describe(job)
 
+    def job_charge(self, who: str, job_id: int) -> dict[str, Any] | None:
+        """The job's charge so far, as the pool's metering prices it (None: not metered)."""
+        from xirang_core.console.state import read_state
+
+        with self.lock:
+            self._visible(who, self.engine.job(job_id))
+            now = self.clock()
+            state = read_state(self.store, now, usage=True)
+        return self.budgets.job_charge(state, job_id, now)
+
     def jobs(self, who: str, state: str = "") -> list[dict[str, Any]]:
         with self.lock:
             jobs = self.engine.jobs.values()

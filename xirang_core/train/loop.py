@@ -331,7 +331,11 @@ class Trainer:
             TextColumn("ETA"),
             TimeRemainingColumn(),
         )
-        with Progress(*columns, redirect_stdout=False, redirect_stderr=False) as progress:
+        # 2 redraws a second, not rich's 10: a terminal redraw costs about 1 ms of CPU on the
+        # training process (measured), 1% of a core at 10 Hz, and an ETA needs no more
+        with Progress(
+            *columns, refresh_per_second=2, redirect_stdout=False, redirect_stderr=False
+        ) as progress:
             task = progress.add_task("train", total=self.settings.max_steps, loss="-", tps="-")
 
             def advance(step: int, record: dict[str, Any] | None) -> None:

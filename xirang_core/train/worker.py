@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 import yaml
 
+from xirang_core.cost.run_cost import cost_fields
 from xirang_core.data.tokens import TokenBatches
 from xirang_core.data.training import run_batches
 from xirang_core.errors import ConfigError
@@ -221,7 +222,7 @@ def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry
     last_step = trainer.pruned_at or parts.settings.max_steps  # a pruned trial ends early
     guard.finish(last_step)
     wall = time.perf_counter() - started
-    if not ctx.is_main and ctx.mesh is None:
+    if not ctx.is_main and not split_model(parts):
         return
     with trainer.precision.autocast():
         val_loss = held_out_loss(parts)
@@ -244,10 +245,23 @@ def held_out_loss(parts: Assembly) -> float | None:
     """The validation loss. A split model evaluates on every worker together (their forwards
     exchange shards); a replicated one only on the main worker (None on the others)."""
     ctx = parts.ctx
-    if ctx.mesh is None and not ctx.is_main:
+    if not split_model(parts) and not ctx.is_main:
         return None
-    evaluated = parts.wrapped if ctx.mesh is not None else parts.model
+    evaluated = parts.wrapped if split_model(parts) else trained_model(parts)
     return evaluate(evaluated, parts.val, ctx.device, EVAL_BATCHES)
+
+
+def split_model(parts: Assembly) -> bool:
+    """Whether the workers hold parts of one model (a mesh's split, or a strategy that splits
+    with its own groups, such as Colossal-AI's hybrid_parallel), so that evaluating and
+    sampling it take every worker together."""
+    return parts.ctx.mesh is not None or getattr(parts.strategy, "splits_model", False)
+
+
+def trained_model(parts: Assembly) -> torch.nn.Module:
+    """The module training changes: the model, or the strategy's stand-in for it
+    (hybrid_parallel trains the Llama's Hugging Face twin and leaves the model untouched)."""
+    return getattr(parts.strategy, "trained", None) or parts.model
 
 
 def final_sample(config: dict[str, Any], parts: Assembly) -> str:
@@ -259,7 +273,7 @@ def final_sample(config: dict[str, Any], parts: Assembly) -> str:
     stance = torch.compiler.set_stance("force_eager") if config["trainer"]["compile"] else None
     with stance or contextlib.nullcontext():
         tokenizer = parts.train.tokenizer
-        return sample_text(parts.model, config["trainer"], parts.ctx.device, tokenizer)
+        return sample_text(trained_model(parts), config["trainer"], parts.ctx.device, tokenizer)
 
 
 def loop_figures(trainer: Trainer) -> dict[str, Any]:
@@ -318,14 +332,12 @@ def summarize(
         "data_snapshot": config["data"].get("snapshot", ""),
         "data_tokens": parts.train.tokens_seen(last["step"]),  # per source, inputs
         "device": runtime["device_model"],
-        "cost": {
-            "amount": quote.amount,
-            "currency": quote.currency,
-            "policy": config["cost"]["name"],
-        },
-        "tokens_per_cost": round(tokens / quote.amount, 1) if quote.amount else None,
-        "loss_drop_per_cost": (
-            round((first["loss"] - last["loss"]) / quote.amount, 4) if quote.amount else None
+        **cost_fields(
+            tokens,
+            first["loss"] - last["loss"],
+            quote.amount,
+            quote.currency,
+            config["cost"]["name"],
         ),
         **comm_report(parts, last["step"]),
     }

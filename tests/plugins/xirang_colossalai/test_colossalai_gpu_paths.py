@@ -40,6 +40,12 @@ class Booster:
         self.boosted.append(model)
         return model, optimizer, None, None, None
 
+    def execute_pipeline(self, data, model, criterion, optimizer=None, return_loss=False) -> dict:
+        """One stage holding every layer: the schedule's loss is the criterion's."""
+        self.optimizers = [*getattr(self, "optimizers", []), optimizer]
+        batch = next(data)
+        return {"loss": criterion(model(**batch), batch)}
+
 
 @pytest.fixture
 def made(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, Any]]:
@@ -137,3 +143,73 @@ def test_hybrid_parallel_refuses_a_non_llama_hf_config(tmp_path) -> None:
         compose(
             ["model=hf", f"model.config={tmp_path}", "tokenizer=bytes", "data.seq_len=16", *HYBRID]
         )
+
+
+class HeldOut:
+    """Fixed held-out batches (what the worker's ``val`` reader hands ``evaluate``)."""
+
+    def __init__(self, n: int, seq_len: int) -> None:
+        seed = torch.Generator().manual_seed(1)
+        rows = torch.randint(0, 256, (n, 2, seq_len + 1), generator=seed)
+        self.batches = [(r[:, :-1], r[:, 1:]) for r in rows]
+
+    def get(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.batches[i % len(self.batches)]
+
+
+def test_hybrid_parallel_evaluates_and_samples_the_twin_it_trained(made) -> None:
+    """model=llama under hybrid_parallel trains the Hugging Face twin: the run's validation
+    loss and sample must come from it, not from the Llama it was copied from."""
+    from xirang_tokenizers.bytes import ByteTokenizer
+
+    from xirang_core.train.loop import evaluate
+    from xirang_core.train.worker import (
+        EVAL_BATCHES,
+        Assembly,
+        final_sample,
+        held_out_loss,
+        sample_text,
+    )
+
+    config = compose([*TINY_LLAMA, "trainer.sample_tokens=12"])
+    model = tiny_llama(config)
+    strategy = ColossalStrategy(plugin="hybrid_parallel")
+    twin = strategy.wrap(model, gpu_ctx(config))
+    val, cpu = HeldOut(EVAL_BATCHES, 16), torch.device("cpu")
+    for _ in range(15):  # what the loop does to the boosted model: its optimizer's steps
+        twin(*val.get(0)).backward()
+        strategy.optimizer.step()
+        strategy.optimizer.zero_grad()
+    tokenizer = ByteTokenizer("\n\n")
+    parts = Assembly(
+        ctx=WorkerContext(0, 0, 1, cpu, "", config),
+        model=model,
+        wrapped=twin,
+        optimizer=strategy.optimizer,
+        train=types.SimpleNamespace(corpus=types.SimpleNamespace(tokenizer=tokenizer)),
+        val=val,
+        settings=None,
+        strategy=strategy,
+    )
+    trained, untrained = (evaluate(m, val, cpu, EVAL_BATCHES) for m in (twin, model))
+    assert trained < untrained - 0.1  # the twin learned; the Llama did not move
+    assert held_out_loss(parts) == pytest.approx(trained)
+    sample = final_sample(config, parts)
+    assert sample == sample_text(twin, config["trainer"], cpu, tokenizer)
+    assert sample != sample_text(model, config["trainer"], cpu, tokenizer)
+
+
+def test_hybrid_parallel_with_a_pipeline_evaluates_forward_only(made) -> None:
+    """pp > 1: no plain forward runs on a stage; the held-out loss comes from Colossal-AI's
+    schedule without an optimizer (forwards only), over a step's micro-batches per run."""
+    from xirang_core.train.loop import evaluate
+
+    config = compose(TINY_LLAMA)
+    strategy = ColossalStrategy(plugin="hybrid_parallel", pp=2)
+    twin = strategy.wrap(tiny_llama(config), gpu_ctx(config))
+    val, cpu = HeldOut(4, 16), torch.device("cpu")
+    pipelined = evaluate(twin, val, cpu, 2)  # through twin.xirang_eval
+    assert strategy.booster.optimizers == [None, None]  # forward-only runs, one per batch
+    twin.xirang_eval = None  # the same batches through the twin's own forward
+    plain = evaluate(twin, HeldOut(4, 16), cpu, 2 * strategy.micro_batches)
+    assert pipelined == pytest.approx(plain, rel=0.05)  # transformers skips each row's last target
