@@ -186,7 +186,7 @@ def test_hybrid_parallel_evaluates_and_samples_the_twin_it_trained(made) -> None
         model=model,
         wrapped=twin,
         optimizer=strategy.optimizer,
-        train=types.SimpleNamespace(corpus=types.SimpleNamespace(tokenizer=tokenizer)),
+        train=types.SimpleNamespace(tokenizer=tokenizer),
         val=val,
         settings=None,
         strategy=strategy,
