@@ -22,7 +22,15 @@ from xirang_core.train.resume import latest_saved_step
 
 pytestmark = pytest.mark.slow
 
-RUN = (*ONE_LAYER_GPT, "parallel=ddp", "trainer.log_every=1", "trainer.sample_tokens=0")
+# one thread per worker on both sides: a launcher sizes its workers' threads by the workers of
+# its own node, and here the two "nodes" share one machine's cores
+RUN = (
+    *ONE_LAYER_GPT,
+    "parallel=ddp",
+    "trainer.log_every=1",
+    "trainer.sample_tokens=0",
+    "trainer.threads=1",
+)
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
 
 
