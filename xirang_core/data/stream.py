@@ -130,8 +130,29 @@ class TokenSource:
         with self._lock:
             for i, row in enumerate(np.asarray(rows, dtype=np.int64)):
                 epoch, r = divmod(int(row), self.rows_per_epoch)
-                out[i] = self._slice(epoch, r * span, span)
+                out[i] = self._slice(epoch, self._shuffled(epoch, r) * span, span)
         return out
+
+    def _shuffled(self, epoch: int, row: int) -> int:
+        """The packed row that epoch row ``row`` reads: rows are shuffled inside their block.
+
+        Consecutive rows of the stream are consecutive pieces of the same documents, so a step
+        of them would see one or two documents; a seeded permutation of each block's rows
+        (the row that runs into the next block stays last) gives a step rows from all over the
+        block, still reading one block at a time and every row once an epoch."""
+        if not self.read.shuffle:
+            return row
+        plan, span = self.plan(epoch), self.read.span
+        block = int(np.searchsorted(plan.cum, row * span, side="right")) - 1
+        first = -(-int(plan.cum[block]) // span)  # the first row starting in the block
+        count = -(-int(plan.cum[block + 1]) // span) - first - 1  # its rows but the last
+        if row - first >= count:
+            return row
+        return first + int(self._row_order(epoch, block, count)[row - first])
+
+    @lru_cache(maxsize=4)  # noqa: B019 - the blocks being read, owned by this object
+    def _row_order(self, epoch: int, block: int, count: int) -> np.ndarray:
+        return np.random.default_rng([self.read.seed, epoch, block]).permutation(count)
 
     def val_rows(self, rows: np.ndarray) -> np.ndarray:
         """Held-out rows (cycling); the training rows when nothing long enough is held out."""
