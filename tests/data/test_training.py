@@ -57,13 +57,16 @@ def test_a_step_reads_the_same_rows_on_any_number_of_ranks(make_dataset: Make) -
 def test_an_epoch_of_rows_packs_every_training_token_once_in_the_epoch_order(
     make_dataset: Make,
 ) -> None:
-    """Rows run on across document boundaries: one epoch's rows laid end to end are the
-    training documents (each with its end marker) in the reader's epoch order."""
+    """Rows run on across document boundaries: one epoch's rows, put back in packing order,
+    laid end to end are the training documents (each with its end marker) in the reader's
+    epoch order; the epoch reads them shuffled inside their blocks, each once."""
     tier, snap = make_dataset(n=100, per_shard=20)
     train, _ = run_batches(config(tier.root), 0, 1, 5, 1)
     source = train.sources[0].source
     rows = source.rows_per_epoch
-    stream = np.concatenate(train.rows(np.arange(rows)).tolist())
+    packed = np.array([source.packed_row(0, r) for r in range(rows)])
+    assert sorted(packed) == list(range(rows)) and not np.array_equal(packed, np.arange(rows))
+    stream = np.concatenate(train.rows(np.arange(rows))[np.argsort(packed)].tolist())
     order = EpochOrder(tuple(s.samples for s in snap.shards), 7, 0, True, 4).samples
     texts = {i: s["text"].encode() + b"\n\n" for i, s in enumerate(samples(100))}
     expected = b"".join(texts[int(i)] for i in order if i < source.n_train)

@@ -130,10 +130,10 @@ class TokenSource:
         with self._lock:
             for i, row in enumerate(np.asarray(rows, dtype=np.int64)):
                 epoch, r = divmod(int(row), self.rows_per_epoch)
-                out[i] = self._slice(epoch, self._shuffled(epoch, r) * span, span)
+                out[i] = self._slice(epoch, self.packed_row(epoch, r) * span, span)
         return out
 
-    def _shuffled(self, epoch: int, row: int) -> int:
+    def packed_row(self, epoch: int, row: int) -> int:
         """The packed row that epoch row ``row`` reads: rows are shuffled inside their block.
 
         Consecutive rows of the stream are consecutive pieces of the same documents, so a step
