@@ -30,7 +30,11 @@ MN_BR="${MN_BR:-xrbr0}"
 MN_NET="${MN_NET:-10.250.0}"                  # /24 prefix: .1 = controller, .1i = node i
 MN_NS_PREFIX="${MN_NS_PREFIX:-xrn}"
 MN_CTLD_PORT="${MN_CTLD_PORT:-6917}"          # not 6817, so a single-node Slurm can coexist
-MN_CPUS="${MN_CPUS:-$(nproc)}"                 # CPUs each node advertises (all share the host)
+# CPUs each node advertises (all share the host). `--all`, and slurmd started on every CPU
+# below: a caller pinned to fewer (a test process that set its affinity) must not make a
+# restarted node register fewer CPUs than the config says (Slurm then sets it INVAL)
+MN_CPUS="${MN_CPUS:-$(nproc --all)}"
+MN_ALL_CPUS="0-$(( $(nproc --all) - 1 ))"
 MN_MEM_MB="${MN_MEM_MB:-2048}"
 CONF="$MN_DIR/etc/slurm.conf"
 HOSTS_TAG="# multinode-slurm ($MN_BR)"
@@ -196,7 +200,7 @@ slurmd_up() {
         mount --bind /etc/netns/$ns/hosts /etc/hosts &&
         mount --bind /etc/netns/$ns/resolv.conf /etc/resolv.conf &&
         hostname node$i &&
-        SLURM_CONF='$CONF' exec slurmd -f '$CONF' -N node$i"
+        SLURM_CONF='$CONF' exec taskset -c '$MN_ALL_CPUS' slurmd -f '$CONF' -N node$i"
 }
 
 cluster_running() {

@@ -72,7 +72,8 @@ class MultiNodeSlurm:
 
     def restore(self) -> None:
         """Start what is missing again (a killed node's slurmd: its replacement)."""
-        subprocess.run(["bash", str(MULTINODE_SERVICE), "up"], check=True, capture_output=True)
+        done = subprocess.run(["bash", str(MULTINODE_SERVICE), "up"], capture_output=True, text=True)
+        assert done.returncode == 0, f"{MULTINODE_SERVICE} up failed:\n{done.stdout}{done.stderr}"
 
 
 @pytest.fixture(scope="session")
