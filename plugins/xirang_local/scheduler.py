@@ -224,17 +224,36 @@ def _stopped_by_peer(exc: Any, job: JobSpec) -> RunInterrupted | None:
     return RunInterrupted(f"run stopped on another node: {recovery_note(job.run_dir)}")
 
 
-def _failure_detail(exc: Any) -> str:
-    """The last line of the first failed worker's error (its exception), or its exit code."""
-    _, failure = exc.get_first_failure()
+#: what a worker raises when a peer died first: the symptom, not the cause
+_PEER_LOST = ("gloo", "nccl", "connection closed by peer", "connection reset")
+
+
+def _root_failure(exc: Any) -> tuple[int, Any]:
+    """The failed worker to report: the first whose error is not a lost peer (a worker that
+    raised takes its collectives down with it, and a peer may record that first)."""
+    ordered = sorted(exc.failures.items(), key=lambda item: item[1].timestamp)
+    for rank, failure in ordered:
+        if not any(word in _message(failure).lower() for word in _PEER_LOST):
+            return rank, failure
+    return exc.get_first_failure()
+
+
+def _message(failure: Any) -> str:
     message = failure.message
     if isinstance(message, dict):
         message = message.get("message", message)
-    return str(message).strip().splitlines()[-1] if message else f"exit code {failure.exitcode}"
+    return str(message or "")
+
+
+def _failure_detail(exc: Any) -> str:
+    """The last line of the reported worker's error (its exception), or its exit code."""
+    _, failure = _root_failure(exc)
+    message = _message(failure).strip()
+    return message.splitlines()[-1] if message else f"exit code {failure.exitcode}"
 
 
 def _describe_failure(exc: Any, job: JobSpec, nproc: int, restarts: int) -> str:
-    rank, _ = exc.get_first_failure()
+    rank, _ = _root_failure(exc)
     return (
         f"worker rank {rank} of {nproc} failed after {restarts} restart(s): {_failure_detail(exc)} "
         f"(run directory {job.run_dir}; {recovery_note(job.run_dir)})"
