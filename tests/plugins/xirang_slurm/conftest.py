@@ -72,7 +72,9 @@ class MultiNodeSlurm:
 
     def restore(self) -> None:
         """Start what is missing again (a killed node's slurmd: its replacement)."""
-        done = subprocess.run(["bash", str(MULTINODE_SERVICE), "up"], capture_output=True, text=True)
+        done = subprocess.run(
+            ["bash", str(MULTINODE_SERVICE), "up"], capture_output=True, text=True
+        )
         assert done.returncode == 0, f"{MULTINODE_SERVICE} up failed:\n{done.stdout}{done.stderr}"
 
 
