@@ -23,3 +23,12 @@ class PluginError(XirangError):
 
 class DataError(XirangError):
     """Input data is missing, corrupt, or does not match what the run pinned."""
+
+
+#: what a worker raises when a peer died first: the symptom, not the cause
+_PEER_LOST = ("gloo", "nccl", "connection closed by peer", "connection reset")
+
+
+def peer_lost(message: str) -> bool:
+    """Whether an error reads as a broken collective (a peer went away), not a cause."""
+    return any(word in message.lower() for word in _PEER_LOST)

@@ -28,7 +28,7 @@ from typing import Any
 
 from xirang_core.checkpoint.events import read_events, record_event, recovery_note
 from xirang_core.checkpoint.manager import RESTART_ENV
-from xirang_core.errors import ConfigError, XirangError
+from xirang_core.errors import ConfigError, XirangError, peer_lost
 from xirang_core.faults.health import DEVICES_ENV
 from xirang_core.parallel.plan import workers_problem
 from xirang_core.plugins import get_registry
@@ -224,16 +224,12 @@ def _stopped_by_peer(exc: Any, job: JobSpec) -> RunInterrupted | None:
     return RunInterrupted(f"run stopped on another node: {recovery_note(job.run_dir)}")
 
 
-#: what a worker raises when a peer died first: the symptom, not the cause
-_PEER_LOST = ("gloo", "nccl", "connection closed by peer", "connection reset")
-
-
 def _root_failure(exc: Any) -> tuple[int, Any]:
     """The failed worker to report: the first whose error is not a lost peer (a worker that
     raised takes its collectives down with it, and a peer may record that first)."""
     ordered = sorted(exc.failures.items(), key=lambda item: item[1].timestamp)
     for rank, failure in ordered:
-        if not any(word in _message(failure).lower() for word in _PEER_LOST):
+        if not peer_lost(_message(failure)):
             return rank, failure
     return exc.get_first_failure()
 

@@ -21,7 +21,7 @@ import yaml
 from xirang_core.cost.run_cost import cost_fields
 from xirang_core.data.tokens import TokenBatches
 from xirang_core.data.training import run_batches
-from xirang_core.errors import ConfigError
+from xirang_core.errors import ConfigError, peer_lost
 from xirang_core.faults import RunGuard
 from xirang_core.faults.health import local_device
 from xirang_core.hookcall import notify
@@ -39,6 +39,8 @@ from xirang_core.train.segments import SegmentLog, WholeRun
 
 CONFIG_FILE = "config.yaml"
 EVAL_BATCHES = 8
+#: how long a worker whose collective broke waits before failing (its peer fails first)
+PEER_GRACE_S = 3.0
 
 
 @dataclass
@@ -69,6 +71,10 @@ def main(run_dir: str, config: dict[str, Any] | None = None) -> None:
         train_and_report(config, parts, registry)
     except BaseException as exc:
         notify(registry.hook, "xirang_on_fault", tolerate=True, ctx=ctx, error=exc)
+        if ctx.world_size > 1 and peer_lost(str(exc)):
+            # a symptom of another worker's failure: let that one's error reach the launcher
+            # first, so the run's message names the cause
+            time.sleep(PEER_GRACE_S)
         raise
     finally:
         if dist.is_initialized():
