@@ -8,21 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import ONE_LAYER_GPT
 from xirang_core.checkpoint.events import read_events
 from xirang_core.faults.drill import run_drill, same_weights, train_run, with_defaults
 
 pytestmark = pytest.mark.slow
 
-SMALL = [
-    "model=gpt_tiny",
-    "tokenizer=bytes",
-    "model.n_layer=1",
-    "model.n_embd=32",
-    "model.n_head=2",
-    "data.seq_len=32",
-    "trainer.global_batch=4",
-    "trainer.max_steps=16",
-]
+SMALL = [*ONE_LAYER_GPT, "trainer.max_steps=16"]
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ evicts the one needed furthest in the future.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -132,3 +133,17 @@ class ShardFetcher:
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+class ProcessFetcher:
+    """A :class:`ShardFetcher` made on first use in each process: a reader or source pickled
+    into a data-loader worker, or forked, reopens its origin there instead of sharing one.
+    Owners set ``origin``, ``snap``, ``tiers``, ``_fetcher = None`` and ``_pid``."""
+
+    @property
+    def fetcher(self) -> ShardFetcher:
+        if self._fetcher is None or self._pid != os.getpid():
+            origin = self.origin if self._pid == os.getpid() else self.origin.reopened()
+            self._fetcher = ShardFetcher(origin, self.snap.shards, self.tiers)
+            self._pid = os.getpid()
+        return self._fetcher

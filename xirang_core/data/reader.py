@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute  # imported once here, not lazily in every data-loader worker
 import torch
 
-from xirang_core.data.fetch import ShardFetcher, TierSettings
+from xirang_core.data.fetch import ProcessFetcher, ShardFetcher, TierSettings
 from xirang_core.data.order import EpochOrder, Partition
 from xirang_core.data.snapshot import Snapshot
 from xirang_core.errors import DataError
@@ -40,7 +40,7 @@ class ReadSettings:
     rank: int = 0
 
 
-class ShardReader(torch.utils.data.IterableDataset):
+class ShardReader(ProcessFetcher, torch.utils.data.IterableDataset):
     """Batches of one rank; in a DataLoader, its workers take turns so batches stay in order."""
 
     def __init__(
@@ -146,15 +146,6 @@ class ShardReader(torch.utils.data.IterableDataset):
     def _upcoming(self, order: EpochOrder, first_use: np.ndarray, here: int) -> list[int]:
         later = [int(s) for s in order.shard_sequence if first_use[s] > here]
         return sorted(later, key=lambda s: first_use[s])
-
-    @property
-    def fetcher(self) -> ShardFetcher:
-        """Created on first use, so the reader pickles into data-loader worker processes."""
-        if self._fetcher is None or self._pid != os.getpid():
-            origin = self.origin if self._pid == os.getpid() else self.origin.reopened()
-            self._fetcher = ShardFetcher(origin, self.snap.shards, self.tiers)
-            self._pid = os.getpid()
-        return self._fetcher
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_fetcher": None}

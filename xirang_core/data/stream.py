@@ -27,7 +27,7 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 
-from xirang_core.data.fetch import ShardFetcher, TierSettings
+from xirang_core.data.fetch import ProcessFetcher, ShardFetcher, TierSettings
 from xirang_core.data.order import EpochOrder
 from xirang_core.data.snapshot import Snapshot
 from xirang_core.data.token_shards import check_dtype
@@ -61,7 +61,7 @@ class _Plan:
     block_of: np.ndarray  # shard -> its block
 
 
-class TokenSource:
+class TokenSource(ProcessFetcher):
     """Packed rows of one token snapshot: training rows by epoch, held-out rows from the tail."""
 
     def __init__(
@@ -223,15 +223,6 @@ class TokenSource:
         where = self.snap.shards[shard].key
         check_dtype(values.dtype, self.read.vocab_size, where, self.read.rebuild)
         return np.asarray(column.offsets), values
-
-    @property
-    def fetcher(self) -> ShardFetcher:
-        """Created on first use in each process, so a source survives a fork."""
-        if self._fetcher is None or self._pid != os.getpid():
-            origin = self.origin if self._pid == os.getpid() else self.origin.reopened()
-            self._fetcher = ShardFetcher(origin, self.snap.shards, self.tiers)
-            self._pid = os.getpid()
-        return self._fetcher
 
     def close(self) -> None:
         if self._fetcher is not None:
