@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import QUICK
+from tests.conftest import ONE_LAYER_GPT, QUICK
 
 NARROW = {"COLUMNS": "80"}
 
@@ -34,7 +34,7 @@ def test_the_plugin_listing_fits_80_columns() -> None:
 
 @pytest.mark.slow
 def test_the_sweep_table_fits_80_columns(run_xirang) -> None:
-    done = run_xirang("-m", "optim.lr=1e-3,3e-3", *QUICK, env=NARROW)
+    done = run_xirang("-m", "optim.lr=1e-3,3e-3", *ONE_LAYER_GPT, *QUICK, env=NARROW)
     assert done.returncode == 0, done.stderr[-2000:]
     table = done.stdout.split("sweep results (best first)", 1)[1]
     assert fits(table.split("every job's figures", 1)[0]), table

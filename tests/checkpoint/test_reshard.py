@@ -10,6 +10,7 @@ import pytest
 import torch.multiprocessing as mp
 
 from tests.checkpoint.dist_worker import run
+from tests.conftest import ONE_LAYER_GPT
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +52,7 @@ def _losses(run_dir: Path) -> dict[int, float]:
 def test_a_run_saved_under_fsdp_resumes_under_tensor_parallel(run_xirang, tmp_path: Path) -> None:
     """The real run end to end: ZeRO-3 shards on 2 workers, resumed as tensor-parallel shards
     on 2 workers, continues the single-process trajectory."""
-    quick = ["trainer.log_every=1", "trainer.sample_tokens=16", "trainer.threads=1"]
+    quick = [*ONE_LAYER_GPT, "trainer.log_every=1", "trainer.sample_tokens=16", "trainer.threads=1"]
     runs = {name: tmp_path / name for name in ("whole", "fsdp", "tp")}
     two = ["trainer.nproc=2"]
     steps = {
