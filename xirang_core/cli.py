@@ -96,11 +96,16 @@ def _train(args: list[str]) -> int:
 
     @hydra.main(version_base="1.3", config_path="pkg://xirang_conf", config_name="config")
     def app(cfg: Any) -> float:
-        """One run; Hydra's sweeper gets its ``sweep.objective`` (summary.json has the rest)."""
-        from xirang_core.run import launch
+        """One run; Hydra's sweeper gets its ``sweep.objective`` (summary.json has the rest).
+        The config is checked before the run's modules load torch and the data stack, so a bad
+        one is refused without paying for them."""
+        from xirang_core.config import validate
         from xirang_core.sweep.objective import objective_value
 
         try:
+            validate(cfg, registry)
+            from xirang_core.run import launch
+
             return objective_value(launch(cfg), cfg.sweep)
         except XirangError as exc:  # inside Hydra: report plainly instead of its traceback
             report_error(exc)

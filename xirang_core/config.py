@@ -240,6 +240,7 @@ def validate(cfg: DictConfig, registry: Registry) -> dict[str, Any]:
     _check_pretrained(data["model"], registry)  # against the settled shape, vocabulary included
     _check_batch(data)
     _check_choices(data["trainer"], data["optim"], registry)
+    _check_optim(data["optim"])
     _check_profile(data["trainer"])
     _check_strategy(data, registry)
     return data
@@ -433,6 +434,25 @@ def _check_choices(trainer: dict[str, Any], optim: dict[str, Any], registry: Reg
             f"trainer.eval_every={trainer['eval_every']}: must be 0 (evaluate at the end only) "
             f"or a step interval of at least 1"
         )
+
+
+#: optim settings and the range each must lie in, as the optimizers would refuse them only
+#: after the workers start (``betas`` in ``[0, 1)``, a positive learning rate)
+OPTIM_RANGES = (
+    ("lr", lambda v: v > 0, "> 0"),
+    ("min_lr", lambda v: v >= 0, ">= 0"),
+    ("weight_decay", lambda v: v >= 0, ">= 0"),
+    ("beta1", lambda v: 0 <= v < 1, "in [0, 1)"),
+    ("beta2", lambda v: 0 <= v < 1, "in [0, 1)"),
+    ("warmup_steps", lambda v: v >= 0, ">= 0"),
+)
+
+
+def _check_optim(optim: dict[str, Any]) -> None:
+    """Each optimizer setting in its range, refused before any worker starts."""
+    for key, ok, valid in OPTIM_RANGES:
+        if not ok(optim[key]):
+            raise ConfigError(f"optim.{key}={optim[key]}: must be {valid}")
 
 
 def _check_profile(trainer: dict[str, Any]) -> None:
