@@ -90,7 +90,7 @@ def test_cfg_job_prints_the_composed_config():
         (["cost.prices.cpu=-1"], "cost.prices: prices must be >= 0"),
         (["+parallel.bucket_mb=1", "parallel=ddp"], "parallel.bucket_mb: no such setting"),
         (["frobnicate"], "unknown command 'frobnicate'"),
-        (["optim.lr=-1"], "optim.lr=-1.0: must be > 0"),
+        (["optim.lr=-1"], "optim.lr=-1.0: must be >= 0"),
         (["optim.beta2=1.5"], "optim.beta2=1.5: must be in [0, 1)"),
         (["optim.warmup_steps=-5"], "optim.warmup_steps=-5: must be >= 0"),
     ],

@@ -437,9 +437,9 @@ def _check_choices(trainer: dict[str, Any], optim: dict[str, Any], registry: Reg
 
 
 #: optim settings and the range each must lie in, as the optimizers would refuse them only
-#: after the workers start (``betas`` in ``[0, 1)``, a positive learning rate)
+#: after the workers start (``betas`` in ``[0, 1)``, no negative rate)
 OPTIM_RANGES = (
-    ("lr", lambda v: v > 0, "> 0"),
+    ("lr", lambda v: v >= 0, ">= 0"),
     ("min_lr", lambda v: v >= 0, ">= 0"),
     ("weight_decay", lambda v: v >= 0, ">= 0"),
     ("beta1", lambda v: 0 <= v < 1, "in [0, 1)"),
