@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 from xirang_core.config import AUTO, PRECISIONS, compose, validate
 from xirang_core.data.tokenizer import resolve_tokenizer
 from xirang_core.data.training import resolve_dataset
+from xirang_core.devices.choice import collective_for, pick_device
 from xirang_core.errors import ConfigError
 from xirang_core.parallel.resolve import resolve_parallel
 from xirang_core.plugins import Registry, get_registry
@@ -141,14 +142,6 @@ def resolve_runtime(config: dict[str, Any], registry: Registry) -> dict[str, Any
     }
 
 
-def collective_for(config: dict[str, Any], registry: Registry, backend: DeviceBackend) -> str:
-    """The process-group backend of a run: the device's own, or what ``comm`` picks for it."""
-    comm = config["comm"]
-    if comm["name"] == AUTO:
-        return backend.collective_backend()
-    return registry.create("comm", comm).backend_for(backend.type)
-
-
 def check_trainer_support(config: dict[str, Any], backend: DeviceBackend) -> None:
     """``trainer.precision`` and ``trainer.compile`` against what the device and the plan can
     do, in the launching process: a ConfigError before any worker starts."""
@@ -180,32 +173,6 @@ def compute_dtype(precision: str, device_type: str, calibration: Any) -> str:
     if dtype == "float32" and device_type == "cuda" and "tfloat32" in calibration.matmul_tflops:
         return "tfloat32"
     return dtype
-
-
-def pick_device(registry: Registry) -> str:
-    """The highest-priority device backend whose hardware is present and usable. Hardware that
-    is present but unusable (a torch build without its kernels, a driver too old) is never
-    passed over silently: one warning line names it and why, then the next backend is taken."""
-    specs = sorted(
-        (registry.spec("device", n) for n in registry.names("device")),
-        key=lambda s: -getattr(s, "priority", 0),
-    )
-    reasons = []
-    for spec in specs:
-        if spec.missing():
-            reasons.append(f"{spec.name}: needs {', '.join(spec.missing())}")
-            continue
-        try:
-            backend = registry.load("device", spec.name)()
-            usable, why = backend.detect()
-        except Exception as exc:  # detection must never take the run down
-            backend, usable, why = None, False, f"{type(exc).__name__}: {exc}"
-        if usable:
-            return spec.name
-        if getattr(backend, "present", lambda: (False, ""))()[0]:
-            log.warning("device=auto: %s hardware is present but not usable: %s", spec.name, why)
-        reasons.append(f"{spec.name}: {why}")
-    raise ConfigError("device=auto found no usable device: " + "; ".join(reasons))
 
 
 @contextlib.contextmanager

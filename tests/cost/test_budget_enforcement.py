@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from xirang_core.cost.budgets import Budget, Governor, PoolBudgets
+from xirang_core.cost.budgets import Budget
 from xirang_core.cost.errors import CostError
+from xirang_core.cost.governor import Governor, PoolBudgets
 from xirang_core.cost.meter import Meter
 from xirang_core.cost.pricebook import PriceBook
 from xirang_core.cost.store import CostStore

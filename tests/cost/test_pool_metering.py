@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from xirang_core.console.state import read_state
 from xirang_core.cost import report
-from xirang_core.cost.budgets import Governor, PoolBudgets
+from xirang_core.cost.governor import Governor, PoolBudgets
 from xirang_core.cost.meter import Meter
 from xirang_core.cost.pool_metering import PoolMetering
 from xirang_core.cost.pricebook import PriceBook

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from xirang_core.cost.budgets import PoolBudgets
 from xirang_core.cost.errors import CostError
+from xirang_core.cost.governor import PoolBudgets
 from xirang_core.cost.preferences import CostPreferences
 from xirang_core.cost.pricebook import PriceBook
 from xirang_core.cost.pricefile import load_preferences

@@ -17,7 +17,7 @@ from xirang_pool.scheduler import PoolScheduler
 
 from xirang_core.console.state import read_state
 from xirang_core.cost import findings
-from xirang_core.cost.budgets import Governor, PoolBudgets
+from xirang_core.cost.governor import Governor, PoolBudgets
 from xirang_core.cost.meter import Meter
 from xirang_core.cost.pricebook import PriceBook
 from xirang_core.cost.run_cost import cost_fields

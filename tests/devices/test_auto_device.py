@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from xirang_core.devices.choice import pick_device
 from xirang_core.plugins import get_registry
-from xirang_core.run import pick_device
 
 
 def _present(monkeypatch: pytest.MonkeyPatch, *names: str) -> None:

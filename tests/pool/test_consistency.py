@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from tests.pool.consistency import assert_consistent, failing, snapshot
-from xirang_core.cost.budgets import Governor, PoolBudgets
+from xirang_core.cost.governor import Governor, PoolBudgets
 from xirang_core.cost.meter import Meter
 from xirang_core.cost.pricebook import PriceBook
 from xirang_core.cost.store import CostStore

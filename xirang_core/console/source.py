@@ -19,8 +19,8 @@ from xirang_core.console.auth import OPERATOR, whoami
 from xirang_core.console.metrics_store import MetricsStore
 from xirang_core.console.state import PoolState, read_state
 from xirang_core.cost import findings, report
-from xirang_core.cost.budgets import Governor
 from xirang_core.cost.charges import Charge
+from xirang_core.cost.governor import Governor
 from xirang_core.cost.meter import Meter
 from xirang_core.cost.money import from_micro
 from xirang_core.cost.pool_metering import PoolMetering

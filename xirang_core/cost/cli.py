@@ -15,8 +15,9 @@ from rich.table import Table
 from xirang_core.cli import help_text
 from xirang_core.cost import findings as findings_mod
 from xirang_core.cost import report as report_mod
-from xirang_core.cost.budgets import ACTIONS, SCOPES, Budget, Governor
+from xirang_core.cost.budgets import ACTIONS, SCOPES, Budget
 from xirang_core.cost.errors import CostError
+from xirang_core.cost.governor import Governor
 from xirang_core.cost.money import format_money, to_micro
 from xirang_core.cost.store import CostStore
 

@@ -90,8 +90,8 @@ def local_cluster(workers: int, registry: Any = None, device: str = "auto") -> C
     """
     import os
 
+    from xirang_core.devices.choice import pick_device
     from xirang_core.plugins import get_registry
-    from xirang_core.run import pick_device
 
     registry = registry or get_registry()
     name = pick_device(registry) if device == "auto" else device

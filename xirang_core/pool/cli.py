@@ -28,7 +28,7 @@ from xirang_core.pool.client import PoolClient
 from xirang_core.pool.jobs import PRIORITIES
 
 if TYPE_CHECKING:
-    from xirang_core.cost.budgets import PoolBudgets
+    from xirang_core.cost.governor import PoolBudgets
 
 OPERATOR_TOKEN_ENV = "XIRANG_POOL_OPERATOR_TOKEN"
 
@@ -217,7 +217,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _budgets(prices: str, cost_db: str) -> PoolBudgets:
     """Budgets over the cost store; a price book also meters the pool's jobs and gives the
     scheduler its placement preferences (cheap windows, deadlines, efficient device types)."""
-    from xirang_core.cost.budgets import PoolBudgets
+    from xirang_core.cost.governor import PoolBudgets
 
     return PoolBudgets.from_file(prices or None, cost_db or None)
 

@@ -25,8 +25,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
 
-from xirang_core.cost.budgets import PoolBudgets
 from xirang_core.cost.errors import BudgetExceeded
+from xirang_core.cost.governor import PoolBudgets
 from xirang_core.cost.usage import UsageError, check_report
 from xirang_core.pool import clusterfile
 from xirang_core.pool.cards import DEFAULT_CLASS, Throughputs
