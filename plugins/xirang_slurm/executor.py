@@ -31,6 +31,14 @@ TERMINAL = {
 }
 
 
+def workers_per_node(payload: dict[str, Any], devices: int, nodes: int) -> int:
+    """A run's workers are its ``trainer.nproc`` (``payload["nproc"]``), the count its
+    config's batch arithmetic divided the global batch over, spread over the placed nodes;
+    one per device otherwise (a plain command, or a submission that did not say)."""
+    workers = int(payload.get("nproc") or devices)
+    return max(1, workers // max(1, nodes))
+
+
 class SlurmExecutor:
     name = "slurm"
 
@@ -44,7 +52,7 @@ class SlurmExecutor:
     def start(self, job: Any, nodes: list[str], leaves: int = 1) -> str:
         """sbatch the job on ``nodes``; returns Slurm's job id."""
         payload = job.payload or {}
-        per_node = max(1, len(job.devices) // max(1, len(nodes)))
+        per_node = workers_per_node(payload, len(job.devices), len(nodes))
         batch = BatchJob(
             name=f"xirang-{job.id}",
             command=payload.get("command") or (),
