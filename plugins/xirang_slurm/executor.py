@@ -1,9 +1,10 @@
 """The pool's Slurm executor: each placed job becomes one sbatch job on the chosen nodes.
 
 ``xirang pool serve --executor slurm`` uses it. A job's ``payload`` either names a xirang run
-directory (``run_dir``: one srun task per worker, ``xirang_slurm.task``) or a plain ``command``
-list run by srun once per node. A job over several nodes gets them as ``--nodelist`` and the
-leaf switches its placement spans as ``--switches``. Preemption sends TERM first (the workers
+directory (``run_dir``: one srun task per worker, ``xirang_slurm.task``; its ``nproc`` workers
+spread over the nodes) or a plain ``command`` list run by srun once per node. A job over
+several nodes gets them as ``--nodelist`` and the leaf switches its placement spans as
+``--switches``. Preemption sends TERM first (the workers
 checkpoint at their step's end), then cancels; the pool requeues the job, which resumes from
 that checkpoint in its run directory.
 """
