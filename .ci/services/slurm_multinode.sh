@@ -22,7 +22,9 @@
 # The root namespace's /etc/hosts gets a tagged block "10.250.0.1x nodeX" (removed by `down`).
 # Each node shares the host's PID namespace and filesystem (a shared-filesystem cluster).
 # SlurmdTimeout is short so a killed node is declared DOWN (and its job requeued) in seconds,
-# and cred_expire too (a requeued job waits that long before it starts again; default 120 s).
+# and cred_expire too (a requeued job waits that long before it starts again; default 120 s),
+# and the scheduler passes every second (sched_interval, bf_interval: a requeued job that may
+# start again is started then, not at the next 30 or 60 s pass).
 set -euo pipefail
 
 MN_DIR="${MN_DIR:-${XIRANG_SLURM_MULTINODE:-/tmp/xirang-multinode}}"          # all state: conf, spool, logs, pid files
@@ -141,7 +143,7 @@ TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0
+SchedulerParameters=batch_sched_delay=0,sched_interval=1,bf_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
@@ -231,9 +233,15 @@ cmd_up() {
         # controller starts from nothing: no saved jobs/nodes from an earlier run
         rm -rf "$MN_DIR/state" "$MN_DIR/log/slurmctld.log"
     fi
+    local before=""
+    if cluster_running; then before="$(cat "$CONF" 2>/dev/null)"; fi
     net_up "$n"
     write_conf "$n"
     munge_up
+    if [ -n "$before" ] && [ "$before" != "$(cat "$CONF")" ]; then
+        log "slurm.conf changed: reconfiguring the running controller"
+        SLURM_CONF="$CONF" scontrol reconfigure
+    fi
     ctld_up
     for i in $(seq 1 "$n"); do slurmd_up "$i"; done
     wait_idle "$n"

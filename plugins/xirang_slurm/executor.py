@@ -1,9 +1,10 @@
 """The pool's Slurm executor: each placed job becomes one sbatch job on the chosen nodes.
 
 ``xirang pool serve --executor slurm`` uses it. A job's ``payload`` either names a xirang run
-directory (``run_dir``: one srun task per worker, ``xirang_slurm.task``) or a plain ``command``
-list run by srun once per node. A job over several nodes gets them as ``--nodelist`` and the
-leaf switches its placement spans as ``--switches``. Preemption sends TERM first (the workers
+directory (``run_dir``: one srun task per worker, ``xirang_slurm.task``; its ``nproc`` workers
+spread over the nodes) or a plain ``command`` list run by srun once per node. A job over
+several nodes gets them as ``--nodelist`` and the leaf switches its placement spans as
+``--switches``. Preemption sends TERM first (the workers
 checkpoint at their step's end), then cancels; the pool requeues the job, which resumes from
 that checkpoint in its run directory.
 """
@@ -31,6 +32,14 @@ TERMINAL = {
 }
 
 
+def workers_per_node(payload: dict[str, Any], devices: int, nodes: int) -> int:
+    """A run's workers are its ``trainer.nproc`` (``payload["nproc"]``), the count its
+    config's batch arithmetic divided the global batch over, spread over the placed nodes;
+    one per device otherwise (a plain command, or a submission that did not say)."""
+    workers = int(payload.get("nproc") or devices)
+    return max(1, workers // max(1, nodes))
+
+
 class SlurmExecutor:
     name = "slurm"
 
@@ -44,7 +53,7 @@ class SlurmExecutor:
     def start(self, job: Any, nodes: list[str], leaves: int = 1) -> str:
         """sbatch the job on ``nodes``; returns Slurm's job id."""
         payload = job.payload or {}
-        per_node = max(1, len(job.devices) // max(1, len(nodes)))
+        per_node = workers_per_node(payload, len(job.devices), len(nodes))
         batch = BatchJob(
             name=f"xirang-{job.id}",
             command=payload.get("command") or (),

@@ -51,6 +51,17 @@ class MultiNodeSlurm:
         """What a Slurm client (sbatch, xirang's scheduler) needs to talk to this cluster."""
         return {"SLURM_CONF": str(self.conf)}
 
+    @property
+    def hostlist(self) -> str:
+        """Slurm's compact host list of the nodes: ``node[1-2]``."""
+        numbers = [n.removeprefix("node") for n in self.nodes]
+        return f"node[{numbers[0]}-{numbers[-1]}]"
+
+    def run(self, *args: str, check: bool = True) -> str:
+        """A Slurm command's output, on this cluster."""
+        env = {**os.environ, **self.env}
+        return subprocess.run(args, capture_output=True, text=True, env=env, check=check).stdout
+
     def namespace(self, node: str) -> str:
         """The network namespace node ``nodeN`` runs in (the service names it ``xrnN``)."""
         return "xrn" + node.removeprefix("node")
@@ -59,15 +70,9 @@ class MultiNodeSlurm:
         """Until Slurm has marked ``node`` down (it stopped answering)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            state = subprocess.run(
-                ["sinfo", "-h", "-N", "-n", node, "-o", "%T"],
-                capture_output=True,
-                text=True,
-                env={**os.environ, **self.env},
-            ).stdout
-            if "down" in state:
+            if "down" in self.run("sinfo", "-h", "-N", "-n", node, "-o", "%T", check=False):
                 return
-            time.sleep(0.5)
+            time.sleep(0.2)
         raise AssertionError(f"Slurm did not mark {node} down in {timeout:.0f} s")
 
     def restore(self) -> None:

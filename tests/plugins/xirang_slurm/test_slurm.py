@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 from xirang_slurm import commands, inventory
-from xirang_slurm.executor import SlurmExecutor
+from xirang_slurm.executor import SlurmExecutor, workers_per_node
 from xirang_slurm.script import BatchJob, render
 
 from xirang_core.config import compose
@@ -164,6 +164,15 @@ def test_the_pool_executor_places_a_job_over_two_nodes(
     assert _wait(executor) == [(12, True)]
     ran = dict(line.split(maxsplit=1) for line in marker.read_text().splitlines())
     assert sorted(ran) == list(slurm_multinode.nodes) and len(set(ran.values())) == 2
+
+
+def test_the_pool_executor_starts_as_many_workers_as_the_run_split_its_batch_over() -> None:
+    """A run's ``trainer.nproc`` workers, spread over the nodes the pool chose, whatever the
+    devices placed (4 tasks for a config whose micro-batches were sized for 2 workers would
+    train half its global batch per step, or none); a plain command runs once per device."""
+    assert workers_per_node({"run_dir": "/r", "nproc": 2}, devices=4, nodes=2) == 1
+    assert workers_per_node({"run_dir": "/r", "nproc": 4}, devices=4, nodes=1) == 4
+    assert workers_per_node({"command": ["true"]}, devices=4, nodes=2) == 2
 
 
 def test_the_batch_is_split_over_every_node_s_workers() -> None:

@@ -1,9 +1,11 @@
 """Multi-node runs on a real 2-node Slurm (.ci/services/slurm_multinode.sh: one slurmd per
-network namespace, each node with its own address on a bridge), through ``scheduler=slurm``.
+network namespace, each node with its own address on a bridge), through ``scheduler=slurm`` and
+through the pool service's Slurm executor.
 
 The same tiny run everywhere; a 1-node 2-worker run of the local launcher is the reference
 that the 2-node runs must equal (losses at every step, and the final weights), whether they ran
-straight through, were stopped by ``scancel --signal=TERM`` and requeued, or lost a node.
+straight through, were stopped by ``scancel --signal=TERM`` or by Slurm's warning before a time
+limit and requeued, lost a node, or were preempted by the pool and placed again.
 """
 
 from __future__ import annotations
@@ -13,19 +15,30 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
+from xirang_slurm import inventory
+from xirang_slurm.commands import parse_records
+from xirang_slurm.executor import SlurmExecutor
 
 from tests.conftest import run_dirs
 from tests.plugins.xirang_slurm.conftest import MultiNodeSlurm
 from xirang_core.checkpoint.export import model_tensors
 from xirang_core.checkpoint.store import CheckpointStore
+from xirang_core.pool.client import PoolClient
+from xirang_core.pool.rest import serve
+from xirang_core.pool.service import OPERATOR, PoolService
+from xirang_core.pool.store import PoolStore
 
-STEPS = 8
+STEPS = 6
+#: the default model (steps long enough that a stop sent after step 1 comes before the last),
+#: a checkpoint every step (a stop or a lost node never throws a step away)
 RUN = (
     "tokenizer=bytes",
     "trainer.threads=1",
@@ -33,7 +46,7 @@ RUN = (
     "trainer.sample_tokens=0",
     f"trainer.max_steps={STEPS}",
     "checkpoint=every_steps",
-    "checkpoint.interval=2",
+    "checkpoint.interval=1",
     "checkpoint.resume=never",
 )
 TWO_NODES = ("scheduler=slurm", "scheduler.nodes=2", "trainer.nproc=1", *RUN)
@@ -73,12 +86,6 @@ def segments_of(run_dir: Path) -> list[dict]:
     return [json.loads(s) for s in (run_dir / "segments.jsonl").read_text().splitlines()]
 
 
-def compact(nodes: tuple[str, ...]) -> str:
-    """Slurm's host list of ``node1``, ``node2``: ``node[1-2]``."""
-    numbers = [n.removeprefix("node") for n in nodes]
-    return f"node[{numbers[0]}-{numbers[-1]}]"
-
-
 def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
     store = CheckpointStore.at(str(run_dir / "checkpoints"))
     newest = next(c for c in store.candidates() if c.manifest is not None)
@@ -113,13 +120,7 @@ def wait_for_step(run_dir_root: Path, step: int, timeout: float = 240) -> Path:
 
 def slurm_job(cluster: MultiNodeSlurm) -> str:
     """The one xirang job running on the cluster."""
-    out = subprocess.run(
-        ["squeue", "-h", "-t", "RUNNING", "-o", "%i %j"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **cluster.env},
-        check=True,
-    ).stdout
+    out = cluster.run("squeue", "-h", "-t", "RUNNING", "-o", "%i %j")
     (job,) = [line.split()[0] for line in out.splitlines() if " xirang-" in line]
     return job
 
@@ -156,35 +157,91 @@ def test_two_nodes_train_as_one_node_with_two_workers(
     script = (run_dir / "job.sbatch").read_text()
     assert "#SBATCH --nodes=2" in script and "#SBATCH --ntasks-per-node=1" in script
     (out,) = run_dir.glob("slurm-*.out")
-    job = subprocess.run(
-        ["scontrol", "-o", "show", "job", out.stem.removeprefix("slurm-")],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **slurm_multinode.env},
-        check=True,
-    ).stdout
-    assert f"NodeList={compact(slurm_multinode.nodes)} " in job  # two nodes, two addresses
+    job = slurm_multinode.run("scontrol", "-o", "show", "job", out.stem.removeprefix("slurm-"))
+    assert f"NodeList={slurm_multinode.hostlist} " in job  # two nodes, two addresses
     assert_same_run(run_dir, one_node(strategy))
+
+
+def assert_stopped_requeued_and_resumed(run_dir: Path, reference: Path) -> None:
+    """One stop at a step's end, one requeue, resumed after that step, and the weights of the
+    run that was never stopped."""
+    output = "".join(p.read_text() for p in run_dir.glob("slurm-*.out"))
+    assert output.count("requeueing job") == 1 and "stopped on request at step" in output
+    starts = [s["start_step"] for s in segments_of(run_dir) if "start_step" in s]
+    assert len(starts) == 2 and starts[1] > 1, starts  # resumed after the step it stopped at
+    assert_same_run(run_dir, reference, unlogged=1)
+
+
+def workers_of(run_dir: Path) -> list[int]:
+    """The run's worker processes (``python -m xirang_slurm.task RUN_DIR``, not the srun that
+    started them): the nodes share this machine's process table."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # not a process, or it ended meanwhile
+            continue
+        if argv[1:4] == [b"-m", b"xirang_slurm.task", str(run_dir).encode()]:
+            found.append(int(proc.name))
+    return found
+
+
+def term_reached(pid: int) -> bool:
+    """SIGTERM is pending on the (stopped) process ``pid``, or it runs again (went on to it)."""
+    status = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    pending = int(status["ShdPnd"], 16) | int(status["SigPnd"], 16)
+    return bool(pending & 1 << (signal.SIGTERM - 1)) or not status["State"].strip().startswith("T")
+
+
+def seconds(slurm_time: str) -> int:
+    """Slurm's ``[D-]HH:MM:SS`` (or ``MM:SS``) as seconds."""
+    days, _, clock = slurm_time.rpartition("-")
+    total = 0
+    for part in clock.split(":"):
+        total = total * 60 + int(part)
+    return total + int(days or 0) * 86400
 
 
 @pytest.mark.service
 @pytest.mark.slow
-def test_term_checkpoints_requeues_and_resumes_to_the_same_weights(
+def test_the_warning_before_a_time_limit_checkpoints_requeues_and_resumes(
     slurm_multinode: MultiNodeSlurm, reference: Path, tmp_path: Path
 ) -> None:
-    proc = xirang(tmp_path, *TWO_NODES, DDP, env=slurm_multinode.env)
-    wait_for_step(tmp_path, 2)
-    job = slurm_job(slurm_multinode)
-    # as a scheduler preempting it, or a time limit's warning (--signal) would
-    subprocess.run(
-        ["scancel", "--signal=TERM", job], env={**os.environ, **slurm_multinode.env}, check=True
+    """A real time limit: set on the running job, it makes slurmctld send ``--signal``'s TERM
+    (at its next periodic check, up to 30 s later); the run checkpoints at the step's end, the
+    batch script requeues it and it resumes. The workers are held (SIGSTOP) from the moment the
+    limit is set until the warning is pending on them, so the run cannot end before it comes.
+    ``scancel --signal=TERM`` (a preempting scheduler's stop) follows at once, as the repeat
+    Slurm may deliver: the same stop path, which must not stop the run twice."""
+    grace = 120  # --signal=TERM@120: the warning is due as soon as the limit is this close
+    proc = xirang(
+        tmp_path, *TWO_NODES, DDP, f"scheduler.signal_grace_s={grace}", env=slurm_multinode.env
     )
-    run_dir = finished(proc, tmp_path)
-    output = "".join(p.read_text() for p in run_dir.glob("slurm-*.out"))
-    assert "stopped on request at step" in output and "requeueing job" in output
-    starts = [s["start_step"] for s in segments_of(run_dir) if "start_step" in s]
-    assert len(starts) == 2 and starts[1] > 2, starts  # resumed after the step it stopped at
-    assert_same_run(run_dir, reference, unlogged=1)
+    run_dir = wait_for_step(tmp_path, 1)
+    job = slurm_job(slurm_multinode)
+    (workers := workers_of(run_dir)).sort()
+    assert len(workers) == 2, workers  # one on each node
+    for pid in workers:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        (record,) = parse_records(slurm_multinode.run("scontrol", "-o", "show", "job", job))
+        # a limit 40..100 s ahead: inside the warning's grace, far enough that it is not reached
+        minutes = (seconds(record["RunTime"]) + 40) // 60 + 1
+        slurm_multinode.run("scontrol", "update", f"JobId={job}", f"TimeLimit={minutes}")
+        deadline = time.monotonic() + 60
+        while not all(term_reached(pid) for pid in workers):
+            assert time.monotonic() < deadline, "slurmctld sent no warning before the time limit"
+            time.sleep(0.2)
+        # the warning came; lift the limit so the requeued job is not warned again at once
+        slurm_multinode.run("scontrol", "update", f"JobId={job}", "TimeLimit=UNLIMITED")
+    finally:
+        for pid in workers:
+            os.kill(pid, signal.SIGCONT)
+    # a repeat, as Slurm's may be (the job may have been requeued already: no check)
+    slurm_multinode.run("scancel", "--signal=TERM", job, check=False)
+    assert_stopped_requeued_and_resumed(finished(proc, tmp_path), reference)
 
 
 @pytest.mark.service
@@ -193,7 +250,7 @@ def test_a_lost_node_resumes_from_the_last_checkpoint(
     slurm_multinode: MultiNodeSlurm, reference: Path, tmp_path: Path
 ) -> None:
     proc = xirang(tmp_path, *TWO_NODES, DDP, "trainer.max_restarts=1", env=slurm_multinode.env)
-    wait_for_step(tmp_path, 2)
+    wait_for_step(tmp_path, 1)
     lost = slurm_multinode.nodes[-1]  # not the batch script's node
     pids = subprocess.run(
         ["ip", "netns", "pids", slurm_multinode.namespace(lost)],
@@ -208,6 +265,72 @@ def test_a_lost_node_resumes_from_the_last_checkpoint(
     slurm_multinode.restore()  # a replacement node comes up under the same name
     run_dir = finished(proc, tmp_path)
     starts = [s["start_step"] for s in segments_of(run_dir) if "start_step" in s]
-    assert len(starts) >= 2 and starts[1] > 2, starts  # from a checkpoint, not from step 1
+    assert len(starts) >= 2 and starts[1] > 1, starts  # from a checkpoint, not from step 1
     assert json.loads((run_dir / "summary.json").read_text())["steps"] == STEPS
     assert_same_run(run_dir, reference)
+
+
+def tick_until(service: PoolService, stop: threading.Event) -> None:
+    """What ``xirang pool serve`` does every 2 s: the executor's ends, then scheduling."""
+    while not stop.wait(0.3):
+        service.tick()
+
+
+@pytest.fixture
+def pool(slurm_multinode: MultiNodeSlurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The pool service with the Slurm executor over the two nodes (one device of each, so a
+    2-card job spans both), ticking as ``xirang pool serve`` does, only faster. Project
+    ``batch`` has no guarantee (its jobs borrow); ``prod`` is guaranteed both cards."""
+    monkeypatch.setenv("SLURM_CONF", str(slurm_multinode.conf))
+    cluster = tmp_path / "cluster.yaml"
+    nodes = [{**node, "devices": 1} for node in inventory.nodes()]
+    projects = [{"name": "batch", "guaranteed": 0}, {"name": "prod", "guaranteed": 2}]
+    cluster.write_text(yaml.safe_dump({"nodes": nodes, "projects": projects}))
+    executor = SlurmExecutor(tmp_path / "slurm")
+    service = PoolService(PoolStore(tmp_path / "pool.db"), cluster, "priority", "op", executor)
+    server = serve(service, "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    stop = threading.Event()
+    ticks = threading.Thread(target=tick_until, args=(service, stop))
+    ticks.start()
+    yield service, PoolClient(f"http://127.0.0.1:{server.server_address[1]}", "op"), executor
+    stop.set()
+    ticks.join()
+    server.shutdown()
+
+
+@pytest.mark.service
+@pytest.mark.slow
+def test_the_pool_places_a_two_node_job_preempts_it_and_it_resumes(
+    pool, reference: Path, tmp_path: Path
+) -> None:
+    """``scheduler=pool`` with the service's Slurm executor: the borrowed 2-card job runs on
+    both nodes (``--nodelist``); ``prod``'s high-priority job takes the cards back, so the run
+    is sent TERM (it checkpoints at the step's end) and cancelled; once that job ends, the pool
+    places the run again and it resumes to the weights of a run never stopped."""
+    service, operator, executor = pool
+    token = operator.call("PUT", "/v1/projects/batch", {})["token"]
+    operator.call("PUT", "/v1/projects/prod", {})
+    env = {"XIRANG_POOL_URL": operator.url, "XIRANG_POOL_TOKEN": token}
+    pool_run = ("scheduler=pool", "project=batch", "pool.cards=2", "scheduler.poll_s=0.3")
+    proc = xirang(
+        tmp_path, *pool_run, "trainer.nproc=2", DDP, *RUN, "checkpoint.resume=auto", env=env
+    )
+    run_dir = wait_for_step(tmp_path, 1)
+    urgent = operator.submit(
+        project="prod", cards=2, priority="high", payload={"command": ["true"]}
+    )
+    assert urgent["state"] == "running"  # it took both cards back from the borrowed run
+    finished(proc, tmp_path)
+    script = (executor.workdir / "job-1.sbatch").read_text()
+    assert "#SBATCH --nodelist=node1,node2" in script and "#SBATCH --ntasks-per-node=1" in script
+    job = service.job(OPERATOR, 1)
+    assert (job["state"], job["preemptions"]) == ("done", 1)
+    assert service.job(OPERATOR, urgent["id"])["state"] == "done"
+    restores = [
+        json.loads(e) for e in (run_dir / "checkpoint_events.jsonl").read_text().splitlines()
+    ]
+    (restore,) = [e for e in restores if e["event"] == "restore"]
+    assert restore["world_size"] == 2 and 1 <= restore["step"] < STEPS
+    assert json.loads((run_dir / "summary.json").read_text())["world_size"] == 2
+    assert_same_run(run_dir, reference, unlogged=1)
