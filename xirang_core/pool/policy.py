@@ -26,8 +26,9 @@ from xirang_core.specs import SchedulerSpec
 
 if TYPE_CHECKING:
     from xirang_core.pool.cards import Throughputs
-    from xirang_core.pool.engine import PoolEngine
+    from xirang_core.pool.cluster import Cluster
     from xirang_core.pool.jobs import Job
+    from xirang_core.pool.quota import QuotaBook
 
 #: registry names of pool policies start with this, so ``scheduler=`` options stay distinct
 POLICY_PREFIX = "pool-"
@@ -52,6 +53,22 @@ class Preferences(Protocol):
 
     def wake_at(self, now: float) -> float | None:
         """The next moment :meth:`hold` or :meth:`reclaim` may answer differently."""
+
+
+class PoolView(Protocol):
+    """What a policy reads of the pool engine that consults it. The engine satisfies it, so
+    policies (and third-party ones) depend on this contract, never on the engine module."""
+
+    cluster: Cluster
+    throughputs: Throughputs
+    quotas: QuotaBook
+    preferences: Preferences | None
+    jobs: dict[int, Job]
+    queue: Any  # sorted (rank, job id) of the waiting jobs
+    running: Any  # sorted (rank, job id) of the running jobs
+
+    def running_jobs(self) -> Iterable[Job]:
+        """The running jobs, best rank first."""
 
 
 class Policy:
@@ -86,7 +103,7 @@ class Policy:
         """Sort key of the queue; smaller is served first."""
         return (job.submitted, job.id)
 
-    def device_types(self, job: Job, engine: PoolEngine) -> list[str]:
+    def device_types(self, job: Job, engine: PoolView) -> list[str]:
         """Device types ``job`` may use, preferred first (memoised per job class); the
         engine's preferences, when it has some, reorder the policy's choice."""
         if job.job_class not in self._types:
@@ -96,18 +113,18 @@ class Policy:
             self._types[job.job_class] = types
         return self._types[job.job_class]
 
-    def prefer_types(self, job_class: str, engine: PoolEngine) -> list[str]:
+    def prefer_types(self, job_class: str, engine: PoolView) -> list[str]:
         """The eligible types for ``job_class``, fastest first; policies may reorder."""
         cards = engine.throughputs
         eligible = [t for t in engine.cluster.types if cards.devices_for(job_class, 1, t)]
         return sorted(eligible, key=lambda t: (-cards.relative(job_class, t), t))
 
-    def startable(self, job: Job, types: list[str], engine: PoolEngine, now: float) -> list[str]:
+    def startable(self, job: Job, types: list[str], engine: PoolView, now: float) -> list[str]:
         """Of ``types`` (:meth:`device_types`), those ``job`` may start on now: all of them,
         unless the policy holds capacity for another job (EASY backfill's reservation)."""
         return types
 
-    def may_preempt(self, waiting: Job, victim: Job, engine: PoolEngine, now: float) -> bool:
+    def may_preempt(self, waiting: Job, victim: Job, engine: PoolView, now: float) -> bool:
         return False
 
 

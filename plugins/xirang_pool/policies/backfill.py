@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, ClassVar
 from xirang_core.pool.policy import Policy
 
 if TYPE_CHECKING:
-    from xirang_core.pool.engine import PoolEngine
     from xirang_core.pool.jobs import Job
+    from xirang_core.pool.policy import PoolView
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class FifoBackfill(Policy):
         super().__init__()
         self._cached: tuple[tuple[float, int, int, int], Reservation | None] | None = None
 
-    def startable(self, job: Job, types: list[str], engine: PoolEngine, now: float) -> list[str]:
+    def startable(self, job: Job, types: list[str], engine: PoolView, now: float) -> list[str]:
         """``types`` less the reserved type where ``job`` would delay the head."""
         reservation = self.reservation(engine, now)
         if reservation is None or reservation.job == job.id:
@@ -57,7 +57,7 @@ class FifoBackfill(Policy):
         keep = reservation.device_type
         return [t for t in types if t != keep or self._harmless(job, t, now, reservation, engine)]
 
-    def reservation(self, engine: PoolEngine, now: float) -> Reservation | None:
+    def reservation(self, engine: PoolView, now: float) -> Reservation | None:
         """The queue head's reservation now (None with an empty queue); recomputed when the
         free devices or the running set changed, so backfilled jobs are accounted for."""
         if not engine.queue:
@@ -68,7 +68,7 @@ class FifoBackfill(Policy):
             self._cached = (key, self._reserve(head, engine, now))
         return self._cached[1]
 
-    def _reserve(self, head: Job, engine: PoolEngine, now: float) -> Reservation | None:
+    def _reserve(self, head: Job, engine: PoolView, now: float) -> Reservation | None:
         """The earliest (shadow time, type) at which ``head`` fits, the policy's type order
         breaking ties. When running jobs without estimates hold every type, the shadow time is
         unknown (inf): the type where the head is shortest of devices is held for it, nothing
@@ -87,7 +87,7 @@ class FifoBackfill(Policy):
         return min(options)[-1] if options else None
 
     def _harmless(
-        self, job: Job, device_type: str, now: float, reservation: Reservation, engine: PoolEngine
+        self, job: Job, device_type: str, now: float, reservation: Reservation, engine: PoolView
     ) -> bool:
         """Whether ``job`` on the reserved type leaves the reservation intact."""
         need = engine.throughputs.devices_for(job.job_class, job.cards, device_type) or 0
@@ -98,7 +98,7 @@ class FifoBackfill(Policy):
         return ends and reservation.shadow < math.inf
 
 
-def _ends_by_type(engine: PoolEngine, now: float) -> dict[str, list[tuple[float, int]]]:
+def _ends_by_type(engine: PoolView, now: float) -> dict[str, list[tuple[float, int]]]:
     """(expected end, devices held) of every running job, per device type, soonest first."""
     cluster, relative = engine.cluster, engine.throughputs.relative
     ends: dict[str, list[tuple[float, int]]] = {}

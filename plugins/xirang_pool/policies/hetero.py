@@ -17,13 +17,13 @@ from xirang_pool.policies.priority import PriorityQuota
 
 if TYPE_CHECKING:
     from xirang_core.pool.cards import Throughputs
-    from xirang_core.pool.engine import PoolEngine
+    from xirang_core.pool.policy import PoolView
 
 
 class HeteroAware(PriorityQuota):
     name: ClassVar[str] = "hetero"
 
-    def prefer_types(self, job_class: str, engine: PoolEngine) -> list[str]:
+    def prefer_types(self, job_class: str, engine: PoolView) -> list[str]:
         """Eligible types by throughput per unit of price, best first."""
         cards = engine.throughputs
         eligible = [t for t in engine.cluster.types if cards.devices_for(job_class, 1, t)]

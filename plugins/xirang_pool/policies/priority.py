@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from xirang_core.pool.policy import Policy
 
 if TYPE_CHECKING:
-    from xirang_core.pool.engine import PoolEngine
     from xirang_core.pool.jobs import Job
+    from xirang_core.pool.policy import PoolView
 
 
 class PriorityQuota(Policy):
@@ -38,7 +38,7 @@ class PriorityQuota(Policy):
     def rank(self, job: Job, level: int) -> tuple[Any, ...]:
         return (-job.priority, level, job.submitted, job.id)
 
-    def may_preempt(self, waiting: Job, victim: Job, engine: PoolEngine, now: float) -> bool:
+    def may_preempt(self, waiting: Job, victim: Job, engine: PoolView, now: float) -> bool:
         lender = victim.project != waiting.project and engine.quotas.within_guarantee(waiting)
         if victim.borrowed and lender:
             return True  # the lender takes its guaranteed share back
@@ -51,7 +51,7 @@ class PriorityQuota(Policy):
         return worse and ran >= self.preempt_grace_s
 
     @staticmethod
-    def _fits_after(waiting: Job, victim: Job, engine: PoolEngine) -> bool:
+    def _fits_after(waiting: Job, victim: Job, engine: PoolView) -> bool:
         """Whether ``waiting`` fits in its project's guarantee once ``victim`` (same project,
         inside the guarantee) is gone: Kueue's ``withinClusterQueue``. Freeing guaranteed
         capacity for a job that would only borrow it would let the two chase each other."""
