@@ -113,8 +113,8 @@ def resolve(data: dict[str, Any], storage: dict[str, Any] | None) -> tuple[Fsspe
 def _resolve_mixture(
     data: dict[str, Any], storage: dict[str, Any] | None
 ) -> tuple[FsspecTier, Snapshot]:
-    """Pin every source's snapshot; ``uri`` and ``snapshot`` name the first source (the text a
-    tokenizer that learns from the corpus trains on)."""
+    """Pin every source's snapshot; ``uri`` and ``snapshot`` name the first source (the run's
+    ``data_snapshot``); a tokenizer that learns trains on every source by weight."""
     from xirang_core.storage.locate import origin_errors, tier_for
 
     first = None
