@@ -34,6 +34,8 @@ class DataConfig:
     origin_concurrency: int = 8
     origin_requests_per_s: float = 0.0
     origin_deadline_s: float = 300.0
+    #: attention within a document in packed rows (model families that support it)
+    document_mask: bool = False
     #: data=mixture: weighted snapshots, each {uri, snapshot (optional pin), weight}
     sources: list[dict[str, Any]] = field(default_factory=list)
 
