@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
@@ -173,7 +174,7 @@ class TokenSource(ProcessFetcher):
         pieces = [values[offsets[0] : offsets[-1]] for offsets, values in self._val_documents()]
         return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
 
-    def _val_documents(self):
+    def _val_documents(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(document offsets, token values) of each shard's held-out documents, in order."""
         for shard in np.flatnonzero(self.starts + self.counts > self.n_train):
             offsets, values = self._tokens(int(shard), lambda s: float("inf"), set())
@@ -203,6 +204,7 @@ class TokenSource(ProcessFetcher):
 
     @cached_property
     def _val_starts(self) -> np.ndarray:
+        """Document-start flags of the held-out stream (each held-out document's first token)."""
         flags, at = np.zeros(len(self._val_stream), dtype=bool), 0
         for offsets, _ in self._val_documents():
             flags[at + offsets[:-1] - offsets[0]] = True
