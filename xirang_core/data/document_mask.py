@@ -14,11 +14,12 @@ parallel), is one :class:`ConfigError` naming the key, before any worker starts.
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from xirang_core.errors import ConfigError
+
+if TYPE_CHECKING:  # config.py imports this module: numpy and torch load only when used
+    import numpy as np
 
 #: strategies whose workers call ``model(inputs, targets, documents)`` unchanged
 STRATEGIES = ("auto", "single", "ddp", "fsdp")
@@ -53,6 +54,8 @@ def _supports(registry: Any, family: str) -> bool:
 def segments(starts: np.ndarray) -> np.ndarray:
     """Document index of each position of ``[rows, span]`` rows from their document-start
     flags (a row's first position counts from 0 whether or not a document starts there)."""
+    import numpy as np
+
     return np.cumsum(starts, axis=1, dtype=np.int32) - starts[:, :1]
 
 
