@@ -10,6 +10,15 @@ walked by a fresh process with the same settings, for the resident-memory compar
 
     python benchmarks/data_epoch.py                      # the issue's size: 1.5 GB, 300 MB cache
     python benchmarks/data_epoch.py --gb 0.3 --cache-mb 60 --shard-mb 2 --memory-mb 16
+    python benchmarks/data_epoch.py --train              # a real training run on that corpus
+
+``--train`` writes the same corpus (same seed, same tokens), now named as the token shards of a
+small text snapshot in a local word-level tokenizer of the same 50,257 ids (``tokenizer=hf``), and
+runs ``python -m xirang`` on it for ``--steps`` steps (a one-layer GPT, ``storage=s3_cache``,
+the disk cache limited to ``--cache-mb``), sampling the cache folder all along. Its last line:
+``train_steps=<n> cache_limit_mb=<l> peak_cache_mb=<p> shard_mb=<s> within_limit_plus_shard=<bool>
+read_mb=<r> rss_mb=<a> tokens_per_s=<t>``, where ``read_mb`` is what the run's rows span of the
+corpus (a few hundred CPU steps read a small part of it; the walk covers the whole epoch).
 
 The decoded-shard budget (``--memory-mb``) should stay below the small corpus, or the small
 corpus fits in memory whole and its resident memory is lower for that reason alone.
@@ -55,9 +64,12 @@ BUCKET = "xirang"
 VOCAB = 50_257
 
 
-def write_corpus(uri: str, tokens: int, shard_tokens: int, span: int, batch: int) -> dict:
+def write_corpus(
+    uri: str, tokens: int, shard_tokens: int, span: int, batch: int, named: dict | None = None
+) -> dict:
     """Random token documents (log-normal lengths) as a token snapshot; returns its id and the
-    count and sum of its tokens (a whole number of batches of rows)."""
+    count and sum of its tokens (a whole number of batches of rows). ``named``: the lineage
+    keys (source snapshot, tokenizer, fingerprint) that make it a run's token shards."""
     rng = np.random.default_rng(0)
     total = tokens // (span * batch) * span * batch
     dst = tokens_tier(tier_for(uri))
@@ -75,6 +87,7 @@ def write_corpus(uri: str, tokens: int, shard_tokens: int, span: int, batch: int
         counts.append(size)
         left -= size
     lineage = {"kind": KIND, "source": "0" * 16, "tokenizer": "random", "fingerprint": "none"}
+    lineage.update(named or {})
     lineage.update(vocab_size=VOCAB, dtype="uint16", shard_tokens=counts, text_bytes=2 * total)
     snap = Snapshot({COLUMN: "list<item: uint16>"}, tuple(infos), lineage=lineage)
     save(dst, snap)
@@ -138,26 +151,110 @@ def run_walk(args: argparse.Namespace, uri: str, snapshot: str, cache_dir: str) 
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def word_tokenizer(folder: Path) -> tuple[Path, str]:
+    """A local word-level tokenizer.json of ``VOCAB`` ids ("t0" ... ), ending documents with
+    "t0"; returns its file and the fingerprint a run computes for it."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from xirang_tokenizers.hf import HFTokenizer
+
+    backend = Tokenizer(models.WordLevel({f"t{i}": i for i in range(VOCAB)}, unk_token="t1"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    file = folder / "tokenizer.json"
+    backend.save(str(file))
+    return file, HFTokenizer(backend, "t0", file).fingerprint
+
+
+def train(args: argparse.Namespace, url: str, tmp: str) -> dict:
+    """A real training run over the corpus in S3, the cache folder sampled all along."""
+    from xirang_core.data.prepare import PrepareSettings, prepare
+    from xirang_core.data.quality import Rules
+
+    uri, cache_dir = f"s3://{BUCKET}/train", os.path.join(tmp, "cache-train")
+    file, fingerprint = word_tokenizer(Path(tmp))
+    samples = [{"text": f"t{i} t{i + 1}"} for i in range(2, 50)]
+    text = prepare(samples, tier_for(uri), Rules(), PrepareSettings(progress=False), {})[0]
+    named = {"source": text.id, "tokenizer": "hf", "fingerprint": fingerprint}
+    span, shard_tokens = args.seq + 1, int(args.shard_mb * 2**20) // 2
+    made = write_corpus(uri, int(args.gb * 1e9) // 2, shard_tokens, span, args.batch, named)
+    print(f"train: {made['tokens']:,} tokens in {made['shards']} shards on S3", flush=True)
+    overrides = [
+        "model=gpt_tiny", "model.n_layer=1", "model.n_embd=32", "model.n_head=2",
+        f"model.max_seq_len={args.seq}", "tokenizer=hf", f"tokenizer.path={file}",
+        "tokenizer.eos_token=t0", "storage=s3_cache", f"storage.endpoint_url={url}",
+        f"data.uri={uri}", f"data.seq_len={args.seq}", "data.val_fraction=0",
+        f"data.cache_dir={cache_dir}", f"data.cache_limit_bytes={int(args.cache_mb * 2**20)}",
+        f"data.memory_limit_bytes={int(args.memory_mb * 2**20)}",
+        f"data.shuffle_block={args.block}", f"data.prefetch_shards={args.prefetch}",
+        f"trainer.max_steps={args.steps}", f"trainer.global_batch={args.batch}",
+        "trainer.log_every=50", "trainer.sample_tokens=0", "checkpoint=disabled",
+        f"hydra.run.dir={os.path.join(tmp, 'run')}",
+    ]  # fmt: skip
+    cache = DiskCache(cache_dir, int(args.cache_mb * 2**20))  # only looked at
+    peak, stop = [0], threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], sum(cache.usage().values()) if os.path.isdir(cache_dir) else 0)
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    done = subprocess.run([sys.executable, "-m", "xirang", *overrides], cwd=tmp, text=True)
+    stop.set()
+    watcher.join()
+    if done.returncode:
+        raise SystemExit(f"the training run failed (exit {done.returncode})")
+    summary = json.loads(Path(tmp, "run", "summary.json").read_text())
+    shard = max(i.bytes for i in load(tokens_tier(tier_for(uri)), made["snapshot"]).shards)
+    return {
+        "steps": summary["steps"],
+        "tokens_per_s": summary["tokens_per_s"],
+        "peak_cache": peak[0],
+        "shard_bytes": shard,
+        "read": summary["steps"] * args.batch * span * 2,
+        "rss": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
+    }
+
+
+def report_train(args: argparse.Namespace, ran: dict) -> None:
+    limit = args.cache_mb * 2**20
+    print(
+        f"train_steps={ran['steps']} cache_limit_mb={args.cache_mb:.0f} "
+        f"peak_cache_mb={ran['peak_cache'] / 2**20:.1f} shard_mb={ran['shard_bytes'] / 2**20:.1f} "
+        f"within_limit_plus_shard={ran['peak_cache'] <= limit + ran['shard_bytes']} "
+        f"read_mb={ran['read'] / 2**20:.1f} rss_mb={ran['rss'] / 2**20:.0f} "
+        f"tokens_per_s={ran['tokens_per_s']:.0f}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gb", type=float, default=1.5, help="corpus size in GB of tokens")
     parser.add_argument("--cache-mb", type=float, default=300.0, help="disk cache limit")
     parser.add_argument("--shard-mb", type=float, default=4.0, help="token shard size")
     parser.add_argument("--memory-mb", type=float, default=32.0, help="decoded shards in memory")
-    parser.add_argument("--seq", type=int, default=2048)
-    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=0, help="row length; 0: 2048 (--train: 256)")
+    parser.add_argument("--batch", type=int, default=0, help="rows a step; 0: 8 (--train: 4)")
     parser.add_argument("--block", type=int, default=4, help="data.shuffle_block")
     parser.add_argument("--prefetch", type=int, default=4, help="data.prefetch_shards")
+    parser.add_argument("--train", action="store_true", help="a real training run instead")
+    parser.add_argument("--steps", type=int, default=300, help="--train: training steps")
     parser.add_argument("--walk", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--uri", default="", help=argparse.SUPPRESS)
     parser.add_argument("--snapshot", default="", help=argparse.SUPPRESS)
     parser.add_argument("--cache-dir", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    args.seq = args.seq or (256 if args.train else 2048)  # --train: a CPU step, 50,257 logits
+    args.batch = args.batch or (4 if args.train else 8)
     if args.walk:
         print(json.dumps(walk(args)))
         return
     from xirang_core.storage.local_s3 import local_s3
 
+    if args.train:
+        with local_s3(BUCKET) as url, tempfile.TemporaryDirectory(prefix="xirang-train-") as tmp:
+            report_train(args, train(args, url, tmp))
+        return
     span, shard_tokens = args.seq + 1, int(args.shard_mb * 2**20) // 2
     with local_s3(BUCKET), tempfile.TemporaryDirectory(prefix="xirang-epoch-") as tmp:
         results = {}

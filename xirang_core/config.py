@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from xirang_core.checkpoint.config import CheckpointConfig, check_checkpoint
+from xirang_core.data import document_mask
 from xirang_core.data.tokenizer import settle_vocab
 from xirang_core.errors import ConfigError
 from xirang_core.overrides import check_keys, did_you_mean
@@ -243,6 +244,7 @@ def validate(cfg: DictConfig, registry: Registry) -> dict[str, Any]:
     _check_optim(data["optim"])
     _check_profile(data["trainer"])
     _check_strategy(data, registry)
+    document_mask.check(data, registry)  # data.document_mask=true: a family and strategy that can
     return data
 
 

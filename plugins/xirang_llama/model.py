@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from xirang_core.data import document_mask
 from xirang_core.train.init import init_parameters
 from xirang_core.train.sample import sample
 
@@ -79,7 +80,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     the second (``rotate_half``)."""
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    cos, sin = cos[:, None, :].to(x.dtype), sin[:, None, :].to(x.dtype)
+    cos, sin = cos[..., None, :].to(x.dtype), sin[..., None, :].to(x.dtype)
     return x * cos + rotated * sin
 
 
@@ -93,7 +94,14 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(cfg.dim, kv_width, bias=False)
         self.o_proj = nn.Linear(cfg.dim, cfg.dim, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Causal attention, or with ``mask`` (``[batch, 1, seq, seq]``) only where it is true,
+        RoPE then rotating by ``positions`` (``[batch, seq]``) instead of the index."""
         batch, seq = x.shape[:2]
         # heads are counted from the projections' widths: under tensor parallel a worker holds
         # only its share of the query and of the key/value heads
@@ -102,10 +110,14 @@ class Attention(nn.Module):
             for p in (self.q_proj, self.k_proj, self.v_proj)
         )
         cos, sin = rope_tables(seq, self.head_dim, self.theta, x.device)
+        if positions is not None:
+            cos, sin = cos[positions], sin[positions]
         # rotated in the [batch, seq, heads, dim] layout, so attention's output comes back in it
         # and the reshape for o_proj is a view, not a copy
         q, k, v = (t.transpose(1, 2) for t in (apply_rope(q, cos, sin), apply_rope(k, cos, sin), v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=True
+        )
         return self.o_proj(y.transpose(1, 2).reshape(batch, seq, -1))
 
 
@@ -130,8 +142,9 @@ class Layer(nn.Module):
         self.post_attention_layernorm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x))
+    def forward(self, x: torch.Tensor, *documents: torch.Tensor) -> torch.Tensor:
+        """``documents``: (positions, mask) of a document-masked batch, or nothing."""
+        x = x + self.self_attn(self.input_layernorm(x), *documents)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -141,6 +154,9 @@ _DEPTH_SCALED = re.compile(r"layers\.(\d+)\..*(o_proj|down_proj|up_proj)\.weight
 
 
 class Llama(nn.Module):
+    #: ``forward`` takes document indices (``data.document_mask=true``)
+    document_mask = True
+
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
         cfg.check()
@@ -178,16 +194,25 @@ class Llama(nn.Module):
         else:
             nn.init.trunc_normal_(tensor, std=0.02, generator=generator)
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        idx: torch.Tensor,
+        targets: torch.Tensor | None = None,
+        documents: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Logits, or the mean cross-entropy against ``targets`` when given.
+
+        ``documents`` (``[batch, seq]``, each position's document in its row) keeps attention
+        within a document and restarts positions at each one (``data.document_mask=true``).
 
         A pipeline stage is this model with some parts removed (set to ``None``): given hidden
         states (floats) instead of token ids it skips the embeddings, and without the head it
         returns hidden states.
         """
         x = idx if torch.is_floating_point(idx) else self.embed_tokens(idx)
+        masked = () if documents is None else document_mask.attention_mask(documents)
         for layer in self.layers.values():
-            x = layer(x)
+            x = layer(x, *masked)
         if self.lm_head is None:
             return x
         logits = self.lm_head(self.norm(x))

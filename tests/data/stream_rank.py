@@ -1,5 +1,5 @@
 """One rank of a data-only run for the S3 tests: reads training batches step by step and logs a
-hash of each, then the bytes it fetched from the origin. A test kills it with SIGKILL mid-epoch.
+hash of each, then the bytes it fetched from the origin (two of them share one cache folder).
 
     python -m tests.data.stream_rank CONFIG.json RANK WORLD FIRST LAST OUT PAUSE_S
 """

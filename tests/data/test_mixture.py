@@ -10,8 +10,13 @@ from hypothesis import strategies as st
 
 from tests.data.conftest import Make
 from xirang_core.data.mixture import CHUNK, Schedule
+from xirang_core.data.prepare import PrepareSettings, prepare
+from xirang_core.data.quality import Rules
+from xirang_core.data.tokenizer import prepare_tokenizer, text_corpus
 from xirang_core.data.training import run_batches
 from xirang_core.errors import ConfigError
+from xirang_core.plugins import get_registry
+from xirang_core.storage.locate import tier_for
 
 weights = st.lists(st.floats(0.05, 10.0), min_size=1, max_size=5)
 
@@ -61,3 +66,30 @@ def test_a_mixture_trains_on_each_source_by_its_weight(make_dataset: Make, tmp_p
     assert torch.equal(x[5:], again.get(7)[0])
     with pytest.raises(ConfigError, match=r"data\.sources\[1\]"):
         run_batches(mixture(code.root, ""), 0, 1, 2, 1)
+
+
+def test_a_mixtures_bpe_learns_from_every_source_by_weight(tmp_path) -> None:
+    """Each source's words become tokens, the corpus holds each source by its weight (the small
+    heavy one repeated), and the cache key changes with any source's snapshot or weight."""
+    settings_ = PrepareSettings(shard_samples=20, progress=False)
+    roots = []
+    for name, word, n in (("code", "quokka", 60), ("prose", "zebra", 40)):
+        texts = [{"text": f"{word} {word} {i}"} for i in range(n)]
+        tier = tier_for(str(tmp_path / name))
+        prepare(texts, tier, Rules(), settings_, {"source": name})
+        roots.append(tier.root)
+    config = mixture(*roots)
+    config["data"]["sources"][1]["weight"] = 0.5  # shares 7/12 and 5/12 of 100 documents
+    config["tokenizer"] = {"name": "bpe", "vocab_size": 300, "min_frequency": 2}
+    config["model"] = {"family": "gpt", "vocab_size": 0}
+    corpus = text_corpus(config)
+    texts = [t for batch in corpus.batches() for t in batch]
+    assert corpus.documents == len(texts) == 100
+    assert (sum("quokka" in t for t in texts), sum("zebra" in t for t in texts)) == (58, 42)
+    snapshots = [s["snapshot"] for s in config["data"]["sources"]]
+    assert all(s in corpus.snapshot for s in snapshots)
+    config["data"]["sources"][1]["weight"] = 0.3
+    assert text_corpus(config).snapshot != corpus.snapshot
+    tokenizer = prepare_tokenizer(config, get_registry())
+    for word in ("quokka", "zebra"):
+        assert len(tokenizer.encode_batch([word])[0]) <= 2  # the word (and the end marker)

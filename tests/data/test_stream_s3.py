@@ -1,11 +1,12 @@
-"""Training data streamed from S3 (a real moto_server): a rank killed with SIGKILL mid-epoch
-resumes with the same batches and reuses the cache it left; two runs on one node share one
-cache folder and download each shard once between them."""
+"""Training data streamed from S3 (a real moto_server): a 2-worker training run killed with
+SIGKILL mid-epoch resumes with the same batches and reuses the cache it left; two runs on one
+node share one cache folder and download each shard once between them."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import ONE_LAYER_GPT
 from tests.data.conftest import Make
-from tests.data.stream_rank import digest
 from xirang_core.data.sync import sync
 from xirang_core.data.token_shards import tokens_tier
 from xirang_core.data.tokenizer import resolve_tokenizer
@@ -30,7 +31,13 @@ RANK = [sys.executable, "-m", "tests.data.stream_rank"]
 
 
 @pytest.fixture(scope="module")
-def s3() -> Iterator[str]:
+def s3_requests(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The moto server's request log: a line per request, method and path."""
+    return tmp_path_factory.mktemp("moto") / "requests.log"
+
+
+@pytest.fixture(scope="module")
+def s3(s3_requests: Path) -> Iterator[str]:
     import shutil
 
     from xirang_core.storage.local_s3 import local_s3
@@ -39,7 +46,7 @@ def s3() -> Iterator[str]:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail("moto_server not found: pip install 'moto[server]' (in xirang[dev])")
         pytest.skip("moto_server not found")
-    with local_s3(BUCKET) as url:
+    with local_s3(BUCKET, log=s3_requests) as url:
         yield url
 
 
@@ -79,47 +86,79 @@ def hashes(out: Path, rank: int) -> dict[int, str]:
     return {int(a): b for a, b in (line.split() for line in lines) if a.isdigit()}
 
 
-def uninterrupted(config: Path, steps: int, cache: Path) -> list[dict[int, str]]:
-    """Each rank's batch hashes for steps 1..steps, read in this process with its own cache."""
-    from xirang_core.data.training import run_batches
-
-    settings = json.loads(config.read_text())
-    settings["data"]["cache_dir"] = str(cache)
-    out = []
-    for rank in range(2):
-        train, _ = run_batches(settings, rank, 2, 2, 1)
-        out.append({s: digest(train.get(s)[0]) for s in range(1, steps + 1)})
-        train.close()
-    return out
-
-
 def fetched(out: Path, rank: int) -> int:
     return int(Path(f"{out}.{rank}").read_text().split("origin_bytes ")[1])
 
 
+def losses(run_dir: Path) -> dict[int, dict[int, float]]:
+    """Each segment's loss per step, from the run's metrics.jsonl."""
+    by_segment: dict[int, dict[int, float]] = {}
+    text = (run_dir / "metrics.jsonl").read_text()
+    for line in text[: text.rfind("\n") + 1].splitlines():  # whole lines: the run writes on
+        record = json.loads(line)
+        if "loss" in record:
+            by_segment.setdefault(record["segment"], {})[record["step"]] = record["loss"]
+    return by_segment
+
+
+def logged(run_dir: Path) -> int:
+    """Steps the run's first segment has logged so far."""
+    if not (run_dir / "metrics.jsonl").exists():
+        return 0
+    return len(losses(run_dir).get(1, {}))
+
+
+def shard_gets(log: Path, since: int, prefix: str) -> list[str]:
+    """Shard keys GET from the origin under ``prefix`` after byte ``since`` of the request log."""
+    with open(log, "rb") as f:
+        f.seek(since)
+        lines = f.read().decode(errors="replace").splitlines()
+    found = (re.search(rf"GET /{BUCKET}/{prefix}/tokens/shards/(\w+\.arrow)", x) for x in lines)
+    return [m.group(1) for m in found if m]
+
+
 @pytest.mark.slow
-def test_a_killed_two_rank_run_resumes_with_the_same_batches_and_its_cache(
-    make_dataset: Make, s3: str, tmp_path: Path
+def test_a_killed_two_worker_training_run_resumes_exactly_and_reuses_its_cache(
+    make_dataset: Make, s3: str, s3_requests: Path, tmp_path: Path
 ) -> None:
-    config, shard_bytes = s3_run(make_dataset, s3, tmp_path, "killed")
-    steps = 60  # one epoch holds ~580 rows of 9 tokens: 60 steps of 2 x 2 rows is mid-epoch
-    whole = uninterrupted(config, steps, tmp_path / "whole-cache")
-    killed = ranks(config, 2, 1, steps, tmp_path / "run", 0.05)
-    deadline = time.monotonic() + 120
-    while min(len(hashes(tmp_path / "run", r)) for r in range(2)) < 10:
-        assert time.monotonic() < deadline and all(p.poll() is None for p in killed)
-        time.sleep(0.05)
-    for p in killed:
-        os.kill(p.pid, signal.SIGKILL)
-        p.wait()
-    cached = {p: p.stat().st_ino for p in (tmp_path / "cache").rglob("*.arrow")}
-    done = min(max(hashes(tmp_path / "run", r)) for r in range(2))
-    assert done < steps and cached
-    rerun = ranks(config, 2, done + 1, steps, tmp_path / "run", 0.0)
-    assert [p.wait(120) for p in rerun] == [0, 0]
-    assert [hashes(tmp_path / "run", rank) for rank in range(2)] == whole
-    assert sum(fetched(tmp_path / "run", rank) for rank in range(2)) < shard_bytes
-    assert all(p.stat().st_ino == ino for p, ino in cached.items())  # reused, not re-fetched
+    """A real 2-worker DDP run over S3 killed with SIGKILL (launcher and workers) mid-epoch, then
+    the same command again: the steps it computes again have exactly the losses they had (the
+    same batches into the same model), and no shard it had cached is asked of S3 again."""
+    local, _ = make_dataset(n=1500, per_shard=125)  # ~1,000 rows of 33 tokens: 260 steps
+    storage = {"name": "s3", "root": "", "endpoint_url": s3, "region": "", "profile": ""}
+    sync(local, tier_for(f"s3://{BUCKET}/killed", storage))
+    command = [
+        sys.executable, "-m", "xirang", *ONE_LAYER_GPT, "trainer.nproc=2", "parallel=ddp",
+        "storage=s3_cache", f"storage.endpoint_url={s3}", f"data.uri=s3://{BUCKET}/killed",
+        f"data.cache_dir={tmp_path / 'cache'}", "data.val_fraction=0", "data.prefetch_shards=2",
+        "checkpoint=every_steps", "checkpoint.interval=50", "trainer.max_steps=200",
+        "trainer.log_every=1", "trainer.sample_tokens=0", f"hydra.run.dir={tmp_path / 'run'}",
+    ]  # fmt: skip
+    log = open(tmp_path / "killed.log", "wb")  # noqa: SIM115 - the run's, closed below
+    run = subprocess.Popen(command, cwd=tmp_path, start_new_session=True, stderr=log, stdout=log)
+    deadline = time.monotonic() + 600
+    while logged(tmp_path / "run") < 60:  # past the checkpoint at 50, before the one at 100
+        assert run.poll() is None, (tmp_path / "killed.log").read_text()[-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.killpg(run.pid, signal.SIGKILL)  # the launcher and both workers, mid-step
+    run.wait()
+    log.close()
+    cached = {p.name: p.stat().st_ino for p in (tmp_path / "cache").rglob("*.arrow")}
+    mark = s3_requests.stat().st_size
+    assert cached and set(cached) <= set(shard_gets(s3_requests, 0, "killed"))  # log is read
+    again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    segments = losses(tmp_path / "run")
+    assert len(segments) == 2
+    first, resumed = segments[min(segments)], segments[max(segments)]
+    overlap = sorted(set(first) & set(resumed))
+    assert len(overlap) >= 10 and max(resumed) == 200 and max(first) < 200
+    assert [first[s] for s in overlap] == [resumed[s] for s in overlap]  # exactly
+    asked = shard_gets(s3_requests, mark, "killed")
+    assert asked and not set(asked) & set(cached)  # the cache left behind served its shards
+    after = {p.name: p.stat().st_ino for p in (tmp_path / "cache").rglob("*.arrow")}
+    assert all(after[name] == ino for name, ino in cached.items())  # reused, not re-fetched
 
 
 @pytest.mark.slow

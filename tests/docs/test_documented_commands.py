@@ -174,7 +174,7 @@ TABLE: dict[str, As | Slow | Skip] = {
     ),
     "python -m xirang cost=energy_aware cost.watts.cuda=700 cost.price_per_kwh=0.25": Slow(_TRAINS),
     # docs/data.md
-    "xirang data prepare SRC DST [--format auto|files|lines|jsonl|parquet] [--field text]": Skip(
+    "xirang data prepare SRC DST [--format auto|files|lines|jsonl|parquet|hf] [--field text]": Skip(
         _SYNOPSIS
     ),
     "xirang data snapshots DST": As(("xirang data snapshots data/corpus",)),

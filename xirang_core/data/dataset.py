@@ -34,6 +34,8 @@ class DataConfig:
     origin_concurrency: int = 8
     origin_requests_per_s: float = 0.0
     origin_deadline_s: float = 300.0
+    #: attention within a document in packed rows (model families that support it)
+    document_mask: bool = False
     #: data=mixture: weighted snapshots, each {uri, snapshot (optional pin), weight}
     sources: list[dict[str, Any]] = field(default_factory=list)
 
@@ -113,8 +115,8 @@ def resolve(data: dict[str, Any], storage: dict[str, Any] | None) -> tuple[Fsspe
 def _resolve_mixture(
     data: dict[str, Any], storage: dict[str, Any] | None
 ) -> tuple[FsspecTier, Snapshot]:
-    """Pin every source's snapshot; ``uri`` and ``snapshot`` name the first source (the text a
-    tokenizer that learns from the corpus trains on)."""
+    """Pin every source's snapshot; ``uri`` and ``snapshot`` name the first source (the run's
+    ``data_snapshot``); a tokenizer that learns trains on every source by weight."""
     from xirang_core.storage.locate import origin_errors, tier_for
 
     first = None

@@ -17,6 +17,15 @@ import numpy as np
 CHUNK = 1000
 
 
+def largest_remainder(weights: tuple[float, ...] | list[float], total: int) -> np.ndarray:
+    """``total`` split in proportion to ``weights`` as integers that sum to it exactly."""
+    share = np.asarray(weights, dtype=np.float64) / sum(weights) * total
+    quotas = np.floor(share).astype(np.int64)
+    left = total - int(quotas.sum())
+    quotas[np.argsort(-(share - quotas), kind="stable")[:left]] += 1
+    return quotas
+
+
 @dataclass(frozen=True)
 class Schedule:
     """Source of every global row for sources of ``weights`` (any positive numbers)."""
@@ -27,11 +36,7 @@ class Schedule:
     @cached_property
     def quotas(self) -> np.ndarray:
         """Rows per chunk of each source: weight shares of ``CHUNK``, largest remainder."""
-        share = np.asarray(self.weights, dtype=np.float64) / sum(self.weights) * CHUNK
-        quotas = np.floor(share).astype(np.int64)
-        left = CHUNK - int(quotas.sum())
-        quotas[np.argsort(-(share - quotas), kind="stable")[:left]] += 1
-        return quotas
+        return largest_remainder(self.weights, CHUNK)
 
     @lru_cache(maxsize=8)  # noqa: B019 - a few chunks' orders, owned by this object
     def chunk(self, index: int) -> tuple[np.ndarray, np.ndarray]:

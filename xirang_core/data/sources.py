@@ -1,7 +1,9 @@
 """Where ``xirang data prepare`` reads samples from: a folder or fsspec URL of files.
 
 Each file is read by its kind: ``.jsonl`` gives one sample per line, ``.parquet`` one per row,
-any other file is one sample (its text), or one per line with ``--format lines``. Files are read by
+any other file is one sample (its text), or one per line with ``--format lines``. A folder that
+a Hugging Face ``datasets`` dataset was saved to (``save_to_disk``) gives one sample per row
+(``--format hf``, found by itself with ``auto``). Files are read by
 a pool of threads, in a fixed (sorted) order, so the shards a prepare writes depend only on the
 bytes of the source.
 """
@@ -16,9 +18,10 @@ from typing import Any
 
 import fsspec
 
+from xirang_core.data import hf_dataset
 from xirang_core.errors import DataError
 
-FORMATS = ("auto", "files", "lines", "jsonl", "parquet")
+FORMATS = ("auto", "files", "lines", "jsonl", "parquet", "hf")
 READ_AHEAD = 64
 
 
@@ -40,6 +43,10 @@ def iter_samples(
     """Every sample of ``src`` as a dict; text that is not UTF-8 stays ``bytes`` for the gate."""
     if fmt not in FORMATS:
         raise DataError(f"--format {fmt}: unknown. Valid: {', '.join(FORMATS)}")
+    fs, path = fsspec.core.url_to_fs(src)
+    if fmt == "hf" or (fmt == "auto" and hf_dataset.is_saved_dataset(fs, path)):
+        yield from hf_dataset.iter_rows(fs, path, src, field)
+        return
     fs, files = list_files(src)
     with ThreadPoolExecutor(max_workers=threads) as pool:
         for start in range(0, len(files), READ_AHEAD * threads):

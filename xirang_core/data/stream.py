@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
@@ -36,6 +37,8 @@ from xirang_core.storage.tier import FsspecTier
 
 #: packed blocks kept: the one being read (a row crossing into the next copies its tail first)
 BLOCKS_KEPT = 1
+#: blocks whose document ends are kept (a few ints per document; a row spans one or two)
+DOC_ENDS_KEPT = 8
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,8 @@ class TokenSource(ProcessFetcher):
         self._fetcher: ShardFetcher | None = None
         self._pid = os.getpid()
         self._blocks: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        #: where each document of a recent block ends in it (data.document_mask)
+        self._doc_ends: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
         # the device prefetcher's thread reads training rows while evaluation reads held-out ones
         self._lock = threading.RLock()
         if self.rows_per_epoch < 1:
@@ -166,12 +171,59 @@ class TokenSource(ProcessFetcher):
     @cached_property
     def _val_stream(self) -> np.ndarray:
         """The held-out tail's tokens in index order (a small fraction of the corpus)."""
-        pieces = []
+        pieces = [values[offsets[0] : offsets[-1]] for offsets, values in self._val_documents()]
+        return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+
+    def _val_documents(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(document offsets, token values) of each shard's held-out documents, in order."""
         for shard in np.flatnonzero(self.starts + self.counts > self.n_train):
             offsets, values = self._tokens(int(shard), lambda s: float("inf"), set())
-            first = max(0, self.n_train - int(self.starts[shard]))
-            pieces.append(values[offsets[first] : offsets[-1]])
-        return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+            yield offsets[max(0, self.n_train - int(self.starts[shard])) :], values
+
+    # --- document starts (data.document_mask) -------------------------------------------
+
+    def train_doc_starts(self, rows: np.ndarray) -> np.ndarray:
+        """Whether a document starts at each position of :meth:`train_rows`' rows."""
+        span = self.read.span
+        out = np.zeros((len(rows), span), dtype=bool)
+        with self._lock:
+            for i, row in enumerate(np.asarray(rows, dtype=np.int64)):
+                epoch, r = divmod(int(row), self.rows_per_epoch)
+                out[i] = self._doc_starts(epoch, self.packed_row(epoch, r) * span, span)
+        return out
+
+    def val_doc_starts(self, rows: np.ndarray) -> np.ndarray:
+        """Whether a document starts at each position of :meth:`val_rows`' rows."""
+        with self._lock:
+            stream, span = self._val_stream, self.read.span
+            if len(stream) < span:
+                return self.train_doc_starts(rows)
+            flags = self._val_starts
+        starts = (np.asarray(rows, dtype=np.int64) % (len(stream) // span)) * span
+        return flags[starts[:, None] + np.arange(span)]
+
+    @cached_property
+    def _val_starts(self) -> np.ndarray:
+        """Document-start flags of the held-out stream (each held-out document's first token)."""
+        flags, at = np.zeros(len(self._val_stream), dtype=bool), 0
+        for offsets, _ in self._val_documents():
+            flags[at + offsets[:-1] - offsets[0]] = True
+            at += int(offsets[-1] - offsets[0])
+        return flags
+
+    def _doc_starts(self, epoch: int, start: int, length: int) -> np.ndarray:
+        """Document-start flags of tokens ``[start, start + length)`` of ``epoch``'s stream."""
+        plan, end = self.plan(epoch), start + length
+        flags = np.zeros(length, dtype=bool)
+        first = int(np.searchsorted(plan.cum, start, side="right")) - 1
+        last = int(np.searchsorted(plan.cum, end - 1, side="right")) - 1
+        for block in range(first, last + 1):
+            if (epoch, block) not in self._doc_ends:
+                self._block(epoch, block)
+            ends = self._doc_ends[(epoch, block)]
+            begins = int(plan.cum[block]) + np.concatenate([[0], ends[:-1]]).astype(np.int64)
+            flags[begins[(begins >= start) & (begins < end)] - start] = True
+        return flags
 
     def _slice(self, epoch: int, start: int, length: int) -> np.ndarray:
         """Tokens ``[start, start + length)`` of ``epoch``'s stream, across blocks."""
@@ -213,6 +265,9 @@ class TokenSource(ProcessFetcher):
         ]
         tokens = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
         self._blocks[key] = tokens
+        self._doc_ends[key] = np.cumsum([len(p) for p in pieces], dtype=np.int64)
+        while len(self._doc_ends) > DOC_ENDS_KEPT:
+            self._doc_ends.popitem(last=False)
         return tokens
 
     def _tokens(self, shard: int, next_use, protect: set[int]) -> tuple[np.ndarray, np.ndarray]:

@@ -89,23 +89,63 @@ def open_tokenizer(config: dict[str, Any], registry: Registry | None = None) -> 
 
 
 def text_corpus(config: dict[str, Any]) -> TextCorpus:
-    """The pinned snapshot's documents as text, read only if the tokenizer asks for them."""
-    from xirang_core.data import dataset
+    """The pinned snapshots' documents as text, read only if the tokenizer asks for them.
 
-    _, snap = dataset.resolve(config["data"], config.get("storage"))
+    One snapshot gives its documents once each. A mixture gives as many documents as its
+    sources hold together, each source's share its weight (largest remainder): every document
+    of a source appears ``quota / documents`` times, rounded up or down evenly along the
+    source, so a heavy small source is repeated and a light large one thinned. Its key names
+    every source's snapshot and weight, so changing any of them trains anew."""
+    from xirang_core.data import dataset
+    from xirang_core.data.mixture import largest_remainder
+    from xirang_core.data.snapshot import load
+    from xirang_core.storage.locate import tier_for
+
+    data, storage = config["data"], config.get("storage")
+    dataset.resolve(data, storage)  # pins every source
+    pinned = dataset.sources(data)
+    docs = [load(tier_for(s.uri, storage), s.snapshot).samples for s in pinned]
+    if len(pinned) == 1:
+        quotas = docs
+        key = pinned[0].snapshot
+    else:
+        quotas = largest_remainder([s.weight for s in pinned], sum(docs)).tolist()
+        key = "mixture:" + ",".join(f"{s.snapshot}*{s.weight:g}" for s in pinned)
 
     def batches() -> Iterator[list[str]]:
-        from xirang_core.data.reader import ReadSettings
+        for source, have, want in zip(pinned, docs, quotas, strict=True):
+            yield from _repeated(_source_texts(data, storage, source), have, want)
 
-        reader = dataset.open_reader(config["data"], config.get("storage"), ReadSettings())
-        try:
-            for shard in range(len(reader.snap.shards)):  # index order, checksums checked
-                table = reader.fetcher.table(shard, lambda s: float(s), {shard})
-                yield table.column(TEXT_FIELD).to_pylist()
-        finally:
-            reader.close()
+    return TextCorpus(key, int(sum(quotas)), batches, xirang_home() / "tokenizers")
 
-    return TextCorpus(snap.id, snap.samples, batches, xirang_home() / "tokenizers")
+
+def _source_texts(data: dict[str, Any], storage: Any, source: Any) -> Iterator[list[str]]:
+    """One pinned snapshot's texts, a list per shard in index order, checksums checked."""
+    from xirang_core.data import dataset
+    from xirang_core.data.reader import ReadSettings
+
+    one = {k: v for k, v in data.items() if k != "sources"}
+    one.update(name="snapshot", uri=source.uri, snapshot=source.snapshot)
+    reader = dataset.open_reader(one, storage, ReadSettings())
+    try:
+        for shard in range(len(reader.snap.shards)):
+            table = reader.fetcher.table(shard, lambda s: float(s), {shard})
+            yield table.column(TEXT_FIELD).to_pylist()
+    finally:
+        reader.close()
+
+
+def _repeated(texts: Iterator[list[str]], have: int, want: int) -> Iterator[list[str]]:
+    """``want`` documents out of ``have``: document ``j`` ``(j+1)·want//have − j·want//have``
+    times, so repeats (or omissions) are spread evenly and the counts sum to ``want``."""
+    import numpy as np
+
+    seen = 0
+    for batch in texts:
+        j = np.arange(seen, seen + len(batch), dtype=np.int64)
+        copies = ((j + 1) * want // have - j * want // have).tolist()
+        seen += len(batch)
+        yield [text for text, n in zip(batch, copies, strict=True) for _ in range(n)]
 
 
 def _tokenizer_class(config: dict[str, Any], registry: Registry) -> tuple[Any, dict[str, Any]]:

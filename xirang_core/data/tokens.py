@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from xirang_core.data.document_mask import segments
 from xirang_core.data.mixture import Schedule
 from xirang_core.data.order import Partition
 from xirang_core.data.stream import TokenSource
@@ -39,9 +40,10 @@ class TokenBatches:
         seed: int,
         split: str,
         tokenizer: Tokenizer,
+        document_mask: bool = False,
     ) -> None:
         self.sources, self.part, self.accum, self.split = sources, part, accum, split
-        self.tokenizer = tokenizer
+        self.tokenizer, self.document_mask = tokenizer, document_mask
         weights = tuple(s.weight for s in sources)
         self.schedule = Schedule(weights, seed + (split == "val")) if len(sources) > 1 else None
         self.seq_len = sources[0].source.read.span - 1
@@ -59,21 +61,39 @@ class TokenBatches:
 
     def rows(self, positions: np.ndarray) -> np.ndarray:
         """The [len(positions), seq_len + 1] token rows at global rows ``positions``."""
+        return self._gather(positions, self._read, np.int64)
+
+    def doc_starts(self, positions: np.ndarray) -> np.ndarray:
+        """Whether a document starts at each position of :meth:`rows`' rows."""
+        return self._gather(positions, self._read_starts, np.bool_)
+
+    def _gather(self, positions: np.ndarray, read, dtype) -> np.ndarray:
+        """``read(source, rows)`` of each global row's source (the mixture's schedule)."""
         if self.schedule is None:
-            return self._read(self.sources[0].source, positions)
+            return read(self.sources[0].source, positions)
         which, within = self.schedule.locate(positions)
-        out = np.empty((len(positions), self.seq_len + 1), dtype=np.int64)
+        out = np.empty((len(positions), self.seq_len + 1), dtype=dtype)
         for index in np.unique(which):
             mask = which == index
-            out[mask] = self._read(self.sources[int(index)].source, within[mask])
+            out[mask] = read(self.sources[int(index)].source, within[mask])
         return out
 
     def _read(self, source: TokenSource, rows: np.ndarray) -> np.ndarray:
         return source.train_rows(rows) if self.split == "train" else source.val_rows(rows)
 
-    def get(self, step: int, micro: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        tokens = torch.from_numpy(self.rows(self.positions(step, micro)))
-        return tokens[:, :-1], tokens[:, 1:]
+    def _read_starts(self, source: TokenSource, rows: np.ndarray) -> np.ndarray:
+        train = self.split == "train"
+        return source.train_doc_starts(rows) if train else source.val_doc_starts(rows)
+
+    def get(self, step: int, micro: int = 0) -> tuple[torch.Tensor, ...]:
+        """(inputs, targets), and with ``data.document_mask`` each input's document in its
+        row (:func:`~xirang_core.data.document_mask.segments`) for the model's ``forward``."""
+        positions = self.positions(step, micro)
+        tokens = torch.from_numpy(self.rows(positions))
+        if not self.document_mask:
+            return tokens[:, :-1], tokens[:, 1:]
+        documents = segments(self.doc_starts(positions)[:, :-1])
+        return tokens[:, :-1], tokens[:, 1:], torch.from_numpy(documents).long()
 
     def tokens_seen(self, steps: int) -> dict[str, int]:
         """Training tokens (inputs) each source gave the whole run in its first ``steps``."""

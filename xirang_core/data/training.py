@@ -84,6 +84,6 @@ def run_batches(
         named.append(NamedSource(name, stream, source.weight))
     part = Partition(micro, world, rank)
     return (
-        TokenBatches(named, part, accum, seed, "train", tokenizer),
-        TokenBatches(named, part, 1, seed, "val", tokenizer),
+        TokenBatches(named, part, accum, seed, "train", tokenizer, cfg.document_mask),
+        TokenBatches(named, part, 1, seed, "val", tokenizer, cfg.document_mask),
     )

@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from xirang_core.errors import ConfigError
 
@@ -45,16 +46,16 @@ def wait_until_up(url: str, timeout: float = 20.0) -> None:
 
 
 @contextmanager
-def moto_process() -> Iterator[int]:
-    """``moto_server`` on 127.0.0.1 at a free port; yields the port, stops it on exit."""
+def moto_process(log: Path | None = None) -> Iterator[int]:
+    """``moto_server`` on 127.0.0.1 at a free port; yields the port, stops it on exit. With
+    ``log``, the server's request log (a line per request: method, path, status) goes there."""
     exe = shutil.which("moto_server")
     if exe is None:
         raise ConfigError("moto_server not found: pip install 'moto[server]' (in xirang[dev])")
     port = free_port()
+    sink = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
-        [exe, "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        [exe, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=sink
     )
     try:
         wait_until_up(f"http://127.0.0.1:{port}/")
@@ -62,6 +63,8 @@ def moto_process() -> Iterator[int]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+        if log:
+            sink.close()
 
 
 @contextmanager
@@ -77,11 +80,14 @@ def aws_env(endpoint: str, secret: str) -> Iterator[None]:
 
 
 @contextmanager
-def local_s3(bucket: str = "xirang", secret: str = "local-secret") -> Iterator[str]:
-    """A running local S3 with ``bucket`` created; yields its endpoint URL."""
+def local_s3(
+    bucket: str = "xirang", secret: str = "local-secret", log: Path | None = None
+) -> Iterator[str]:
+    """A running local S3 with ``bucket`` created; yields its endpoint URL (``log``: where its
+    request log goes, to count what a client asked of the origin)."""
     import s3fs
 
-    with moto_process() as port:
+    with moto_process(log) as port:
         url = f"http://127.0.0.1:{port}"
         with aws_env(url, secret):
             s3fs.S3FileSystem(skip_instance_cache=True).mkdir(bucket)

@@ -153,14 +153,11 @@ class Trainer:
         s = self.settings
         total = torch.zeros((), device=self.ctx.device)
         for micro in range(s.accum_steps):
-            x, y = self._batch(step, micro)
-            x, y = (
-                x.to(self.ctx.device, non_blocking=True),
-                y.to(self.ctx.device, non_blocking=True),
-            )
+            # inputs, targets and, with data.document_mask, each input's document
+            batch = [t.to(self.ctx.device, non_blocking=True) for t in self._batch(step, micro)]
             with self._sync_context(last=micro == s.accum_steps - 1):
                 with self.precision.autocast():
-                    loss = self.model(x, y) / s.accum_steps
+                    loss = self.model(*batch) / s.accum_steps
                 self._backward(loss)
             total += loss.detach()
         return total
