@@ -30,7 +30,7 @@ from xirang_core.console.api_models import CostOut, OverviewOut, Row
 from xirang_core.console.auth import OPERATOR, SESSION_COOKIE, AuthError, Session, Sessions
 from xirang_core.console.html import login_form
 from xirang_core.console.source import ConsoleSource
-from xirang_core.web.answers import JSONAnswer
+from xirang_core.web.answers import AddHeaders, JSONAnswer
 from xirang_core.web.fields import ERRORS, install_errors
 from xirang_core.web.limits import BodyLimit
 from xirang_core.web.server import Limits, WebServer
@@ -78,11 +78,7 @@ def app(source: ConsoleSource, sessions: Sessions) -> FastAPI:
     install_errors(console, ())
     viewer = _Viewer(source, sessions)
 
-    @console.middleware("http")
-    async def no_framing(request: Request, call_next: Callable) -> Response:
-        answer = await call_next(request)
-        answer.headers.update(auth.SECURITY_HEADERS)
-        return answer
+    console.add_middleware(AddHeaders, headers=auth.SECURITY_HEADERS)  # no framing, no sniffing
 
     @console.exception_handler(AuthError)
     async def refused(request: Request, exc: AuthError) -> Response:
