@@ -43,6 +43,7 @@ from xirang_core.cost.store import CostStore
 from xirang_core.pool.rest import serve as serve_pool
 from xirang_core.pool.service import OPERATOR, PoolService
 from xirang_core.pool.store import PoolStore
+from xirang_core.web.server import settle_heap
 
 TYPES = {"h100": 4.0, "a100": 3.0, "v100": 1.2, "t4": 0.4}
 OPERATOR_TOKEN = "bench-operator"
@@ -175,6 +176,7 @@ def main() -> None:
         devices = service.engine.cluster.size
         console = serve_console(source)
         pool = serve_pool(service, "127.0.0.1", 0)
+        settle_heap()  # as `xirang pool serve` and `xirang console` do before serving
         for server in (console, pool):
             threading.Thread(target=server.serve_forever, daemon=True).start()
         c = "http://{}:{}".format(*console.server_address[:2])

@@ -102,8 +102,10 @@ def test_a_project_logs_in_sees_its_jobs_and_its_costs(console, browser, tmp_pat
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_the_operator_sees_drained_nodes_with_their_reason(console, browser):
+def test_the_operator_sees_drained_nodes_with_their_reason_and_logs_out(console, browser):
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.wait import WebDriverWait
 
     browser.get(console.url + "/login")
     log_in(browser, console, OPERATOR_TOKEN)
@@ -112,3 +114,7 @@ def test_the_operator_sees_drained_nodes_with_their_reason(console, browser):
     assert "v100-0001" in first and "ECC errors on GPU 3" in first
     browser.get(console.url + "/")
     assert browser.find_elements(By.CSS_SELECTOR, "svg.chart")  # charts from the metrics store
+    browser.find_element(By.ID, "logout").click()  # a form posting the session's CSRF token
+    WebDriverWait(browser, 20).until(expected_conditions.url_to_be(console.url + "/login"))
+    browser.get(console.url + "/nodes")
+    assert browser.current_url.endswith("/login")

@@ -104,8 +104,27 @@ def test_login_form_sets_a_session_and_logout_ends_it(console):
     status, _, page = get(console.url + "/jobs", cookie=cookie)
     assert status == 200 and "project vision" in page and "vision-big" in page
     assert "nlp-train-0" not in page
-    get(console.url + "/logout", cookie=cookie)
+    assert log_out(console.url, cookie, csrf_of(page)) == 303
     assert get(console.url + "/jobs", cookie=cookie)[0] == 303
+
+
+def csrf_of(page: str) -> str:
+    """The CSRF token a page's form carries."""
+    return re.search(r'name=csrf value="([^"]+)"', page).group(1)
+
+
+def log_out(url: str, cookie: str, csrf: str, **headers: str) -> int:
+    """Post the pages' log-out form as a browser does; the status (303 is not followed)."""
+    form = urllib.parse.urlencode({"csrf": csrf}).encode()
+    request = urllib.request.Request(url + "/logout", data=form, method="POST")
+    request.add_header("Cookie", cookie)
+    for name, value in headers.items():
+        request.add_header(name.replace("_", "-"), value)
+    try:
+        with OPENER.open(request, timeout=10) as answer:
+            return answer.status
+    except urllib.error.HTTPError as err:
+        return err.code
 
 
 def test_a_wrong_token_at_login_is_one_clear_message(console):

@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from tests.console.test_console_api import OPENER, get
+from tests.console.test_console_api import OPENER, csrf_of, get, log_out
 from tests.cost.pools import OPERATOR_TOKEN
 from xirang_core.console.auth import AuthError, Sessions, check_same_origin
 from xirang_core.errors import ConfigError
@@ -45,6 +45,22 @@ def test_log_in_needs_the_forms_csrf_token_and_the_consoles_origin(console) -> N
     status, cookie = log_in(console.url, token, Origin=console.url)
     assert status == 303 and cookie
     assert get(console.url + "/jobs", cookie=cookie)[0] == 200
+
+
+def test_log_out_is_a_post_with_the_sessions_csrf_token(console) -> None:
+    _, cookie = log_in(console.url, console.pool.tokens["vision"])
+    status, _, page = get(console.url + "/jobs", cookie=cookie)
+    assert status == 200 and "action=/logout" in page
+    assert get(console.url + "/logout", cookie=cookie)[0] == 405  # a link cannot log out
+    assert log_out(console.url, cookie, "forged") == 403
+    assert log_out(console.url, cookie, csrf_of(page), Origin="https://evil.example") == 403
+    assert get(console.url + "/jobs", cookie=cookie)[0] == 200  # still logged in
+    _, other = log_in(console.url, console.pool.tokens["vision"])
+    assert log_out(console.url, cookie, csrf_of(get(console.url + "/", cookie=other)[2])) == 403
+    assert log_out(console.url, cookie, csrf_of(page)) == 303
+    assert get(console.url + "/jobs", cookie=cookie)[0] == 303
+    assert get(console.url + "/jobs", cookie=other)[0] == 200  # only that session ended
+    assert "action=/logout" not in get(console.url + "/jobs", console.pool.tokens["nlp"])[2]
 
 
 def test_a_session_ends_when_its_token_is_rotated(console) -> None:

@@ -200,6 +200,38 @@ def test_a_restart_sets_aside_rows_it_cannot_use_and_the_rest_serves(tmp_path, c
     costs.close()
 
 
+def test_a_restart_sets_aside_node_and_device_rows_it_cannot_use(tmp_path, cluster_file):
+    """Today a corrupt node row (or a device row of no node) stopped the restart; here that
+    node and its running job are set aside and reported, and the other node serves."""
+    made = Pool(str(tmp_path / "pool.db"), cluster_file)
+    lost, kept = made.submit("nlp", 4), made.submit("cv", 2)
+    [bad] = {made.service.engine.cluster.node_of(d).name for d in lost["devices"]}
+    made.service.store.close()
+    _corrupt(
+        made.location,
+        f"UPDATE nodes SET devices = 'many' WHERE name = '{bad}'",
+        "INSERT INTO devices VALUES (100, 'ghost', 'gpu', 0, NULL)",
+    )
+    service = made.start()
+    aside = {(r["kind"], r["ref"]): r["reason"] for r in service.status(OPERATOR)["set_aside"]}
+    assert set(aside) == {("node", bad), ("device", "100"), ("job", str(lost["id"]))}
+    assert "devices holds 'many'" in aside[("node", bad)]
+    assert "'ghost' is not in the nodes table" in aside[("device", "100")]
+    assert service.job(OPERATOR, kept["id"])["state"] == "running" and service.restored == 1
+    assert bad not in {n["name"] for n in service.store.nodes()}
+    assert {d["node"] for d in service.devices(OPERATOR)} == {
+        n["name"] for n in service.store.nodes()
+    }
+    assert service.submit(OPERATOR, {"project": "nlp", "cards": 2})["state"] == "running"
+    assert service.status(OPERATOR)["types"]["gpu"]["free"] == 0
+    assert_consistent(service)
+    service.store.close()
+    again = made.start()  # the set-aside rows stay aside, reported once
+    assert len(again.status(OPERATOR)["set_aside"]) == 3
+    assert_consistent(again)
+    again.store.close()
+
+
 def test_payload_fields_the_pool_reads_are_checked_at_submit(pool) -> None:
     for payload, message in (
         ({"utilisation": "abc"}, "utilisation must be a number"),

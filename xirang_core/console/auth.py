@@ -63,11 +63,13 @@ def credential(who: str, projects: Iterable[Project], operator_token: str) -> st
 
 @dataclass
 class Session:
-    """One logged-in browser: who, with which token (its hash), until when."""
+    """One logged-in browser: who, with which token (its hash), until when, and the CSRF
+    token its pages' forms (log out) must send back."""
 
     who: str
     credential: str
     expires: float
+    csrf: str
 
 
 class Sessions:
@@ -91,7 +93,7 @@ class Sessions:
     def open(self, who: str, token: str) -> str:
         """A new session for ``who``, who just logged in with ``token``; returns its id."""
         sid = secrets.token_urlsafe(32)
-        session = Session(who, token_hash(token), self.clock() + self.ttl_s)
+        session = Session(who, token_hash(token), self.clock() + self.ttl_s, new_csrf_token())
         with self._lock:
             if len(self._open) >= self.limit:
                 self._drop_oldest()

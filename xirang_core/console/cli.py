@@ -37,12 +37,14 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     require("xirang console")
     from xirang_core.console.server import Sampler, serve
+    from xirang_core.web.server import settle_heap
 
     source = build_source(args.state, args.prices, args.cost_db, args.metrics_db)
     if not source.operator_token:
         print("note: no operator token found; only project tokens can log in", flush=True)
     source.sample()
     server = serve(source, args.host, args.port, session_ttl_s=_session_ttl_s(args.session_hours))
+    settle_heap()
     sampler = Sampler(source, args.interval)
     sampler.start()
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -10,6 +10,8 @@ STYLE = """
 body{font:14px system-ui,sans-serif;margin:0;color:#111}
 header{background:#1f2937;color:#fff;padding:8px 16px;display:flex;gap:16px;align-items:center}
 header a{color:#e5e7eb;text-decoration:none}header .who{margin-left:auto}
+header form{display:inline;margin:0}
+header button{background:none;border:0;padding:0;color:#e5e7eb;font:inherit;cursor:pointer}
 main{padding:12px 16px}h2{font-size:16px;margin:18px 0 6px}
 table{border-collapse:collapse;margin:4px 0}td,th{border:1px solid #ddd;padding:2px 8px}
 th{background:#f3f4f6;text-align:left}td.n{text-align:right;font-variant-numeric:tabular-nums}
@@ -19,8 +21,9 @@ th{background:#f3f4f6;text-align:left}td.n{text-align:right;font-variant-numeric
 """
 
 
-def page(title: str, who: str, body: str) -> str:
-    """A whole page with the navigation bar; ``who`` is the viewer's display name."""
+def page(title: str, who: str, body: str, csrf: str = "") -> str:
+    """A whole page with the navigation bar; ``who`` is the viewer's display name, ``csrf``
+    their session's CSRF token (a session's pages offer a log-out button that posts it)."""
     nav = "".join(
         f'<a href="{href}">{label}</a>'
         for href, label in (
@@ -30,7 +33,7 @@ def page(title: str, who: str, body: str) -> str:
             ("/cost", "Cost"),
         )
     )
-    user = f'<span class="who">{escape(who)} · <a href="/logout">log out</a></span>' if who else ""
+    user = f'<span class="who">{escape(who)}{logout_form(csrf)}</span>' if who else ""
     return (
         f"<!doctype html><html><head><meta charset=utf-8><title>{escape(title)} · xirang</title>"
         f"<style>{STYLE}</style></head><body><header><b>xirang</b>{nav}{user}</header>"
@@ -76,6 +79,18 @@ def pager(path: str, page_no: int, total: int, size: int) -> str:
     if page_no < pages:
         links.append(f'<a href="{path}?page={page_no + 1}">next</a>')
     return f"<p>page {page_no} of {pages} ({total:,} in all) {' '.join(links)}</p>"
+
+
+def logout_form(csrf: str) -> str:
+    """The log-out button: a POST with the session's CSRF token (a link would let any page
+    log the viewer out); none without a session (a bearer token has nothing to end)."""
+    if not csrf:
+        return ""
+    return (
+        " · <form method=post action=/logout id=logout-form>"
+        f'<input type=hidden name=csrf value="{escape(csrf)}">'
+        "<button type=submit id=logout>log out</button></form>"
+    )
 
 
 def login_form(csrf: str, message: str = "") -> str:

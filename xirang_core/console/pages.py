@@ -17,7 +17,7 @@ def display_name(who: str) -> str:
     return "operator" if who == OPERATOR else f"project {who}"
 
 
-def overview(source: ConsoleSource, who: str) -> str:
+def overview(source: ConsoleSource, who: str, csrf: str = "") -> str:
     snap = source.snapshot()
     types = table(
         ["device type", "devices", "healthy", "allocated", "free", "water level"],
@@ -57,7 +57,7 @@ def overview(source: ConsoleSource, who: str) -> str:
         f"<details><summary>Interconnect groups ({len(snap.capacity['groups'])})</summary>"
         f"{groups}</details>"
     )
-    return page("Pool overview", display_name(who), body)
+    return page("Pool overview", display_name(who), body, csrf)
 
 
 def _charts(source: ConsoleSource, now: float) -> str:
@@ -91,7 +91,7 @@ def _quota_table(quotas: list[dict[str, Any]]) -> str:
     )
 
 
-def jobs(source: ConsoleSource, who: str, page_no: int) -> str:
+def jobs(source: ConsoleSource, who: str, page_no: int, csrf: str = "") -> str:
     rows = source.jobs_for(who)
     shown = rows[(page_no - 1) * PAGE_SIZE : page_no * PAGE_SIZE]
     body = table(
@@ -119,12 +119,14 @@ def jobs(source: ConsoleSource, who: str, page_no: int) -> str:
         "Queue and running jobs",
         display_name(who),
         head + body + pager("/jobs", page_no, len(rows), PAGE_SIZE),
+        csrf,
     )
 
 
-def nodes(source: ConsoleSource, who: str, page_no: int) -> str:
+def nodes(source: ConsoleSource, who: str, page_no: int, csrf: str = "") -> str:
     if who != OPERATOR:
-        return page("Nodes", display_name(who), "<p>Node health is shown to the operator.</p>")
+        only = "<p>Node health is shown to the operator.</p>"
+        return page("Nodes", display_name(who), only, csrf)
     rows = source.snapshot().nodes
     shown = rows[(page_no - 1) * PAGE_SIZE : page_no * PAGE_SIZE]
     body = table(
@@ -143,12 +145,11 @@ def nodes(source: ConsoleSource, who: str, page_no: int) -> str:
         ],
         "nodes",
     )
-    return page(
-        "Node health", display_name(who), body + pager("/nodes", page_no, len(rows), PAGE_SIZE)
-    )
+    more = pager("/nodes", page_no, len(rows), PAGE_SIZE)
+    return page("Node health", display_name(who), body + more, csrf)
 
 
-def cost(source: ConsoleSource, who: str) -> str:
+def cost(source: ConsoleSource, who: str, csrf: str = "") -> str:
     data = source.cost_view(who)
     parts = []
     for by, title in (("team", "team"), ("project", "project"), ("device", "device type")):
@@ -202,7 +203,7 @@ def cost(source: ConsoleSource, who: str) -> str:
     if not data["findings"]:
         found = "<p>No low-utilisation holders or idle allocations.</p>"
     body = "".join(parts) + f"<h2>Budgets</h2>{budgets}<h2>Findings</h2>{found}{chart}"
-    return page("Cost", display_name(who), body)
+    return page("Cost", display_name(who), body, csrf)
 
 
 def _duration(seconds: float) -> str:

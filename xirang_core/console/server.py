@@ -7,7 +7,7 @@ background sampler.
     GET  /cost         cost by team, project and device type, budgets, findings
     GET  /api/overview | /api/jobs | /api/nodes | /api/cost      the same as JSON
     GET  /metrics      Prometheus exposition
-    GET|POST /login, GET /logout
+    GET|POST /login, POST /logout (the session's CSRF token, from the pages' button)
     GET  /openapi.json the API's OpenAPI document
 
 Pages accept the session cookie set at log-in; the API and ``/metrics`` also accept
@@ -27,9 +27,10 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 
 from xirang_core.console import auth, pages, prometheus
 from xirang_core.console.api_models import CostOut, OverviewOut, Row
-from xirang_core.console.auth import OPERATOR, SESSION_COOKIE, AuthError, Sessions
+from xirang_core.console.auth import OPERATOR, SESSION_COOKIE, AuthError, Session, Sessions
 from xirang_core.console.html import login_form
 from xirang_core.console.source import ConsoleSource
+from xirang_core.web.answers import AddHeaders, JSONAnswer
 from xirang_core.web.fields import ERRORS, install_errors
 from xirang_core.web.limits import BodyLimit
 from xirang_core.web.server import Limits, WebServer
@@ -77,11 +78,7 @@ def app(source: ConsoleSource, sessions: Sessions) -> FastAPI:
     install_errors(console, ())
     viewer = _Viewer(source, sessions)
 
-    @console.middleware("http")
-    async def no_framing(request: Request, call_next: Callable) -> Response:
-        answer = await call_next(request)
-        answer.headers.update(auth.SECURITY_HEADERS)
-        return answer
+    console.add_middleware(AddHeaders, headers=auth.SECURITY_HEADERS)  # no framing, no sniffing
 
     @console.exception_handler(AuthError)
     async def refused(request: Request, exc: AuthError) -> Response:
@@ -99,7 +96,7 @@ def app(source: ConsoleSource, sessions: Sessions) -> FastAPI:
 
     @console.exception_handler(405)
     async def no_method(request: Request, exc: Exception) -> Response:
-        return _json({"error": "only /login takes POST"}, 405)
+        return _json({"error": f"{request.method} is not allowed on {request.url.path}"}, 405)
 
     console.include_router(_pages(source, viewer, sessions))
     console.include_router(_api(source, viewer))
@@ -121,11 +118,9 @@ class _Viewer:
         self.source, self.sessions = source, sessions
 
     def __call__(self, request: Request, page: bool) -> str:
-        state = self.source.snapshot().state
-        cookie = request.cookies.get(SESSION_COOKIE, "")
-        who = self.sessions.who(cookie, state.projects, self.source.operator_token)
-        if who:
-            return who
+        session = self.session(request)
+        if session is not None:
+            return session.who
         header = request.headers.get("authorization", "")
         token = header[7:].strip() if header.lower().startswith("bearer ") else ""
         try:
@@ -133,20 +128,28 @@ class _Viewer:
         except AuthError as exc:
             raise _LoggedOut(str(exc), page) from None
 
+    def session(self, request: Request) -> Session | None:
+        """The live session the request's cookie names, if any."""
+        state = self.source.snapshot().state
+        cookie = request.cookies.get(SESSION_COOKIE, "")
+        return self.sessions.get(cookie, state.projects, self.source.operator_token)
+
 
 def _pages(source: ConsoleSource, viewer: _Viewer, sessions: Sessions) -> APIRouter:
     router = APIRouter(include_in_schema=False)
 
-    def html(render: Callable[[str, int], str]) -> Callable[..., Response]:
+    def html(render: Callable[[str, int, str], str]) -> Callable[..., Response]:
         def show(request: Request, page: Page = 1) -> Response:
-            return _html(render(viewer(request, page=True), page))
+            session = viewer.session(request)
+            who = session.who if session else viewer(request, page=True)
+            return _html(render(who, page, session.csrf if session else ""))
 
         return show
 
-    router.get("/")(html(lambda w, p: pages.overview(source, w)))
-    router.get("/jobs")(html(lambda w, p: pages.jobs(source, w, p)))
-    router.get("/nodes")(html(lambda w, p: pages.nodes(source, w, p)))
-    router.get("/cost")(html(lambda w, p: pages.cost(source, w)))
+    router.get("/")(html(lambda w, p, c: pages.overview(source, w, c)))
+    router.get("/jobs")(html(lambda w, p, c: pages.jobs(source, w, p, c)))
+    router.get("/nodes")(html(lambda w, p, c: pages.nodes(source, w, p, c)))
+    router.get("/cost")(html(lambda w, p, c: pages.cost(source, w, c)))
 
     @router.get("/login")
     def login_page() -> Response:
@@ -154,11 +157,11 @@ def _pages(source: ConsoleSource, viewer: _Viewer, sessions: Sessions) -> APIRou
 
     @router.post("/login")
     async def login(request: Request) -> Response:
-        form = parse_qs((await request.body()).decode(errors="replace"))
-        token = (form.get("token") or [""])[0].strip()
+        form = await _form(request)
+        token = form.get("token", "").strip()
         try:
             auth.check_same_origin("POST", request.headers)
-            sent = (form.get(auth.CSRF_FIELD) or [""])[0]
+            sent = form.get(auth.CSRF_FIELD, "")
             auth.check_csrf(request.cookies.get(auth.CSRF_COOKIE, ""), sent)
         except AuthError as exc:
             return _login_page(403, str(exc))
@@ -168,9 +171,19 @@ def _pages(source: ConsoleSource, viewer: _Viewer, sessions: Sessions) -> APIRou
             return _login_page(401, str(exc))
         return _redirect("/", cookie=sessions.open(who, token), ttl_s=sessions.ttl_s)
 
-    @router.get("/logout")
-    def logout(request: Request) -> Response:
-        sessions.close(request.cookies.get(SESSION_COOKIE, ""))
+    @router.post("/logout")
+    async def logout(request: Request) -> Response:
+        """End the session, if the post carries its CSRF token from the console's origin
+        (another site could otherwise log the viewer out); no live session: nothing to end."""
+        form = await _form(request)
+        session = viewer.session(request)
+        if session is not None:
+            try:
+                auth.check_same_origin("POST", request.headers)
+                auth.check_csrf(session.csrf, form.get(auth.CSRF_FIELD, ""))
+            except AuthError as exc:
+                return _json({"error": str(exc)}, 403)
+            sessions.close(request.cookies.get(SESSION_COOKIE, ""))
         return _redirect("/login", clear=True)
 
     return router
@@ -183,7 +196,7 @@ def _api(source: ConsoleSource, viewer: _Viewer) -> APIRouter:
     def overview(request: Request) -> Any:
         who = viewer(request, page=False)
         snap = source.snapshot()
-        return {
+        overview = {
             "you": pages.display_name(who),
             "taken": snap.taken,
             "capacity": snap.capacity,
@@ -191,20 +204,21 @@ def _api(source: ConsoleSource, viewer: _Viewer) -> APIRouter:
             "quotas": source.quotas_for(who),
             "queued": sum(1 for j in source.jobs_for(who) if j["state"] == "queued"),
         }
+        return JSONAnswer(overview)
 
     @router.get("/api/jobs", response_model=list[Row])
     def jobs(request: Request) -> Any:
-        return source.jobs_for(viewer(request, page=False))
+        return JSONAnswer(source.jobs_for(viewer(request, page=False)))
 
     @router.get("/api/nodes", response_model=list[Row])
     def nodes(request: Request) -> Any:
         if viewer(request, page=False) != OPERATOR:
             raise AuthError("node health needs the operator token")
-        return source.snapshot().nodes
+        return JSONAnswer(source.snapshot().nodes)
 
     @router.get("/api/cost", response_model=CostOut)
     def cost(request: Request) -> Any:
-        return source.cost_view(viewer(request, page=False))
+        return JSONAnswer(source.cost_view(viewer(request, page=False)))
 
     @router.get("/metrics", response_class=Response)
     def metrics(request: Request) -> Response:
@@ -212,6 +226,12 @@ def _api(source: ConsoleSource, viewer: _Viewer) -> APIRouter:
         return Response(text, media_type=prometheus.CONTENT_TYPE, headers=NO_STORE)
 
     return router
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """A posted form's fields (the first value of each; the body is at most 4 KiB)."""
+    form = parse_qs((await request.body()).decode(errors="replace"))
+    return {name: values[0] for name, values in form.items()}
 
 
 def _html(body: str, status: int = 200) -> Response:

@@ -173,6 +173,7 @@ def _serve(args: argparse.Namespace) -> int:
     from xirang_core.pool.rest import serve
     from xirang_core.pool.service import PoolService
     from xirang_core.pool.store import PoolStore
+    from xirang_core.web.server import settle_heap
 
     token, token_file = _operator_token(_beside_state(args.state, ".operator-token"))
     store = PoolStore(args.state)
@@ -185,6 +186,7 @@ def _serve(args: argparse.Namespace) -> int:
         budgets=_budgets(args.prices, args.cost_db),
     )
     server = serve(service, args.host, args.port)
+    settle_heap()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -39,8 +39,15 @@ class Node:
         return (device - self.first_device) // max(1, self.domain_size)
 
 
+#: :attr:`Cluster.device_node` of a device id no node holds (its node's row was set aside)
+HOLE = -1
+
+
 class Cluster:
-    """The pool's hardware and which devices are free; healthy nodes only are placeable."""
+    """The pool's hardware and which devices are free; healthy nodes only are placeable.
+
+    Device ids are numbered node after node; a node spec may give its ``first_device`` (a
+    restart, whose stored ids must stay), leaving ids no node holds (:data:`HOLE`) before it."""
 
     def __init__(self, nodes: Iterable[dict]) -> None:
         self.nodes: list[Node] = []
@@ -70,6 +77,10 @@ class Cluster:
         size = int(spec.get("devices", 0))
         if size <= 0:
             raise PoolError(f"node '{name}': 'devices' must be a positive count, got {size}")
+        first = int(spec.get("first_device", len(self.device_node)))
+        if first < len(self.device_node):
+            raise PoolError(f"node '{name}': its devices from {first} overlap another node's")
+        self.device_node.extend([HOLE] * (first - len(self.device_node)))
         node = Node(
             id=len(self.nodes),
             name=name,
@@ -115,7 +126,7 @@ class Cluster:
 
     @property
     def size(self) -> int:
-        return len(self.device_node)
+        return sum(n.size for n in self.nodes)
 
     def capacity(self, device_type: str, healthy_only: bool = True) -> int:
         """Devices of ``device_type``: healthy ones, or all (healthy or drained)."""
@@ -134,7 +145,10 @@ class Cluster:
             ) from None
 
     def node_of(self, device: int) -> Node:
-        return self.nodes[self.device_node[device]]
+        index = self.device_node[device]
+        if index == HOLE:
+            raise PoolError(f"device {device} is on no node of this pool (its node was set aside)")
+        return self.nodes[index]
 
     def device_type(self, device: int) -> str:
         return self.node_of(device).type

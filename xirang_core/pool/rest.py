@@ -20,7 +20,9 @@ headers, connections, time) are :class:`~xirang_core.web.server.Limits`.
     GET    /v1/usage?since=&until=&bucket=    device-seconds per project, type and time bucket
 
 Handlers are plain functions, so FastAPI runs them in its thread pool: the service's lock and
-its store writes never block the event loop that reads other clients' requests.
+its store writes never block the event loop that reads other clients' requests. They answer the
+service's dictionaries as they are (:class:`~xirang_core.web.answers.JSONAnswer`): the response
+models document the answers, the fuzz test checks them, nothing validates them again per request.
 """
 
 from typing import Annotated, Any
@@ -32,6 +34,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from xirang_core.pool import api_models as m
 from xirang_core.pool.errors import PoolError
 from xirang_core.pool.service import PoolService
+from xirang_core.web.answers import JSONAnswer
 from xirang_core.web.fields import ERRORS, ErrorOut, install_errors
 from xirang_core.web.limits import BodyLimit
 from xirang_core.web.server import Limits, WebServer
@@ -76,11 +79,11 @@ def _routes(pool: PoolService) -> APIRouter:
 
     @router.get("/status", response_model=m.StatusOut)
     def status(you: Who) -> Any:
-        return pool.status(you)
+        return JSONAnswer(pool.status(you))
 
     @router.get("/jobs", response_model=list[m.JobOut])
     def jobs(you: Who, state: Annotated[m.States | None, Query()] = None) -> Any:
-        return pool.jobs(you, state or "")
+        return JSONAnswer(pool.jobs(you, state or ""))
 
     @router.post(
         "/jobs",
@@ -89,53 +92,54 @@ def _routes(pool: PoolService) -> APIRouter:
         responses={402: {"model": ErrorOut, "description": "the project's budget refuses"}},
     )
     def submit(you: Who, body: m.SubmitIn) -> Any:
-        return pool.submit(you, body.model_dump(exclude_unset=True))
+        return JSONAnswer(pool.submit(you, body.model_dump(exclude_unset=True)), 201)
 
     @router.get("/jobs/{job_id}", response_model=m.JobOut)
     def job(you: Who, job_id: JobId) -> Any:
-        return pool.job(you, job_id)
+        return JSONAnswer(pool.job(you, job_id))
 
     @router.delete("/jobs/{job_id}", response_model=m.JobOut, responses=_CONFLICT)
     def cancel(you: Who, job_id: JobId) -> Any:
-        return pool.cancel(you, job_id)
+        return JSONAnswer(pool.cancel(you, job_id))
 
     @router.post("/jobs/{job_id}/complete", response_model=m.JobOut, responses=_CONFLICT)
     def complete(you: Who, job_id: JobId, body: m.CompleteIn | None = None) -> Any:
         body = body or m.CompleteIn()
         usage = body.usage.model_dump(exclude_unset=True) if body.usage else {}
-        return pool.complete(you, job_id, body.ok, usage)
+        return JSONAnswer(pool.complete(you, job_id, body.ok, usage))
 
     @router.get("/jobs/{job_id}/charge", response_model=m.ChargeOut | None)
     def charge(you: Who, job_id: JobId) -> Any:
-        return pool.job_charge(you, job_id)
+        return JSONAnswer(pool.job_charge(you, job_id))
 
     @router.get("/queue", response_model=list[m.QueuedOut])
     def queue(you: Who) -> Any:
-        return pool.queue(you)
+        return JSONAnswer(pool.queue(you))
 
     @router.get("/projects", response_model=list[m.QuotaOut])
     def projects(you: Who) -> Any:
-        return pool.quotas(you)
+        return JSONAnswer(pool.quotas(you))
 
-    @router.put("/projects/{name}", response_model=m.QuotaSetOut, response_model_exclude_unset=True)
+    @router.put("/projects/{name}", response_model=m.QuotaSetOut)
     def set_quota(you: Who, name: ProjectName, body: m.QuotaIn | None = None) -> Any:
-        return pool.set_quota(you, name, body.model_dump(exclude_unset=True) if body else {})
+        changes = body.model_dump(exclude_unset=True) if body else {}
+        return JSONAnswer(pool.set_quota(you, name, changes))
 
     @router.get("/nodes", response_model=list[m.NodeOut])
     def nodes(you: Who) -> Any:
-        return pool.store.nodes()
+        return JSONAnswer(pool.store.nodes())
 
     @router.get("/devices", response_model=list[m.DeviceOut])
     def devices(you: Who) -> Any:
-        return pool.devices(you)
+        return JSONAnswer(pool.devices(you))
 
     @router.post("/nodes/{name}/drain", response_model=m.DrainOut)
     def drain(you: Who, name: NodeName, body: m.DrainIn | None = None) -> Any:
-        return pool.drain(you, name, body.reason if body else "")
+        return JSONAnswer(pool.drain(you, name, body.reason if body else ""))
 
     @router.post("/nodes/{name}/undrain", response_model=m.UndrainOut)
     def undrain(you: Who, name: NodeName) -> Any:
-        return pool.undrain(you, name)
+        return JSONAnswer(pool.undrain(you, name))
 
     @router.get("/usage", response_model=list[m.UsageOut])
     def usage(
@@ -145,7 +149,7 @@ def _routes(pool: PoolService) -> APIRouter:
         bucket: Annotated[int, Query(ge=MIN_BUCKET_S, le=MAX_BUCKET_S)] = 3600,
     ) -> Any:
         end = float("inf") if until is None else until
-        return pool.usage(you, since, end, float(bucket))
+        return JSONAnswer(pool.usage(you, since, end, float(bucket)))
 
     return router
 

@@ -14,6 +14,7 @@ import json
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -98,6 +99,11 @@ _PROJECT_COLUMNS = ("name", "team", "guaranteed", "borrow_limit", "token_hash", 
 _UPSERT_PROJECT = upsert("projects", _PROJECT_COLUMNS, "name")
 #: the rows every reader skips: those a restart set aside
 _NOT_ASIDE = "WHERE CAST(id AS TEXT) NOT IN (SELECT ref FROM set_aside WHERE kind = 'job')"
+_NODE_ASIDE = "SELECT ref FROM set_aside WHERE kind = 'node'"
+_DEVICES_NOT_ASIDE = (
+    f"SELECT * FROM devices WHERE node NOT IN ({_NODE_ASIDE}) AND CAST(id AS TEXT) NOT IN "
+    "(SELECT ref FROM set_aside WHERE kind = 'device') ORDER BY id"
+)
 _UPSERT_JOB = upsert("jobs", tuple(c.strip() for c in _JOB_COLUMNS.split(",")), "id")
 _UPSERT_META = upsert("meta", ("key", "value"), "key")
 
@@ -255,23 +261,22 @@ class PoolStore:
     # --- loading ----------------------------------------------------------------------------
 
     def cluster_nodes(self) -> list[dict[str, Any]]:
-        """Node specs in device-id order, as :class:`Cluster` takes them."""
-        rows = self.db.execute(
-            "SELECT n.*, MIN(d.id) AS first FROM nodes n JOIN devices d ON d.node = n.name "
-            "GROUP BY n.name ORDER BY first"
-        ).fetchall()
-        return [
-            {
-                "name": r["name"],
-                "type": r["type"],
-                "devices": r["devices"],
-                "leaf": r["leaf"],
-                "spine": r["spine"],
-                "domain_size": r["domain_size"],
-                "healthy": bool(r["healthy"]),
-            }
-            for r in rows
-        ]
+        """Node specs in device-id order, as :class:`Cluster` takes them, each at its stored
+        first device id. A node row the pool cannot use (columns of the wrong type, device rows
+        that do not match it) and a device row of no node are left out and remembered in
+        :attr:`unusable`, so a restart sets them aside; their device ids stay unused."""
+        held: dict[str, list[Any]] = {}
+        for d in self.db.execute(_DEVICES_NOT_ASIDE).fetchall():
+            held.setdefault(d["node"], []).append(d)
+        specs = []
+        for row in self.db.execute(f"SELECT * FROM nodes WHERE name NOT IN ({_NODE_ASIDE})"):
+            devices = held.pop(row["name"], [])
+            spec = self._usable(partial(_node_spec, devices=devices), row, "node", row["name"])
+            if spec is not None:
+                specs.append(spec)
+        for d in (d for devices in held.values() for d in devices):
+            self._usable(_no_node, d, "device", d["id"])
+        return sorted(specs, key=lambda s: s["first_device"])
 
     def projects(self) -> list[Project]:
         """The projects whose rows the pool can use (one it cannot is logged and skipped)."""
@@ -298,8 +303,7 @@ class PoolStore:
             restored += 0 if job.state.finished else 1
         top = self.db.execute("SELECT MAX(id) AS top FROM jobs").fetchone()["top"]
         engine.next_id = max(engine.next_id, (top or 0) + 1)  # set-aside ids are not reused
-        unusable = self.unusable.items()
-        aside += [("project", ref, why) for (kind, ref), why in unusable if kind == "project"]
+        aside += [(kind, ref, why) for (kind, ref), why in self.unusable.items() if kind != "job"]
         self._set_aside(aside, now, engine)
         return restored
 
@@ -322,7 +326,8 @@ class PoolStore:
             self.db.executemany("UPDATE devices SET job_id = ? WHERE id = ?", moved)
 
     def set_aside(self) -> list[dict[str, Any]]:
-        """The rows restarts set aside (kind ``job`` or ``project``, ref, reason, time), for
+        """The rows restarts set aside (kind ``job``, ``project``, ``node`` or ``device``; ref,
+        reason, time), for
         ``xirang pool status`` and an operator who repairs or deletes them."""
         rows = self.db.execute("SELECT * FROM set_aside ORDER BY time, kind, ref")
         return [dict(r) for r in rows]
@@ -358,13 +363,14 @@ class PoolStore:
         """Every node with its health and how many of its devices are in use."""
         rows = self.db.execute(
             "SELECT n.*, COUNT(d.job_id) AS used FROM nodes n LEFT JOIN devices d "
-            "ON d.node = n.name GROUP BY n.name ORDER BY n.name"
+            f"ON d.node = n.name WHERE n.name NOT IN ({_NODE_ASIDE}) GROUP BY n.name "
+            "ORDER BY n.name"
         )
         return [dict(r) for r in rows]
 
     def devices(self) -> list[dict[str, Any]]:
         """Every device: id, node, type, index on its node and the job holding it (or None)."""
-        return [dict(r) for r in self.db.execute("SELECT * FROM devices ORDER BY id")]
+        return [dict(r) for r in self.db.execute(_DEVICES_NOT_ASIDE)]
 
     def usage(
         self,
@@ -507,6 +513,54 @@ _JOB_TYPES: dict[str, tuple[type, ...]] = {
     "payload": (str,),
     "allow_mixing": (int,),
 }
+
+
+#: the type each node column must hold
+_NODE_TYPES: dict[str, tuple[type, ...]] = {
+    "name": (str,),
+    "type": (str,),
+    "devices": (int,),
+    "leaf": (str,),
+    "spine": (str,),
+    "domain_size": (int,),
+    "healthy": (int,),
+    "drain_reason": (str,),
+}
+
+
+def _node_spec(row: Mapping[str, Any], devices: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A stored node row and its device rows as a :class:`Cluster` node spec; ValueError
+    naming what is wrong for rows the pool did not write."""
+    for column, kinds in _NODE_TYPES.items():
+        value = row[column]
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            raise ValueError(f"column {column} holds {value!r}")
+    if row["devices"] < 1 or row["domain_size"] < 1 or row["healthy"] not in (0, 1):
+        raise ValueError("devices and domain_size must be positive, healthy 0 or 1")
+    if not devices:
+        raise ValueError("no device rows name it")
+    first = devices[0]["id"]
+    expected = [(first + i, i, row["type"]) for i in range(row["devices"])]
+    if [(d["id"], d["idx"], d["type"]) for d in devices] != expected:
+        raise ValueError(
+            f"its device rows do not match: {row['devices']} devices of type {row['type']} "
+            f"with consecutive ids and indices from {first} expected"
+        )
+    return {
+        "name": row["name"],
+        "type": row["type"],
+        "devices": row["devices"],
+        "leaf": row["leaf"],
+        "spine": row["spine"],
+        "domain_size": row["domain_size"],
+        "healthy": bool(row["healthy"]),
+        "first_device": first,
+    }
+
+
+def _no_node(row: Mapping[str, Any]) -> None:
+    """A device row whose node is not stored: never usable."""
+    raise ValueError(f"its node {row['node']!r} is not in the nodes table")
 
 
 def _project(row: Mapping[str, Any]) -> Project:

@@ -13,6 +13,7 @@ clients hold a file descriptor for seconds, never a worker thread.
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
 import threading
 from dataclasses import dataclass
@@ -82,6 +83,17 @@ class WebServer:
 
     def server_close(self) -> None:
         self._socket.close()
+
+
+def settle_heap() -> None:
+    """Collect once, then freeze what is alive (the restored service, the web stack) out of
+    the garbage collector's full passes; call it after the state is built, before serving.
+
+    A large answer (2,500 jobs) allocates tens of thousands of short-lived objects; every few
+    dozen such requests the collector ran a full pass over the whole heap, which put 200 ms on
+    one request in twenty (``GET /v1/jobs`` p95 of 220 ms against a median of 50, loaded)."""
+    gc.collect()
+    gc.freeze()
 
 
 class _HeaderCase:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import threading
@@ -15,6 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import QUICK
+from xirang_core.checkpoint.signing import KEY_FILE_ENV
 from xirang_core.pool.client import PoolClient
 from xirang_core.pool.rest import serve
 from xirang_core.pool.service import OPERATOR, PoolService
@@ -97,7 +99,9 @@ def test_preempted_run_checkpoints_is_requeued_resumes_and_stops_when_cancelled(
     """Local executor: a borrowed run is preempted when the lender needs its card; its worker
     is told (SIGTERM), saves a checkpoint and stops; placed again, it resumes from that step.
     Cancelled later (as a budget stop does), it is told again, saves and the submitter ends.
-    Every stop is the test's own doing, so no step of it races the training speed."""
+    Every stop is the test's own doing, so no step of it races the training speed. The pool's
+    checkpoint key reaches the workers of both placements: every save is signed, the resume
+    checks it, and the key itself is in no file the run wrote nor in its output."""
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(
         yaml.safe_dump(
@@ -117,6 +121,11 @@ def test_preempted_run_checkpoints_is_requeued_resumes_and_stops_when_cancelled(
     log_path = tmp_path / "run.log"
     env = {**os.environ, "XIRANG_POOL_URL": url, "XIRANG_POOL_TOKEN": token}
     env.update(XIRANG_RUNS=str(tmp_path / "runs"), OMP_NUM_THREADS="1")
+    key = secrets.token_hex(32)
+    key_file = tmp_path / "pool.key"
+    key_file.write_text(key)
+    key_file.chmod(0o600)
+    env[KEY_FILE_ENV] = str(key_file)
     args = ["scheduler=pool", "project=batch", "scheduler.poll_s=0.2", "checkpoint.interval=0"]
     args += ["trainer.max_steps=100000", "trainer.log_every=1", "trainer.sample_tokens=0"]
     with log_path.open("w") as log:
@@ -148,6 +157,11 @@ def test_preempted_run_checkpoints_is_requeued_resumes_and_stops_when_cancelled(
     assert len(_saves(run_dir)) == 2 and _saves(run_dir)[1] > stopped_at + 1
     job = service.job(OPERATOR, 1)
     assert (job["state"], job["preemptions"]) == ("cancelled", 1)
+    manifests = sorted(run_dir.rglob("manifest.json"))
+    assert len(manifests) == 2
+    assert all(json.loads(m.read_text()).get("signature") for m in manifests)
+    written = [p for p in run_dir.rglob("*") if p.is_file()]
+    assert key not in output and not any(key.encode() in p.read_bytes() for p in written)
 
 
 def _saves(run_dir: Path) -> list[int]:

@@ -1,0 +1,47 @@
+"""JSON answers built once: the service's own dictionaries serialised by pydantic-core's
+encoder (in Rust), with no response-model validation on the way out.
+
+FastAPI validates a route's return value against its ``response_model`` and then encodes it
+twice (to plain Python, then ``json.dumps``): at 2,500 jobs that tripled the cost of
+``GET /v1/jobs`` over the standard library's server. A route returns :class:`JSONAnswer`
+instead and keeps ``response_model`` for the OpenAPI document alone (FastAPI passes a returned
+``Response`` through untouched); that the answers match the document is what the schemathesis
+fuzz tests check (tests/pool/test_fuzz.py, tests/console/test_fuzz.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pydantic_core
+from starlette.responses import Response
+
+
+class JSONAnswer(Response):
+    """``content`` as JSON (UTF-8; a non-finite float is ``null``, so the body stays JSON)."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return pydantic_core.to_json(content, inf_nan_mode="null")
+
+
+class AddHeaders:
+    """ASGI middleware: ``headers`` on every answer of ``app``, added to the response's start
+    message. Starlette's ``@app.middleware("http")`` does the same through a task and memory
+    streams per request, which cost the console's small answers more than the answers did."""
+
+    def __init__(self, app: Any, headers: dict[str, str]) -> None:
+        self.app = app
+        self.headers = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def send_with_headers(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), *self.headers]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
