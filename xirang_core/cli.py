@@ -11,13 +11,15 @@ Start-up stays light: torch and Hydra are imported only when a run needs them.
 from __future__ import annotations
 
 import re
+import shutil
 import sys
+import textwrap
 from typing import Any
 
 from xirang_core.errors import XirangError
 
-USAGE = """usage: xirang <command> [args]     (xirang <command> --help for its own)
-       python -m xirang [overrides]   train: a bare python -m xirang trains the embedded default
+USAGE = """usage: xirang <command> [args]      (xirang <command> --help for its own)
+       python -m xirang [overrides]  train (bare: the embedded default)
 
 commands:"""
 
@@ -79,8 +81,16 @@ def _list_commands() -> int:
     from xirang_core.plugins import get_registry
 
     registry = get_registry()
+    width = shutil.get_terminal_size().columns  # COLUMNS, the terminal's, else 80
     for name in registry.names("command"):
-        print(f"  {name:12s} {registry.spec('command', name).description}")
+        print(
+            textwrap.fill(
+                registry.spec("command", name).description,
+                width,
+                initial_indent=f"  {name:12s} ",
+                subsequent_indent=" " * 15,
+            )
+        )
     return 0
 
 
