@@ -45,8 +45,14 @@ def main(argv: list[str] | None = None, bare_trains: bool = False) -> int:
 
 
 def help_text(doc: str) -> str:
-    """A docstring as a terminal shows it: reST's ``literal`` markup without the backticks."""
-    return re.sub(r"``(.+?)``", r"\1", doc, flags=re.S)
+    """A docstring as a terminal shows it: reST's ``literal`` markup without the backticks, and
+    its prose paragraphs filled to the terminal's width (indented lines, a synopsis, kept)."""
+    text = re.sub(r"``(.+?)``", r"\1", doc, flags=re.S)
+    width = shutil.get_terminal_size().columns
+    return "\n\n".join(
+        part if part.startswith(" ") or "\n " in part else textwrap.fill(part, width)
+        for part in textwrap.dedent(text).strip().split("\n\n")
+    )
 
 
 def report_error(exc: BaseException) -> None:
