@@ -315,6 +315,9 @@ _LINKED = ("benchmarks", "xirang_core", "examples")
 #: the quick run the ``{run}`` placeholders read (no documented command is quick enough)
 _SETUP_RUN = ("trainer.max_steps=3", "trainer.log_every=1", "trainer.sample_tokens=8")
 
+#: what the quick run printed (its summary), kept in the working folder
+_SETUP_PRINTED = "quick-run.txt"
+
 COMMANDS = collect()
 
 
@@ -335,6 +338,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (work / "book.yaml").write_text(_price_book())
     done = _shell(f"python -m xirang {' '.join(_SETUP_RUN)}", work)
     assert done.returncode == 0, done.stdout[-3000:]
+    (work / _SETUP_PRINTED).write_text(done.stdout)
     return work
 
 
@@ -617,6 +621,26 @@ def test_ci_runs_the_readmes_install_and_test_commands() -> None:
     assert install in ci, f"README installs with `{install}`; .ci/run does not run that line"
     assert [ln for ln in ci if ln.startswith("pip install")] == [install]
     assert "pytest" in readme and "pytest" in ci
+
+
+def _summary_rows(lines: list[str]) -> list[str]:
+    """The row labels of a run summary table (its first column), in order."""
+    cells = (ln.strip().split("│") for ln in lines if ln.strip().startswith("│"))
+    return [c[1].strip() for c in cells if len(c) > 2 and c[1].strip()]
+
+
+@pytest.mark.slow
+def test_the_readmes_default_run_summary_has_the_rows_a_run_prints(workspace: Path) -> None:
+    """README's "How the default run ends" block is a real run's output: its rows are the
+    ones the summary prints today, in order, with the sample after them (the figures are that
+    300-step run's; the quick run here has other figures and the same rows)."""
+    readme = (REPO / "README.md").read_text().splitlines()
+    start = next(i for i, ln in enumerate(readme) if ln.strip() == "run summary")
+    shown = readme[start : next(i for i in range(start, len(readme)) if not readme[i].strip())]
+    printed = (workspace / _SETUP_PRINTED).read_text()
+    assert _summary_rows(shown) == _summary_rows(printed.splitlines()), printed
+    assert "sample from the trained model:" in [ln.strip() for ln in shown]
+    assert "sample from the trained model:" in printed
 
 
 def test_every_table_entry_is_a_documented_command() -> None:
