@@ -92,6 +92,15 @@ class Slurm:
 
 
 @dataclass(frozen=True)
+class S3:
+    """Run with a real S3 endpoint up, as the docs' ``s3://bucket/...`` assume: moto_server on
+    loopback with a bucket ``bucket``, named by the standard AWS environment (skipped without
+    moto_server locally, a failure in CI); ``commands`` spell out placeholders."""
+
+    commands: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Export:
     """``export NAME=<token>``: NAME is set, for the commands after it, to the newest token a
     pool command printed (``token: ...``)."""
@@ -103,7 +112,6 @@ _TRAINS = "a full training run (300 steps by default): minutes on two CPU cores"
 _MULTI = "several workers for a full run: minutes on two CPU cores"
 _GPU = "needs NVIDIA GPUs"
 _NET = "installs from the network"
-_S3 = "needs S3 credentials (tests/data and tests/plugins/xirang_s3 use moto_server)"
 #: what makes each point of a documented Slurm sweep short (the sweep itself is as written)
 _SHORT = " trainer.max_steps=2 trainer.sample_tokens=0"
 _HF = "a local Hugging Face model folder (DIR): tests/plugins/xirang_hf build one"
@@ -132,10 +140,14 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
     "python -m xirang trainer.nonfinite=skip": Slow(_TRAINS),
     "xirang data prepare ./corpus /data/corpus": As(("xirang data prepare ./corpus data/corpus",)),
     "xirang data snapshots /data/corpus": As(("xirang data snapshots data/corpus",)),
-    "xirang data sync /data/corpus s3://bucket/corpus": Skip(_S3),
-    "xirang data verify s3://bucket/corpus": Skip(_S3),
+    "xirang data sync /data/corpus s3://bucket/corpus": S3(
+        ("xirang data sync data/corpus s3://bucket/corpus",)
+    ),
+    "xirang data verify s3://bucket/corpus": S3(),
     "python -m xirang data=snapshot data.uri=/data/corpus [data.snapshot=<id>]": Slow(_TRAINS),
-    "python -m xirang storage=s3_cache data=snapshot data.uri=s3://bucket/corpus": Skip(_S3),
+    "python -m xirang storage=s3_cache data=snapshot data.uri=s3://bucket/corpus": Slow(
+        _TRAINS + " from S3: tests/data/test_stream_s3.py trains from moto_server"
+    ),
     "python -m xirang trainer.nproc=4 parallel=hybrid parallel.tp=2 parallel.recompute=full": Slow(
         _MULTI
     ),
@@ -197,8 +209,9 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
     # docs/comm.md
     "xirang bench comm": Slow("times every option on 1 and 2 workers"),
     "xirang bench comm --workers 1,2 --options gloo,fp16 --steps 10": Slow("about a minute"),
-    "xirang bench comm --cluster cluster.yaml --predict-workers 16,64,256": Skip(
-        "a cluster file of your own (CLUSTER)"
+    "xirang bench comm --cluster cluster.yaml --predict-workers 16,64,256": Slow(
+        "times every option here first; tests/comm/test_bench_command.py runs it with a cluster "
+        "file and --predict-workers"
     ),
     # docs/console.md
     "xirang pool serve --state pool.db --cluster cluster.yaml &": Service("xirang pool: http://"),
@@ -223,7 +236,8 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
     "python benchmarks/data_epoch.py [--gb 1.5] [--cache-mb 300] [--shard-mb 4]": Skip(_BENCH),
     "python -m xirang tokenizer=bpe tokenizer.vocab_size=4096": Slow(_TRAINS),
     "python -m xirang tokenizer=hf tokenizer.path=/models/llama3": Skip(
-        "a local Hugging Face tokenizer folder"
+        "a local Hugging Face tokenizer folder; tests/plugins/xirang_tokenizers build one and read "
+        "it"
     ),
     "pip install 'xirang[bench]'": Skip(_NET),
     "python benchmarks/data_loading.py --streaming-python /tmp/streaming-env/bin/python "
@@ -433,6 +447,20 @@ def pool(workspace: Path) -> Iterator[PoolService]:
     _EXPORTED.clear()
 
 
+@pytest.fixture(scope="module")
+def s3() -> Iterator[str]:
+    """A real S3 endpoint with the docs' bucket, for the module's S3 commands."""
+    from xirang_core.storage.local_s3 import local_s3
+
+    if shutil.which("moto_server") is None:
+        message = "moto_server not found: pip install 'moto[server]' (in xirang[dev])"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    with local_s3("bucket", "docs-secret") as url:
+        yield url
+
+
 #: services the docs start in the background (``... &``), stopped with the pool
 _BACKGROUND: list[subprocess.Popen] = []
 
@@ -596,8 +624,11 @@ def test_a_documented_command_works_as_written(
         return _serve(entry, command, request)
     if isinstance(entry, Slurm):
         request.getfixturevalue("slurm")
+    if isinstance(entry, S3):
+        request.getfixturevalue("s3")
     workspace: Path = request.getfixturevalue("workspace")
-    texts = entry.commands if isinstance(entry, As | Slurm) else (command.text,)
+    texts = entry.commands if isinstance(entry, As | Slurm | S3) else (command.text,)
+    texts = texts or (command.text,)
     expect_error = bool(command.output) and command.output[0].startswith("xirang error:")
     for text in texts:
         if "{run}" in text:
