@@ -146,7 +146,8 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
     "xirang data verify s3://bucket/corpus": S3(),
     "python -m xirang data=snapshot data.uri=/data/corpus [data.snapshot=<id>]": Slow(_TRAINS),
     "python -m xirang storage=s3_cache data=snapshot data.uri=s3://bucket/corpus": Slow(
-        _TRAINS + " from S3: tests/data/test_stream_s3.py trains from moto_server"
+        "a full training run from S3 (300 steps): tests/data/test_stream_s3.py trains from "
+        "moto_server"
     ),
     "python -m xirang trainer.nproc=4 parallel=hybrid parallel.tp=2 parallel.recompute=full": Slow(
         _MULTI
