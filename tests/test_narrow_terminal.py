@@ -1,4 +1,5 @@
-"""At 80 columns the plugin listing and the sweep table fit: they wrap, never truncate."""
+"""At 80 columns the command and plugin listings, the plan and the sweep table fit: they
+wrap, never truncate."""
 
 from __future__ import annotations
 
@@ -40,3 +41,27 @@ def test_the_sweep_table_fits_80_columns(run_xirang) -> None:
     assert fits(table.split("every job's figures", 1)[0]), table
     assert "optim.lr=0.001" in table and "optim.lr=0.003" in table
     assert "sweep_results.csv" in table  # where the run directories went
+
+
+def test_the_command_listing_fits_80_columns() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from xirang_core.cli import main; sys.exit(main([]))"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **NARROW},
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert fits(done.stdout), done.stdout
+    words = " ".join(done.stdout.split())  # a long description wraps, whole
+    assert "inventory, topology, health and calibration of this machine's devices" in words
+
+
+def test_the_plan_table_fits_80_columns(capsys, monkeypatch) -> None:
+    from xirang_core.parallel.command import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["model=llama3_70b", "cluster=dgx_h100", "nodes=8", "--top", "3"]) == 0
+    printed = capsys.readouterr().out
+    assert fits(printed), printed
+    assert "dp1xtp4xpp16" in printed and "33.65" in printed  # the plan and its memory, whole

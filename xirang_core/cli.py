@@ -11,13 +11,15 @@ Start-up stays light: torch and Hydra are imported only when a run needs them.
 from __future__ import annotations
 
 import re
+import shutil
 import sys
+import textwrap
 from typing import Any
 
 from xirang_core.errors import XirangError
 
-USAGE = """usage: xirang <command> [args]     (xirang <command> --help for its own)
-       python -m xirang [overrides]   train: a bare python -m xirang trains the embedded default
+USAGE = """usage: xirang <command> [args]      (xirang <command> --help for its own)
+       python -m xirang [overrides]  train (bare: the embedded default)
 
 commands:"""
 
@@ -43,8 +45,14 @@ def main(argv: list[str] | None = None, bare_trains: bool = False) -> int:
 
 
 def help_text(doc: str) -> str:
-    """A docstring as a terminal shows it: reST's ``literal`` markup without the backticks."""
-    return re.sub(r"``(.+?)``", r"\1", doc, flags=re.S)
+    """A docstring as a terminal shows it: reST's ``literal`` markup without the backticks, and
+    its prose paragraphs filled to the terminal's width (indented lines, a synopsis, kept)."""
+    text = re.sub(r"``(.+?)``", r"\1", doc, flags=re.S)
+    width = shutil.get_terminal_size().columns
+    return "\n\n".join(
+        part if part.startswith(" ") or "\n " in part else textwrap.fill(part, width)
+        for part in textwrap.dedent(text).strip().split("\n\n")
+    )
 
 
 def report_error(exc: BaseException) -> None:
@@ -79,8 +87,16 @@ def _list_commands() -> int:
     from xirang_core.plugins import get_registry
 
     registry = get_registry()
+    width = shutil.get_terminal_size().columns  # COLUMNS, the terminal's, else 80
     for name in registry.names("command"):
-        print(f"  {name:12s} {registry.spec('command', name).description}")
+        print(
+            textwrap.fill(
+                registry.spec("command", name).description,
+                width,
+                initial_indent=f"  {name:12s} ",
+                subsequent_indent=" " * 15,
+            )
+        )
     return 0
 
 

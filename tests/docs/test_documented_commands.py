@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.docs.collect import REPO, DocCommand, collect
+from tests.plugins.xirang_slurm.conftest import slurm  # noqa: F401  (the real Slurm, for Slurm)
 
 SLOW_ENV = "XIRANG_DOCS_SLOW"  # =1 also runs the commands marked Slow
 TIMEOUT_S = 600  # generous: a loaded CI machine; the commands run take seconds idle
@@ -65,6 +66,41 @@ class Pool:
 
 
 @dataclass(frozen=True)
+class Service:
+    """A service the docs start (it runs until stopped), run with the pool up on a free loopback
+    port (the docs' ``--port`` replaced, or one added): it must print a line holding ``ready``
+    and answer each of ``paths`` with 200, sent the project's exported token, or the one in
+    ``token_file`` (in the working folder) where the service serves another pool's state. A
+    command the docs end with ``&`` stays up for the commands after it; the others stop once
+    checked."""
+
+    ready: str
+    paths: tuple[str, ...] = ()
+    token_file: str = ""
+    #: the docs' ``postgresql://...`` store is a fresh database on a throwaway PostgreSQL server
+    #: (tests/pool/postgres.py: skipped without PostgreSQL locally, a failure in CI)
+    postgres: bool = False
+
+
+@dataclass(frozen=True)
+class Slurm:
+    """Run on the real Slurm ``.ci/services/slurm.sh`` starts (skipped without one locally, a
+    failure in CI): ``commands`` spell the docs' sweep out for a one-node cluster of a few CPUs,
+    each sweep point a run of a few steps rather than the default 300."""
+
+    commands: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class S3:
+    """Run with a real S3 endpoint up, as the docs' ``s3://bucket/...`` assume: moto_server on
+    loopback with a bucket ``bucket``, named by the standard AWS environment (skipped without
+    moto_server locally, a failure in CI); ``commands`` spell out placeholders."""
+
+    commands: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Export:
     """``export NAME=<token>``: NAME is set, for the commands after it, to the newest token a
     pool command printed (``token: ...``)."""
@@ -76,8 +112,8 @@ _TRAINS = "a full training run (300 steps by default): minutes on two CPU cores"
 _MULTI = "several workers for a full run: minutes on two CPU cores"
 _GPU = "needs NVIDIA GPUs"
 _NET = "installs from the network"
-_S3 = "needs S3 credentials (tests/data and tests/plugins/xirang_s3 use moto_server)"
-_SLURM = "needs a Slurm cluster (.ci/run starts one for tests/plugins/xirang_slurm)"
+#: what makes each point of a documented Slurm sweep short (the sweep itself is as written)
+_SHORT = " trainer.max_steps=2 trainer.sample_tokens=0"
 _HF = "a local Hugging Face model folder (DIR): tests/plugins/xirang_hf build one"
 _SYNOPSIS = "a synopsis of the options, not a command; the commands below it run"
 _PLAN = "measures this host for each plan: minutes on two CPU cores"
@@ -85,9 +121,11 @@ _BENCH = "a benchmark: minutes; it prints its figures as its last line"
 _TRACKED = "20 steps with trackers: tests/tracking/test_trackers.py reads what each one writes"
 _SWEEP = "8 trials: tests/plugins/xirang_optuna and tests/plugins/xirang_slurm run these sweepers"
 
-TABLE: dict[str, As | Slow | Skip] = {
+TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
     # README.md
-    'pip install -e ".[dev]" torch==2.13.0': Skip(_NET + "; CI installs exactly this"),
+    'pip install -e ".[dev]" torch==2.13.0': Skip(
+        "CI runs it verbatim: test_ci_runs_the_readmes_install_and_test_commands checks .ci/run"
+    ),
     "python -m xirang": Slow(_TRAINS + "; README's sample and summary are its output"),
     "python -m xirang model=gpt_small trainer.max_steps=50 optim.lr=1e-3": Slow(_TRAINS),
     "python -m xirang trainer.nproc=2 parallel=ddp": Slow(_MULTI),
@@ -102,10 +140,15 @@ TABLE: dict[str, As | Slow | Skip] = {
     "python -m xirang trainer.nonfinite=skip": Slow(_TRAINS),
     "xirang data prepare ./corpus /data/corpus": As(("xirang data prepare ./corpus data/corpus",)),
     "xirang data snapshots /data/corpus": As(("xirang data snapshots data/corpus",)),
-    "xirang data sync /data/corpus s3://bucket/corpus": Skip(_S3),
-    "xirang data verify s3://bucket/corpus": Skip(_S3),
+    "xirang data sync /data/corpus s3://bucket/corpus": S3(
+        ("xirang data sync data/corpus s3://bucket/corpus",)
+    ),
+    "xirang data verify s3://bucket/corpus": S3(),
     "python -m xirang data=snapshot data.uri=/data/corpus [data.snapshot=<id>]": Slow(_TRAINS),
-    "python -m xirang storage=s3_cache data=snapshot data.uri=s3://bucket/corpus": Skip(_S3),
+    "python -m xirang storage=s3_cache data=snapshot data.uri=s3://bucket/corpus": Slow(
+        "a full training run from S3 (300 steps): tests/data/test_stream_s3.py trains from "
+        "moto_server"
+    ),
     "python -m xirang trainer.nproc=4 parallel=hybrid parallel.tp=2 parallel.recompute=full": Slow(
         _MULTI
     ),
@@ -137,7 +180,12 @@ TABLE: dict[str, As | Slow | Skip] = {
         ("xirang pool status", "xirang pool queue", "xirang pool jobs", "xirang pool cancel {job}")
     ),
     "python -m xirang -m hydra/launcher=submitit_slurm hydra.launcher.partition=debug "
-    "optim.lr=1e-3,3e-3": Skip(_SLURM),
+    "optim.lr=1e-3,3e-3": Slurm(
+        (
+            "python -m xirang -m hydra/launcher=submitit_slurm hydra.launcher.partition=debug "
+            "optim.lr=1e-3,3e-3" + _SHORT,
+        )
+    ),
     "xirang cost report --by team|project|device --since 7d [--csv out.csv]": As(
         (
             "xirang cost report --by team --since 7d",
@@ -145,8 +193,8 @@ TABLE: dict[str, As | Slow | Skip] = {
             "xirang cost report --by device --since 7d --csv out.csv",
         )
     ),
-    "xirang console --state pool.db": Skip("a web service that runs until stopped"),
-    "xirang pool serve --prices book.yaml": Skip("a service that runs until stopped"),
+    "xirang console": Service("xirang console: http://", ("/login", "/metrics")),
+    "xirang pool serve --prices book.yaml": Service("xirang pool: http://"),
     "xirang plugins [--json]": As(("xirang plugins", "xirang plugins --json")),
     "pytest": Skip("the test suite itself"),
     # docs/checkpoint.md
@@ -162,12 +210,15 @@ TABLE: dict[str, As | Slow | Skip] = {
     # docs/comm.md
     "xirang bench comm": Slow("times every option on 1 and 2 workers"),
     "xirang bench comm --workers 1,2 --options gloo,fp16 --steps 10": Slow("about a minute"),
-    "xirang bench comm --cluster cluster.yaml --predict-workers 16,64,256": Skip(
-        "a cluster file of your own (CLUSTER)"
+    "xirang bench comm --cluster cluster.yaml --predict-workers 16,64,256": Slow(
+        "times every option here first; tests/comm/test_bench_command.py runs it with a cluster "
+        "file and --predict-workers"
     ),
     # docs/console.md
-    "xirang pool serve --state pool.db --cluster cluster.yaml &": Skip("a service"),
-    "xirang console --state pool.db --prices book.yaml --port 8080": Skip("a web service"),
+    "xirang pool serve --state pool.db --cluster cluster.yaml &": Service("xirang pool: http://"),
+    "xirang console --state pool.db --prices book.yaml --port 8080": Service(
+        "xirang console: http://", ("/login", "/metrics"), "pool.db.operator-token"
+    ),
     # docs/cost.md
     "python -m xirang cost=pricebook cost.prices.cuda=3.2 cost.capacity_class=guaranteed": Slow(
         _TRAINS
@@ -186,7 +237,8 @@ TABLE: dict[str, As | Slow | Skip] = {
     "python benchmarks/data_epoch.py [--gb 1.5] [--cache-mb 300] [--shard-mb 4]": Skip(_BENCH),
     "python -m xirang tokenizer=bpe tokenizer.vocab_size=4096": Slow(_TRAINS),
     "python -m xirang tokenizer=hf tokenizer.path=/models/llama3": Skip(
-        "a local Hugging Face tokenizer folder"
+        "a local Hugging Face tokenizer folder; tests/plugins/xirang_tokenizers build one and read "
+        "it"
     ),
     "pip install 'xirang[bench]'": Skip(_NET),
     "python benchmarks/data_loading.py --streaming-python /tmp/streaming-env/bin/python "
@@ -224,8 +276,8 @@ TABLE: dict[str, As | Slow | Skip] = {
     "pip install peft==0.13.2 transformers==4.51.3 'huggingface-hub<1.0' 'tokenizers<0.22' "
     "galore-torch bitsandbytes einops": Skip(_NET),
     # docs/pool.md
-    "xirang pool serve --cluster cluster.yaml --store postgresql://pool@db.example/pool": Skip(
-        "a service and a PostgreSQL server"
+    "xirang pool serve --cluster cluster.yaml --store postgresql://pool@db.example/pool": Service(
+        "xirang pool: http://", postgres=True
     ),
     "xirang pool quota nlp --guaranteed 64 --borrow-limit 64 --team research": Pool(),
     "xirang pool quota nlp --max-priority high": Pool(),
@@ -239,7 +291,10 @@ TABLE: dict[str, As | Slow | Skip] = {
     ),
     'xirang pool drain gpu-0007 --reason "ECC errors"': Pool(),
     "python -m xirang -m hydra/launcher=submitit_slurm hydra.launcher.partition=debug "
-    "hydra.launcher.cpus_per_task=4 hydra.launcher.timeout_min=60 optim.lr=1e-3,3e-3": Skip(_SLURM),
+    "hydra.launcher.cpus_per_task=4 hydra.launcher.timeout_min=60 optim.lr=1e-3,3e-3": Slow(
+        "README.md:221's sweep on Slurm (run above) with two launcher keys, which test_hydra_"
+        "sweep.py::test_two_point_sweep_runs_as_slurm_jobs sets on the real Slurm"
+    ),
     # docs/tracking.md (each tracker, the profiler and both sweepers have their own tests)
     "python -m xirang 'tracker=[tensorboard,mlflow,wandb]' trainer.max_steps=20": Slow(_TRACKED),
     "python -m xirang tracker=mlflow tracker.mlflow.experiment=lr-study trainer.max_steps=20": Slow(
@@ -247,6 +302,10 @@ TABLE: dict[str, As | Slow | Skip] = {
     ),
     "python -m xirang 'tracker=[tensorboard,mlflow]' 'trainer.profile.steps=[5,7]' "
     "trainer.max_steps=20": Slow(_TRACKED),
+    "python -m xirang 'trainer.profile.steps=[5,7]' trainer.max_steps=10": Slow(
+        "tests/tracking/test_bad_input.py::test_unreachable_server_warns_once_and_profile_is_"
+        "written profiles a shorter run and reads its trace"
+    ),
     "python -m xirang -m hydra/sweeper=optuna hydra.sweeper.n_trials=8 trainer.max_steps=30 "
     "'optim.lr=tag(log, interval(1e-4, 1e-1))'": Slow(_SWEEP),
     "python -m xirang -m hydra/sweeper=optuna_pruning hydra.sweeper.n_trials=8 model=gpt_tiny "
@@ -255,7 +314,10 @@ TABLE: dict[str, As | Slow | Skip] = {
     "python -m xirang -m hydra/launcher=submitit_slurm hydra.launcher.cpus_per_task=1 "
     "hydra/sweeper=optuna_pruning hydra.sweeper.n_trials=4 hydra.sweeper.n_jobs=2 model=gpt_tiny "
     "tokenizer=bytes trainer.max_steps=20 trainer.eval_every=5 trainer.sample_tokens=0 "
-    "'optim.lr=tag(log, interval(1e-4, 1e-1))'": Slow(_SWEEP),
+    "'optim.lr=tag(log, interval(1e-4, 1e-1))'": Slow(
+        "4 trials on Slurm: tests/plugins/xirang_slurm/test_hydra_sweep.py::test_a_pruned_optuna_"
+        "sweep_runs_its_trials_as_slurm_jobs runs this sweep on the real Slurm"
+    ),
     # docs/training.md
     "python benchmarks/llm_throughput.py --quick": Slow(_BENCH),
     "python benchmarks/llm_throughput.py": Slow(_BENCH),
@@ -267,6 +329,9 @@ TABLE: dict[str, As | Slow | Skip] = {
 _LINKED = ("benchmarks", "xirang_core", "examples")
 #: the quick run the ``{run}`` placeholders read (no documented command is quick enough)
 _SETUP_RUN = ("trainer.max_steps=3", "trainer.log_every=1", "trainer.sample_tokens=8")
+
+#: what the quick run printed (its summary), kept in the working folder
+_SETUP_PRINTED = "quick-run.txt"
 
 COMMANDS = collect()
 
@@ -285,13 +350,23 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     corpus.mkdir()
     for i, path in enumerate(sorted((REPO / "xirang_core").rglob("*.py"))[:40]):
         shutil.copy(path, corpus / f"{i:03d}_{path.name}")
+    (work / "book.yaml").write_text(_price_book())
     done = _shell(f"python -m xirang {' '.join(_SETUP_RUN)}", work)
     assert done.returncode == 0, done.stdout[-3000:]
+    (work / _SETUP_PRINTED).write_text(done.stdout)
     return work
+
+
+def _price_book() -> str:
+    """The price book docs/cost.md shows (the ``book.yaml`` the commands name)."""
+    text = (REPO / "docs" / "cost.md").read_text()
+    return text.split("```yaml\n", 1)[1].split("```", 1)[0]
 
 
 #: what the commands so far put in the environment (the pool's URL, an exported token)
 _EXPORTED: dict[str, str] = {}
+#: the pool service the README starts first; the pool fixture starts it
+_POOL_SERVE = "xirang pool serve --cluster cluster.yaml"
 #: the cluster file the pool commands name: two 8-GPU nodes, one of them the one docs drain
 _CLUSTER = """nodes:
   - {name: gpu-0007, type: cuda, devices: 8}
@@ -317,32 +392,126 @@ class PoolService:
     token: str = ""  # the newest token a pool command printed (``export`` sets it)
 
 
-@pytest.fixture(scope="module")
-def pool(workspace: Path) -> Iterator[PoolService]:
-    """The documented ``xirang pool serve --cluster cluster.yaml``, on a free loopback port
-    (several test sessions may share a machine), until the module's commands are done."""
-    (workspace / "cluster.yaml").write_text(_CLUSTER)
+def _free_port() -> int:
+    """A free loopback port (several test sessions may share a machine)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+        return probe.getsockname()[1]
+
+
+def _on_port(command: str, port: int) -> str:
+    """``command`` with its ``--port`` (or an added one) set to ``port``, and no trailing ``&``."""
+    command = command.removesuffix("&").strip()
+    if re.search(r"--port \d+", command):
+        return re.sub(r"--port \d+", f"--port {port}", command)
+    return f"{command} --port {port}"
+
+
+def _start(command: str, work: Path, ready: str) -> tuple[subprocess.Popen, str]:
+    """A service started in ``work``, once it printed a line holding ``ready``, with what it
+    printed so far."""
     process = subprocess.Popen(
-        ["bash", "-c", f"exec xirang pool serve --cluster cluster.yaml --port {port}"],
-        cwd=workspace,
-        env=_env(workspace),
+        ["bash", "-c", f"exec {command}"],
+        cwd=work,
+        env=_env(work),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
     printed = ""
-    while "operator token" not in printed:  # its last start-up line: it serves from now on
+    while ready not in printed:
         line = process.stdout.readline()
-        assert line, f"xirang pool serve exited {process.wait()}:\n{printed}"
+        assert line, f"`{command}` exited {process.wait()}:\n{printed}"
         printed += line
-    _EXPORTED["XIRANG_POOL_URL"] = f"http://127.0.0.1:{port}"
-    yield PoolService(process, printed)
+    return process, printed
+
+
+def _stop(process: subprocess.Popen) -> None:
     process.terminate()
     process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def pool(workspace: Path) -> Iterator[PoolService]:
+    """The documented ``xirang pool serve --cluster cluster.yaml``, on a free loopback port,
+    until the module's commands are done."""
+    (workspace / "cluster.yaml").write_text(_CLUSTER)
+    port = _free_port()
+    # "operator token": its last start-up line on a fresh state; it serves from now on
+    process, printed = _start(_on_port(_POOL_SERVE, port), workspace, "operator token")
+    _EXPORTED["XIRANG_POOL_URL"] = f"http://127.0.0.1:{port}"
+    yield PoolService(process, printed)
+    for service in _BACKGROUND:  # what the docs started with `&`
+        _stop(service)
+    _BACKGROUND.clear()
+    _stop(process)
     _EXPORTED.clear()
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[str]:
+    """A real S3 endpoint with the docs' bucket, for the module's S3 commands."""
+    from xirang_core.storage.local_s3 import local_s3
+
+    if shutil.which("moto_server") is None:
+        message = "moto_server not found: pip install 'moto[server]' (in xirang[dev])"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    with local_s3("bucket", "docs-secret") as url:
+        yield url
+
+
+#: services the docs start in the background (``... &``), stopped with the pool
+_BACKGROUND: list[subprocess.Popen] = []
+
+
+def _serve(entry: Service, command: DocCommand, request: pytest.FixtureRequest) -> None:
+    """A documented service (see :class:`Service`), with the pool up."""
+    text = _on_port(command.text, _free_port())
+    if not entry.postgres:
+        return _check_service(entry, command, text, request)
+    from tests.pool import postgres
+
+    with postgres.cluster() as server:
+        url = postgres.fresh_database(server, "docs")
+        _check_service(entry, command, re.sub(r"postgresql://\S+", url, text), request)
+
+
+def _check_service(
+    entry: Service, command: DocCommand, text: str, request: pytest.FixtureRequest
+) -> None:
+    """``text`` (the command as run) started, answering and printing what the docs show."""
+    pooled: PoolService = request.getfixturevalue("pool")
+    work: Path = request.getfixturevalue("workspace")
+    port = int(text.rsplit("--port ", 1)[1].split()[0])
+    process, printed = _start(text, work, entry.ready)
+    token = (work / entry.token_file).read_text().strip() if entry.token_file else pooled.token
+    try:
+        for path in entry.paths:
+            code, body = _get(f"http://127.0.0.1:{port}{path}", token)
+            assert code == 200, f"{command.where}: GET {path} answered {code}: {body[:500]}"
+        assert process.poll() is None, f"{command.where}: it stopped:\n{printed}"
+        missing = mismatch(command.output, printed, command.figures)
+        assert not missing, f"the docs show {missing!r}; it printed {printed}"
+    finally:
+        if command.text.endswith("&") and process.poll() is None:
+            _BACKGROUND.append(process)
+        else:
+            _stop(process)
+
+
+def _get(url: str, token: str) -> tuple[int, str]:
+    """(status, body) of a GET with ``token`` as its bearer."""
+    import urllib.error
+    import urllib.request
+
+    ask = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(ask, timeout=60) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as refused:
+        return refused.code, refused.read().decode()
 
 
 def _pool_job(work: Path) -> str:
@@ -441,18 +610,26 @@ def mismatch(shown: tuple[str, ...], printed: str, figures: bool = False) -> str
 @pytest.mark.slow
 @pytest.mark.parametrize("command", COMMANDS, ids=_id)
 def test_a_documented_command_works_as_written(
-    command: DocCommand, workspace: Path, request: pytest.FixtureRequest
+    command: DocCommand, request: pytest.FixtureRequest
 ) -> None:
     entry = TABLE.get(command.text)
     if command.skip or isinstance(entry, Skip):
         pytest.skip(command.skip or entry.why)
+    if isinstance(entry, Slow) and os.environ.get(SLOW_ENV) != "1":
+        pytest.skip(f"slow ({entry.why}); {SLOW_ENV}=1 runs it")
     if isinstance(entry, Pool):
         return _run_pooled(entry, command, request)
     if isinstance(entry, Export):
         return _export(entry, request)
-    if isinstance(entry, Slow) and os.environ.get(SLOW_ENV) != "1":
-        pytest.skip(f"slow ({entry.why}); {SLOW_ENV}=1 runs it")
-    texts = entry.commands if isinstance(entry, As) else (command.text,)
+    if isinstance(entry, Service):
+        return _serve(entry, command, request)
+    if isinstance(entry, Slurm):
+        request.getfixturevalue("slurm")
+    if isinstance(entry, S3):
+        request.getfixturevalue("s3")
+    workspace: Path = request.getfixturevalue("workspace")
+    texts = entry.commands if isinstance(entry, As | Slurm | S3) else (command.text,)
+    texts = texts or (command.text,)
     expect_error = bool(command.output) and command.output[0].startswith("xirang error:")
     for text in texts:
         if "{run}" in text:
@@ -465,6 +642,37 @@ def test_a_documented_command_works_as_written(
         assert "Traceback (most recent call last)" not in printed, what
         missing = mismatch(command.output, printed, command.figures)
         assert not missing, f"the docs show {missing!r}; {what}"
+
+
+def test_ci_runs_the_readmes_install_and_test_commands() -> None:
+    """.ci/run installs and tests with the README's own lines, so what CI proves is what a
+    newcomer types (and the install need not run again here)."""
+    readme = [c.text for c in COMMANDS if c.file == "README.md"]
+    ci = [ln.strip() for ln in (REPO / ".ci" / "run").read_text().splitlines()]
+    install = next(c for c in readme if c.startswith("pip install -e"))
+    assert install in ci, f"README installs with `{install}`; .ci/run does not run that line"
+    assert [ln for ln in ci if ln.startswith("pip install")] == [install]
+    assert "pytest" in readme and "pytest" in ci
+
+
+def _summary_rows(lines: list[str]) -> list[str]:
+    """The row labels of a run summary table (its first column), in order."""
+    cells = (ln.strip().split("│") for ln in lines if ln.strip().startswith("│"))
+    return [c[1].strip() for c in cells if len(c) > 2 and c[1].strip()]
+
+
+@pytest.mark.slow
+def test_the_readmes_default_run_summary_has_the_rows_a_run_prints(workspace: Path) -> None:
+    """README's "How the default run ends" block is a real run's output: its rows are the
+    ones the summary prints today, in order, with the sample after them (the figures are that
+    300-step run's; the quick run here has other figures and the same rows)."""
+    readme = (REPO / "README.md").read_text().splitlines()
+    start = next(i for i, ln in enumerate(readme) if ln.strip() == "run summary")
+    shown = readme[start : next(i for i in range(start, len(readme)) if not readme[i].strip())]
+    printed = (workspace / _SETUP_PRINTED).read_text()
+    assert _summary_rows(shown) == _summary_rows(printed.splitlines()), printed
+    assert "sample from the trained model:" in [ln.strip() for ln in shown]
+    assert "sample from the trained model:" in printed
 
 
 def test_every_table_entry_is_a_documented_command() -> None:

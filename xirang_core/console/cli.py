@@ -1,9 +1,10 @@
 """``xirang console``: serve the web console over a running pool's state store.
 
-    xirang console --state pool.db [--prices prices.yaml] [--port 8080] [--interval 30]
+    xirang console [--state pool.db] [--prices prices.yaml] [--port 8080] [--interval 30]
                    [--session-hours 8]
 
-``--state`` is the file ``xirang pool serve --state`` writes; the console only reads it.
+``--state`` is the file ``xirang pool serve --state`` writes (by default the same as the pool's,
+``XIRANG_HOME/pool.db``); the console only reads it.
 ``--prices`` (a YAML price book: prices, windows, classes, watts, price_per_kwh) turns metering
 of pool jobs on; without it the cost pages show what was metered elsewhere (training runs).
 The operator token is the pool's (``XIRANG_POOL_OPERATOR_TOKEN`` or the file beside the state,
@@ -28,6 +29,7 @@ from xirang_core.cost.pricefile import load_pricebook
 from xirang_core.cost.store import CostStore
 from xirang_core.errors import ConfigError
 from xirang_core.paths import xirang_home
+from xirang_core.pool.cli import default_state
 from xirang_core.pool.database import redact
 from xirang_core.pool.store import PoolStore
 from xirang_core.web import require
@@ -63,7 +65,11 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="xirang console", description=help_text(__doc__.split("\n\n")[0])
     )
-    parser.add_argument("--state", required=True, help="the pool's state file (pool serve --state)")
+    parser.add_argument(
+        "--state",
+        default=default_state(),
+        help="the pool's state file (pool serve --state; default XIRANG_HOME/pool.db, the pool's)",
+    )
     parser.add_argument("--prices", help="price book YAML; meters pool jobs into the cost store")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)

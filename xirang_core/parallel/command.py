@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import fields
 from typing import Any
@@ -169,10 +170,12 @@ def _report(
 
 
 def _print(report: dict[str, Any]) -> None:
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=None if sys.stdout.isatty() else 150)  # pipes get the whole table
+    # a pipe gets the whole table unless COLUMNS says how wide the reader's terminal is
+    console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 150)
     c, s = report["cluster"], report["model"]
     console.print(
         f"[bold]{s['layers']} layers, hidden {s['hidden']}, {s['heads']} heads, vocab "
@@ -180,16 +183,20 @@ def _print(report: dict[str, Any]) -> None:
         f"{c['name']}: {c['nodes']} x {c['devices_per_node']} {c['device']}, "
         f"{c['memory_gb']:.1f} GiB each; global batch {report['global_batch']}"
     )
-    table = Table(
-        "#", "plan", "strategy", "memory/device", "step s", "tokens/s", "comm %", "bubble %"
-    )
+    # no vertical rules and numbers without units: at 80 columns only the plan cell wraps
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    table.add_column("#", justify="right")
+    table.add_column("plan", ratio=1)
+    table.add_column("strategy")
+    for header in ("GiB/dev", "step s", "tokens/s", "comm %", "bubble %"):
+        table.add_column(header, justify="right")
     for i, row in enumerate(report["ranked"], 1):
         step = row["step_s"]
         table.add_row(
             str(i),
             row["plan"],
             row["parallel"]["name"],
-            f"{row['memory_bytes']['total'] / 2**30:.2f} GiB",
+            f"{row['memory_bytes']['total'] / 2**30:.2f}",
             f"{step['total']:.4f}",
             f"{row['tokens_per_s']:,.0f}",
             f"{100 * step['comm'] / step['total']:.0f}",

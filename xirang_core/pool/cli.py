@@ -33,6 +33,12 @@ if TYPE_CHECKING:
 OPERATOR_TOKEN_ENV = "XIRANG_POOL_OPERATOR_TOKEN"
 
 
+def default_state() -> str:
+    """Where ``xirang pool serve`` keeps its state unless told (``--store``), so that the
+    operator's commands and ``xirang console`` find it without being told either."""
+    return str(xirang_home() / "pool.db")
+
+
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     return args.run(args)
@@ -55,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
         "--store",
         "--state",
         dest="state",
-        default=str(xirang_home() / "pool.db"),
+        default=default_state(),
         help="state store: an SQLite file, or a postgresql://user@host/db URL (shared)",
     )
     serve.add_argument("--policy", default="priority", help="scheduling policy plugin")
@@ -136,7 +142,7 @@ def _operator_client(args: argparse.Namespace) -> PoolClient:
     default state on this machine, else XIRANG_POOL_TOKEN (a project's: the service then
     answers that the operator's token is needed). A project's exported token never shadows
     the operator's own."""
-    token_file = _beside_state(str(xirang_home() / "pool.db"), ".operator-token")
+    token_file = _beside_state(default_state(), ".operator-token")
     kept = token_file.read_text().strip() if token_file.is_file() else ""
     return PoolClient(args.url, args.token or os.environ.get(OPERATOR_TOKEN_ENV) or kept)
 
