@@ -104,3 +104,14 @@ def test_bad_input_gets_one_clear_message_and_a_nonzero_exit(args, message, tmp_
     assert "Traceback" not in result.stderr
     assert not any(p.name == "metrics.jsonl" for p in tmp_path.rglob("*"))
     assert run_dirs(tmp_path) == []
+
+
+def test_a_closed_pipe_ends_the_listing_quietly():
+    """``xirang | head``: the reader goes away first, and no traceback follows it."""
+    listing = subprocess.Popen(
+        [sys.executable, "-c", "from xirang_core.cli import main; raise SystemExit(main([]))"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    listing.stdout.close()  # closed before the listing is written
+    assert listing.stderr.read() == b"" and listing.wait() == 141

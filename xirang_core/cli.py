@@ -10,6 +10,7 @@ Start-up stays light: torch and Hydra are imported only when a run needs them.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
@@ -42,6 +43,16 @@ def main(argv: list[str] | None = None, bare_trains: bool = False) -> int:
     except KeyboardInterrupt:  # Ctrl-C before training began (a run's own is a RunInterrupted)
         print("xirang: interrupted before training started; nothing to resume", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `xirang ... | head` closed the pipe: stop quietly, as cat does
+        _silence_stdout()
+        return 141
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush of the closed pipe does not
+    print a second traceback on the way out."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def help_text(doc: str) -> str:
