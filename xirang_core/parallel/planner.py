@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from xirang_core.parallel.cluster import Cluster
 from xirang_core.parallel.memory import MemoryEstimate, predict_memory
 from xirang_core.parallel.plan import ModelShape, ParallelPlan, PlanError, candidate_plans
+from xirang_core.parallel.runtime import RuntimeMemory, with_runtime
 from xirang_core.parallel.timing import TimeEstimate, predict_time
 
 if TYPE_CHECKING:
@@ -57,14 +58,16 @@ def rank_plans(
     devices: int | None = None,
     host: HostProfile | None = None,
     optimizer: str = "adamw",
+    runtime: RuntimeMemory | None = None,
 ) -> Ranking:
     """Every valid split of ``devices`` (default: the whole cluster), ranked; times on ``host``
-    as measured when given (this machine), else on the described ``cluster``."""
+    as measured when given (this machine), else on the described ``cluster``; each worker's
+    ``runtime`` beyond tensors charged to its memory when measured (this machine)."""
     world = devices or cluster.devices
     fitting, rejected = [], []
     for plan in candidate_plans(world, shape, global_batch):
         why = _rule_broken(plan, shape, cluster)
-        memory = predict_memory(shape, plan, global_batch, optimizer)
+        memory = with_runtime(predict_memory(shape, plan, global_batch, optimizer), runtime, plan)
         if not why and memory.total > cluster.memory_bytes:
             why = f"needs {_gib(memory.total)} per device, has {_gib(cluster.memory_bytes)}"
         if why:
