@@ -83,7 +83,6 @@ def main() -> None:
     picks = distinct(ranking.candidates, DISTINCT)
     others = [c for c in ranking.candidates if c not in picks][EVERY - 1 :: EVERY]
     picks += others
-    measured = [measure_alone(run_plans, config, c.plan) for c in picks]
     links = ", ".join(f"{g} ranks {link.describe()}" for g, link in sorted(host.links.items()))
     print(
         f"host: {host.slots:.2f} of {WORKERS} workers compute at once; all-reduce {links}; "
@@ -103,8 +102,10 @@ def main() -> None:
     columns = ("rank", "mem pred", "tensors", "meas", "real", "states-only", "t pred", "meas")
     print(f"{'plan':34s} " + " ".join(f"{c:>11s}" for c in columns))
     errors: dict[str, list[float]] = {"mem": [], "real": [], "states": [], "states_real": []}
-    time_err, top_err, failed = [], [], []
-    for c, m in zip(picks, measured, strict=True):
+    time_err, top_err, failed, measured = [], [], [], []
+    for c in picks:  # each row printed as its plan has run
+        m = measure_alone(run_plans, config, c.plan)
+        measured.append(m)
         rank = ranking.candidates.index(c) + 1
         if m is None:
             failed.append(c.plan.label())
@@ -125,7 +126,8 @@ def main() -> None:
             f"{c.plan.label():34s} {rank:11d} {c.memory.total / 2**20:10.2f}M "
             f"{c.memory.tensors / 2**20:10.2f}M {m.peak_bytes / 2**20:10.2f}M "
             f"{real / 2**20:10.2f}M {states / 2**20:10.2f}M "
-            f"{c.time.total:11.4f} {m.best_step_s:11.4f}"
+            f"{c.time.total:11.4f} {m.best_step_s:11.4f}",
+            flush=True,
         )
     ran = [m for m in measured if m is not None]
     best = min(m.best_step_s for m in ran)
