@@ -1,21 +1,21 @@
 """xirang's training loop against a plain hand-written PyTorch loop: same model, data, steps.
 
-Every side trains an identical copy of the embedded default model in this process. The xirang side is a
-real run's loop: ``Trainer.fit`` (LR schedule, gradient clipping, the non-finite guard, loss
-read at log steps, progress bar) with what every run pays on top, as the worker sets it up:
-``metrics.jsonl`` written at log steps, the step-end observers (``xirang_on_step_end``), the
-run guard at every step's end (heartbeat, checkpoint bookkeeping and the saves its ``auto``
-interval asks for, the stop vote) and the checkpoint times in the records. A second xirang side
-adds every tracker (TensorBoard, MLflow to its local store, W&B offline). Each real side is one
-run whose rounds continue its steps, after an untimed round in which its guard saves once and
-its trackers open their runs (the plain side has an untimed round too). The plain side is the
-loop a person would write, reading the loss
-at the same steps.
+Every side trains an identical copy of the embedded default model in this process. The xirang
+side is a real run's loop: ``Trainer.fit`` (LR schedule, gradient clipping, the non-finite
+guard, loss read at log steps, progress bar) with what every run pays on top, as the worker sets
+it up: ``metrics.jsonl`` written at log steps, the step-end observers (``xirang_on_step_end``),
+the run guard at every step's end (heartbeat, checkpoint bookkeeping and the saves its
+``auto`` interval asks for, the stop vote) and the checkpoint times in the records. A second
+xirang side adds every tracker (TensorBoard, MLflow to its local store, W&B offline). Each
+real side is one run whose rounds continue its steps, after an untimed round in which its
+guard saves once and its trackers open their runs (the plain side has an untimed round too).
+The plain side is the loop a person would write, reading the loss at the same steps.
 
 The machine may be shared, and a load that comes and goes lands on whichever side runs then.
 So the rounds are many and short, the sides alternate within every round in an order that
-rotates from round to round, and each figure is the median over rounds of the paired ratio
-(this round's xirang time over this round's plain time): a spell of load covers a few rounds
+rotates from round to round (a round's figure spans its steps after the first, see
+``StepMarks``), and each figure is the median over rounds of the paired ratio (this round's
+xirang time over this round's plain time): a spell of load covers a few rounds
 of every side alike, and the median leaves out the rounds it distorted most. Beside wall time
 the same ratios in CPU time: the seconds of every thread of this process and of the processes
 it started (a tracker's service process included), which another program's load does not add
@@ -36,6 +36,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -58,6 +59,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--steps", type=int, default=10, help="optimizer steps per round")
     args = parser.parse_args()
+    if args.steps < 2:
+        parser.error("--steps: at least 2 (a round's figure spans its steps after the first)")
 
     # a record every round on both sides: a round's last step is a log step
     overrides = [f"trainer.max_steps={args.steps}", f"trainer.log_every={args.steps}"]
@@ -83,16 +86,14 @@ def main() -> None:
 
 
 def run_rounds(sides: dict, rounds: int, steps: int) -> dict[str, list[tuple[float, float]]]:
-    """Per side, ``(wall, cpu)`` seconds of each round's ``steps`` steps; the order in which
-    the sides run rotates from round to round."""
+    """Per side, ``(wall, cpu)`` seconds of each round's steps after its first (see
+    :class:`StepMarks`); the order in which the sides run rotates from round to round."""
     spans: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
     order = list(sides)
     for round_ in range(rounds):
         shift = round_ % len(order)
         for name in order[shift:] + order[:shift]:
-            cpu = cpu_seconds()
-            wall = sides[name].fit(steps)
-            spans[name].append((wall, cpu_seconds() - cpu))
+            spans[name].append(sides[name].fit(steps))
     return spans
 
 
@@ -104,7 +105,7 @@ def report(spans: dict[str, list[tuple[float, float]]], rounds: int, steps: int)
         return statistics.median(s[kind] / p[kind] for s, p in pairs)
 
     def per_step(side: str, kind: int) -> float:
-        return statistics.median(s[kind] for s in spans[side]) / steps * 1e3
+        return statistics.median(s[kind] for s in spans[side]) / (steps - 1) * 1e3
 
     sides = ", ".join(
         f"{name} {per_step(name, 0):.2f} ms ({per_step(name, 1):.2f} ms CPU)"
@@ -159,8 +160,9 @@ class RealRun:
         for name in tracking.selected(config) if trackers else []:
             tracking.on_run_start(name, self.ctx, config)
 
-    def fit(self, steps: int | None = None) -> float:
-        """Train the next ``steps`` steps (default: the config's); returns the seconds."""
+    def fit(self, steps: int | None = None) -> tuple[float, float]:
+        """Train the next ``steps`` steps (default: the config's); returns the seconds of all
+        but the first (:class:`StepMarks`)."""
         parts = self.parts
         steps = steps or parts.settings.max_steps
         settings = dataclasses.replace(parts.settings, max_steps=self.done + steps)
@@ -174,10 +176,10 @@ class RealRun:
             self.metrics,
         )
         trainer.figures = self.guard.figures
-        start = time.perf_counter()
-        trainer.fit(self.done + 1, on_step_end=StopAtStepEnd(self.guard, self.ctx))
+        marks = StepMarks(self.done + 1, self.done + steps, StopAtStepEnd(self.guard, self.ctx))
+        trainer.fit(self.done + 1, on_step_end=marks)
         self.done += steps
-        return time.perf_counter() - start
+        return marks.spans()
 
     def close(self) -> None:
         self.guard.finish(self.done)
@@ -194,20 +196,47 @@ class PlainSide:
     log_every: int
     done: int = 0
 
-    def fit(self, steps: int) -> float:
+    def fit(self, steps: int) -> tuple[float, float]:
         """The next ``steps`` steps (logging at the same steps as the real runs)."""
-        start = time.perf_counter()
-        plain_loop(self.model, self.optimizer, self.batches, self.done, steps, self.log_every)
+        marks = StepMarks(self.done + 1, self.done + steps)
+        plain_loop(
+            self.model, self.optimizer, self.batches, self.done, steps, self.log_every, marks
+        )
         self.done += steps
-        return time.perf_counter() - start
+        return marks.spans()
 
     def close(self) -> None:
         pass
 
 
-def plain_loop(model, optimizer, batches, done: int, steps: int, log_every: int) -> None:
+class StepMarks:
+    """Wall and CPU seconds from the end of step ``first`` to the end of step ``last``, taken
+    at each step's end (after ``then(step)``, the loop's own step-end work, where there is one).
+
+    A round is part of a longer run: what a loop does once when it starts or ends (the progress
+    display, the trainer's set-up) is paid once per real run, not once per benchmark round, so
+    the first step of every round, which carries it, is left out of both sides' figures."""
+
+    def __init__(self, first: int, last: int, then: Any = None) -> None:
+        self.first, self.last, self.then = first, last, then
+        self.start = self.end = (0.0, 0.0)
+
+    def __call__(self, step: int) -> None:
+        if self.then is not None:
+            self.then(step)
+        if step in (self.first, self.last):
+            now = (time.perf_counter(), cpu_seconds())
+            self.start, self.end = (now, now) if step == self.first else (self.start, now)
+
+    def spans(self) -> tuple[float, float]:
+        return self.end[0] - self.start[0], self.end[1] - self.start[1]
+
+
+def plain_loop(
+    model, optimizer, batches, done: int, steps: int, log_every: int, on_step_end: Any
+) -> None:
     """What a person writes by hand: forward, backward, clip, step, read the loss now and then
-    (steps ``done + 1`` to ``done + steps``)."""
+    (steps ``done + 1`` to ``done + steps``); ``on_step_end(step)`` after each step."""
     model.train()
     for step in range(done + 1, done + steps + 1):
         x, y = batches.get(step)
@@ -218,6 +247,7 @@ def plain_loop(model, optimizer, batches, done: int, steps: int, log_every: int)
         optimizer.zero_grad(set_to_none=True)
         if step % log_every == 0 or step == 1:
             loss.item()
+        on_step_end(step)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ def test_a_spell_of_load_on_a_few_rounds_does_not_move_the_ratio(
         "tracked": [(t * 1.01, t / 2) for t in xirang],
         "plain": [(t, t / 2) for t in plain],
     }
-    overhead.report(spans, len(plain), 10)
+    overhead.report(spans, len(plain), 11)
     last = capsys.readouterr().out.strip().splitlines()[-1]
     figures = dict(item.split("=") for item in last.split())
     assert float(figures["overhead_ratio"]) == pytest.approx(1.02, abs=1e-3)
