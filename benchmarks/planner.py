@@ -61,6 +61,7 @@ def main() -> None:
     from xirang_core.parallel.plan import MICRO_BATCHES, ParallelPlan
     from xirang_core.parallel.planner import rank_plans
     from xirang_core.parallel.resolve import model_shape
+    from xirang_core.parallel.runtime import cached_runtime
     from xirang_core.parallel.smoke import run_plans
     from xirang_core.plugins import get_registry
 
@@ -70,32 +71,41 @@ def main() -> None:
     shape = model_shape(config, registry)
     global_batch = config["trainer"]["global_batch"]
     host = measure_host(config, WORKERS, list(MICRO_BATCHES))
-    replica = predict_memory(shape, ParallelPlan(dp=WORKERS, micro_batch=1), global_batch).total
+    runtime = cached_runtime(config, WORKERS)
+    replica = predict_memory(shape, ParallelPlan(dp=WORKERS, micro_batch=1), global_batch)
+    most_runtime = runtime.base + max(runtime.added.values(), default=0)
     cluster = replace(
         local_cluster(WORKERS, registry),
-        memory_gb=0.75 * replica / 2**30,  # a full replica per worker does not fit
+        # a full replica's tensors per worker do not fit, whatever runtime a plan pays
+        memory_gb=(0.75 * (replica.tensors + replica.buffers) + most_runtime) / 2**30,
     )
-    ranking = rank_plans(shape, cluster, global_batch, WORKERS, host)
+    ranking = rank_plans(shape, cluster, global_batch, WORKERS, host, runtime=runtime)
     picks = distinct(ranking.candidates, DISTINCT)
     others = [c for c in ranking.candidates if c not in picks][EVERY - 1 :: EVERY]
     picks += others
-    measured = [measure_alone(run_plans, config, c.plan) for c in picks]
     links = ", ".join(f"{g} ranks {link.describe()}" for g, link in sorted(host.links.items()))
     print(
         f"host: {host.slots:.2f} of {WORKERS} workers compute at once; all-reduce {links}; "
         f"p2p {host.p2p.describe()}"
     )
+    added = ", ".join(f"{k} +{v / 2**20:.1f}" for k, v in runtime.added.items())
     print(
-        f"memory per worker {cluster.memory_gb * 1024:.1f} MiB "
-        f"(full replica needs {replica / 2**20:.1f}); {len(ranking.candidates)} plans fit, "
+        f"runtime per worker (measured on trivial runs, cached): {runtime.base / 2**20:.1f} MiB"
+        f" baseline; {added} MiB"
+    )
+    print(
+        f"memory per worker {cluster.memory_gb * 1024:.1f} MiB (full replica's tensors need "
+        f"{(replica.tensors + replica.buffers) / 2**20:.1f}); {len(ranking.candidates)} plans fit, "
         f"{len(ranking.rejected)} rejected; cores {os.cpu_count()}; running the top "
         f"{len(picks) - len(others)} distinct and {len(others)} lower-ranked (every {EVERY}th)"
     )
-    columns = ("rank", "mem pred", "meas", "real", "states-only", "t pred", "meas")
+    columns = ("rank", "mem pred", "tensors", "meas", "real", "states-only", "t pred", "meas")
     print(f"{'plan':34s} " + " ".join(f"{c:>11s}" for c in columns))
     errors: dict[str, list[float]] = {"mem": [], "real": [], "states": [], "states_real": []}
-    time_err, failed = [], []
-    for c, m in zip(picks, measured, strict=True):
+    time_err, top_err, failed, measured = [], [], [], []
+    for c in picks:  # each row printed as its plan has run
+        m = measure_alone(run_plans, config, c.plan)
+        measured.append(m)
         rank = ranking.candidates.index(c) + 1
         if m is None:
             failed.append(c.plan.label())
@@ -104,17 +114,20 @@ def main() -> None:
         states = c.memory.params + c.memory.grads + c.memory.optimizer
         real = m.real_peak_bytes or m.peak_bytes
         for key, predicted, against in (
-            ("mem", c.memory.total, m.peak_bytes),
+            ("mem", c.memory.tensors, m.peak_bytes),
             ("real", c.memory.total, real),
             ("states", states, m.peak_bytes),
             ("states_real", states, real),
         ):
             errors[key].append(abs(predicted - against) / against)
-        time_err.append(abs(c.time.total - m.best_step_s) / m.best_step_s)
+        time_err.append((c.time.total - m.best_step_s) / m.best_step_s)
+        top_err += [time_err[-1]] if c not in others else []
         print(
             f"{c.plan.label():34s} {rank:11d} {c.memory.total / 2**20:10.2f}M "
-            f"{m.peak_bytes / 2**20:10.2f}M {real / 2**20:10.2f}M {states / 2**20:10.2f}M "
-            f"{c.time.total:11.4f} {m.best_step_s:11.4f}"
+            f"{c.memory.tensors / 2**20:10.2f}M {m.peak_bytes / 2**20:10.2f}M "
+            f"{real / 2**20:10.2f}M {states / 2**20:10.2f}M "
+            f"{c.time.total:11.4f} {m.best_step_s:11.4f}",
+            flush=True,
         )
     ran = [m for m in measured if m is not None]
     best = min(m.best_step_s for m in ran)
@@ -126,9 +139,14 @@ def main() -> None:
     )
     print(f"failed plans: {', '.join(failed) or 'none'}")
     print(
+        f"time error (predicted - measured) / measured: median {statistics.median(time_err):+.3f}"
+        f", top distinct {statistics.median(top_err):+.3f}; load average "
+        f"{os.getloadavg()[0]:.1f}"
+    )
+    print(
         f"mem_err_p50={statistics.median(errors['mem']):.3f} "
         f"mem_err_real_p50={statistics.median(errors['real']):.3f} "
-        f"time_err_p50={statistics.median(time_err):.3f} "
+        f"time_err_p50={statistics.median(abs(e) for e in time_err):.3f} "
         f"pick_vs_best={top.best_step_s / best:.3f} measured={len(ran)} failed={len(failed)}"
     )
 

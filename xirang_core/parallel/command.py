@@ -47,15 +47,18 @@ def main(argv: list[str]) -> int:
     global_batch = int(kv.get("global_batch", config["trainer"]["global_batch"]))
     devices = int(kv["devices"]) if "devices" in kv else None
     cluster = cluster_from(kv, devices)
-    host = None
+    host = runtime = None
     explicit_shape = bool((SHAPE_KEYS - {"seq", "params"}) & set(kv))
     if cluster.shared and not explicit_shape:
         from xirang_core.parallel.calibrate import measure_host
         from xirang_core.parallel.plan import MICRO_BATCHES
+        from xirang_core.parallel.runtime import cached_runtime
 
-        # this host's workers share its cores: measure the zoo model's layer and the links
+        # this host's workers share its cores: measure the zoo model's layer and the links,
+        # and what a worker holds beyond its tensors (cached per host)
         host = measure_host(config, cluster.devices, list(MICRO_BATCHES))
-    ranking = rank_plans(shape, cluster, global_batch, devices, host)
+        runtime = cached_runtime(config, cluster.devices)
+    ranking = rank_plans(shape, cluster, global_batch, devices, host, runtime=runtime)
     report: dict[str, Any] = _report(shape, cluster, global_batch, ranking, args.top)
     if args.smoke:
         report["smoke"] = smoke(config, ranking, args.smoke_top, args.smoke_steps)
@@ -146,6 +149,7 @@ def _compare(candidate: Candidate, m: Any) -> dict[str, Any]:
         "plan": candidate.plan.label(),
         "predicted_peak_bytes": candidate.memory.total,
         "measured_peak_bytes": m.peak_bytes,
+        "real_peak_bytes": m.real_peak_bytes,
         "predicted_step_s": round(candidate.time.total, 5),
         "measured_step_s": round(m.step_s, 5),
         "time_shares": m.shares,
@@ -208,7 +212,8 @@ def _print(report: dict[str, Any]) -> None:
     for row in report.get("smoke", []):
         mark = " <- measured best" if row["measured_best"] else ""
         console.print(
-            f"smoke {row['plan']}: peak {row['measured_peak_bytes'] / 2**20:.1f} MiB "
+            f"smoke {row['plan']}: peak {row['real_peak_bytes'] / 2**20:.1f} MiB real, "
+            f"{row['measured_peak_bytes'] / 2**20:.1f} MiB of tensors "
             f"(predicted {row['predicted_peak_bytes'] / 2**20:.1f}), step "
             f"{row['measured_step_s']:.4f} s (predicted {row['predicted_step_s']:.4f}), "
             f"shares {row['time_shares']}{mark}"

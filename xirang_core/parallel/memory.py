@@ -22,6 +22,13 @@ also parameters (FSDP2 shards them at every stage), plus the parameters FSDP gat
 compute: all of them at zero 1 and 2, the root unit and one layer at zero 3. Under a pipeline
 torch's stage keeps gathered parameters and whole gradients until the step's last backward, so
 every ZeRO stage holds them there.
+
+Communication buffers: DDP (every ``zero=0`` plan with ``dp > 1``) copies the gradients into
+flat bucket tensors it allocates once, a second copy of the local gradients (the bucket size
+only groups them).
+
+Beyond tensors, a worker's runtime (code, the runtime's own memory, allocator slack) is
+measured per host (:mod:`xirang_core.parallel.runtime`) and charged as ``runtime``.
 """
 
 from __future__ import annotations
@@ -45,10 +52,17 @@ class MemoryEstimate:
     gathered: int
     activations: int
     stage: int = 0
+    buffers: int = 0  # DDP's gradient buckets
+    runtime: int = 0  # the worker's runtime beyond tensors, measured on this host
+
+    @property
+    def tensors(self) -> int:
+        """What tensor accounting of states, activations and gathered parameters sees."""
+        return self.params + self.grads + self.optimizer + self.gathered + self.activations
 
     @property
     def total(self) -> int:
-        return self.params + self.grads + self.optimizer + self.gathered + self.activations
+        return self.tensors + self.buffers + self.runtime
 
     def as_dict(self) -> dict[str, int]:
         return {**asdict(self), "total": self.total}
@@ -147,6 +161,7 @@ def _memory(
         gathered=round(gathered * width),
         activations=round(acts * width),
         stage=stage,
+        buffers=round(params.total * width) if plan.dp > 1 and plan.zero == 0 else 0,
     )
 
 

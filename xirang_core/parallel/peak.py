@@ -7,7 +7,10 @@ buffers, the autograd graph. On a CPU the figure is the process's peak resident 
 ``VmHWM``, reset through ``/proc/self/clear_refs`` at the baseline) less its resident set at the
 baseline; on CUDA and ROCm it is the allocator's ``max_memory_allocated`` (and ``reserved``) over
 the memory allocated at the baseline. Memory the allocator kept from before the baseline and
-reuses is not seen again, so take the baseline in a fresh worker, before the model is built.
+reuses is not seen again, so take the baseline in a fresh worker, before the model is built;
+on a CPU :meth:`RealPeak.start` first hands what glibc's malloc keeps of freed memory back to the
+system (``malloc_trim``), so memory an earlier run in the same worker freed counts again when
+it is reused.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ class RealPeak:
             torch.cuda.reset_peak_memory_stats(self.device)
             self.base = torch.cuda.memory_allocated(self.device)
         elif _resettable():
+            _trim()
             self.base = _status("VmRSS")
 
     def read(self) -> dict[str, int]:
@@ -62,6 +66,20 @@ def _resettable() -> bool:
         return True
     except OSError:
         return False
+
+
+def _trim() -> None:
+    """Collect unreachable objects, then return freed heap memory to the system (glibc only;
+    elsewhere nothing to do)."""
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name) if name else None
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
 
 
 def _status(field: str) -> int:

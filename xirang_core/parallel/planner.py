@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from xirang_core.parallel.cluster import Cluster
 from xirang_core.parallel.memory import MemoryEstimate, predict_memory
 from xirang_core.parallel.plan import ModelShape, ParallelPlan, PlanError, candidate_plans
+from xirang_core.parallel.runtime import RuntimeMemory, with_runtime
 from xirang_core.parallel.timing import TimeEstimate, predict_time
 
 if TYPE_CHECKING:
@@ -57,14 +58,16 @@ def rank_plans(
     devices: int | None = None,
     host: HostProfile | None = None,
     optimizer: str = "adamw",
+    runtime: RuntimeMemory | None = None,
 ) -> Ranking:
     """Every valid split of ``devices`` (default: the whole cluster), ranked; times on ``host``
-    as measured when given (this machine), else on the described ``cluster``."""
+    as measured when given (this machine), else on the described ``cluster``; each worker's
+    ``runtime`` beyond tensors charged to its memory when measured (this machine)."""
     world = devices or cluster.devices
     fitting, rejected = [], []
     for plan in candidate_plans(world, shape, global_batch):
         why = _rule_broken(plan, shape, cluster)
-        memory = predict_memory(shape, plan, global_batch, optimizer)
+        memory = with_runtime(predict_memory(shape, plan, global_batch, optimizer), runtime, plan)
         if not why and memory.total > cluster.memory_bytes:
             why = f"needs {_gib(memory.total)} per device, has {_gib(cluster.memory_bytes)}"
         if why:
@@ -74,7 +77,7 @@ def rank_plans(
         tokens = global_batch * shape.seq_len / time.total
         fitting.append(Candidate(plan, memory, time, tokens))
     if not fitting:
-        raise PlanError(_fits_nowhere(shape, cluster, global_batch, world, optimizer))
+        raise PlanError(_fits_nowhere(shape, cluster, global_batch, world, optimizer, runtime))
     fitting.sort(key=lambda c: (-c.tokens_per_s, c.memory.total))
     return Ranking(fitting, rejected)
 
@@ -88,13 +91,24 @@ def _rule_broken(plan: ParallelPlan, shape: ModelShape, cluster: Cluster) -> str
 
 
 def _fits_nowhere(
-    shape: ModelShape, cluster: Cluster, global_batch: int, world: int, optimizer: str
+    shape: ModelShape,
+    cluster: Cluster,
+    global_batch: int,
+    world: int,
+    optimizer: str,
+    runtime: RuntimeMemory | None,
 ) -> str:
     plans = candidate_plans(world, shape, global_batch)
     if not plans:
         return f"no valid split of {world} devices for this model and global batch {global_batch}"
-    least = min(plans, key=lambda p: predict_memory(shape, p, global_batch, optimizer).total)
-    need = predict_memory(shape, least, global_batch, optimizer).total
+
+    def need_of(plan: ParallelPlan) -> int:
+        return with_runtime(
+            predict_memory(shape, plan, global_batch, optimizer), runtime, plan
+        ).total
+
+    least = min(plans, key=need_of)
+    need = need_of(least)
     more = -(-need // cluster.memory_bytes)
     return (
         f"the model fits nowhere on {world} x {_gib(cluster.memory_bytes)}: the leanest plan "

@@ -102,6 +102,7 @@ def choose_plan(config: dict[str, Any], registry: Registry) -> ParallelPlan:
     from xirang_core.parallel.cluster import local_cluster
     from xirang_core.parallel.plan import MICRO_BATCHES
     from xirang_core.parallel.planner import rank_plans
+    from xirang_core.parallel.runtime import cached_runtime
 
     shape = model_shape(config, registry)
     if shape is None:
@@ -112,7 +113,10 @@ def choose_plan(config: dict[str, Any], registry: Registry) -> ParallelPlan:
     trainer, auto = config["trainer"], config["parallel"]
     cluster = local_cluster(trainer["nproc"], registry, config["device"]["name"])
     host = measure_host(config, trainer["nproc"], list(MICRO_BATCHES)) if cluster.shared else None
-    ranking = rank_plans(shape, cluster, trainer["global_batch"], trainer["nproc"], host)
+    runtime = cached_runtime(config, trainer["nproc"])  # this host's workers beyond tensors
+    ranking = rank_plans(
+        shape, cluster, trainer["global_batch"], trainer["nproc"], host, runtime=runtime
+    )
     if not auto.get("smoke"):
         return ranking.best.plan
     from xirang_core.parallel.smoke import run_plans

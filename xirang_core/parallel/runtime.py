@@ -1,0 +1,161 @@
+"""What a training worker's memory holds beyond the tensors the planner counts, measured once
+per host.
+
+A worker's real peak (:mod:`.peak`) is more than its model states, saved activations, gathered
+parameters and communication buffers (:mod:`.memory`): its first step faults in libtorch's code
+for autograd, the optimizer and the collectives (file-backed pages), and the runtime keeps
+private memory of its own: strategy modules imported on first use, gloo's buffers, thread
+stacks, oneDNN's scratch space, the allocator's slack; on an accelerator the allocator's own
+temporaries. On a small model this is most of the peak (about 70 MB per CPU worker against
+a few MB of tensors), and it does not grow with the model, so it is measured, not modelled:
+``world`` fresh workers train a trivial model (the configured family with one layer per
+pipeline stage, micro-batch 1) for a few steps under plain data parallel, then under each other
+kind of wrapper a plan can use (sharding, tensor parallel, a pipeline), one after the other in
+the same workers. The first run's real peak beyond what :mod:`.memory` predicts for its trivial
+model is the baseline every worker pays; each later run's is what that kind adds (the code,
+modules and buffers the workers did not have yet). A plan is charged the baseline plus the
+additions of the kinds it combines. The figures are cached per host, device type, worker
+count, threads and model family, as the device calibration is.
+
+The trivial runs are not the plans whose peaks the planner benchmark compares with: those are
+measured in their own workers on the full model.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from xirang_core.parallel.plan import ModelShape, ParallelPlan
+
+#: steps of each trivial run (the first builds buffers; the peak comes with the second)
+PROBE_STEPS = 2
+#: the order kinds are charged in; ``ddp`` is the baseline every multi-worker plan pays
+KINDS = ("ddp", "fsdp", "tp", "pp")
+
+
+@dataclass(frozen=True)
+class RuntimeMemory:
+    """Bytes per worker beyond the predicted tensors, measured with ``world`` workers: the
+    ``base`` every worker holds, and what each kind of wrapper adds to it."""
+
+    world: int
+    base: int
+    added: dict[str, int]
+
+    def for_plan(self, plan: ParallelPlan) -> int:
+        """The baseline plus the additions of the kinds ``plan`` combines."""
+        return self.base + sum(self.added.get(k, 0) for k in plan_kinds(plan) - {"ddp"})
+
+
+def plan_kinds(plan: ParallelPlan) -> set[str]:
+    """The kinds of wrapper ``plan`` combines (see :data:`KINDS`)."""
+    kinds = {"ddp"} if plan.dp > 1 and plan.zero == 0 else set()
+    if plan.dp > 1 and plan.zero > 0:
+        kinds.add("fsdp")
+    if plan.tp > 1:
+        kinds.add("tp")
+    if plan.pp > 1:
+        kinds.add("pp")
+    return kinds
+
+
+def probe_plans(shape: ModelShape, world: int) -> dict[str, ParallelPlan]:
+    """One trivial plan per kind that ``world`` workers and this model allow."""
+    plans = {"ddp": ParallelPlan(dp=world)}
+    if world > 1:
+        plans["fsdp"] = ParallelPlan(dp=world, zero=3)
+        tp = next((t for t in (world, 2) if world % t == 0 and _splits(shape, t)), 0)
+        if tp and "tp" in shape.splits:
+            plans["tp"] = ParallelPlan(dp=world // tp, tp=tp)
+        if "pp" in shape.splits:
+            plans["pp"] = ParallelPlan(pp=world)
+    return plans
+
+
+def _splits(shape: ModelShape, tp: int) -> bool:
+    return shape.heads % tp == 0 and (shape.kv_heads or shape.heads) % tp == 0
+
+
+def cached_runtime(config: dict[str, Any], world: int, refresh: bool = False) -> RuntimeMemory:
+    """The runtime for ``world`` workers of ``config``'s model family on this host: from the
+    cache, or measured (and stored) when absent or asked."""
+    from xirang_core.devices.calibration import cache_path
+
+    path = cache_path(_cache_key(config, world))
+    if path.exists() and not refresh:
+        try:
+            return RuntimeMemory(**json.loads(path.read_text()))
+        except (ValueError, TypeError):
+            pass  # an unreadable entry is measured again, not trusted
+    found = measure_runtime(config, world)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(found), indent=2))
+    tmp.replace(path)
+    return found
+
+
+def _cache_key(config: dict[str, Any], world: int) -> str:
+    import platform
+
+    import torch
+
+    from xirang_core.parallel.ondevice import run_device
+
+    where = run_device(config)
+    threads = config["trainer"].get("threads") or 1
+    return (
+        f"runtime-{platform.node()}-{where.device['name']}-{world}w-{threads}t-"
+        f"{config['model']['family']}-torch{torch.__version__}"
+    )
+
+
+def measure_runtime(config: dict[str, Any], world: int) -> RuntimeMemory:
+    """The trivial runs in one set of fresh workers, plain data parallel first (see the module
+    docstring)."""
+    from xirang_core.parallel.memory import predict_memory
+    from xirang_core.parallel.resolve import model_shape
+    from xirang_core.parallel.smoke import plan_config, run_configs
+    from xirang_core.plugins import get_registry
+
+    registry = get_registry()
+    shape = model_shape(config, registry)
+    assert shape is not None, "the planner only plans families with a parallelize plan"
+    plans = probe_plans(shape, world)  # "ddp" first
+    runs = [_trivial(config, shape, plan, registry) for plan in plans.values()]
+    configs = [
+        plan_config(small, plan) for (small, _), plan in zip(runs, plans.values(), strict=True)
+    ]
+    found = run_configs(configs, world, PROBE_STEPS)
+    beyond = {}
+    for i, (kind, plan) in enumerate(plans.items()):
+        small, trivial = runs[i]
+        predicted = predict_memory(trivial, plan, small["trainer"]["global_batch"]).total
+        real = max(rank[i]["real_peak_bytes"] for rank in found)
+        beyond[kind] = max(0, real - predicted) if real else 0
+    base = beyond.pop("ddp")
+    return RuntimeMemory(world, base, beyond)
+
+
+def _trivial(
+    config: dict[str, Any], shape: ModelShape, plan: ParallelPlan, registry: Any
+) -> tuple[dict[str, Any], ModelShape]:
+    """``config`` with one layer per pipeline stage and one micro-batch of one sequence per
+    data-parallel rank and stage, and that model's shape."""
+    from xirang_core.parallel.resolve import model_shape
+
+    fns = registry.spec("model", config["model"]["family"]).load_parallelize()
+    model = {**config["model"], fns.layers_setting: plan.pp}
+    trainer = {**config["trainer"], "global_batch": plan.dp * plan.pp, "micro_batch": 1}
+    small = {**config, "model": model, "trainer": trainer}
+    trivial = model_shape(small, registry)
+    return small, replace(trivial or shape, layers=plan.pp)
+
+
+def with_runtime(estimate: Any, runtime: RuntimeMemory | None, plan: ParallelPlan) -> Any:
+    """``estimate`` (a :class:`~.memory.MemoryEstimate`) with the plan's runtime charged."""
+    if runtime is None:
+        return estimate
+    return replace(estimate, runtime=runtime.for_plan(plan))
