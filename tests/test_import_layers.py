@@ -18,6 +18,7 @@ FORBIDDEN = [
     ("xirang_core.cost.budgets", "xirang_core.cost.store"),
     ("xirang_core.cost.budgets", "xirang_core.cost.governor"),
     ("xirang_core.pool.policy", "xirang_core.pool.engine"),
+    ("xirang_core.parallel.wrappers", "xirang_core.parallel.calibrate"),
     ("xirang_core.parallel", "xirang_core.run"),
     ("xirang_core.devices", "xirang_core.run"),
 ]

@@ -31,6 +31,7 @@ from typing import Any
 
 from xirang_core.comm.cost_model import Link, fit_link
 from xirang_core.parallel.ondevice import RunDevice
+from xirang_core.parallel.together import time_together
 from xirang_core.parallel.wrappers import GROUP, WrapperCosts, derive, measure_wrappers
 
 #: message sizes (bytes) the links are fitted on: latency- to bandwidth-bound
@@ -337,7 +338,9 @@ def _tp_model_times(
         mesh = init_device_mesh(parts.device.type, shape, mesh_dim_names=("dp", "tp"))
         for sp in (False, True) if parts.shape.seq_len % tp == 0 else (False,):
             model = parts.split_model(mesh["tp"], sp)
-            found[(tp, sp)] = {mb: _together(parts.model_pass(model, mb)) for mb in micro_batches}
+            found[(tp, sp)] = {
+                mb: time_together(parts.model_pass(model, mb)) for mb in micro_batches
+            }
     return found
 
 
@@ -371,7 +374,7 @@ def _pipeline_probe(rank: int, world: int, parts: _ModelParts) -> float:
         parts.wait()
 
     step()  # the first step settles shapes
-    return _together(step)
+    return time_together(step)
 
 
 def _mean_square(out: Any, target: Any) -> Any:
@@ -431,22 +434,8 @@ def _alone_and_together(rank: int, parts: _ModelParts, rounds: int = 4) -> tuple
         dist.barrier()
         if rank == 0:
             alone = min(alone, _best(probe, repeats=1))
-        together = min(together, _together(probe, repeats=1))
+        together = min(together, time_together(probe, repeats=1))
     return alone, together
-
-
-def _together(fn: Callable[[], Any], repeats: int = 3) -> float:
-    """Best seconds for every worker to finish ``fn`` when all start it at once."""
-    import torch.distributed as dist
-
-    best = float("inf")
-    for _ in range(repeats):
-        dist.barrier()
-        started = time.perf_counter()
-        fn()
-        dist.barrier()
-        best = min(best, time.perf_counter() - started)
-    return best
 
 
 def _my_groups(rank: int, world: int) -> dict[int, Any]:
@@ -472,7 +461,7 @@ def _busy_latencies(
     import torch.distributed as dist
 
     mb, count = 1, PROBE_PASSES
-    alone = _together(lambda: parts.passes(mb, count))
+    alone = time_together(lambda: parts.passes(mb, count))
     tensor = torch.ones(MESSAGE_BYTES[0] // 4, device=parts.device)
     found: dict[Any, float] = {}
     for size, mine in groups.items():
@@ -480,7 +469,7 @@ def _busy_latencies(
         def reduce(g: Any = mine) -> None:
             dist.all_reduce(tensor, group=g)
 
-        found[size] = max(0.0, _together(lambda r=reduce: parts.passes(mb, count, r)) - alone)
+        found[size] = max(0.0, time_together(lambda r=reduce: parts.passes(mb, count, r)) - alone)
         found[size] /= count
     if world >= 2:
         peer = rank ^ 1
@@ -489,7 +478,7 @@ def _busy_latencies(
             if peer < world:
                 _round_trip(rank, peer, tensor)
 
-        found["p2p"] = max(0.0, _together(lambda: parts.passes(mb, count, exchange)) - alone)
+        found["p2p"] = max(0.0, time_together(lambda: parts.passes(mb, count, exchange)) - alone)
         found["p2p"] /= 2 * count
     return found
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xirang_core.comm.cost_model import Link, ring_time
+from xirang_core.parallel.together import time_together
 
 #: micro-batch counts the wrappers are timed at (a line through them: slope and intercept)
 MICRO_COUNTS = (1, 2, 4)
@@ -70,8 +71,6 @@ def measure_wrappers(world: int, parts: Any, micro_batch: int) -> dict[str, Any]
     import torch
     from torch.distributed.device_mesh import init_device_mesh
 
-    from xirang_core.parallel.calibrate import _together
-
     shape = (world // GROUP, GROUP)
     mesh = init_device_mesh(parts.device.type, shape, mesh_dim_names=("rest", "dp"))["dp"]
     x = torch.randn(micro_batch, parts.shape.seq_len, parts.shape.hidden, device=parts.device)
@@ -95,7 +94,7 @@ def measure_wrappers(world: int, parts: Any, micro_batch: int) -> dict[str, Any]
     for _ in range(ROUNDS):  # alternating: a spell of outside load hits every variant alike
         for name, step in steps.items():
             for m in MICRO_COUNTS:
-                seconds = _together(lambda s=step, m=m: s(m), repeats=1)
+                seconds = time_together(lambda s=step, m=m: s(m), repeats=1)
                 found[name][m] = min(found[name][m], seconds)
     for prefix, module in (("", parts.block), ("root_", parts.rest)):
         params = list(module.parameters())
