@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 import numpy as np
+import pyarrow as pa
 
 from xirang_core.data.fetch import ProcessFetcher, ShardFetcher, TierSettings
 from xirang_core.data.order import EpochOrder
@@ -219,10 +220,11 @@ class TokenSource(ProcessFetcher):
         """(document offsets, token values) of one token shard, its dtype checked."""
         table = self.fetcher.table(shard, next_use, protect)
         column = table.column(0).combine_chunks()
-        values = column.values.to_numpy()
         where = self.snap.shards[shard].key
-        check_dtype(values.dtype, self.read.vocab_size, where, self.read.rebuild)
-        return np.asarray(column.offsets), values
+        check_dtype(
+            np.dtype(str(column.type.value_type)), self.read.vocab_size, where, self.read.rebuild
+        )
+        return _view(column.offsets), _view(column.values)
 
     def close(self) -> None:
         if self._fetcher is not None:
@@ -233,3 +235,12 @@ def _positions(order: EpochOrder, block: np.ndarray) -> tuple[int, int]:
     """Reading positions ``[lo, hi)`` of one block's documents in the epoch order."""
     first, end = order.block_spans
     return int(first[block[0]]), int(end[block[0]])
+
+
+def _view(array: pa.Array) -> np.ndarray:
+    """A numeric Arrow array's values as a numpy view. ``Array.to_numpy`` would import pandas
+    (seconds, in every data-loader worker) for the first shard of each process."""
+    dtype = np.dtype(str(array.type))
+    return np.frombuffer(
+        array.buffers()[1], dtype, count=len(array), offset=array.offset * dtype.itemsize
+    )
