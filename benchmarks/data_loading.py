@@ -104,30 +104,12 @@ def folder_bytes(path: Path) -> int:
 # --- the xirang side (run in a fresh process, as every side) -----------------------------------
 
 
-class Steps:
-    """Training steps as a map-style dataset: item ``i`` is step ``start + i + 1``'s rows, read
-    by ``TokenBatches.rows`` (what ``TokenBatches.get`` splits into inputs and targets)."""
-
-    def __init__(self, batches, start: int, steps: int) -> None:
-        self.batches, self.start, self.steps = batches, start, steps
-
-    def __len__(self) -> int:
-        return self.steps - self.start
-
-    def __getitem__(self, i: int):
-        import torch
-
-        step = self.start + i + 1
-        return torch.from_numpy(self.batches.rows(self.batches.positions(step, 0)))
-
-
 def xirang_loader(args: argparse.Namespace, start: int = 0):
-    """The training path's batches from step ``start + 1`` through a DataLoader."""
-    import torch
-
+    """The training path's batches from step ``start + 1``, read by DataLoader workers."""
     from xirang_core.data.fetch import TierSettings
     from xirang_core.data.order import Partition
     from xirang_core.data.snapshot import load
+    from xirang_core.data.step_loader import worker_batches
     from xirang_core.data.stream import SourceRead, TokenSource
     from xirang_core.data.token_shards import tokens_tier
     from xirang_core.data.tokens import NamedSource, TokenBatches
@@ -141,9 +123,7 @@ def xirang_loader(args: argparse.Namespace, start: int = 0):
     part = Partition(args.batch)
     batches = TokenBatches([NamedSource("corpus", source)], part, 1, SEED, "train", None)
     steps = source.rows_per_epoch // args.batch
-    return torch.utils.data.DataLoader(
-        Steps(batches, start, steps), batch_size=None, num_workers=args.workers
-    )
+    return worker_batches(batches, start + 1, steps, args.workers)
 
 
 def xirang_side(args: argparse.Namespace) -> dict:
