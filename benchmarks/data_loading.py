@@ -17,7 +17,8 @@ Each side runs in a fresh process per pass; its timer covers constructing the da
 loader through the last batch, for all sides. Warm reads local files (in the page cache); cold
 reads from a local S3 server (moto, started here) into an empty cache. Passes alternate sides
 and the best of ``--runs`` counts. Also reported: time to first batch, resume latency mid-epoch
-(a fresh loader, from its state, to its first batch), bytes on disk and files from the origin.
+(a fresh loader, from its state, to its first batch), bytes on disk and the files each side
+cached from the origin.
 
 Streaming and LitData need torchvision and ``transformers<5``, which cannot share xirang's
 environment: their side (benchmarks/data_loading_peers.py) runs in a venv this benchmark builds
@@ -138,7 +139,8 @@ def xirang_side(args: argparse.Namespace) -> dict:
         return timed(lambda: xirang_loader(args, args.stop), 1)[0]
     figures = timed(lambda: xirang_loader(args), args.stop)[0]
     if args.remote:
-        figures["files"] = sum(1 for p in Path(args.cache).rglob("*") if p.is_file())
+        cached = Path(args.cache).rglob("*")
+        figures["files"] = sum(1 for p in cached if p.is_file() and ".locks" not in p.parts)
     return figures
 
 
@@ -309,7 +311,7 @@ def report(kind: str, results: dict, runner: Runner) -> None:
             why = runner.why.get(side, "not measured")
             print(f"{kind:5s} {side:9s} n/a ({why})")
             continue
-        extra = f", {r['files']} files from the origin" if "files" in r else ""
+        extra = f", {r['files']} files cached from the origin" if "files" in r else ""
         print(
             f"{kind:5s} {side:9s} {r['batches'] / r['seconds']:8.1f} batches/s "
             f"({r['tokens'] / r['seconds'] / 1e6:6.1f} M tokens/s), first batch "

@@ -165,6 +165,13 @@ def litdata_loader(args: argparse.Namespace, local: str, remote: str | None = No
     from litdata import StreamingDataLoader, StreamingDataset, TokensLoader
 
     options = {"endpoint_url": os.environ["S3_ENDPOINT_URL"]} if remote else {}
+    if remote and options["endpoint_url"].startswith("http://"):
+        from litdata.streaming import downloader  # its obstore client refuses plain http
+
+        downloader._OBSTORE_CLIENT_OPTIONS = {
+            **downloader._OBSTORE_CLIENT_OPTIONS,
+            "allow_http": "true",
+        }
     data = StreamingDataset(
         input_dir=remote or local,
         cache_dir=local if remote else None,

@@ -39,7 +39,9 @@ def test_every_side_reads_the_same_batches_and_the_last_line_has_every_ratio(
     )
     out = done.stdout
     assert "every side read the same tokens" in out  # xirang's epoch equals the mmap file's
-    assert re.search(r"cold  xirang .* batches/s.*, 12 batches, \d+ files from the origin", out)
+    assert re.search(
+        r"cold  xirang .* batches/s.*, 12 batches, \d+ files cached from the origin", out
+    )
     assert re.search(r"resume at batch 6: xirang \d+ ms", out)
     assert "warm  streaming n/a (--peers none)" in out
     last = dict(item.split("=") for item in out.strip().splitlines()[-1].split())
