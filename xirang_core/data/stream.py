@@ -241,6 +241,8 @@ def _view(array: pa.Array) -> np.ndarray:
     """A numeric Arrow array's values as a numpy view. ``Array.to_numpy`` would import pandas
     (seconds, in every data-loader worker) for the first shard of each process."""
     dtype = np.dtype(str(array.type))
+    if not len(array):
+        return np.zeros(0, dtype)
     return np.frombuffer(
         array.buffers()[1], dtype, count=len(array), offset=array.offset * dtype.itemsize
     )
