@@ -29,7 +29,7 @@ def test_every_side_reads_the_same_batches_and_the_last_line_has_every_ratio(
     argv = [sys.executable, "benchmarks/data_loading.py", "--tokens", "200000", "--runs", "1"]
     env = {**os.environ, "XIRANG_HOME": str(tmp_path)}
     done = subprocess.run(
-        [*argv, "--peers", "none", "--shard-mb", "0.1"],
+        [*argv, "--peers", "none"],
         cwd=ROOT,
         capture_output=True,
         text=True,
