@@ -147,6 +147,12 @@ class ShardFetcher:
         index = {info.key: i for i, info in enumerate(self.infos)}
         return lambda key: next_use(index[key]) if key in index else float("inf")
 
+    def settle(self) -> None:
+        """Wait for the loads in flight: a process forked after this inherits them decoded."""
+        with self.lock:
+            running = list(self.inflight.values())
+        wait(running)
+
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
@@ -160,6 +166,8 @@ class ProcessFetcher:
     def fetcher(self) -> ShardFetcher:
         if self._fetcher is None or self._pid != os.getpid():
             origin = self.origin if self._pid == os.getpid() else self.origin.reopened()
+            inherited = self._fetcher.memory if self._fetcher is not None else {}
             self._fetcher = ShardFetcher(origin, self.snap.shards, self.tiers)
+            self._fetcher.memory.update(inherited)  # decoded before a fork: shared, not redone
             self._pid = os.getpid()
         return self._fetcher

@@ -49,6 +49,13 @@ def worker_batches(
     """The [rows, seq_len + 1] token rows of steps ``first_step .. last_step`` (every micro-batch
     of a step, in order), read by ``num_workers`` DataLoader processes (0: this one)."""
     pairs = [(s, m) for s in range(first_step, last_step + 1) for m in range(batches.accum)]
+    if num_workers and pairs:
+        # the first batch is read here, so the workers forked after it inherit its packed block
+        # and the next shards decoded, instead of each loading the same ones at the same time
+        yield torch.from_numpy(batches.rows(batches.positions(*pairs[0])))
+        pairs = pairs[1:]
+        for named in batches.sources:
+            named.source.fetcher.settle()
     loader = torch.utils.data.DataLoader(
         _Chunks(batches, pairs, chunk), batch_size=None, num_workers=num_workers
     )

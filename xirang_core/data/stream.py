@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
@@ -192,18 +193,13 @@ class TokenSource(ProcessFetcher):
         key = (epoch, block)
         if key in self._blocks:
             self._blocks.move_to_end(key)
+            if self._pid != os.getpid():  # a forked worker inherited the block: its look-ahead
+                self._look_ahead(epoch, block)
             return self._blocks[key]
         while len(self._blocks) >= BLOCKS_KEPT:  # before building: one block's memory at a time
             self._blocks.popitem(last=False)
         plan = self.plan(epoch)
-        current = {int(s) for s in plan.blocks[block]}
-
-        def next_use(shard: int) -> float:
-            at = int(plan.block_of[shard])
-            return float(at) if at >= block else float("inf")
-
-        upcoming = [int(s) for b in plan.blocks[block:] for s in b]
-        self.fetcher.prefetch(upcoming, next_use, current, len(current))
+        current, next_use = self._look_ahead(epoch, block)
         lo, hi = _positions(plan.order, plan.blocks[block])
         ids = plan.order.samples[lo:hi]
         shard_of, row_of = plan.order.locate(ids[ids < self.n_train])
@@ -215,6 +211,20 @@ class TokenSource(ProcessFetcher):
         tokens = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
         self._blocks[key] = tokens
         return tokens
+
+    def _look_ahead(self, epoch: int, block: int) -> tuple[set[int], Callable[[int], float]]:
+        """Load the shards of ``block`` and prefetch the next ones; returns the block's shards
+        and when each shard is next needed (the tiers evict the furthest first)."""
+        plan = self.plan(epoch)
+        current = {int(s) for s in plan.blocks[block]}
+
+        def next_use(shard: int) -> float:
+            at = int(plan.block_of[shard])
+            return float(at) if at >= block else float("inf")
+
+        upcoming = [int(s) for b in plan.blocks[block:] for s in b]
+        self.fetcher.prefetch(upcoming, next_use, current, len(current))
+        return current, next_use
 
     def _tokens(self, shard: int, next_use, protect: set[int]) -> tuple[np.ndarray, np.ndarray]:
         """(document offsets, token values) of one token shard, its dtype checked."""
