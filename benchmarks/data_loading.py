@@ -1,421 +1,413 @@
-"""xirang's reader side by side with MosaicML Streaming, WebDataset and plain PyTorch, in one run.
+"""xirang's training data path against MosaicML Streaming, LitData and a memory-mapped bound.
 
-One dataset (tokenised text, log-normal lengths, the same bytes for every format) is written as
-xirang shards, as Streaming MDS shards (zstd), as WebDataset tar shards and as one flat token file
-with an offset index (a plain map-style PyTorch loader). Each is read with shuffling, batch size 32
-and two loader workers. Reported: warm samples/s, cold samples/s from a local S3 server (moto),
-time to first batch, bytes and requests from the origin, bytes on disk, xirang's mid-epoch resume,
-and the ceilings (sequential read of the bytes, a bare Python loop over the samples).
+Every side yields the same batches from the same tokens: one generated token stream (documents
+of log-normal length, Zipf-distributed ids as in real text, an end-of-document id after each;
+a whole number of batches of rows) read as shuffled int64 ``[8, 2049]`` tensors through a torch
+DataLoader with the same number of workers.
 
-mosaicml-streaming pulls torchvision, whose wheels need torch 2.14, so it cannot live in xirang's
-torch 2.13 environment; its side (benchmarks/data_loading_streaming.py) runs in a separate one:
+- **xirang**: the stream as a token snapshot (shards of documents, zstd where it pays), read by
+  ``TokenSource`` and ``TokenBatches``, the very reader, packing and tiers that feed the loop.
+- **streaming**: MosaicML Streaming MDS shards of packed rows with one token column (zstd), as
+  its LLM examples write them, read by ``StreamingDataset`` + ``StreamingDataLoader``.
+- **litdata**: LitData ``optimize`` with a ``TokensLoader``, read by ``StreamingDataset`` +
+  ``StreamingDataLoader``, as its LLM examples do.
+- **mmap**: the flat token file as a ``np.memmap``, whole shuffled batches per read: the bound.
 
-    python3 -m venv /tmp/streaming-env
-    /tmp/streaming-env/bin/pip install torch==2.14.1 torchvision==0.29.1 mosaicml-streaming
-    python benchmarks/data_loading.py --streaming-python /tmp/streaming-env/bin/python
+Each side runs in a fresh process per pass; its timer covers constructing the dataset and
+loader through the last batch, for all sides. Warm reads local files (in the page cache); cold
+reads from a local S3 server (moto, started here) into an empty cache. Passes alternate sides
+and the best of ``--runs`` counts. Also reported: time to first batch, resume latency mid-epoch
+(a fresh loader, from its state, to its first batch), bytes on disk and the files each side
+cached from the origin.
 
-Without ``--streaming-python`` the current interpreter is used if it can import ``streaming``;
-otherwise the run says why Streaming was not measured and compares with the plain loader.
+Streaming and LitData need torchvision and ``transformers<5``, which cannot share xirang's
+environment: their side (benchmarks/data_loading_peers.py) runs in a venv this benchmark builds
+once under ``XIRANG_HOME/bench-peers`` with pip (``--peers none`` measures xirang and mmap only;
+``--peers PYTHON`` uses an interpreter that has them). A peer that cannot run is reported n/a.
 
-Last line: ``warm_vs_streaming=<x> warm_vs_webdataset=<y> cold_vs_streaming=<z>`` (without
-Streaming: ``warm_vs_plain=<x> warm_vs_webdataset=<y> cold_vs_plain=<z>``).
+Last line: ``warm_vs_streaming=<a> warm_vs_litdata=<b> cold_vs_streaming=<c> cold_vs_litdata=<d>
+resume_speedup_vs_streaming=<e> warm_vs_mmap=<f>`` (xirang over the other side; n/a if absent).
 """
 
 from __future__ import annotations
 
 import argparse
-import atexit
-import importlib.util
+import itertools
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from xirang_core.data.fetch import TierSettings
-from xirang_core.data.prepare import PrepareSettings, prepare
-from xirang_core.data.quality import Rules
-from xirang_core.data.reader import ReadSettings, ShardReader, StatefulLoader
-from xirang_core.data.sync import sync
-from xirang_core.errors import ConfigError, XirangError
-from xirang_core.storage.local_s3 import local_s3
-from xirang_core.storage.locate import tier_for
-
-BATCH, WORKERS, SEED = 32, 2, 0
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def make_samples(n: int) -> list[np.ndarray]:
-    """Token sequences with a realistic spread of lengths (median ~180, long tail to 4k)."""
+from benchmarks.data_loading_peers import SEED, timed
+from xirang_core.paths import xirang_home
+
+PEERS = Path(__file__).with_name("data_loading_peers.py")
+VOCAB, EOS = 50_257, 50_256
+BUCKET = "xirang"
+PEER_PACKAGES = ["mosaicml-streaming==0.13.0", "litdata==0.2.76", "boto3", "numpy<2.2"]
+SIDES = ("xirang", "streaming", "litdata", "mmap")
+
+
+# --- the corpus --------------------------------------------------------------------------------
+
+
+def make_stream(tokens: int, span: int, batch: int) -> tuple[np.ndarray, np.ndarray]:
+    """(token stream, document offsets): a whole number of ``[batch, span]`` batches."""
     rng = np.random.default_rng(SEED)
-    lengths = np.clip(rng.lognormal(5.2, 0.8, n), 8, 4096).astype(int)
-    vocab = 50257  # token ids follow a Zipf law, as in real text, so compression is honest
-    return [np.minimum(rng.zipf(1.3, size=k), vocab - 1).astype(np.uint16) for k in lengths]
+    total = max(1, tokens // (span * batch)) * span * batch
+    lengths = np.clip(rng.lognormal(6.5, 1.0, total // 300 + 16), 16, 32_768).astype(np.int64)
+    ends = np.cumsum(lengths)
+    ends = np.append(ends[ends < total], total)
+    stream = np.minimum(rng.zipf(1.2, size=total), EOS - 1).astype(np.uint16)
+    stream[ends - 1] = EOS  # each document's last token marks its end, as the tokenizer's does
+    return stream, np.concatenate([[0], ends])
+
+
+def write_xirang(stream: np.ndarray, offsets: np.ndarray, root: Path, shard_tokens: int) -> str:
+    """The stream's documents as a token snapshot under ``root/tokens``; returns its id."""
+    import pyarrow as pa
+
+    from xirang_core.data.snapshot import Snapshot, save
+    from xirang_core.data.token_shards import COLUMN, KIND, tokens_tier, write_token_shard
+    from xirang_core.storage.locate import tier_for
+
+    dst = tokens_tier(tier_for(str(root)))
+    cuts = offsets[np.searchsorted(offsets, np.arange(0, offsets[-1], shard_tokens))]
+    cuts = np.unique(np.append(cuts, offsets[-1]))
+    infos, counts = [], []
+    for lo, hi in itertools.pairwise(cuts):
+        docs = offsets[(offsets >= lo) & (offsets <= hi)] - lo
+        column = pa.ListArray.from_arrays(pa.array(docs.astype(np.int32)), stream[lo:hi])
+        infos.append(write_token_shard(dst, pa.table({COLUMN: column})))
+        counts.append(int(hi - lo))
+    lineage = {"kind": KIND, "source": "0" * 16, "tokenizer": "zipf", "fingerprint": "none"}
+    lineage.update(
+        vocab_size=VOCAB, dtype="uint16", shard_tokens=counts, text_bytes=2 * len(stream)
+    )
+    snap = Snapshot({COLUMN: "list<item: uint16>"}, tuple(infos), lineage=lineage)
+    save(dst, snap)
+    return snap.id
 
 
 def folder_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def timed_pass(batches: Iterable, count: Callable[[object], int]) -> dict[str, float]:
-    """Samples/s over one pass, and the time to the first batch."""
-    started = time.perf_counter()
-    first, seen = None, 0
-    for batch in batches:
-        seen += count(batch)
-        if first is None:
-            first = time.perf_counter() - started
-    wall = time.perf_counter() - started
-    return {"samples_s": seen / wall, "first_batch_s": first or wall, "samples": seen}
+# --- the xirang side (run in a fresh process, as every side) -----------------------------------
 
 
-# --- xirang ----------------------------------------------------------------------------------
+def xirang_loader(args: argparse.Namespace, start: int = 0):
+    """The training path's batches from step ``start + 1``, read by DataLoader workers."""
+    from xirang_core.data.fetch import TierSettings
+    from xirang_core.data.order import Partition
+    from xirang_core.data.snapshot import load
+    from xirang_core.data.step_loader import worker_batches
+    from xirang_core.data.stream import SourceRead, TokenSource
+    from xirang_core.data.token_shards import tokens_tier
+    from xirang_core.data.tokens import NamedSource, TokenBatches
+    from xirang_core.storage.locate import tier_for
+
+    origin = tokens_tier(tier_for(args.remote or args.dir))
+    snap = load(origin, args.snapshot)
+    tiers = TierSettings(cache_dir=args.cache if args.remote else "")
+    read = SourceRead(args.span, seed=SEED, vocab_size=VOCAB)
+    source = TokenSource(snap, origin, tiers, read)
+    part = Partition(args.batch)
+    batches = TokenBatches([NamedSource("corpus", source)], part, 1, SEED, "train", None)
+    steps = source.rows_per_epoch // args.batch
+    return worker_batches(batches, start + 1, steps, args.workers)
 
 
-def xirang_write(samples: list[np.ndarray], root: Path):
-    rows = ({"tokens": s} for s in samples)
-    settings = PrepareSettings(shard_bytes=8 * 2**20, progress=False)
-    snap, _ = prepare(rows, tier_for(str(root)), Rules(field="tokens", dedup=False), settings, {})
-    return snap
+def xirang_side(args: argparse.Namespace) -> dict:
+    """A pass (or, with ``--stop``, its first batches; with ``--resume``, the first batch from
+    step ``--stop``: xirang's state is the step, so resuming is a loader started there)."""
+    import xirang_core.data.tokens  # noqa: F401 - imports are not timed, for any side
+    from xirang_core.plugins import get_registry
+
+    get_registry()  # plugins are imported once a process, as modules are: not timed either
+
+    if args.resume:
+        return timed(lambda: xirang_loader(args, args.stop), 1)[0]
+    figures = timed(lambda: xirang_loader(args), args.stop)[0]
+    if args.remote:
+        cached = Path(args.cache).rglob("*")
+        figures["files"] = sum(1 for p in cached if p.is_file() and ".locks" not in p.parts)
+    return figures
 
 
-def xirang_count(batch) -> int:
-    col = batch.column("tokens").combine_chunks()
-    col.offsets.to_numpy()  # the batch as (values, offsets): what a collate would hand on
-    return len(col)
+# --- running the sides -------------------------------------------------------------------------
 
 
-def xirang_reader(snap, origin: str, cache: str = "") -> ShardReader:
-    read = ReadSettings(batch_size=BATCH, seed=SEED, block_shards=2)
-    return ShardReader(snap, tier_for(origin), read, TierSettings(cache_dir=cache))
-
-
-def xirang_resume(snap, root: Path) -> dict[str, float]:
-    """Stop halfway, resume from the state; the rest equals the uninterrupted order."""
-
-    def ids(batches) -> list[bytes]:
-        return [
-            b.column("tokens").combine_chunks().values.to_numpy()[:4].tobytes() for b in batches
-        ]
-
-    full = ids(xirang_reader(snap, str(root)))
-    reader = xirang_reader(snap, str(root))
-    it = iter(reader)
-    head = [next(it) for _ in range(len(full) // 2)]
-    state = reader.state_dict()
-    started = time.perf_counter()
-    resumed = xirang_reader(snap, str(root))
-    resumed.load_state_dict(state)
-    rest_it = iter(resumed)
-    first = next(rest_it)
-    latency = time.perf_counter() - started
-    same = ids(head) + ids([first, *rest_it]) == full
-    return {"resume_s": latency, "resume_exact": float(same)}
-
-
-# --- WebDataset ------------------------------------------------------------------------------
-
-
-def wds_write(samples: list[np.ndarray], root: Path) -> list[str]:
-    import webdataset as wds
-
-    root.mkdir(parents=True, exist_ok=True)
-    with wds.ShardWriter(str(root / "shard-%05d.tar"), maxsize=16 * 2**20, verbose=0) as sink:
-        for i, s in enumerate(samples):
-            sink.write({"__key__": f"{i:08d}", "tok": s.tobytes()})
-    return sorted(str(p) for p in root.glob("*.tar"))
-
-
-def wds_loader(urls: list[str]):
-    import webdataset as wds
-
-    ds = (
-        wds.WebDataset(urls, shardshuffle=len(urls), seed=SEED, empty_check=False)
-        .shuffle(1000)
-        .map(lambda s: np.frombuffer(s["tok"], dtype=np.uint16))
-        .batched(BATCH, collation_fn=list)
-    )
-    # collate_fn=list keeps the numpy batch as the other loaders do: the default would turn each
-    # sample into a tensor, sent to the main process in a shared-memory segment of its own
-    return torch.utils.data.DataLoader(ds, batch_size=None, num_workers=WORKERS, collate_fn=list)
-
-
-# --- plain PyTorch map-style dataset over one flat token file --------------------------------
-
-
-class FlatTokens(torch.utils.data.Dataset):
-    """Per-sample reads by offset, as a plain PyTorch dataset (and Streaming's MDS) does."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offsets = np.load(path.with_suffix(".idx.npy"))
-        self.tokens: np.ndarray | None = None
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def __getitem__(self, i: int) -> np.ndarray:
-        if self.tokens is None:
-            self.tokens = np.memmap(self.path, dtype=np.uint16, mode="r")
-        return np.array(self.tokens[self.offsets[i] : self.offsets[i + 1]])
-
-
-def plain_write(samples: list[np.ndarray], root: Path) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / "tokens.bin"
-    np.concatenate(samples).tofile(path)
-    offsets = np.concatenate([[0], np.cumsum([len(s) for s in samples])])
-    np.save(path.with_suffix(".idx.npy"), offsets)
-    return path
-
-
-def plain_loader(path: Path):
-    gen = torch.Generator().manual_seed(SEED)
-    return torch.utils.data.DataLoader(
-        FlatTokens(path),
-        batch_size=BATCH,
-        shuffle=True,
-        num_workers=WORKERS,
-        collate_fn=list,
-        generator=gen,
-    )
-
-
-def plain_cold(path: Path, remote: str, scratch: Path) -> dict[str, float]:
-    """Download the file from S3, then read it: what a plain loader must do with an origin."""
-    import s3fs
-
-    fs = s3fs.S3FileSystem(skip_instance_cache=True)
-    fs.put(str(path), f"{remote}/tokens.bin")
-    fs.put(str(path.with_suffix(".idx.npy")), f"{remote}/tokens.idx.npy")
-    started = time.perf_counter()
-    local = scratch / "tokens.bin"
-    fs.get(f"{remote}/tokens.bin", str(local))
-    fs.get(f"{remote}/tokens.idx.npy", str(local.with_suffix(".idx.npy")))
-    result = timed_pass(plain_loader(local), len)
-    total = time.perf_counter() - started
-    return {
-        **result,
-        "samples_s": result["samples"] / total,
-        "first_batch_s": result["first_batch_s"] + total - result["samples"] / result["samples_s"],
-    }
-
-
-# --- MosaicML Streaming, in its own interpreter ------------------------------------------------
-
-PEER = Path(__file__).with_name("data_loading_streaming.py")
-
-
-def streaming_python(given: str | None) -> tuple[str | None, str]:
-    """The interpreter that runs Streaming's side, or None and the reason it is not measured."""
-    if given:
-        if not Path(given).is_file():
-            raise ConfigError(f"--streaming-python {given!r} is not a file; give a python path")
-        return given, ""
-    if importlib.util.find_spec("streaming") is not None:
-        return sys.executable, ""
-    return None, (
-        "mosaicml-streaming is not importable here (it needs torch 2.14 and torchvision); "
-        "install it in its own venv and pass --streaming-python, see this file's docstring"
-    )
-
-
-def run_peer(python: str, *args: str, env: dict[str, str] | None = None) -> dict[str, float]:
-    """Run data_loading_streaming.py and return the JSON figures of its last line."""
-    done = subprocess.run(
-        [python, str(PEER), *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        check=False,
-    )
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-        raise RuntimeError(f"exit {done.returncode}: {' | '.join(tail)}")
-    return json.loads(lines[-1])
-
-
-@dataclass
-class StreamingSide:
-    """Streaming's interpreter; after a failed step it is None and ``why`` says what failed."""
-
-    python: str | None
-    why: str
-
-    def run(self, what: str, *args: str, env: dict[str, str] | None = None) -> dict | None:
-        """One step of the peer script; a failure is reported, not fatal to the other figures."""
-        if self.python is None:
-            return None
+def peer_python(choice: str) -> tuple[str | None, str]:
+    """The interpreter with Streaming and LitData, built on first use; or None and why not."""
+    if choice == "none":
+        return None, "--peers none"
+    if choice != "auto":
+        return choice, ""
+    venv = xirang_home() / "bench-peers"
+    python = venv / "bin" / "python"
+    if not python.exists():
+        print(f"building the peers' venv in {venv} (once; pip)", flush=True)
         try:
-            return run_peer(self.python, *args, env=env)
-        except (RuntimeError, ValueError) as err:
-            self.python, self.why = None, f"{what} failed ({err})"
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            pip = [str(python), "-m", "pip", "install", "-q", *PEER_PACKAGES]
+            subprocess.run(pip, check=True, capture_output=True, text=True)
+        except subprocess.CalledProcessError as err:
+            shutil.rmtree(venv, ignore_errors=True)
+            return None, f"building its venv failed: {(err.stderr or '').strip()[-300:]}"
+    return str(python), ""
+
+
+class Runner:
+    """Runs one side in a fresh process and parses its JSON figures; a peer that fails is
+    dropped with the reason, the other sides go on."""
+
+    def __init__(self, args: argparse.Namespace, work: Path, peers: str | None) -> None:
+        self.args, self.work, self.peers = args, work, peers
+        self.why: dict[str, str] = {}
+        self.snapshot = ""
+
+    def live(self, side: str) -> bool:
+        return side not in self.why and (side in ("xirang", "mmap") or self.peers is not None)
+
+    def argv(self, side: str, source: str) -> list[str]:
+        a = self.args
+        shape = ["--span", str(a.span), "--batch", str(a.batch), "--workers", str(a.workers)]
+        if side == "xirang":
+            return [sys.executable, __file__, "--side", source, "--snapshot", self.snapshot, *shape]
+        python = sys.executable if side == "mmap" else self.peers
+        return [python, str(PEERS), "read", side, source, *shape]
+
+    def run(self, side: str, source: str, *extra: str, env: dict | None = None) -> dict | None:
+        if not self.live(side):
+            return None
+        done = subprocess.run(
+            [*self.argv(side, source), *extra],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **(env or {})},
+            check=False,
+        )
+        lines = done.stdout.strip().splitlines()
+        try:
+            return json.loads(lines[-1]) if done.returncode == 0 else _failed(done)
+        except (ValueError, IndexError, RuntimeError) as err:
+            self.why[side] = f"it failed ({err})"
             return None
 
 
-def streaming_cold(peer: StreamingSide, mds: Path, endpoint: str, cache: Path) -> dict | None:
-    """Upload the MDS shards to the local S3, then read them through Streaming's own download."""
-    import s3fs
-
-    remote = "s3://xirang/mds"
-    s3fs.S3FileSystem(skip_instance_cache=True).put(f"{mds}/", f"{remote}/", recursive=True)
-    env = {"S3_ENDPOINT_URL": endpoint}
-    result = peer.run("cold read", "read", str(cache), "--remote", remote, env=env)
-    if result:
-        fetched = f"{result['origin_bytes'] / 1e6:.1f} MB in {int(result['origin_files'])} files"
-        print(f"local S3 at {endpoint}: streaming fetched {fetched} from origin")
-    return result
+def _failed(done: subprocess.CompletedProcess) -> dict:
+    tail = (done.stderr or done.stdout).strip().splitlines()[-2:]
+    raise RuntimeError(f"exit {done.returncode}: {' | '.join(tail)}")
 
 
-# --- the run -----------------------------------------------------------------------------------
+def best_of(runs: int, sides: list[str], measure: Callable[[str, int], dict | None]) -> dict:
+    """Each side ``runs`` times, alternating (the order rotates every round); the fastest."""
+    best: dict[str, dict] = {}
+    for round_ in range(runs):
+        for side in sides[round_ % len(sides) :] + sides[: round_ % len(sides)]:
+            got = measure(side, round_)
+            if got and (side not in best or got["seconds"] < best[side]["seconds"]):
+                best[side] = got
+    return best
 
 
-def x_loader(snap, work: Path) -> StatefulLoader:
-    return StatefulLoader(xirang_reader(snap, str(work / "xirang")), WORKERS)
+def write_peers(runner: Runner, flat: Path) -> None:
+    """Streaming's and LitData's own formats of the same stream, by their own writers."""
+    for side in ("streaming", "litdata"):
+        if not runner.live(side):
+            continue
+        argv = [runner.peers, str(PEERS), "write", side, str(flat), str(runner.work / side)]
+        done = subprocess.run([*argv, "--span", str(runner.args.span)], capture_output=True)
+        if done.returncode != 0:
+            tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:]
+            runner.why[side] = f"writing its format failed ({' | '.join(tail)})"
 
 
-def best_of(runs: int, measure: Callable[[], dict[str, float]]) -> dict[str, float]:
-    return max((measure() for _ in range(runs)), key=lambda r: r["samples_s"])
+def origin_of(side: str) -> str:
+    return {"xirang": "xirang", "mmap": "mmap/tokens.bin"}.get(side, side)
 
 
-def warm_up_workers() -> None:
-    """Start and stop a loader's worker processes once, so no contender pays that first cost."""
-    list(torch.utils.data.DataLoader(range(4), batch_size=2, num_workers=WORKERS))
+def warm(runner: Runner) -> dict:
+    """Passes over local files: every side's files are read once first (the page cache)."""
+    work = runner.work
+    for path in work.rglob("*"):
+        if path.is_file():
+            path.read_bytes()
+
+    def measure(side: str, _round: int) -> dict | None:
+        return runner.run(side, str(work / origin_of(side)))
+
+    return best_of(runner.args.runs, list(SIDES), measure)
 
 
-def limits(samples: list[np.ndarray], flat: Path) -> dict[str, float]:
-    started = time.perf_counter()
-    size = len(flat.read_bytes())
-    read_gbs = size / (time.perf_counter() - started) / 1e9
-    started = time.perf_counter()
-    for _sample in samples:
-        pass
-    loop = len(samples) / (time.perf_counter() - started)
-    return {"sequential_read_GBs": read_gbs, "bare_loop_samples_s": loop}
+def cold(runner: Runner) -> dict:
+    """Passes from the local S3 server into an empty cache (a fresh one every pass)."""
+    from xirang_core.data.sync import sync
+    from xirang_core.data.token_shards import tokens_tier
+    from xirang_core.storage.local_s3 import local_s3
+    from xirang_core.storage.locate import tier_for
+
+    work = runner.work
+    with local_s3(BUCKET) as endpoint:
+        import s3fs
+
+        fs = s3fs.S3FileSystem(skip_instance_cache=True)
+        to_s3 = tokens_tier(tier_for(f"s3://{BUCKET}/xirang"))
+        sync(tokens_tier(tier_for(str(work / "xirang"))), to_s3, runner.snapshot)
+        fs.put(str(work / "mmap" / "tokens.bin"), f"{BUCKET}/mmap/tokens.bin")
+        for side in ("streaming", "litdata"):
+            if runner.live(side):
+                fs.put(f"{work / side}/", f"{BUCKET}/{side}/", recursive=True)
+        env = {"S3_ENDPOINT_URL": endpoint}
+
+        def measure(side: str, round_: int) -> dict | None:
+            cache = work / "cold-cache" / f"{side}-{round_}"
+            cache.mkdir(parents=True)
+            remote = f"s3://{BUCKET}/{origin_of(side)}"
+            args = ("--remote", remote, "--cache", str(cache))
+            try:
+                return runner.run(side, str(work / origin_of(side)), *args, env=env)
+            finally:
+                shutil.rmtree(cache, ignore_errors=True)
+
+        return best_of(runner.args.runs, list(SIDES), measure)
+
+
+def resume(runner: Runner, at: int) -> dict:
+    """Mid-epoch resume, warm: a loader at batch ``at`` from its saved state, to its first
+    batch. Streaming and LitData save their loader's state after ``at`` batches; xirang's
+    state is the step."""
+    work = runner.work
+
+    def measure(side: str, round_: int) -> dict | None:
+        source = str(work / origin_of(side))
+        if side == "xirang":
+            return runner.run(side, source, "--stop", str(at), "--resume", "step")
+        state = work / f"{side}-state-{round_}.json"
+        if runner.run(side, source, "--stop", str(at), "--state", str(state)) is None:
+            return None
+        return runner.run(side, source, "--resume", str(state))
+
+    return best_of(runner.args.runs, ["xirang", "streaming", "litdata"], measure)
+
+
+# --- the report --------------------------------------------------------------------------------
+
+
+def report(kind: str, results: dict, runner: Runner) -> None:
+    for side in SIDES:
+        r = results.get(side)
+        if r is None:
+            why = runner.why.get(side, "not measured")
+            print(f"{kind:5s} {side:9s} n/a ({why})")
+            continue
+        extra = f", {r['files']} files cached from the origin" if "files" in r else ""
+        print(
+            f"{kind:5s} {side:9s} {r['batches'] / r['seconds']:8.1f} batches/s "
+            f"({r['tokens'] / r['seconds'] / 1e6:6.1f} M tokens/s), first batch "
+            f"{r['first_s'] * 1e3:7.0f} ms, {r['batches']} batches{extra}"
+        )
+
+
+def same_tokens(results: dict) -> str:
+    """Whether every side's epoch read the same tokens (count and sum of the ids)."""
+    seen = {side: (r["tokens"], r["sum"]) for side, r in results.items()}
+    if len(set(seen.values())) == 1:
+        return "every side read the same tokens (count and sum equal)"
+    return "tokens read (count, sum): " + ", ".join(f"{s} {v}" for s, v in seen.items())
+
+
+def ratio(x: dict | None, other: dict | None, key: str = "rate") -> str:
+    if not x or not other:
+        return "n/a"
+    if key == "rate":
+        return f"{(x['batches'] / x['seconds']) / (other['batches'] / other['seconds']):.2f}"
+    return f"{other['seconds'] / x['seconds']:.2f}"
+
+
+def last_line(w: dict, c: dict, r: dict) -> str:
+    x = "xirang"
+    return (
+        f"warm_vs_streaming={ratio(w.get(x), w.get('streaming'))} "
+        f"warm_vs_litdata={ratio(w.get(x), w.get('litdata'))} "
+        f"cold_vs_streaming={ratio(c.get(x), c.get('streaming'))} "
+        f"cold_vs_litdata={ratio(c.get(x), c.get('litdata'))} "
+        f"resume_speedup_vs_streaming={ratio(r.get(x), r.get('streaming'), 'time')} "
+        f"warm_vs_mmap={ratio(w.get(x), w.get('mmap'))}"
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--samples", type=int, default=100_000)
-    parser.add_argument(
-        "--streaming-python",
-        default=None,
-        help="python of an environment with mosaicml-streaming (default: this one, if it has it)",
-    )
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tokens", type=int, default=50_000_000, help="tokens in the corpus")
+    parser.add_argument("--shard-mb", type=float, default=4.0, help="xirang token shard size")
+    parser.add_argument("--runs", type=int, default=3, help="passes per side (best counts)")
+    parser.add_argument("--workers", type=int, default=2, help="DataLoader workers, every side")
+    parser.add_argument("--span", type=int, default=2049, help="tokens a row (seq_len + 1)")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--peers", default="auto", help="auto | none | a python with the peers")
+    parser.add_argument("--side", default="", help=argparse.SUPPRESS)  # a xirang pass: its dir
+    parser.add_argument("--snapshot", default="", help=argparse.SUPPRESS)
+    for flag in ("--remote", "--cache", "--resume"):
+        parser.add_argument(flag, default="", help=argparse.SUPPRESS)
+    parser.add_argument("--stop", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    peer = StreamingSide(*streaming_python(args.streaming_python))
-    samples = make_samples(args.samples)
-    work = Path(tempfile.mkdtemp(prefix="xirang-bench-"))
-    atexit.register(shutil.rmtree, work, ignore_errors=True)
-    snap = xirang_write(samples, work / "xirang")
-    wds_why = webdataset_missing()
-    urls = [] if wds_why else wds_write(samples, work / "wds")
-    flat = plain_write(samples, work / "plain")
-    formats = ["xirang", "plain"] if wds_why else ["xirang", "wds", "plain"]
-    if peer.run("writing MDS", "write", str(flat), str(work / "mds")) is not None:
-        formats.insert(1, "mds")
-    disk = {k: folder_bytes(work / k) for k in formats}
-    print(f"{args.samples:,} samples, {sum(len(s) for s in samples) * 2 / 1e6:.1f} MB of tokens")
-    print("bytes on disk: " + ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in disk.items()))
+    if args.side:
+        import torch
 
-    warm_up_workers()
-    for path in work.rglob("*"):  # warm: every format's bytes in the page cache
-        if path.is_file():
-            path.read_bytes()
-    # best of two passes for the fast contenders: the machine may be shared; WebDataset once
-    warm = {
-        "xirang": best_of(2, lambda: timed_pass(x_loader(snap, work), xirang_count)),
-        "streaming": peer.run("warm read", "read", str(work / "mds"), "--runs", "2"),
-        "webdataset": None if wds_why else timed_pass(wds_loader(urls), len),
-        "plain": best_of(2, lambda: timed_pass(plain_loader(flat), len)),
-    }
-    report("warm", warm)
-    if "mds" in disk:
-        after = folder_bytes(work / "mds") / 1e6  # Streaming keeps the shards it decompressed
-        print(f"mds on disk after Streaming's warm reads: {after:.1f} MB")
-
-    with local_s3() as endpoint:
-        cold = {"xirang": xirang_cold(snap, work, endpoint)}
-        if peer.python is not None:
-            cold["streaming"] = streaming_cold(peer, work / "mds", endpoint, work / "mdscache")
-        cold["plain"] = plain_cold(flat, "s3://xirang/plain", work / "plaincold")
-    report("cold", cold)
-    resume = xirang_resume(snap, work / "xirang")
-    print(
-        f"xirang resume mid-epoch: {resume['resume_s'] * 1e3:.0f} ms to the first batch, "
-        f"order equals the uninterrupted one: {bool(resume['resume_exact'])}"
-    )
-    lim = limits(samples, flat)
-    print(
-        f"ceilings: sequential read {lim['sequential_read_GBs']:.1f} GB/s, bare loop "
-        f"{lim['bare_loop_samples_s']:,.0f} samples/s"
-    )
-    if wds_why:
-        print(f"WebDataset not measured: {wds_why}")
-    print(last_line(warm, cold, peer))
+        torch.set_num_threads(1)
+        args.dir = args.side
+        print(json.dumps(xirang_side(args)))
+        return
+    run(args)
 
 
-def webdataset_missing() -> str:
-    """Why WebDataset cannot be measured here ('' when it can): it is an optional extra."""
-    if importlib.util.find_spec("webdataset") is not None:
-        return ""
-    return "webdataset is not installed (pip install 'xirang[bench]')"
-
-
-def xirang_cold(snap, work: Path, endpoint: str) -> dict[str, float]:
-    """Sync the shards to the local S3, read them cold, and count what the origin served."""
-    remote = "s3://xirang/bench"
-    sync(tier_for(str(work / "xirang")), tier_for(remote))
-    reader = xirang_reader(snap, remote, str(work / "cache"))
-    result = timed_pass(StatefulLoader(reader, WORKERS), xirang_count)
-    fetch = xirang_reader(snap, remote, str(work / "cache2"))
-    list(fetch)  # one process: count what the origin served
-    fetched = fetch.fetcher
-    origin = f"{fetched.origin_bytes / 1e6:.1f} MB in {fetched.throttle.requests} requests"
-    print(f"local S3 at {endpoint}: xirang fetched {origin} from origin")
-    return result
-
-
-def last_line(warm: dict, cold: dict, peer: StreamingSide) -> str:
-    """The issue's line against Streaming; against the plain loader, said so, without it.
-    Without WebDataset installed its ratio is left out (the run said why)."""
-    x_warm, x_cold = warm["xirang"]["samples_s"], cold["xirang"]["samples_s"]
-    wds = warm.get("webdataset")
-    vs_wds = [f"warm_vs_webdataset={x_warm / wds['samples_s']:.2f}"] if wds else []
-    base = "streaming" if warm.get("streaming") and cold.get("streaming") else "plain"
-    if base == "plain":
-        print(f"Streaming not measured: {peer.why}; the baseline is the plain PyTorch loader")
-    return " ".join(
-        [
-            f"warm_vs_{base}={x_warm / warm[base]['samples_s']:.2f}",
-            *vs_wds,
-            f"cold_vs_{base}={x_cold / cold[base]['samples_s']:.2f}",
-        ]
-    )
-
-
-def report(kind: str, results: dict[str, dict[str, float]]) -> None:
-    for name, r in results.items():
-        if r is None:
-            continue
+def run(args: argparse.Namespace) -> None:
+    peers, why = peer_python(args.peers)
+    work = Path(tempfile.mkdtemp(prefix="xirang-loading-"))
+    try:
+        runner = Runner(args, work, peers)
+        if peers is None:
+            runner.why.update(streaming=why, litdata=why)
+        stream, offsets = make_stream(args.tokens, args.span, args.batch)
+        (work / "mmap").mkdir()
+        stream.tofile(work / "mmap" / "tokens.bin")
+        shard_tokens = int(args.shard_mb * 2**20) // 2
+        runner.snapshot = write_xirang(stream, offsets, work / "xirang", shard_tokens)
+        write_peers(runner, work / "mmap" / "tokens.bin")
+        batches = len(stream) // (args.span * args.batch)
         print(
-            f"{kind:5s} {name:11s} {r['samples_s']:>10,.0f} samples/s, first batch "
-            f"{r['first_batch_s'] * 1e3:,.0f} ms ({int(r['samples']):,} samples)"
+            f"{len(stream):,} tokens ({len(offsets) - 1:,} documents), {batches} batches of "
+            f"[{args.batch}, {args.span}] int64, {args.workers} DataLoader workers, best of "
+            f"{args.runs} alternating passes"
         )
+        disk = {s: folder_bytes(work / s) for s in SIDES if (work / s).exists()}
+        print("bytes on disk: " + ", ".join(f"{s} {b / 1e6:.1f} MB" for s, b in disk.items()))
+        w = warm(runner)
+        report("warm", w, runner)
+        print(same_tokens(w))
+        c = cold(runner)
+        report("cold", c, runner)
+        r = resume(runner, batches // 2)
+        for side in ("xirang", "streaming", "litdata"):
+            got = r.get(side)
+            took = f"{got['seconds'] * 1e3:.0f} ms" if got else f"n/a ({runner.why.get(side)})"
+            print(f"resume at batch {batches // 2}: {side} {took} to its first batch")
+        print(last_line(w, c, r))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    try:
-        main()
-    except XirangError as err:  # bad input: one message, no traceback
-        sys.exit(f"error: {err}")
+    main()

@@ -240,9 +240,12 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
         "a local Hugging Face tokenizer folder; tests/plugins/xirang_tokenizers build one and read "
         "it"
     ),
-    "pip install 'xirang[bench]'": Skip(_NET),
-    "python benchmarks/data_loading.py --streaming-python /tmp/streaming-env/bin/python "
-    "[--samples 100000]": Skip("MosaicML Streaming in its own environment (from the network)"),
+    "python benchmarks/data_loading.py [--tokens 50000000] [--runs 3] [--workers 2]": Skip(
+        "a benchmark that builds its peers' environment from the network; minutes"
+    ),
+    "python benchmarks/data_loading.py --tokens 200000 --runs 1 --peers none": Skip(
+        "run by tests/benchmarks/test_data_loading.py"
+    ),
     # docs/devices.md
     "pip install 'xirang[cuda]'": Skip(_NET),
     "pip install 'xirang[rocm]'": Skip(_NET),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -70,14 +70,30 @@ class ShardFetcher:
         extra: int = 0,
     ) -> None:
         """Start loading upcoming shards in exactly the order they will be read: the first
-        ``extra`` (needed now) plus ``prefetch_shards`` more."""
-        for shard in shards_ahead[: extra + self.settings.prefetch_shards]:
+        ``extra`` (needed now) plus ``prefetch_shards`` more. The look-ahead loads start once
+        the needed ones are done, so they do not share the CPU and the link with them (the
+        first batch of a block waits for its own shards only)."""
+        needed: list[Future[pa.Table]] = []
+        for index, shard in enumerate(shards_ahead[: extra + self.settings.prefetch_shards]):
             with self.lock:
                 if shard in self.memory or shard in self.inflight:
+                    if index < extra and shard in self.inflight:
+                        needed.append(self.inflight[shard])
                     continue
-                future = self.pool.submit(self._load, shard, next_use, protect)
+                after = [] if index < extra else list(needed)
+                future = self.pool.submit(self._load_after, after, shard, next_use, protect)
                 self.inflight[shard] = future
+                if index < extra:
+                    needed.append(future)
             future.add_done_callback(lambda f, s=shard: self._prefetched(s, f, next_use, protect))
+
+    def _load_after(
+        self, first: list[Future], shard: int, next_use: Callable[[int], float], protect: set[int]
+    ) -> pa.Table:
+        """Load ``shard`` once ``first`` are done: they were submitted earlier, so the pool
+        (first in, first out) runs them before this task and the wait cannot deadlock."""
+        wait(first)
+        return self._load(shard, next_use, protect)
 
     def _prefetched(
         self, shard: int, future: Future, next_use: Callable[[int], float], protect: set[int]
@@ -131,6 +147,12 @@ class ShardFetcher:
         index = {info.key: i for i, info in enumerate(self.infos)}
         return lambda key: next_use(index[key]) if key in index else float("inf")
 
+    def settle(self) -> None:
+        """Wait for the loads in flight: a process forked after this inherits them decoded."""
+        with self.lock:
+            running = list(self.inflight.values())
+        wait(running)
+
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
@@ -144,6 +166,8 @@ class ProcessFetcher:
     def fetcher(self) -> ShardFetcher:
         if self._fetcher is None or self._pid != os.getpid():
             origin = self.origin if self._pid == os.getpid() else self.origin.reopened()
+            inherited = self._fetcher.memory if self._fetcher is not None else {}
             self._fetcher = ShardFetcher(origin, self.snap.shards, self.tiers)
+            self._fetcher.memory.update(inherited)  # decoded before a fork: shared, not redone
             self._pid = os.getpid()
         return self._fetcher

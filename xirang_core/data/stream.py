@@ -22,11 +22,12 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 import numpy as np
+import pyarrow as pa
 
 from xirang_core.data.fetch import ProcessFetcher, ShardFetcher, TierSettings
 from xirang_core.data.order import EpochOrder
@@ -243,18 +244,13 @@ class TokenSource(ProcessFetcher):
         key = (epoch, block)
         if key in self._blocks:
             self._blocks.move_to_end(key)
+            if self._pid != os.getpid():  # a forked worker inherited the block: its look-ahead
+                self._look_ahead(epoch, block)
             return self._blocks[key]
         while len(self._blocks) >= BLOCKS_KEPT:  # before building: one block's memory at a time
             self._blocks.popitem(last=False)
         plan = self.plan(epoch)
-        current = {int(s) for s in plan.blocks[block]}
-
-        def next_use(shard: int) -> float:
-            at = int(plan.block_of[shard])
-            return float(at) if at >= block else float("inf")
-
-        upcoming = [int(s) for b in plan.blocks[block:] for s in b]
-        self.fetcher.prefetch(upcoming, next_use, current, len(current))
+        current, next_use = self._look_ahead(epoch, block)
         lo, hi = _positions(plan.order, plan.blocks[block])
         ids = plan.order.samples[lo:hi]
         shard_of, row_of = plan.order.locate(ids[ids < self.n_train])
@@ -270,14 +266,29 @@ class TokenSource(ProcessFetcher):
             self._doc_ends.popitem(last=False)
         return tokens
 
+    def _look_ahead(self, epoch: int, block: int) -> tuple[set[int], Callable[[int], float]]:
+        """Load the shards of ``block`` and prefetch the next ones; returns the block's shards
+        and when each shard is next needed (the tiers evict the furthest first)."""
+        plan = self.plan(epoch)
+        current = {int(s) for s in plan.blocks[block]}
+
+        def next_use(shard: int) -> float:
+            at = int(plan.block_of[shard])
+            return float(at) if at >= block else float("inf")
+
+        upcoming = [int(s) for b in plan.blocks[block:] for s in b]
+        self.fetcher.prefetch(upcoming, next_use, current, len(current))
+        return current, next_use
+
     def _tokens(self, shard: int, next_use, protect: set[int]) -> tuple[np.ndarray, np.ndarray]:
         """(document offsets, token values) of one token shard, its dtype checked."""
         table = self.fetcher.table(shard, next_use, protect)
         column = table.column(0).combine_chunks()
-        values = column.values.to_numpy()
         where = self.snap.shards[shard].key
-        check_dtype(values.dtype, self.read.vocab_size, where, self.read.rebuild)
-        return np.asarray(column.offsets), values
+        check_dtype(
+            np.dtype(str(column.type.value_type)), self.read.vocab_size, where, self.read.rebuild
+        )
+        return _view(column.offsets), _view(column.values)
 
     def close(self) -> None:
         if self._fetcher is not None:
@@ -288,3 +299,14 @@ def _positions(order: EpochOrder, block: np.ndarray) -> tuple[int, int]:
     """Reading positions ``[lo, hi)`` of one block's documents in the epoch order."""
     first, end = order.block_spans
     return int(first[block[0]]), int(end[block[0]])
+
+
+def _view(array: pa.Array) -> np.ndarray:
+    """A numeric Arrow array's values as a numpy view. ``Array.to_numpy`` would import pandas
+    (seconds, in every data-loader worker) for the first shard of each process."""
+    dtype = np.dtype(str(array.type))
+    if not len(array):
+        return np.zeros(0, dtype)
+    return np.frombuffer(
+        array.buffers()[1], dtype, count=len(array), offset=array.offset * dtype.itemsize
+    )
