@@ -58,6 +58,22 @@ def task_env(env: dict[str, str]) -> dict[str, str]:
     }
 
 
+def check_world(config: dict[str, Any], world: int) -> None:
+    """The job's tasks must be the workers the run's batch arithmetic divided the global batch
+    over: a pool that spread a run's devices unevenly over its nodes starts a whole number of
+    tasks per node, which can be fewer, and each would train a wrong share of the batch."""
+    from xirang_core.config import run_workers
+    from xirang_core.errors import ConfigError
+
+    workers, named = run_workers(config)
+    if world != workers:
+        raise ConfigError(
+            f"this Slurm job runs {world} task(s) but the run divides its global batch over "
+            f"{workers} worker(s) ({named}); place it on nodes that each hold the same number "
+            f"of its workers (a worker count that divides over the nodes)"
+        )
+
+
 def train(run_dir: str) -> None:
     """One worker of the run; a requested stop leaves :data:`STOP_FILE` and exits 143."""
     from xirang_core.checkpoint.manager import RESTART_ENV
@@ -66,6 +82,7 @@ def train(run_dir: str) -> None:
 
     os.environ.update(task_env(dict(os.environ)))
     config = resolved(run_dir)
+    check_world(config, int(os.environ["WORLD_SIZE"]))
     requeues = os.environ.get("SLURM_RESTART_COUNT", "0")
     if requeues != "0":  # a requeued job is the same run going on: from its own checkpoint
         os.environ[RESTART_ENV] = requeues

@@ -14,6 +14,7 @@ import pytest
 from xirang_slurm import commands, inventory
 from xirang_slurm.executor import SlurmExecutor, workers_per_node
 from xirang_slurm.script import BatchJob, render
+from xirang_slurm.task import check_world
 
 from xirang_core.config import compose
 from xirang_core.errors import ConfigError
@@ -173,6 +174,16 @@ def test_the_pool_executor_starts_as_many_workers_as_the_run_split_its_batch_ove
     assert workers_per_node({"run_dir": "/r", "nproc": 2}, devices=4, nodes=2) == 1
     assert workers_per_node({"run_dir": "/r", "nproc": 4}, devices=4, nodes=1) == 4
     assert workers_per_node({"command": ["true"]}, devices=4, nodes=2) == 2
+
+
+def test_a_job_whose_tasks_are_not_the_runs_workers_is_refused_by_its_tasks() -> None:
+    """3 workers placed over 2 nodes start 1 task per node: each task refuses to train a
+    third of the batch as if it were a half, in one line naming the run's worker count."""
+    three = ["scheduler=pool", "parallel=ddp", "trainer.nproc=3", "trainer.global_batch=12"]
+    config = compose(three, get_registry())
+    check_world(config, 3)
+    with pytest.raises(ConfigError, match=r"runs 2 task\(s\) but .* over 3 worker\(s\)"):
+        check_world(config, 2)
 
 
 def test_the_batch_is_split_over_every_node_s_workers() -> None:
