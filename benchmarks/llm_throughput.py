@@ -10,8 +10,9 @@ decay to ``min_lr``), the same precision and the same threads, on this machine's
 - Hugging Face: ``LlamaForCausalLM`` loaded with ``from_pretrained`` and trained by ``Trainer``
   as its CPU guide says (``use_cpu``, ``bf16``, ``torch_compile``, its default fused AdamW),
   fed the batches through a Dataset;
-- torchtitan 0.3.0: its Llama 3 model in a plain loop (autocast, each block compiled, fused
-  AdamW), in an environment of its own that this script builds once (see ``--torchtitan-python``).
+- torchtitan 0.3.0: its Llama 3 model in a plain loop (autocast, each block and the loss
+  compiled, fused AdamW), in an environment of its own that this script builds once (see
+  ``--torchtitan-python``).
 
 Each side runs in its own process (its peak RSS is its own), round after round with the order
 rotated, and every side is timed over the same span: the same steps after the same warm-up

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 from torch.nn import functional as F
 
 from xirang_core.data import document_mask
@@ -75,6 +76,19 @@ def rope_tables(seq_len: int, head_dim: int, theta: float, device: torch.device)
     return angles.cos(), angles.sin()
 
 
+def project(x: torch.Tensor, *projections: nn.Linear) -> tuple[torch.Tensor, ...]:
+    """``p(x)`` for each bias-free projection, computed as one matmul against the weights
+    stacked: one larger matmul runs faster than three narrow ones on the CPU (q, k, v and
+    gate, up; measured: about 7% of a step of the 29M-parameter Llama in bf16, compiled),
+    as torchtitan's fused ``wqkv`` does, while parameters and names stay Hugging Face's.
+    Tensor-parallel shards (DTensors, whose layout the modules' hooks convert) go through
+    the modules as they are."""
+    weights = [p.weight for p in projections]
+    if any(isinstance(w, DTensor) for w in weights):
+        return tuple(p(x) for p in projections)
+    return F.linear(x, torch.cat(weights)).split([w.shape[0] for w in weights], dim=-1)
+
+
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate ``x`` ``[batch, seq, heads, head_dim]``: the first half of each head pairs with
     the second (``rotate_half``)."""
@@ -106,8 +120,8 @@ class Attention(nn.Module):
         # heads are counted from the projections' widths: under tensor parallel a worker holds
         # only its share of the query and of the key/value heads
         q, k, v = (
-            p(x).view(batch, seq, -1, self.head_dim)
-            for p in (self.q_proj, self.k_proj, self.v_proj)
+            t.view(batch, seq, -1, self.head_dim)
+            for t in project(x, self.q_proj, self.k_proj, self.v_proj)
         )
         cos, sin = rope_tables(seq, self.head_dim, self.theta, x.device)
         if positions is not None:
@@ -131,7 +145,8 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(cfg.ffn_dim, cfg.dim, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = project(x, self.gate_proj, self.up_proj)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class Layer(nn.Module):

@@ -30,6 +30,7 @@ from xirang_core.hookcall import notify
 from xirang_core.specs import WorkerContext
 from xirang_core.sweep.prune import pruned_here
 from xirang_core.train.compile import compiled_frames
+from xirang_core.train.host_memory import retain_freed_memory
 from xirang_core.train.optim import build_schedule
 from xirang_core.train.precision import Precision
 from xirang_core.train.report import MetricsLog, bits_per_byte
@@ -79,6 +80,8 @@ class Trainer:
         self.tokens_per_step = settings.micro_batch * settings.seq_len * settings.accum_steps
         self.tokens_per_step *= ctx.data_world
         self.precision = Precision(settings.precision, ctx.device)
+        if ctx.device.type == "cpu":  # steps reuse the pages of their activations
+            retain_freed_memory()
         if self.precision.scaler is not None and hasattr(model, "xirang_backward"):
             raise ConfigError(
                 "trainer.precision=fp16: this strategy runs backward itself, so xirang's "

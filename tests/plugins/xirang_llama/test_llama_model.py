@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from xirang_llama.model import Llama, LlamaConfig
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from xirang_llama.model import Llama, LlamaConfig, project
 from xirang_llama.parallelize import LlamaParallelize
 
 from xirang_core.train.init import init_parameters
@@ -136,3 +138,25 @@ def test_init_reads_names_through_wrappers() -> None:
         model.param_init(name, a, gen().manual_seed(1))
         model.param_init("_orig_mod." + wrapped, b, gen().manual_seed(1))
         assert torch.equal(a, b), name
+
+
+@settings(max_examples=15, deadline=None)
+@given(widths=st.lists(st.integers(1, 24), min_size=1, max_size=3), rows=st.integers(1, 5))
+def test_stacked_projections_compute_each_projection(widths: list[int], rows: int) -> None:
+    """One matmul against the stacked weights gives every projection's own output and the
+    same gradients, so the fused q/k/v and gate/up train as the separate modules would."""
+    torch.manual_seed(len(widths) * 31 + rows)
+    linears = [torch.nn.Linear(8, w, bias=False) for w in widths]
+    x = torch.randn(2, rows, 8, requires_grad=True)
+    fused = project(x, *linears)
+    sum(t.square().sum() for t in fused).backward()
+    fused_grads = [x.grad.clone(), *(p.weight.grad.clone() for p in linears)]
+    x.grad = None
+    for p in linears:
+        p.weight.grad = None
+    apart = [p(x) for p in linears]
+    sum(t.square().sum() for t in apart).backward()
+    for got, want in zip(fused, apart, strict=True):
+        torch.testing.assert_close(got, want)
+    for got, want in zip(fused_grads, [x.grad, *(p.weight.grad for p in linears)], strict=True):
+        torch.testing.assert_close(got, want)
