@@ -14,21 +14,27 @@ from tests.conftest import ONE_LAYER_GPT, QUICK
 NARROW = {"COLUMNS": "80"}
 
 
-def fits(text: str, width: int = 80) -> bool:
-    return all(len(line) <= width for line in text.splitlines()) and "…" not in text
-
-
-def test_the_plugin_listing_fits_80_columns() -> None:
+def narrow(*command: str) -> str:
+    """What ``command`` prints at 80 columns (it must succeed)."""
     done = subprocess.run(
-        [sys.executable, "-m", "xirang", "plugins"],
+        [sys.executable, *command],
         capture_output=True,
         text=True,
         env={**os.environ, **NARROW},
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    assert fits(done.stdout), done.stdout
-    words = set(done.stdout.split())
+    return done.stdout
+
+
+def fits(text: str, width: int = 80) -> bool:
+    return all(len(line) <= width for line in text.splitlines()) and "…" not in text
+
+
+def test_the_plugin_listing_fits_80_columns() -> None:
+    out = narrow("-m", "xirang", "plugins")
+    assert fits(out), out
+    words = set(out.split())
     for name in ("hierarchical", "colossalai", "kubernetes", "accelerate"):
         assert name in words  # names whole, never cut
 
@@ -44,16 +50,9 @@ def test_the_sweep_table_fits_80_columns(run_xirang) -> None:
 
 
 def test_the_command_listing_fits_80_columns() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", "import sys; from xirang_core.cli import main; sys.exit(main([]))"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **NARROW},
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    assert fits(done.stdout), done.stdout
-    words = " ".join(done.stdout.split())  # a long description wraps, whole
+    out = narrow("-c", "import sys; from xirang_core.cli import main; sys.exit(main([]))")
+    assert fits(out), out
+    words = " ".join(out.split())  # a long description wraps, whole
     assert "inventory, topology, health and calibration of this machine's devices" in words
 
 
