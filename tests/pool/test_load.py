@@ -133,11 +133,15 @@ def test_clients_under_load_and_kills_lose_and_duplicate_nothing(tmp_path) -> No
 
 def _client(i: int, service: Service, token: str, stop: threading.Event, tally: Tally) -> None:
     """Submit, read and cancel, again and again; a connection error (refused, reset, an answer
-    cut short) counts only while the service is down (or went down during the request)."""
+    cut short) counts only if the service was down when the requests began, or went down
+    during them. Both are read before the requests: a thread may run its error handler only
+    after the restart, and must not then blame the service that came back (the generation is
+    read first, as a kill raises the flag before it counts the generation)."""
     client = PoolClient(service.url, token, timeout=30)
     n = 0
     while not stop.is_set():
         name, generation = f"c{i}-{n}", service.generation
+        was_down = service.down.is_set()
         n += 1
         try:
             job = _timed(tally, client.submit, cards=1, name=name)
@@ -149,7 +153,7 @@ def _client(i: int, service: Service, token: str, stop: threading.Event, tally: 
                 tally.cancelled.add(job["id"])
         except (PoolError, OSError, http.client.HTTPException) as exc:
             unreachable = not isinstance(exc, PoolError) or "cannot reach" in str(exc)
-            if not unreachable or not (service.down.is_set() or generation != service.generation):
+            if not unreachable or not (was_down or generation != service.generation):
                 with tally.lock:
                     tally.failures.append(f"{name}: {exc!r}")
             time.sleep(0.05)
