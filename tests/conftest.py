@@ -24,6 +24,18 @@ ONE_LAYER_GPT = (
 )
 
 
+def require_moto_server() -> None:
+    """S3 tests need moto_server: missing, they fail under CI=true (a service CI must have)
+    and skip elsewhere."""
+    import shutil
+
+    if shutil.which("moto_server") is None:
+        message = "moto_server not found: pip install 'moto[server]' (in xirang[dev])"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def xirang_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Every test shares one cache folder of its own, never the user's ~/.cache/xirang."""

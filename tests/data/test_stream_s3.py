@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ONE_LAYER_GPT
+from tests.conftest import ONE_LAYER_GPT, require_moto_server
 from tests.data.conftest import Make
 from xirang_core.data.sync import sync
 from xirang_core.data.token_shards import tokens_tier
@@ -38,14 +38,9 @@ def s3_requests(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def s3(s3_requests: Path) -> Iterator[str]:
-    import shutil
-
     from xirang_core.storage.local_s3 import local_s3
 
-    if shutil.which("moto_server") is None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("moto_server not found: pip install 'moto[server]' (in xirang[dev])")
-        pytest.skip("moto_server not found")
+    require_moto_server()
     with local_s3(BUCKET, log=s3_requests) as url:
         yield url
 

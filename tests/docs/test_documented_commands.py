@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import require_moto_server
 from tests.docs.collect import REPO, DocCommand, collect
 from tests.plugins.xirang_slurm.conftest import slurm  # noqa: F401  (the real Slurm, for Slurm)
 
@@ -456,11 +457,7 @@ def s3() -> Iterator[str]:
     """A real S3 endpoint with the docs' bucket, for the module's S3 commands."""
     from xirang_core.storage.local_s3 import local_s3
 
-    if shutil.which("moto_server") is None:
-        message = "moto_server not found: pip install 'moto[server]' (in xirang[dev])"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    require_moto_server()
     with local_s3("bucket", "docs-secret") as url:
         yield url
 

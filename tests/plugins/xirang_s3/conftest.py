@@ -7,8 +7,6 @@ In CI (``CI=true``) a missing ``moto_server`` fails the tests instead of skippin
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 import socket
 import threading
 from collections.abc import Iterator
@@ -16,6 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from tests.conftest import require_moto_server
 from xirang_core.storage.local_s3 import aws_env, free_port, moto_process
 
 SECRET = "xirang-test-secret-never-logged"
@@ -84,11 +83,7 @@ class S3Server:
 def s3_server() -> Iterator[S3Server]:
     import s3fs
 
-    if shutil.which("moto_server") is None:
-        message = "moto_server not found: pip install 'moto[server]' (in xirang[dev])"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    require_moto_server()
     with moto_process() as port:
         proxy = Proxy(port)
         server = S3Server(f"http://127.0.0.1:{proxy.port}", proxy)
