@@ -37,6 +37,10 @@ from xirang_core.pool.placement import place, place_mixed
 from xirang_core.pool.policy import Policy, Preferences
 from xirang_core.pool.quota import Project, QuotaBook
 
+#: a demotion burst that moves at least 1/REBUILD_SHARE of the running jobs rebuilds the
+#: running indices rather than moving entries one by one (measured faster from about there)
+REBUILD_SHARE = 4
+
 
 @dataclass(frozen=True)
 class Event:
@@ -511,6 +515,11 @@ class PoolEngine:
         self.queue.add((key, job.id))
 
     def _index_running(self, job: Job, now: float) -> None:
+        self._keys[job.id] = self._running_key(job, now)
+        self._rekey_running(job)
+
+    def _running_key(self, job: Job, now: float) -> tuple[Any, ...]:
+        """A running job's rank at ``now``; schedules its next demotion (if it has one)."""
         attained = job.attained_at(now)
         threshold = self.policy.next_threshold(attained)
         if threshold is not None and now + (threshold - attained) / job.cards <= now:
@@ -518,16 +527,10 @@ class PoolEngine:
             # it has crossed, else the demotion would fire again at this same instant forever
             attained = threshold
             threshold = self.policy.next_threshold(attained)
-        key = self.policy.rank(job, self.policy.level(attained))
-        self._keys[job.id] = key
-        self.running.add((key, job.id))
-        for device_type in job.held_types:
-            self._own[(job.project, device_type)].add((key, job.id))
-            if job.borrowed:
-                self._borrowed[device_type].add((key, job.id))
         if threshold is not None:
             at = now + (threshold - attained) / job.cards
             heapq.heappush(self._demotions, (at, job.id, job.started or 0.0))
+        return self.policy.rank(job, self.policy.level(attained))
 
     def _rekey_running(self, job: Job) -> None:
         """Put a running job back into the running indices under its current key."""
@@ -547,13 +550,55 @@ class PoolEngine:
                 self._borrowed[device_type].remove(entry)
 
     def _apply_demotions(self, now: float) -> None:
-        """Re-rank running jobs whose attained service crossed a level since the last pass."""
+        """Re-rank running jobs whose attained service crossed a level since the last pass.
+
+        Jobs started together cross together (a restart, a burst of arrivals): when a large
+        share of the running jobs moves, the running indices are rebuilt with one sort each
+        instead of a removal and an insertion per job and index; the order is the same."""
+        before: dict[int, tuple[Any, ...]] = {}  # job id -> its key in the indices now
         while self._demotions and self._demotions[0][0] <= now:
             _, job_id, started = heapq.heappop(self._demotions)
             job = self.jobs[job_id]
             if job.state is JobState.RUNNING and job.started == started:
-                self._unindex_running(job)
-                self._index_running(job, now)
+                before.setdefault(job_id, self._keys[job_id])
+                self._keys[job_id] = self._running_key(job, now)
+        if len(before) * REBUILD_SHARE < len(self.running):
+            for job_id, key in before.items():
+                self._move_running(self.jobs[job_id], key)
+        elif before:
+            self._rebuild_running()
+
+    def _move_running(self, job: Job, old: tuple[Any, ...]) -> None:
+        """Move a running job's index entries from its ``old`` key to its current one."""
+        entry, new = (old, job.id), (self._keys[job.id], job.id)
+        self.running.remove(entry)
+        self.running.add(new)
+        for device_type in job.held_types:
+            own = self._own[(job.project, device_type)]
+            own.remove(entry)
+            own.add(new)
+            if job.borrowed:
+                self._borrowed[device_type].remove(entry)
+                self._borrowed[device_type].add(new)
+
+    def _rebuild_running(self) -> None:
+        """Every running index again from the jobs' current keys (one sort per index)."""
+        entries = [(self._keys[job_id], job_id) for _, job_id in self.running]
+        own: dict[tuple[str, str], list[tuple[Any, int]]] = defaultdict(list)
+        borrowed: dict[str, list[tuple[Any, int]]] = defaultdict(list)
+        for entry in entries:
+            job = self.jobs[entry[1]]
+            for device_type in job.held_types:
+                own[(job.project, device_type)].append(entry)
+                if job.borrowed:
+                    borrowed[device_type].append(entry)
+        for index, rows in (
+            [(self.running, entries)]
+            + [(self._own[k], v) for k, v in own.items()]
+            + [(self._borrowed[k], v) for k, v in borrowed.items()]
+        ):
+            index.clear()
+            index.update(rows)
 
     # --- helpers ----------------------------------------------------------------------------
 
@@ -580,8 +625,14 @@ class PoolEngine:
         return any(self.cluster.device_node[d] == node_id for d in job.devices)
 
     def _healthy_devices(self, job: Job, device_type: str) -> int:
-        nodes = (self.cluster.node_of(d) for d in job.devices)
-        return sum(1 for n in nodes if n.healthy and n.type == device_type)
+        """Devices of ``job`` on healthy ``device_type`` nodes (asked for every victim looked
+        at, so it indexes the node table directly: a running job holds no unowned id)."""
+        nodes, node_ids = self.cluster.nodes, self.cluster.device_node
+        count = 0
+        for device in job.devices:
+            node = nodes[node_ids[device]]
+            count += node.healthy and node.type == device_type
+        return count
 
     def running_jobs(self) -> Iterable[Job]:
         return (self.jobs[jid] for _, jid in self.running)
