@@ -359,9 +359,13 @@ class PoolEngine:
     def _place_free(self, job: Job, types: list[str], now: float) -> bool:
         """Start ``job`` on free devices of one type, the policy's preferred first; failing
         that, a job that allows mixing spans several types (cards converted per type)."""
+        free, devices_for = self.cluster.type_free, self.throughputs.devices_for
         for device_type in types:
-            need = self.throughputs.devices_for(job.job_class, job.cards, device_type)
-            devices = place(self.cluster, device_type, need) if need else None
+            need = devices_for(job.job_class, job.cards, device_type)
+            # most tries find too few free devices: tested here before any placement call
+            if not need or free.get(device_type, 0) < need:
+                continue
+            devices = place(self.cluster, device_type, need)
             if devices:
                 self._start(job, device_type, devices, now)
                 return True
@@ -408,8 +412,8 @@ class PoolEngine:
         if job.cards <= self.quotas.projects[job.project].guaranteed:
             pools.insert(0, (self._own[(job.project, device_type)], False))
         for pool, any_rank in pools:
-            if not pool:
-                continue
+            if not pool or (not any_rank and pool[-1][0][:depth] <= mine):
+                continue  # even its worst-ranked job ranks as high as the waiting one
             for looked, (key, victim_id) in enumerate(reversed(pool)):
                 if looked >= self.max_victims or (not any_rank and key[:depth] <= mine):
                     break  # from here on every job ranks as high as the waiting one
