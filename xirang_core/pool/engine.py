@@ -291,6 +291,10 @@ class PoolEngine:
             for job in deferred:
                 if self._exhausted(tries):
                     break
+                if (job.job_class, job.cards, job.allow_mixing) in failed and self._hopeless(
+                    job, tries
+                ):
+                    continue  # counted as tried, as _try would have, without its calls
                 if not self._try(job, now, tries) and self.policy.blocking:
                     break
         return self.events[start:]
