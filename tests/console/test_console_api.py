@@ -7,6 +7,7 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
+from email.message import Message
 
 import pytest
 
@@ -21,7 +22,8 @@ class NoRedirect(urllib.request.HTTPRedirectHandler):
 OPENER = urllib.request.build_opener(NoRedirect)
 
 
-def get(url: str, token: str = "", cookie: str = "") -> tuple[int, dict, str]:
+def get(url: str, token: str = "", cookie: str = "") -> tuple[int, Message, str]:
+    """Status, headers (looked up by name in any case, as HTTP's are) and text of a GET."""
     request = urllib.request.Request(url)
     if token:
         request.add_header("Authorization", f"Bearer {token}")
@@ -29,9 +31,9 @@ def get(url: str, token: str = "", cookie: str = "") -> tuple[int, dict, str]:
         request.add_header("Cookie", cookie)
     try:
         with OPENER.open(request, timeout=10) as answer:
-            return answer.status, dict(answer.headers), answer.read().decode()
+            return answer.status, answer.headers, answer.read().decode()
     except urllib.error.HTTPError as err:
-        return err.code, dict(err.headers), err.read().decode()
+        return err.code, err.headers, err.read().decode()
 
 
 def api(console, path: str, token: str):

@@ -9,7 +9,10 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.console.conftest import HOUR
 from tests.cost.pools import OPERATOR_TOKEN
+from xirang_core.console.auth import OPERATOR
+from xirang_core.console.prometheus import exposition
 
 
 def scrape(console, token: str) -> dict[str, list]:
@@ -54,3 +57,18 @@ def test_the_shipped_grafana_dashboard_queries_only_exposed_metrics(console):
     exposed = {s.name for samples in scrape(console, OPERATOR_TOKEN).values() for s in samples}
     exposed |= set(scrape(console, OPERATOR_TOKEN))  # family names (no samples yet) count too
     assert used and used <= exposed, used - exposed
+
+
+def test_cost_and_metrics_are_built_once_per_snapshot_and_follow_each_sample(console):
+    """Per viewer, a snapshot's cost view and exposition are reused until the next sample;
+    then they carry the newly metered hour."""
+    source = console.source
+    source.ttl = 3600.0
+    cost, scrape = source.cost_view(OPERATOR), exposition(source, OPERATOR)
+    assert source.cost_view(OPERATOR) is cost and exposition(source, OPERATOR) is scrape
+    assert exposition(source, "nlp") != scrape  # each viewer its own
+    console.pool.clock.now += HOUR
+    source.sample()
+    total = source.cost_view(OPERATOR)["by"]["team"]["total"]["amount_micro"]
+    assert total > cost["by"]["team"]["total"]["amount_micro"]
+    assert exposition(source, OPERATOR) != scrape

@@ -2,7 +2,7 @@
 
 Gauges for capacity, allocation, water level, queue and quota; counters (``_total``) for cost in
 currency units. A project token gets its own project's series only; the operator gets all.
-The text is prometheus_client's own exposition of metric families collected per scrape (a
+The text is prometheus_client's own exposition of metric families, collected once per snapshot (a
 custom collector: the figures are read from the pool and cost stores, not kept in-process).
 """
 
@@ -26,7 +26,11 @@ KINDS = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily}
 
 
 def exposition(source: ConsoleSource, who: str) -> str:
-    """The whole exposition text for ``who``."""
+    """The whole exposition text for ``who`` (built once per snapshot of the stores)."""
+    return source.per_viewer("metrics", who, lambda: _exposition(source, who))
+
+
+def _exposition(source: ConsoleSource, who: str) -> str:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Scrape(source, who))
     return generate_latest(registry).decode()

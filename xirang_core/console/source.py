@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from xirang_core.console import view
 from xirang_core.console.auth import OPERATOR, whoami
@@ -29,6 +29,7 @@ from xirang_core.pool.store import PoolStore
 
 #: how far back the cost pages and /metrics cost series look (``xirang cost report`` any span)
 COST_WINDOW_S = 30 * 86400.0
+T = TypeVar("T")
 
 
 @dataclass
@@ -43,6 +44,8 @@ class Snapshot:
     quotas: list[dict[str, Any]]
     charges: list[Charge]
     budgets: list[dict[str, Any]] = field(default_factory=list)
+    #: what :meth:`ConsoleSource.per_viewer` built from this snapshot, by (what, viewer)
+    views: dict[tuple[str, str], Any] = field(default_factory=dict)
 
 
 class ConsoleSource:
@@ -130,8 +133,23 @@ class ConsoleSource:
             or (b["scope"] == "job" and b["name"] in mine)
         ]
 
+    def per_viewer(self, what: str, who: str, build: Callable[[], T]) -> T:
+        """``build()`` once per snapshot and viewer, then its result until the snapshot expires.
+
+        For answers that are a pure function of the snapshot and the viewer but cost more than
+        the HTTP round trip: grouping 2,500 charges took 7 ms of each ``/cost`` request, the
+        metrics exposition 5 ms of each scrape, every time. A race builds twice, harmlessly."""
+        views = self.snapshot().views
+        key = (what, who)
+        if key not in views:
+            views[key] = build()
+        return views[key]
+
     def cost_view(self, who: str) -> dict[str, Any]:
         """Cost by team, project and device type, budgets and findings, for one viewer."""
+        return self.per_viewer("cost", who, lambda: self._cost_view(who))
+
+    def _cost_view(self, who: str) -> dict[str, Any]:
         charges = self.charges_for(who)
         return {
             "by": {by: _report_rows(report.group(charges, by)) for by in report.GROUPINGS},

@@ -11,6 +11,7 @@ def require(what: str) -> None:
     """One clear error, before anything starts, when the web extra is not installed."""
     try:
         import fastapi  # noqa: F401
+        import httptools  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:
         raise ConfigError(
