@@ -40,7 +40,7 @@ class BodyLimit:
             if scope["method"] in BODY_METHODS:
                 return 411, f"{scope['method']} needs a Content-Length header"
             return None
-        size = int(length)  # h11 has refused anything but digits already
+        size = int(length)  # llhttp has refused anything but digits already
         limit = self.limits.max_body_bytes
         if size > limit:
             return 413, f"request body of {size} bytes is over the {limit} limit"
