@@ -27,13 +27,18 @@ Communication buffers: DDP (every ``zero=0`` plan with ``dp > 1``) copies the gr
 flat bucket tensors it allocates once, a second copy of the local gradients (the bucket size
 only groups them).
 
+Full recompute rebuilds one layer's activations of one micro-batch during that layer's backward
+(torch.utils.checkpoint re-runs its forward under its own saved-tensor hooks, so tensor
+accounting does not see them): ``recomputed`` holds one layer's activations as stored without
+recompute, beside the layer inputs kept.
+
 Beyond tensors, a worker's runtime (code, the runtime's own memory, allocator slack) is
 measured per host (:mod:`xirang_core.parallel.runtime`) and charged as ``runtime``.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from xirang_core.parallel.layers import stage_bounds
 from xirang_core.parallel.plan import ModelShape, ParallelPlan
@@ -53,6 +58,7 @@ class MemoryEstimate:
     activations: int
     stage: int = 0
     buffers: int = 0  # DDP's gradient buckets
+    recomputed: int = 0  # one layer's activations, rebuilt during its backward (full recompute)
     runtime: int = 0  # the worker's runtime beyond tensors, measured on this host
 
     @property
@@ -62,7 +68,7 @@ class MemoryEstimate:
 
     @property
     def total(self) -> int:
-        return self.tensors + self.buffers + self.runtime
+        return self.tensors + self.buffers + self.recomputed + self.runtime
 
     def as_dict(self) -> dict[str, int]:
         return {**asdict(self), "total": self.total}
@@ -162,7 +168,18 @@ def _memory(
         activations=round(acts * width),
         stage=stage,
         buffers=round(params.total * width) if plan.dp > 1 and plan.zero == 0 else 0,
+        recomputed=round(recomputed_elements(shape, plan) * width),
     )
+
+
+def recomputed_elements(shape: ModelShape, plan: ParallelPlan) -> float:
+    """Elements full recompute rebuilds at once: one layer of one micro-batch, as it would be
+    stored without recompute (0 when nothing is recomputed)."""
+    if plan.recompute == "none":
+        return 0.0
+    whole = replace(plan, recompute="none")
+    sbh = plan.micro_batch * shape.seq_len * shape.hidden
+    return sbh * per_layer_factor(whole, shape.split_activations)
 
 
 def activation_elements(
