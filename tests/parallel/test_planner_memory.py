@@ -74,11 +74,17 @@ def test_full_recompute_holds_one_rebuilt_layer_beside_its_kept_inputs(
     tp=st.sampled_from([1, 2, 4]),
     zero=st.integers(0, 3),
 )
-def test_ddp_buckets_hold_a_second_copy_of_the_local_gradients(dp: int, tp: int, zero: int) -> None:
+def test_ddp_buckets_copy_every_gradient_fsdp_one_unit_each_way(
+    dp: int, tp: int, zero: int
+) -> None:
     plan = ParallelPlan(dp=dp, tp=tp, zero=zero)
     estimate = predict_memory(SHAPE, plan, 16)
-    local = stage_params(SHAPE, plan, 0).total * SHAPE.dtype_bytes
-    assert estimate.buffers == (local if dp > 1 and zero == 0 else 0)
+    params = stage_params(SHAPE, plan, 0)
+    unit = max(params.layer, params.root) * SHAPE.dtype_bytes  # FSDP copies one unit at a time
+    if dp == 1:
+        assert estimate.buffers == 0
+    else:
+        assert estimate.buffers == (params.total * SHAPE.dtype_bytes if zero == 0 else 2 * unit)
 
 
 def test_a_plan_whose_tensors_fit_is_rejected_when_its_runtime_does_not() -> None:
