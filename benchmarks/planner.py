@@ -19,17 +19,24 @@ graph. A plan that fails to run is reported with its error and counted, not drop
 
 The machine may be loaded by other work while this runs: every timing, calibration and step
 alike, is the best of its repeats (the figure load disturbs least), so the comparison is
-like for like.
+like for like. Load also drifts over the run (a host probe taken at one load, plans run minutes
+later at another), so a short single-thread matmul probe runs beside the host measurement and
+right before and after each plan; each plan's predicted time is scaled by how much slower the
+probe ran beside it than beside the host measurement (``t pred`` is the scaled figure, the
+unscaled error is printed too), and ``pick_vs_best`` compares steps in probe units.
 
     python benchmarks/planner.py
+    python benchmarks/planner.py --quick   # the 4 best distinct and every 30th other, 6 steps
 Last line: ``mem_err_p50=<x> mem_err_real_p50=<x against the real peak> time_err_p50=<y>
 pick_vs_best=<z> measured=<plans run> failed=<plans that failed>``.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -52,6 +59,12 @@ MODEL = [
 
 
 def main() -> None:
+    global STEPS
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer plans and steps")
+    quick = parser.parse_args().quick
+    distinct_count, every = (4, 30) if quick else (DISTINCT, EVERY)
+    STEPS = 6 if quick else STEPS
     import torch
 
     from xirang_core.config import compose as compose_config
@@ -70,7 +83,9 @@ def main() -> None:
     config = compose_config(MODEL, registry)
     shape = model_shape(config, registry)
     global_batch = config["trainer"]["global_batch"]
+    before = speed_probe()
     host = measure_host(config, WORKERS, list(MICRO_BATCHES))
+    host_probe = (before + speed_probe()) / 2
     runtime = cached_runtime(config, WORKERS)
     replica = predict_memory(shape, ParallelPlan(dp=WORKERS, micro_batch=1), global_batch)
     most_runtime = runtime.base + max(runtime.added.values(), default=0)
@@ -80,8 +95,8 @@ def main() -> None:
         memory_gb=(0.75 * (replica.tensors + replica.buffers) + most_runtime) / 2**30,
     )
     ranking = rank_plans(shape, cluster, global_batch, WORKERS, host, runtime=runtime)
-    picks = distinct(ranking.candidates, DISTINCT)
-    others = [c for c in ranking.candidates if c not in picks][EVERY - 1 :: EVERY]
+    picks = distinct(ranking.candidates, distinct_count)
+    others = [c for c in ranking.candidates if c not in picks][every - 1 :: every]
     picks += others
     links = ", ".join(f"{g} ranks {link.describe()}" for g, link in sorted(host.links.items()))
     print(
@@ -97,14 +112,17 @@ def main() -> None:
         f"memory per worker {cluster.memory_gb * 1024:.1f} MiB (full replica's tensors need "
         f"{(replica.tensors + replica.buffers) / 2**20:.1f}); {len(ranking.candidates)} plans fit, "
         f"{len(ranking.rejected)} rejected; cores {os.cpu_count()}; running the top "
-        f"{len(picks) - len(others)} distinct and {len(others)} lower-ranked (every {EVERY}th)"
+        f"{len(picks) - len(others)} distinct and {len(others)} lower-ranked (every {every}th)"
     )
     columns = ("rank", "mem pred", "tensors", "meas", "real", "states-only", "t pred", "meas")
     print(f"{'plan':34s} " + " ".join(f"{c:>11s}" for c in columns))
     errors: dict[str, list[float]] = {"mem": [], "real": [], "states": [], "states_real": []}
-    time_err, top_err, failed, measured = [], [], [], []
+    time_err, raw_err, top_err, failed, measured, units = [], [], [], [], [], []
     for c in picks:  # each row printed as its plan has run
+        probe = speed_probe()
         m = measure_alone(run_plans, config, c.plan)
+        probe = (probe + speed_probe()) / 2
+        slower = probe / host_probe  # the machine's speed beside this plan against the probe's
         measured.append(m)
         rank = ranking.candidates.index(c) + 1
         if m is None:
@@ -120,18 +138,21 @@ def main() -> None:
             ("states_real", states, real),
         ):
             errors[key].append(abs(predicted - against) / against)
-        time_err.append((c.time.total - m.best_step_s) / m.best_step_s)
+        predicted_s = c.time.total * slower
+        raw_err.append((c.time.total - m.best_step_s) / m.best_step_s)
+        time_err.append((predicted_s - m.best_step_s) / m.best_step_s)
         top_err += [time_err[-1]] if c not in others else []
+        units.append((c, m.best_step_s / probe))
         print(
             f"{c.plan.label():34s} {rank:11d} {c.memory.total / 2**20:10.2f}M "
             f"{c.memory.tensors / 2**20:10.2f}M {m.peak_bytes / 2**20:10.2f}M "
             f"{real / 2**20:10.2f}M {states / 2**20:10.2f}M "
-            f"{c.time.total:11.4f} {m.best_step_s:11.4f}",
+            f"{predicted_s:11.4f} {m.best_step_s:11.4f}  (probe x{slower:.2f})",
             flush=True,
         )
     ran = [m for m in measured if m is not None]
-    best = min(m.best_step_s for m in ran)
-    top = next(m for m in measured if m)
+    best = min(u for _, u in units)  # steps in probe units: load drift divided out
+    top = units[0][1]
     print(
         "states-only estimate (peer baseline): "
         f"mem_err_p50={statistics.median(errors['states']):.3f} "
@@ -140,15 +161,31 @@ def main() -> None:
     print(f"failed plans: {', '.join(failed) or 'none'}")
     print(
         f"time error (predicted - measured) / measured: median {statistics.median(time_err):+.3f}"
-        f", top distinct {statistics.median(top_err):+.3f}; load average "
-        f"{os.getloadavg()[0]:.1f}"
+        f", top distinct {statistics.median(top_err):+.3f}; unscaled by the probe: median "
+        f"{statistics.median(raw_err):+.3f}, |err| p50 {statistics.median(map(abs, raw_err)):.3f}"
+        f"; load average {os.getloadavg()[0]:.1f}"
     )
     print(
         f"mem_err_p50={statistics.median(errors['mem']):.3f} "
         f"mem_err_real_p50={statistics.median(errors['real']):.3f} "
         f"time_err_p50={statistics.median(abs(e) for e in time_err):.3f} "
-        f"pick_vs_best={top.best_step_s / best:.3f} measured={len(ran)} failed={len(failed)}"
+        f"pick_vs_best={top / best:.3f} measured={len(ran)} failed={len(failed)}"
     )
+
+
+def speed_probe(size: int = 192, count: int = 20, repeats: int = 5) -> float:
+    """Best seconds of ``count`` single-thread matmuls here and now: how fast this machine runs
+    under its current load (a loaded core runs it slower)."""
+    import torch
+
+    a = torch.randn(size, size)
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        for _ in range(count):
+            a @ a
+        best = min(best, time.perf_counter() - started)
+    return best
 
 
 def measure_alone(run_plans: Any, config: dict, plan: Any) -> Any:

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from xirang_core.parallel.cluster import Cluster
-from xirang_core.parallel.memory import predict_memory, stage_params
+from xirang_core.parallel.memory import per_layer_factor, predict_memory, stage_params
 from xirang_core.parallel.peak import _resettable
 from xirang_core.parallel.plan import ModelShape, ParallelPlan, PlanError
 from xirang_core.parallel.planner import rank_plans
@@ -19,7 +19,9 @@ from xirang_core.parallel.runtime import RuntimeMemory, cached_runtime, with_run
 
 SHAPE = ModelShape(layers=4, hidden=256, heads=4, vocab=1024, seq_len=128, params=3_400_000)
 RUNTIME = RuntimeMemory(
-    world=4, base=50 << 20, added={"fsdp": 12 << 20, "tp": 5 << 20, "pp": 4 << 20}
+    world=4,
+    base=50 << 20,
+    added={"fsdp": 12 << 20, "tp": 5 << 20, "pp": 4 << 20, "recompute": 3 << 20},
 )
 MIB = 1 << 20
 
@@ -32,6 +34,7 @@ MIB = 1 << 20
         (ParallelPlan(dp=2, tp=2, zero=1), 67),  # sharding and tensor parallel both add
         (ParallelPlan(pp=4), 54),
         (ParallelPlan(dp=2, pp=2), 54),
+        (ParallelPlan(dp=4, recompute="full"), 53),  # checkpointing's own runtime
     ],
 )
 def test_a_plan_pays_the_baseline_and_what_each_of_its_kinds_adds(
@@ -39,7 +42,31 @@ def test_a_plan_pays_the_baseline_and_what_each_of_its_kinds_adds(
 ) -> None:
     assert RUNTIME.for_plan(plan) == charged * MIB
     estimate = with_runtime(predict_memory(SHAPE, plan, 16), RUNTIME, plan)
-    assert estimate.total == estimate.tensors + estimate.buffers + charged * MIB
+    assert estimate.total == (
+        estimate.tensors + estimate.buffers + estimate.recomputed + charged * MIB
+    )
+
+
+@given(
+    tp=st.sampled_from([1, 2, 4]),
+    sp=st.booleans(),
+    micro_batch=st.sampled_from([1, 2, 4]),
+    pp=st.sampled_from([1, 2]),
+)
+def test_full_recompute_holds_one_rebuilt_layer_beside_its_kept_inputs(
+    tp: int, sp: bool, micro_batch: int, pp: int
+) -> None:
+    """During a recomputed layer's backward its whole activations exist again, for one layer
+    and one micro-batch, whatever the schedule; tensor accounting (what the meter sees) does
+    not count them, the total does."""
+    plan = ParallelPlan(dp=4 // (tp * pp) or 1, tp=tp, pp=pp, sp=sp, micro_batch=micro_batch)
+    kept = predict_memory(SHAPE, replace(plan, recompute="full"), 16)
+    stored = predict_memory(SHAPE, plan, 16)
+    sbh = micro_batch * SHAPE.seq_len * SHAPE.hidden
+    assert stored.recomputed == 0
+    assert kept.recomputed == round(sbh * per_layer_factor(plan) * SHAPE.dtype_bytes)
+    assert kept.total - kept.tensors - kept.buffers == kept.recomputed
+    assert kept.activations < stored.activations  # recompute still saves memory overall
 
 
 @given(
@@ -47,11 +74,17 @@ def test_a_plan_pays_the_baseline_and_what_each_of_its_kinds_adds(
     tp=st.sampled_from([1, 2, 4]),
     zero=st.integers(0, 3),
 )
-def test_ddp_buckets_hold_a_second_copy_of_the_local_gradients(dp: int, tp: int, zero: int) -> None:
+def test_ddp_buckets_copy_every_gradient_fsdp_one_unit_each_way(
+    dp: int, tp: int, zero: int
+) -> None:
     plan = ParallelPlan(dp=dp, tp=tp, zero=zero)
     estimate = predict_memory(SHAPE, plan, 16)
-    local = stage_params(SHAPE, plan, 0).total * SHAPE.dtype_bytes
-    assert estimate.buffers == (local if dp > 1 and zero == 0 else 0)
+    params = stage_params(SHAPE, plan, 0)
+    unit = max(params.layer, params.root) * SHAPE.dtype_bytes  # FSDP copies one unit at a time
+    if dp == 1:
+        assert estimate.buffers == 0
+    else:
+        assert estimate.buffers == (params.total * SHAPE.dtype_bytes if zero == 0 else 2 * unit)
 
 
 def test_a_plan_whose_tensors_fit_is_rejected_when_its_runtime_does_not() -> None:
@@ -78,7 +111,7 @@ def test_predicted_memory_meets_the_real_peak_of_a_plan_the_calibration_never_ra
     from xirang_core.plugins import get_registry
 
     runtime = cached_runtime(tiny_config, 2)
-    assert runtime.base > 0 and set(runtime.added) == {"fsdp", "tp", "pp"}
+    assert runtime.base > 0 and set(runtime.added) == {"fsdp", "tp", "pp", "recompute"}
     assert cached_runtime(tiny_config, 2) == runtime  # from the cache: measured once per host
     shape = model_shape(tiny_config, get_registry())
     plan = ParallelPlan(dp=2, zero=3, micro_batch=2)

@@ -25,7 +25,14 @@ every ZeRO stage holds them there.
 
 Communication buffers: DDP (every ``zero=0`` plan with ``dp > 1``) copies the gradients into
 flat bucket tensors it allocates once, a second copy of the local gradients (the bucket size
-only groups them).
+only groups them). FSDP (``zero >= 1``, ``dp > 1``) copies one unit at a time: the all-gather's
+flat output before it is copied out into the unit's parameters, and the reduce-scatter's flat
+input the unit's whole gradients are copied into; at most the largest unit of each at once.
+
+Full recompute rebuilds one layer's activations of one micro-batch during that layer's backward
+(torch.utils.checkpoint re-runs its forward under its own saved-tensor hooks, so tensor
+accounting does not see them): ``recomputed`` holds one layer's activations as stored without
+recompute, beside the layer inputs kept.
 
 Beyond tensors, a worker's runtime (code, the runtime's own memory, allocator slack) is
 measured per host (:mod:`xirang_core.parallel.runtime`) and charged as ``runtime``.
@@ -33,7 +40,7 @@ measured per host (:mod:`xirang_core.parallel.runtime`) and charged as ``runtime
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from xirang_core.parallel.layers import stage_bounds
 from xirang_core.parallel.plan import ModelShape, ParallelPlan
@@ -52,7 +59,8 @@ class MemoryEstimate:
     gathered: int
     activations: int
     stage: int = 0
-    buffers: int = 0  # DDP's gradient buckets
+    buffers: int = 0  # DDP's gradient buckets, FSDP's flat all-gather/reduce-scatter copies
+    recomputed: int = 0  # one layer's activations, rebuilt during its backward (full recompute)
     runtime: int = 0  # the worker's runtime beyond tensors, measured on this host
 
     @property
@@ -62,7 +70,7 @@ class MemoryEstimate:
 
     @property
     def total(self) -> int:
-        return self.tensors + self.buffers + self.runtime
+        return self.tensors + self.buffers + self.recomputed + self.runtime
 
     def as_dict(self) -> dict[str, int]:
         return {**asdict(self), "total": self.total}
@@ -161,8 +169,30 @@ def _memory(
         gathered=round(gathered * width),
         activations=round(acts * width),
         stage=stage,
-        buffers=round(params.total * width) if plan.dp > 1 and plan.zero == 0 else 0,
+        buffers=round(comm_buffer_elements(plan, params) * width),
+        recomputed=round(recomputed_elements(shape, plan) * width),
     )
+
+
+def comm_buffer_elements(plan: ParallelPlan, params: StageParams) -> float:
+    """Elements of the flat buffers a data-parallel wrapper copies through (module docstring):
+    DDP's buckets hold every local gradient, FSDP's all-gather output and reduce-scatter input
+    one unit each."""
+    if plan.dp == 1:
+        return 0.0
+    if plan.zero == 0:
+        return float(params.total)
+    return 2.0 * max(params.layer, params.root)
+
+
+def recomputed_elements(shape: ModelShape, plan: ParallelPlan) -> float:
+    """Elements full recompute rebuilds at once: one layer of one micro-batch, as it would be
+    stored without recompute (0 when nothing is recomputed)."""
+    if plan.recompute == "none":
+        return 0.0
+    whole = replace(plan, recompute="none")
+    sbh = plan.micro_batch * shape.seq_len * shape.hidden
+    return sbh * per_layer_factor(whole, shape.split_activations)
 
 
 def activation_elements(

@@ -10,12 +10,12 @@ temporaries. On a small model this is most of the peak (about 70 MB per CPU work
 a few MB of tensors), and it does not grow with the model, so it is measured, not modelled:
 ``world`` fresh workers train a trivial model (the configured family with one layer per
 pipeline stage, micro-batch 1) for a few steps under plain data parallel, then under each other
-kind of wrapper a plan can use (sharding, tensor parallel, a pipeline), one after the other in
-the same workers. The first run's real peak beyond what :mod:`.memory` predicts for its trivial
-model is the baseline every worker pays; each later run's is what that kind adds (the code,
-modules and buffers the workers did not have yet). A plan is charged the baseline plus the
-additions of the kinds it combines. The figures are cached per host, device type, worker
-count, threads and model family, as the device calibration is.
+kind of wrapper a plan can use (sharding, tensor parallel, a pipeline, full recompute), one
+after the other in the same workers. The first run's real peak beyond what :mod:`.memory`
+predicts for its trivial model is the baseline every worker pays; each later run's is what
+that kind adds (the code, modules and buffers the workers did not have yet). A plan is charged the
+baseline plus the additions of the kinds it combines. The figures are cached per host, device
+type, worker count, threads, model family and the kinds measured, as the device calibration is.
 
 The trivial runs are not the plans whose peaks the planner benchmark compares with: those are
 measured in their own workers on the full model.
@@ -31,8 +31,9 @@ from xirang_core.parallel.plan import ModelShape, ParallelPlan
 
 #: steps of each trivial run (the first builds buffers; the peak comes with the second)
 PROBE_STEPS = 2
-#: the order kinds are charged in; ``ddp`` is the baseline every multi-worker plan pays
-KINDS = ("ddp", "fsdp", "tp", "pp")
+#: the order kinds are charged in; ``ddp`` is the baseline every multi-worker plan pays;
+#: ``recompute``: activation checkpointing's code and the rebuilt layer's autograd graph
+KINDS = ("ddp", "fsdp", "tp", "pp", "recompute")
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,8 @@ def plan_kinds(plan: ParallelPlan) -> set[str]:
         kinds.add("tp")
     if plan.pp > 1:
         kinds.add("pp")
+    if plan.recompute != "none":
+        kinds.add("recompute")
     return kinds
 
 
@@ -71,6 +74,7 @@ def probe_plans(shape: ModelShape, world: int) -> dict[str, ParallelPlan]:
             plans["tp"] = ParallelPlan(dp=world // tp, tp=tp)
         if "pp" in shape.splits:
             plans["pp"] = ParallelPlan(pp=world)
+    plans["recompute"] = ParallelPlan(dp=world, recompute="full")
     return plans
 
 
@@ -108,7 +112,7 @@ def _cache_key(config: dict[str, Any], world: int) -> str:
     threads = config["trainer"].get("threads") or 1
     return (
         f"runtime-{platform.node()}-{where.device['name']}-{world}w-{threads}t-"
-        f"{config['model']['family']}-torch{torch.__version__}"
+        f"{config['model']['family']}-torch{torch.__version__}-{'+'.join(KINDS)}"
     )
 
 
