@@ -6,7 +6,9 @@ a whole number of batches of rows) read as shuffled int64 ``[8, 2049]`` tensors 
 DataLoader with the same number of workers.
 
 - **xirang**: the stream as a token snapshot (shards of documents, zstd where it pays), read by
-  ``TokenSource`` and ``TokenBatches``, the very reader, packing and tiers that feed the loop.
+  ``TokenSource`` and ``TokenBatches`` through ``step_loader.loop_batches`` with
+  ``data.num_workers`` workers and its ``get(step)``: the very call, reader, packing and tiers
+  that feed the training loop.
 - **streaming**: MosaicML Streaming MDS shards of packed rows with one token column (zstd), as
   its LLM examples write them, read by ``StreamingDataset`` + ``StreamingDataLoader``.
 - **litdata**: LitData ``optimize`` with a ``TokensLoader``, read by ``StreamingDataset`` +
@@ -110,7 +112,7 @@ def xirang_loader(args: argparse.Namespace, start: int = 0):
     from xirang_core.data.fetch import TierSettings
     from xirang_core.data.order import Partition
     from xirang_core.data.snapshot import load
-    from xirang_core.data.step_loader import worker_batches
+    from xirang_core.data.step_loader import loop_batches
     from xirang_core.data.stream import SourceRead, TokenSource
     from xirang_core.data.token_shards import tokens_tier
     from xirang_core.data.tokens import NamedSource, TokenBatches
@@ -124,7 +126,18 @@ def xirang_loader(args: argparse.Namespace, start: int = 0):
     part = Partition(args.batch)
     batches = TokenBatches([NamedSource("corpus", source)], part, 1, SEED, "train", None)
     steps = source.rows_per_epoch // args.batch
-    return worker_batches(batches, start + 1, steps, args.workers)
+    return loop_rows(loop_batches(batches, steps, args.workers), start + 1, steps)
+
+
+def loop_rows(loop, first: int, last: int):
+    """Steps ``first .. last`` read by the training loop's own call, ``get(step)`` (inputs and
+    targets, views of one [batch, seq + 1] row tensor), as those rows, so every side counts
+    the same tokens."""
+    import torch
+
+    for step in range(first, last + 1):
+        inputs, targets = loop.get(step)
+        yield torch.cat([inputs, targets[:, -1:]], dim=1)
 
 
 def xirang_side(args: argparse.Namespace) -> dict:

@@ -36,6 +36,8 @@ class DataConfig:
     origin_deadline_s: float = 300.0
     #: attention within a document in packed rows (model families that support it)
     document_mask: bool = False
+    #: DataLoader processes reading training batches ahead (0: the training process reads them)
+    num_workers: int = 0
     #: data=mixture: weighted snapshots, each {uri, snapshot (optional pin), weight}
     sources: list[dict[str, Any]] = field(default_factory=list)
 
@@ -61,6 +63,11 @@ def check(data: dict[str, Any]) -> DataConfig:
     cfg = DataConfig(**data)
     if not 0 <= cfg.val_fraction < 1:
         raise ConfigError(f"data.val_fraction={cfg.val_fraction}: must be in [0, 1)")
+    if not isinstance(cfg.num_workers, int) or cfg.num_workers < 0:
+        raise ConfigError(
+            f"data.num_workers={cfg.num_workers}: must be a whole number >= 0 (0 reads in the "
+            "training process)"
+        )
     if cfg.name == "mixture":
         _check_sources(cfg.sources)
     elif cfg.name != "stdlib" and not cfg.uri:

@@ -6,11 +6,17 @@ and the DataLoader hands them back in order. A tensor a worker returns travels t
 shared-memory segment of its own; one per batch costs about as much as reading the batch, so a
 chunk of ``chunk`` batches is stacked into one tensor and split again here (the batches are
 views of it). The batches are exactly those of ``TokenBatches.get``, in the loop's order.
+
+:class:`LoaderBatches` is what the training loop reads (``data.num_workers`` > 0): the loop's
+``get(step, micro)`` answered from :func:`worker_batches`, the path benchmarks/data_loading.py
+measures. A batch asked for out of order (a resume, evaluation's own order) restarts the
+workers at it, so resume stays exact on any world size: batches are a function of the step.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -45,10 +51,13 @@ def worker_batches(
     last_step: int,
     num_workers: int,
     chunk: int = CHUNK_BATCHES,
+    first_micro: int = 0,
 ) -> Iterator[torch.Tensor]:
     """The [rows, seq_len + 1] token rows of steps ``first_step .. last_step`` (every micro-batch
-    of a step, in order), read by ``num_workers`` DataLoader processes (0: this one)."""
+    of a step, in order, from ``first_micro`` of the first), read by ``num_workers`` DataLoader
+    processes (0: this one)."""
     pairs = [(s, m) for s in range(first_step, last_step + 1) for m in range(batches.accum)]
+    pairs = pairs[first_micro:]
     if num_workers and pairs:
         # the first batch is read here, so the workers forked after it inherit its packed block
         # and the next shards decoded, instead of each loading the same ones at the same time
@@ -61,3 +70,45 @@ def worker_batches(
     )
     for stacked in loader:
         yield from stacked
+
+
+class LoaderBatches:
+    """``get(step, micro)`` as :class:`TokenBatches` answers it, read ahead in order by
+    DataLoader worker processes; every other attribute is the wrapped batches'."""
+
+    def __init__(self, batches: TokenBatches, last_step: int, num_workers: int) -> None:
+        self.batches, self.last_step, self.num_workers = batches, last_step, num_workers
+        self._rows: Iterator[torch.Tensor] | None = None
+        self._next: tuple[int, int] | None = None
+
+    def get(self, step: int, micro: int = 0) -> tuple[torch.Tensor, ...]:
+        if self.batches.document_mask or step > self.last_step:
+            return self.batches.get(step, micro)  # document flags are read in this process
+        if (step, micro) != self._next:
+            self.close_workers()
+            self._rows = worker_batches(
+                self.batches, step, self.last_step, self.num_workers, first_micro=micro
+            )
+        rows = next(self._rows)
+        following = micro + 1 < self.batches.accum
+        self._next = (step, micro + 1) if following else (step + 1, 0)
+        return rows[:, :-1], rows[:, 1:]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.batches, name)
+
+    def close_workers(self) -> None:
+        """Stop the worker processes reading ahead (a generator's close ends its DataLoader)."""
+        if self._rows is not None:
+            self._rows.close()  # type: ignore[attr-defined]
+        self._rows, self._next = None, None
+
+    def close(self) -> None:
+        self.close_workers()
+        self.batches.close()
+
+
+def loop_batches(batches: TokenBatches, last_step: int, num_workers: int) -> Any:
+    """The training batches the loop reads: through ``num_workers`` DataLoader processes, or
+    ``batches`` itself (read in the loop's process) for 0."""
+    return LoaderBatches(batches, last_step, num_workers) if num_workers > 0 else batches

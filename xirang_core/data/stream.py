@@ -283,7 +283,9 @@ class TokenSource(ProcessFetcher):
     def _tokens(self, shard: int, next_use, protect: set[int]) -> tuple[np.ndarray, np.ndarray]:
         """(document offsets, token values) of one token shard, its dtype checked."""
         table = self.fetcher.table(shard, next_use, protect)
-        column = table.column(0).combine_chunks()
+        chunks = table.column(0)
+        # one chunk (a shard is one record batch) is used in place: combining copies it
+        column = chunks.chunk(0) if chunks.num_chunks == 1 else chunks.combine_chunks()
         where = self.snap.shards[shard].key
         check_dtype(
             np.dtype(str(column.type.value_type)), self.read.vocab_size, where, self.read.rebuild

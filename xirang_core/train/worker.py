@@ -19,6 +19,7 @@ import torch.distributed as dist
 import yaml
 
 from xirang_core.cost.run_cost import cost_fields
+from xirang_core.data.step_loader import loop_batches
 from xirang_core.data.tokens import TokenBatches
 from xirang_core.data.training import run_batches
 from xirang_core.errors import ConfigError, peer_lost
@@ -150,6 +151,7 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
         raise ConfigError(f"data.seq_len={seq_len} exceeds model.max_seq_len={max_len}")
     accum = trainer["global_batch"] // ctx.data_world // micro
     train, val = run_batches(config, ctx.data_rank, ctx.data_world, micro, accum)
+    train = loop_batches(train, trainer["max_steps"], data.get("num_workers", 0))
     settings = LoopSettings(
         max_steps=trainer["max_steps"],
         accum_steps=accum,
