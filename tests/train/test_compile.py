@@ -73,3 +73,16 @@ def test_compiled_single_run_reports_compile_time_apart(
 def test_compiled_ddp_with_two_workers(run_xirang: Callable, tmp_path: Path) -> None:
     summary, _, _ = compiled_run(run_xirang, tmp_path, "trainer.nproc=2", "parallel=ddp")
     assert summary["world_size"] == 2 and summary["compile_s"] > 0
+
+
+def test_the_llama_head_and_loss_compile_with_its_blocks(tiny: dict[str, Any]) -> None:
+    import torch
+
+    settings = {"dim": 16, "n_layers": 1, "n_heads": 2, "n_kv_heads": 1, "ffn_dim": 32}
+    model = get_registry().load("model", "llama").from_config({**settings, "vocab_size": 32})
+    names, eager = list(model.state_dict()), model.head_loss
+    config = {**tiny, "model": {"family": "llama"}, "trainer": {**tiny["trainer"], "compile": True}}
+    compile_model(model, config)
+    assert model.head_loss is not eager and list(model.state_dict()) == names
+    x, targets = torch.randn(2, 8, 16), torch.randint(0, 32, (2, 8))
+    torch.testing.assert_close(model.head_loss(x, targets), eager(x, targets))

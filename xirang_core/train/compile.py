@@ -30,8 +30,12 @@ def compile_model(model: nn.Module, config: dict[str, Any]) -> None:
     if not getattr(spec, "parallelize", ""):
         model.compile()
         return
-    for layer in spec.load_parallelize().layers(model).values():
+    plan = spec.load_parallelize()
+    for layer in plan.layers(model).values():
         layer.compile()
+    compile_head = getattr(plan, "compile_head", None)  # the output head and loss, if apart
+    if compile_head is not None:
+        compile_head(model)
 
 
 def compiler_problem(device_type: str) -> str | None:
