@@ -5,7 +5,8 @@ The socket is bound at construction, so ``port=0`` is resolved before serving st
 listen backlog of 2048 (the standard library's was 5: 200 clients connecting at once saw
 resets). uvicorn speaks HTTP through httptools (llhttp, in C) on uvloop where it is installed:
 a small cached answer took 1.0-1.2 ms on loopback through h11 (pure Python) and asyncio's loop,
-0.8-0.9 ms so. Header names go out in lower case, as HTTP/2 requires and HTTP/1.1 allows.
+0.8-0.9 ms through httptools on uvloop. Header names go out in lower case, as HTTP/2 requires
+and HTTP/1.1 allows.
 llhttp refuses malformed framing (a negative or non-numeric Content-Length) before the app
 sees it; :class:`_Protocol` adds what h11 did and llhttp does not: a request head over
 ``max_header_bytes`` is refused (400). Idle keep-alive connections close after
