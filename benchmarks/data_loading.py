@@ -130,23 +130,30 @@ def xirang_loader(args: argparse.Namespace, start: int = 0):
 
 
 def loop_rows(loop, first: int, last: int):
-    """Steps ``first .. last`` read by the training loop's own call, ``get(step)`` (inputs and
-    targets, views of one [batch, seq + 1] row tensor), as those rows, so every side counts
-    the same tokens."""
+    """Steps ``first .. last`` read by the training loop's own call, ``get(step)``, as the
+    [batch, seq + 1] row tensor its inputs and targets are views of, so every side counts the
+    same tokens. The view is that tensor, not a copy: the loop never joins inputs and targets,
+    and a peer's batch is its loader's tensor as is (a torch.cat here cost ~29 ms on its first
+    call, inside a resume's timed span)."""
     import torch
 
     for step in range(first, last + 1):
         inputs, targets = loop.get(step)
-        yield torch.cat([inputs, targets[:, -1:]], dim=1)
+        rows = torch.as_strided(inputs, (inputs.shape[0], inputs.shape[1] + 1), inputs.stride())
+        shifted = targets.data_ptr() == inputs.data_ptr() + inputs.element_size()
+        assert shifted and targets.stride() == inputs.stride(), "views of one row tensor"
+        yield rows
 
 
 def xirang_side(args: argparse.Namespace) -> dict:
     """A pass (or, with ``--stop``, its first batches; with ``--resume``, the first batch from
     step ``--stop``: xirang's state is the step, so resuming is a loader started there)."""
-    import xirang_core.data.tokens  # noqa: F401 - imports are not timed, for any side
-    from xirang_core.plugins import get_registry
+    import numpy.random  # noqa: F401 - imports are not timed, for any side (numpy's is lazy)
 
-    get_registry()  # plugins are imported once a process, as modules are: not timed either
+    import xirang_core.data.step_loader  # noqa: F401
+    from xirang_core.storage.locate import tier_for
+
+    tier_for(args.remote or args.dir)  # plugins are imported once a process: not timed either
 
     if args.resume:
         return timed(lambda: xirang_loader(args, args.stop), 1)[0]

@@ -117,6 +117,10 @@ class ShardFetcher:
                 used -= self.memory.pop(int(victim)).nbytes
 
     def _load(self, shard: int, next_use: Callable[[int], float], protect: set[int]) -> pa.Table:
+        return shards.decode(self.verified(shard, next_use, protect), self.infos[shard].key)
+
+    def verified(self, shard: int, next_use: Callable[[int], float], protect: set[int]) -> bytes:
+        """Shard ``shard``'s bytes (disk cache, else origin), checked against its sha256."""
         info = self.infos[shard]
         data = self._bytes(info, self._key_use(next_use), {self.infos[p].key for p in protect})
         if not shards.checksum_ok(data, info):
@@ -131,7 +135,7 @@ class ShardFetcher:
                 )
             if self.disk:
                 self.disk.store(info.key, data, self._key_use(next_use), set())
-        return shards.decode(data, info.key)
+        return data
 
     def _bytes(self, info: ShardInfo, next_use: NextUse, protect: set[str]) -> bytes:
         if self.disk is None:

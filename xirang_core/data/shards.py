@@ -59,17 +59,20 @@ class ShardInfo:
 
 
 def encode(
-    table: pa.Table, folder: str = "shards", compression: str | None = "zstd"
+    table: pa.Table,
+    folder: str = "shards",
+    compression: str | None = "zstd",
+    batch_rows: list[int] | None = None,
 ) -> tuple[bytes, ShardInfo]:
-    """Serialise ``table`` as a shard (zstd, or uncompressed with ``compression=None``);
+    """Serialise ``table`` as a shard (zstd, or uncompressed with ``compression=None``) of
+    record batches starting at rows ``batch_rows`` (default: every ``ROWS_PER_BATCH``);
     returns its bytes and its index entry."""
     sink = pa.BufferOutputStream()
     options = pa.ipc.IpcWriteOptions(compression=compression)
-    starts: list[int] = []
+    starts = batch_rows or list(range(0, max(table.num_rows, 1), ROWS_PER_BATCH))
     with pa.ipc.new_file(sink, table.schema, options=options) as writer:
-        for start in range(0, max(table.num_rows, 1), ROWS_PER_BATCH):
-            starts.append(start)
-            writer.write_table(table.slice(start, ROWS_PER_BATCH))
+        for start, end in zip(starts, [*starts[1:], max(table.num_rows, 1)], strict=True):
+            writer.write_table(table.slice(start, end - start))
     data = sink.getvalue().to_pybytes()
     digest = hashlib.sha256(data).hexdigest()
     info = ShardInfo(f"{folder}/{digest}.arrow", table.num_rows, len(data), digest, tuple(starts))

@@ -59,9 +59,13 @@ def worker_batches(
     pairs = [(s, m) for s in range(first_step, last_step + 1) for m in range(batches.accum)]
     pairs = pairs[first_micro:]
     if num_workers and pairs:
-        # the first batch is read here, so the workers forked after it inherit its packed block
-        # and the next shards decoded, instead of each loading the same ones at the same time
-        yield torch.from_numpy(batches.rows(batches.positions(*pairs[0])))
+        # the first batch is read here from the record batches its rows need (a resume's first
+        # batch need not wait for its whole block); then its block is packed here, so the
+        # workers forked after it inherit it and the next shards decoded, instead of each
+        # loading the same ones at the same time
+        first = batches.positions(*pairs[0])
+        yield torch.from_numpy(batches.rows(first, sparse=True))
+        batches.rows(first)
         pairs = pairs[1:]
         for named in batches.sources:
             named.source.fetcher.settle()

@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from xirang_core.data.fetch import ProcessFetcher, ShardFetcher, TierSettings
 from xirang_core.data.order import EpochOrder
+from xirang_core.data.shard_index import ShardIndex
 from xirang_core.data.snapshot import Snapshot
 from xirang_core.data.token_shards import check_dtype
 from xirang_core.errors import DataError
@@ -65,6 +66,30 @@ class _Plan:
     block_of: np.ndarray  # shard -> its block
 
 
+@dataclass
+class _Sparse:
+    """A block's layout without its tokens: each document's shard, row and end in the block,
+    and the shards' indexes, which decode the record batches a row reads and no others."""
+
+    shard_of: np.ndarray
+    row_of: np.ndarray
+    ends: np.ndarray
+    index: dict[int, ShardIndex]
+
+    def piece(self, lo: int, length: int) -> np.ndarray:
+        """Tokens ``[lo, lo + length)`` of the block (fewer where the block ends first)."""
+        hi = min(lo + length, int(self.ends[-1]) if len(self.ends) else 0)
+        doc = int(np.searchsorted(self.ends, lo, side="right"))
+        pieces, at = [], lo
+        while at < hi:
+            begin = int(self.ends[doc - 1]) if doc else 0
+            offset = int(self.index[int(self.shard_of[doc])].offsets[self.row_of[doc]]) - begin
+            until = min(hi, int(self.ends[doc]))
+            pieces.append(self.index[int(self.shard_of[doc])].values(at + offset, until + offset))
+            at, doc = until, doc + 1
+        return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+
+
 class TokenSource(ProcessFetcher):
     """Packed rows of one token snapshot: training rows by epoch, held-out rows from the tail."""
 
@@ -83,6 +108,7 @@ class TokenSource(ProcessFetcher):
         self._fetcher: ShardFetcher | None = None
         self._pid = os.getpid()
         self._blocks: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        self._sparse: OrderedDict[tuple[int, int], _Sparse] = OrderedDict()
         #: where each document of a recent block ends in it (data.document_mask)
         self._doc_ends: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
         # the device prefetcher's thread reads training rows while evaluation reads held-out ones
@@ -129,14 +155,18 @@ class TokenSource(ProcessFetcher):
 
     # --- rows --------------------------------------------------------------------------
 
-    def train_rows(self, rows: np.ndarray) -> np.ndarray:
-        """Global training rows (running on across epochs) as a [len(rows), span] array."""
+    def train_rows(self, rows: np.ndarray, sparse: bool = False) -> np.ndarray:
+        """Global training rows (running on across epochs) as a [len(rows), span] array.
+
+        ``sparse``: a block not packed yet is not packed for these rows: its shards' offsets
+        say where the rows are, and only the record batches they read are decoded (a resumed
+        run's first batch, at a fraction of the cost; the rows are the same)."""
         span = self.read.span
         out = np.empty((len(rows), span), dtype=np.int64)
         with self._lock:
             for i, row in enumerate(np.asarray(rows, dtype=np.int64)):
                 epoch, r = divmod(int(row), self.rows_per_epoch)
-                out[i] = self._slice(epoch, self.packed_row(epoch, r) * span, span)
+                out[i] = self._slice(epoch, self.packed_row(epoch, r) * span, span, sparse)
         return out
 
     def packed_row(self, epoch: int, row: int) -> int:
@@ -226,15 +256,17 @@ class TokenSource(ProcessFetcher):
             flags[begins[(begins >= start) & (begins < end)] - start] = True
         return flags
 
-    def _slice(self, epoch: int, start: int, length: int) -> np.ndarray:
+    def _slice(self, epoch: int, start: int, length: int, sparse: bool = False) -> np.ndarray:
         """Tokens ``[start, start + length)`` of ``epoch``'s stream, across blocks."""
         plan = self.plan(epoch)
         pieces = []
         block = int(np.searchsorted(plan.cum, start, side="right")) - 1
         while length > 0:
-            tokens = self._block(epoch, block)
             lo = start - int(plan.cum[block])
-            piece = tokens[lo : lo + length]
+            if sparse and (epoch, block) not in self._blocks:
+                piece = self._sparse_block(epoch, block).piece(lo, length)
+            else:
+                piece = self._block(epoch, block)[lo : lo + length]
             pieces.append(piece if len(piece) == length else piece.copy())  # frees the block
             start, length, block = start + len(piece), length - len(piece), block + 1
         return np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
@@ -261,21 +293,61 @@ class TokenSource(ProcessFetcher):
         ]
         tokens = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
         self._blocks[key] = tokens
+        self._sparse.clear()  # a first batch's sparse reads are done with
         self._doc_ends[key] = np.cumsum([len(p) for p in pieces], dtype=np.int64)
         while len(self._doc_ends) > DOC_ENDS_KEPT:
             self._doc_ends.popitem(last=False)
         return tokens
 
-    def _look_ahead(self, epoch: int, block: int) -> tuple[set[int], Callable[[int], float]]:
-        """Load the shards of ``block`` and prefetch the next ones; returns the block's shards
-        and when each shard is next needed (the tiers evict the furthest first)."""
+    def _sparse_block(self, epoch: int, block: int) -> _Sparse:
+        """Block ``block`` of ``epoch`` as :class:`_Sparse`: its shards' offsets are read
+        (in parallel: checking and indexing a shard runs outside the GIL), not its tokens."""
+        key = (epoch, block)
+        if key not in self._sparse:
+            plan = self.plan(epoch)
+            current, next_use = self._uses(epoch, block)
+            lo, hi = _positions(plan.order, plan.blocks[block])
+            ids = plan.order.samples[lo:hi]
+            shard_of, row_of = plan.order.locate(ids[ids < self.n_train])
+            needed = sorted(set(shard_of.tolist()))
+            index = dict(
+                zip(
+                    needed,
+                    self.fetcher.pool.map(lambda s: self._index(s, next_use, current), needed),
+                    strict=True,
+                )
+            )
+            lengths = np.zeros(len(shard_of), dtype=np.int64)
+            for shard, ix in index.items():
+                mine = shard_of == shard
+                lengths[mine] = np.diff(ix.offsets)[row_of[mine]]
+            self._sparse[key] = _Sparse(shard_of, row_of, np.cumsum(lengths), index)
+            while len(self._sparse) > 2:  # a row crossing into the next block reads both
+                self._sparse.popitem(last=False)
+        return self._sparse[key]
+
+    def _index(self, shard: int, next_use, protect: set[int]) -> ShardIndex:
+        """One token shard's :class:`ShardIndex`, from its checked bytes, its dtype checked."""
+        where = self.snap.shards[shard].key
+        index = ShardIndex(self.fetcher.verified(shard, next_use, protect), where)
+        check_dtype(index.dtype, self.read.vocab_size, where, self.read.rebuild)
+        return index
+
+    def _uses(self, epoch: int, block: int) -> tuple[set[int], Callable[[int], float]]:
+        """The shards of ``block`` and when each shard is next needed (the tiers evict the
+        furthest first)."""
         plan = self.plan(epoch)
-        current = {int(s) for s in plan.blocks[block]}
 
         def next_use(shard: int) -> float:
             at = int(plan.block_of[shard])
             return float(at) if at >= block else float("inf")
 
+        return {int(s) for s in plan.blocks[block]}, next_use
+
+    def _look_ahead(self, epoch: int, block: int) -> tuple[set[int], Callable[[int], float]]:
+        """Load the shards of ``block`` and prefetch the next ones; returns :meth:`_uses`."""
+        plan = self.plan(epoch)
+        current, next_use = self._uses(epoch, block)
         upcoming = [int(s) for b in plan.blocks[block:] for s in b]
         self.fetcher.prefetch(upcoming, next_use, current, len(current))
         return current, next_use

@@ -43,6 +43,9 @@ KIND = "tokens"
 AUTO_TOKENIZE_BYTES = 64 * 2**20
 #: zstd is kept only when it saves at least this fraction of the raw bytes
 MIN_SAVING = 0.1
+#: tokens a record batch holds (whole documents): a resumed run's first batch decodes only the
+#: record batches its rows read (xirang_core/data/shard_index.py), about this many tokens each
+BATCH_TOKENS = 2**16
 #: tokenizers rebuilt in this process, by their recipe
 _TOKENIZERS: dict[str, Tokenizer] = {}
 
@@ -164,11 +167,23 @@ def token_table(docs: list[list[int]], dtype: np.dtype) -> pa.Table:
 
 def write_token_shard(dst: FsspecTier, table: pa.Table) -> ShardInfo:
     """Store a token shard, zstd-compressed only where that pays."""
-    data, info = shards.encode(table, "shards")
+    starts = batch_starts(table.column(0).chunk(0).offsets) if table.num_rows else None
+    data, info = shards.encode(table, "shards", batch_rows=starts)
     if len(data) > (1 - MIN_SAVING) * table.nbytes:
-        data, info = shards.encode(table, "shards", compression=None)
+        data, info = shards.encode(table, "shards", compression=None, batch_rows=starts)
     write_shard_bytes(dst, data, info)
     return info
+
+
+def batch_starts(offsets: pa.Array) -> list[int]:
+    """First document of each record batch: a batch closes once it holds ``BATCH_TOKENS``."""
+    ends = np.frombuffer(offsets.buffers()[1], np.int32, len(offsets), offsets.offset)
+    starts, at = [0], 0
+    while True:
+        at = int(np.searchsorted(ends, int(ends[at]) + BATCH_TOKENS, side="left"))
+        if at >= len(ends) - 1:
+            return starts
+        starts.append(at)
 
 
 def find(src: FsspecTier, snap: Snapshot, tokenizer: Tokenizer) -> Snapshot | None:

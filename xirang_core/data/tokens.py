@@ -59,9 +59,10 @@ class TokenBatches:
         batch = (step - 1) * self.accum + micro if self.split == "train" else step
         return self.part.positions(batch)
 
-    def rows(self, positions: np.ndarray) -> np.ndarray:
-        """The [len(positions), seq_len + 1] token rows at global rows ``positions``."""
-        return self._gather(positions, self._read, np.int64)
+    def rows(self, positions: np.ndarray, sparse: bool = False) -> np.ndarray:
+        """The [len(positions), seq_len + 1] token rows at global rows ``positions``
+        (``sparse``: see :meth:`TokenSource.train_rows`)."""
+        return self._gather(positions, lambda s, r: self._read(s, r, sparse), np.int64)
 
     def doc_starts(self, positions: np.ndarray) -> np.ndarray:
         """Whether a document starts at each position of :meth:`rows`' rows."""
@@ -78,8 +79,9 @@ class TokenBatches:
             out[mask] = read(self.sources[int(index)].source, within[mask])
         return out
 
-    def _read(self, source: TokenSource, rows: np.ndarray) -> np.ndarray:
-        return source.train_rows(rows) if self.split == "train" else source.val_rows(rows)
+    def _read(self, source: TokenSource, rows: np.ndarray, sparse: bool = False) -> np.ndarray:
+        train = self.split == "train"
+        return source.train_rows(rows, sparse) if train else source.val_rows(rows)
 
     def _read_starts(self, source: TokenSource, rows: np.ndarray) -> np.ndarray:
         train = self.split == "train"

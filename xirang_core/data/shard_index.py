@@ -1,0 +1,136 @@
+"""A token shard's document offsets without decoding its tokens; tokens by record batch.
+
+A resumed run's first batch reads a few rows scattered over a block of shards. Where those rows
+fall follows from every document's length (the list offsets), but decoding a shard decodes its
+token values too: tens of milliseconds for a block, for the few thousand tokens a batch reads.
+Arrow IPC compresses each buffer of each record batch on its own, so this reads the file's
+footer and each record batch's metadata (flatbuffers, parsed here: pyarrow decodes a record
+batch only whole), decompresses the small offsets buffers, and a record batch's values only
+when a row reads from it. The bytes are the shard's checksummed bytes; nothing is guessed.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pyarrow as pa
+
+from xirang_core.errors import DataError
+
+#: the end of an Arrow IPC file: int32 footer length, then this
+MAGIC = b"ARROW1"
+#: BodyCompression codecs of the IPC format
+CODECS = {0: "lz4", 1: "zstd"}
+
+
+class _Flat:
+    """Just enough of the flatbuffers wire format to read Arrow's footer and message tables."""
+
+    def __init__(self, buf: memoryview, base: int = 0) -> None:
+        self.buf, self.base = buf, base
+
+    def u32(self, at: int) -> int:
+        return struct.unpack_from("<I", self.buf, at)[0]
+
+    def root(self) -> int:
+        return self.base + self.u32(self.base)
+
+    def field(self, table: int, index: int) -> int | None:
+        """Where field ``index`` of the table at ``table`` is stored (None: absent, default)."""
+        vtable = table - struct.unpack_from("<i", self.buf, table)[0]
+        size = struct.unpack_from("<H", self.buf, vtable)[0]
+        if 4 + 2 * index >= size:
+            return None
+        offset = struct.unpack_from("<H", self.buf, vtable + 4 + 2 * index)[0]
+        return table + offset if offset else None
+
+    def table(self, table: int, index: int) -> int | None:
+        at = self.field(table, index)
+        return None if at is None else at + self.u32(at)
+
+    def structs(self, table: int, index: int, fmt: str) -> list[tuple]:
+        """A vector of structs of layout ``fmt`` (little-endian)."""
+        at = self.table(table, index)
+        if at is None:
+            return []
+        size = struct.calcsize(fmt)
+        return [struct.unpack_from(fmt, self.buf, at + 4 + i * size) for i in range(self.u32(at))]
+
+
+class ShardIndex:
+    """Document offsets of a one-column ``list<uint*>`` token shard, and its token values by
+    range, decoding only the record batches a range touches."""
+
+    def __init__(self, data: bytes, key: str) -> None:
+        self.view, self.key = memoryview(data), key
+        self.buffer = pa.py_buffer(data)
+        try:
+            self.value_type = pa.ipc.open_file(self.buffer).schema.field(0).type.value_type
+            self._batches = [self._batch(block) for block in self._blocks()]
+        except (pa.ArrowInvalid, struct.error, IndexError, KeyError) as exc:
+            raise DataError(f"shard {key} is not a readable token shard: {exc}") from None
+        self.dtype = np.dtype(str(self.value_type))
+        counts = [len(offsets) - 1 for offsets, _ in self._batches]
+        bases = np.concatenate([[0], np.cumsum([int(o[-1]) for o, _ in self._batches])])
+        #: every document's first token, and the end of the last, across record batches
+        self.offsets = np.concatenate(
+            [o[:-1] + b for (o, _), b in zip(self._batches, bases, strict=False)] + [bases[-1:]]
+        ).astype(np.int64)
+        self.batch_values = bases  # first value of each record batch
+        self.batch_docs = np.concatenate([[0], np.cumsum(counts)])
+        self._values: dict[int, np.ndarray] = {}
+
+    def _blocks(self) -> list[tuple[int, int, int]]:
+        """(offset, metadata length, body length) of each record batch, from the footer."""
+        end = len(self.view) - len(MAGIC)
+        if bytes(self.view[end:]) != MAGIC:
+            raise DataError(f"shard {self.key} is not an Arrow IPC file")
+        size = struct.unpack_from("<i", self.view, end - 4)[0]
+        flat = _Flat(self.view, end - 4 - size)
+        return flat.structs(flat.root(), 3, "<qi4xq")
+
+    def _batch(self, block: tuple[int, int, int]) -> tuple[np.ndarray, tuple]:
+        """A record batch's decoded offsets and where its (compressed) values are."""
+        offset, meta_length, _ = block
+        prefix = 8 if struct.unpack_from("<i", self.view, offset)[0] == -1 else 4
+        flat = _Flat(self.view, offset + prefix)
+        batch = flat.table(flat.root(), 2)  # Message.header: the RecordBatch
+        assert batch is not None
+        buffers = flat.structs(batch, 2, "<qq")  # list validity, offsets, item validity, values
+        compression = flat.table(batch, 3)
+        codec = None
+        if compression is not None:
+            at = flat.field(compression, 0)
+            codec = CODECS[self.view[at] if at is not None else 0]
+        body = offset + meta_length
+        offsets = self._decode(body + buffers[1][0], buffers[1][1], codec).view(np.int32)
+        return offsets, (body + buffers[3][0], buffers[3][1], codec)
+
+    def _decode(self, at: int, length: int, codec: str | None) -> np.ndarray:
+        """One IPC buffer's bytes: compressed buffers start with their int64 decoded length
+        (-1: stored as is)."""
+        if codec is None:
+            return np.frombuffer(self.buffer, np.uint8, length, at)
+        decoded = struct.unpack_from("<q", self.view, at)[0]
+        if decoded == -1:
+            return np.frombuffer(self.buffer, np.uint8, length - 8, at + 8)
+        raw = pa.Codec(codec).decompress(self.buffer.slice(at + 8, length - 8), decoded)
+        return np.frombuffer(raw, np.uint8)
+
+    def values(self, lo: int, hi: int) -> np.ndarray:
+        """Token values ``[lo, hi)`` of the shard (a document's tokens are within one batch)."""
+        first = int(np.searchsorted(self.batch_values, lo, side="right")) - 1
+        pieces, at = [], lo
+        while at < hi:
+            base, end = int(self.batch_values[first]), int(self.batch_values[first + 1])
+            values = self._batch_values(first)
+            pieces.append(values[at - base : min(hi, end) - base])
+            at, first = min(hi, end), first + 1
+        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+    def _batch_values(self, index: int) -> np.ndarray:
+        if index not in self._values:
+            at, length, codec = self._batches[index][1]
+            self._values[index] = self._decode(at, length, codec).view(self.dtype)
+        return self._values[index]
