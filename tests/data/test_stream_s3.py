@@ -1,5 +1,6 @@
-"""Training data streamed from S3 (a real moto_server): a 2-worker training run killed with
-SIGKILL mid-epoch resumes with the same batches and reuses the cache it left; two runs on one
+"""Training data streamed from S3 (a real moto_server): a 2-rank training run reading through
+2 DataLoader workers a rank, killed with SIGKILL mid-epoch, resumes with the same batches and
+reuses the cache it left; two runs on one
 node share one cache folder and download each shard once between them."""
 
 from __future__ import annotations
@@ -116,9 +117,11 @@ def shard_gets(log: Path, since: int, prefix: str) -> list[str]:
 def test_a_killed_two_worker_training_run_resumes_exactly_and_reuses_its_cache(
     make_dataset: Make, s3: str, s3_requests: Path, tmp_path: Path
 ) -> None:
-    """A real 2-worker DDP run over S3 killed with SIGKILL (launcher and workers) mid-epoch, then
-    the same command again: the steps it computes again have exactly the losses they had (the
-    same batches into the same model), and no shard it had cached is asked of S3 again."""
+    """A real 2-rank DDP run over S3 with ``data.num_workers=2`` killed with SIGKILL (launcher,
+    ranks and their DataLoader workers) mid-epoch, then the same command again: the steps it
+    computes again have exactly the losses they had (the same batches into the same model: the
+    resumed loader restarts its workers at the checkpoint's step, its first batch read sparsely),
+    and no shard it had cached is asked of S3 again."""
     local, _ = make_dataset(n=600, per_shard=25)  # ~400 rows of 33 tokens in 24 shards: 100 steps
     storage = {"name": "s3", "root": "", "endpoint_url": s3, "region": "", "profile": ""}
     sync(local, tier_for(f"s3://{BUCKET}/killed", storage))
@@ -126,6 +129,7 @@ def test_a_killed_two_worker_training_run_resumes_exactly_and_reuses_its_cache(
         sys.executable, "-m", "xirang", *ONE_LAYER_GPT, "trainer.nproc=2", "parallel=ddp",
         "storage=s3_cache", f"storage.endpoint_url={s3}", f"data.uri=s3://{BUCKET}/killed",
         f"data.cache_dir={tmp_path / 'cache'}", "data.val_fraction=0", "data.prefetch_shards=2",
+        "data.num_workers=2",
         "checkpoint=every_steps", "checkpoint.interval=10", "trainer.max_steps=40",
         "trainer.log_every=1", "trainer.sample_tokens=0", f"hydra.run.dir={tmp_path / 'run'}",
     ]  # fmt: skip

@@ -105,6 +105,8 @@ class ShardIndex:
             codec = CODECS[self.view[at] if at is not None else 0]
         body = offset + meta_length
         offsets = self._decode(body + buffers[1][0], buffers[1][1], codec).view(np.int32)
+        if not len(offsets):  # a batch of no documents may store no offsets at all
+            offsets = np.zeros(1, dtype=np.int32)
         return offsets, (body + buffers[3][0], buffers[3][1], codec)
 
     def _decode(self, at: int, length: int, codec: str | None) -> np.ndarray:
@@ -127,7 +129,9 @@ class ShardIndex:
             values = self._batch_values(first)
             pieces.append(values[at - base : min(hi, end) - base])
             at, first = min(hi, end), first + 1
-        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+        if len(pieces) == 1:
+            return pieces[0]
+        return np.concatenate(pieces) if pieces else np.zeros(0, self.dtype)
 
     def _batch_values(self, index: int) -> np.ndarray:
         if index not in self._values:

@@ -15,6 +15,7 @@ workers at it, so resume stays exact on any world size: batches are a function o
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,6 +26,9 @@ from xirang_core.data.tokens import TokenBatches
 
 #: batches stacked into one transfer from a worker process
 CHUNK_BATCHES = 16
+#: workers fork, so they inherit what the first batch decoded, even in a process whose default
+#: start method is spawn (a DDP rank started by torch's elastic launcher); spawn where no fork
+_FORK = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
 
 
 class _Chunks(torch.utils.data.Dataset):
@@ -70,7 +74,10 @@ def worker_batches(
         for named in batches.sources:
             named.source.fetcher.settle()
     loader = torch.utils.data.DataLoader(
-        _Chunks(batches, pairs, chunk), batch_size=None, num_workers=num_workers
+        _Chunks(batches, pairs, chunk),
+        batch_size=None,
+        num_workers=num_workers,
+        multiprocessing_context=_FORK if num_workers else None,
     )
     for stacked in loader:
         yield from stacked

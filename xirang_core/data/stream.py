@@ -364,6 +364,13 @@ class TokenSource(ProcessFetcher):
         )
         return _view(column.offsets), _view(column.values)
 
+    def __getstate__(self) -> dict:
+        """Pickled into a spawned data-loader worker: it opens its own fetcher and lock."""
+        return {**self.__dict__, "_fetcher": None, "_lock": None, "_sparse": OrderedDict()}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _lock=threading.RLock())
+
     def close(self) -> None:
         if self._fetcher is not None:
             self._fetcher.close()

@@ -167,7 +167,8 @@ def token_table(docs: list[list[int]], dtype: np.dtype) -> pa.Table:
 
 def write_token_shard(dst: FsspecTier, table: pa.Table) -> ShardInfo:
     """Store a token shard, zstd-compressed only where that pays."""
-    starts = batch_starts(table.column(0).chunk(0).offsets) if table.num_rows else None
+    offsets = table.column(0).chunk(0).offsets
+    starts = batch_starts(offsets, BATCH_TOKENS) if table.num_rows else None
     data, info = shards.encode(table, "shards", batch_rows=starts)
     if len(data) > (1 - MIN_SAVING) * table.nbytes:
         data, info = shards.encode(table, "shards", compression=None, batch_rows=starts)
@@ -175,12 +176,12 @@ def write_token_shard(dst: FsspecTier, table: pa.Table) -> ShardInfo:
     return info
 
 
-def batch_starts(offsets: pa.Array) -> list[int]:
-    """First document of each record batch: a batch closes once it holds ``BATCH_TOKENS``."""
+def batch_starts(offsets: pa.Array, tokens: int) -> list[int]:
+    """First document of each record batch: a batch closes once it holds ``tokens``."""
     ends = np.frombuffer(offsets.buffers()[1], np.int32, len(offsets), offsets.offset)
     starts, at = [0], 0
     while True:
-        at = int(np.searchsorted(ends, int(ends[at]) + BATCH_TOKENS, side="left"))
+        at = int(np.searchsorted(ends, int(ends[at]) + tokens, side="left"))
         if at >= len(ends) - 1:
             return starts
         starts.append(at)
