@@ -82,10 +82,11 @@ class _Sparse:
         doc = int(np.searchsorted(self.ends, lo, side="right"))
         pieces, at = [], lo
         while at < hi:
+            index = self.index[int(self.shard_of[doc])]
             begin = int(self.ends[doc - 1]) if doc else 0
-            offset = int(self.index[int(self.shard_of[doc])].offsets[self.row_of[doc]]) - begin
+            offset = int(index.offsets[self.row_of[doc]]) - begin  # block -> shard position
             until = min(hi, int(self.ends[doc]))
-            pieces.append(self.index[int(self.shard_of[doc])].values(at + offset, until + offset))
+            pieces.append(index.values(at + offset, until + offset))
             at, doc = until, doc + 1
         return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
 
@@ -281,11 +282,8 @@ class TokenSource(ProcessFetcher):
             return self._blocks[key]
         while len(self._blocks) >= BLOCKS_KEPT:  # before building: one block's memory at a time
             self._blocks.popitem(last=False)
-        plan = self.plan(epoch)
         current, next_use = self._look_ahead(epoch, block)
-        lo, hi = _positions(plan.order, plan.blocks[block])
-        ids = plan.order.samples[lo:hi]
-        shard_of, row_of = plan.order.locate(ids[ids < self.n_train])
+        shard_of, row_of = self._documents(epoch, block)
         arrays = {s: self._tokens(s, next_use, current) for s in sorted(current)}
         pieces = [
             arrays[s][1][arrays[s][0][r] : arrays[s][0][r + 1]]
@@ -304,11 +302,8 @@ class TokenSource(ProcessFetcher):
         (in parallel: checking and indexing a shard runs outside the GIL), not its tokens."""
         key = (epoch, block)
         if key not in self._sparse:
-            plan = self.plan(epoch)
             current, next_use = self._uses(epoch, block)
-            lo, hi = _positions(plan.order, plan.blocks[block])
-            ids = plan.order.samples[lo:hi]
-            shard_of, row_of = plan.order.locate(ids[ids < self.n_train])
+            shard_of, row_of = self._documents(epoch, block)
             needed = sorted(set(shard_of.tolist()))
             index = dict(
                 zip(
@@ -325,6 +320,13 @@ class TokenSource(ProcessFetcher):
             while len(self._sparse) > 2:  # a row crossing into the next block reads both
                 self._sparse.popitem(last=False)
         return self._sparse[key]
+
+    def _documents(self, epoch: int, block: int) -> tuple[np.ndarray, np.ndarray]:
+        """(shard, row) of each training document of the block, in the epoch's order."""
+        plan = self.plan(epoch)
+        lo, hi = _positions(plan.order, plan.blocks[block])
+        ids = plan.order.samples[lo:hi]
+        return plan.order.locate(ids[ids < self.n_train])
 
     def _index(self, shard: int, next_use, protect: set[int]) -> ShardIndex:
         """One token shard's :class:`ShardIndex`, from its checked bytes, its dtype checked."""
