@@ -66,7 +66,10 @@ class ShardIndex:
         self.view, self.key = memoryview(data), key
         self.buffer = pa.py_buffer(data)
         try:
-            self.value_type = pa.ipc.open_file(self.buffer).schema.field(0).type.value_type
+            column = pa.ipc.open_file(self.buffer).schema.field(0).type
+            if not pa.types.is_list(column):  # int32 offsets; a large_list's are int64
+                raise DataError(f"shard {key} holds {column}, not a list of token ids")
+            self.value_type = column.value_type
             self._batches = [self._batch(block) for block in self._blocks()]
         except (pa.ArrowInvalid, struct.error, IndexError, KeyError) as exc:
             raise DataError(f"shard {key} is not a readable token shard: {exc}") from None
