@@ -298,20 +298,15 @@ class TokenSource(ProcessFetcher):
         return tokens
 
     def _sparse_block(self, epoch: int, block: int) -> _Sparse:
-        """Block ``block`` of ``epoch`` as :class:`_Sparse`: its shards' offsets are read
-        (in parallel: checking and indexing a shard runs outside the GIL), not its tokens."""
+        """Block ``block`` of ``epoch`` as :class:`_Sparse`: its shards' offsets are read, not
+        their tokens. In this thread: on a busy machine, starting pool threads to check and
+        index the shards side by side cost more than it saved."""
         key = (epoch, block)
         if key not in self._sparse:
             current, next_use = self._uses(epoch, block)
             shard_of, row_of = self._documents(epoch, block)
             needed = sorted(set(shard_of.tolist()))
-            index = dict(
-                zip(
-                    needed,
-                    self.fetcher.pool.map(lambda s: self._index(s, next_use, current), needed),
-                    strict=True,
-                )
-            )
+            index = {s: self._index(s, next_use, current) for s in needed}
             lengths = np.zeros(len(shard_of), dtype=np.int64)
             for shard, ix in index.items():
                 mine = shard_of == shard
