@@ -74,14 +74,12 @@ class ShardIndex:
         except (pa.ArrowInvalid, struct.error, IndexError, KeyError) as exc:
             raise DataError(f"shard {key} is not a readable token shard: {exc}") from None
         self.dtype = np.dtype(str(self.value_type))
-        counts = [len(offsets) - 1 for offsets, _ in self._batches]
         bases = np.concatenate([[0], np.cumsum([int(o[-1]) for o, _ in self._batches])])
         #: every document's first token, and the end of the last, across record batches
         self.offsets = np.concatenate(
             [o[:-1] + b for (o, _), b in zip(self._batches, bases, strict=False)] + [bases[-1:]]
         ).astype(np.int64)
         self.batch_values = bases  # first value of each record batch
-        self.batch_docs = np.concatenate([[0], np.cumsum(counts)])
         self._values: dict[int, np.ndarray] = {}
 
     def _blocks(self) -> list[tuple[int, int, int]]:
@@ -110,6 +108,8 @@ class ShardIndex:
         offsets = self._decode(body + buffers[1][0], buffers[1][1], codec).view(np.int32)
         if not len(offsets):  # a batch of no documents may store no offsets at all
             offsets = np.zeros(1, dtype=np.int32)
+        if offsets[0]:  # pyarrow writes each batch's values from its first document's
+            raise DataError(f"shard {self.key} has a record batch whose offsets start past 0")
         return offsets, (body + buffers[3][0], buffers[3][1], codec)
 
     def _decode(self, at: int, length: int, codec: str | None) -> np.ndarray:
