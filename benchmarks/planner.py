@@ -106,7 +106,8 @@ def main() -> None:
     added = ", ".join(f"{k} +{v / 2**20:.1f}" for k, v in runtime.added.items())
     print(
         f"runtime per worker (measured on trivial runs, cached): {runtime.base / 2**20:.1f} MiB"
-        f" baseline; {added} MiB"
+        f" baseline; {added} MiB; allocator slack {runtime.slack_per_byte:.2f} B per byte of a"
+        f" micro-batch's activations over {runtime.slack_from / 2**20:.2f} MiB"
     )
     print(
         f"memory per worker {cluster.memory_gb * 1024:.1f} MiB (full replica's tensors need "

@@ -1,5 +1,6 @@
-"""The planner's memory against what a worker really holds: DDP's buckets, and the runtime
-beyond tensors that this host's trivial runs measure (xirang_core.parallel.runtime)."""
+"""The planner's memory against what a worker really holds: DDP's buckets, the runtime beyond
+tensors that this host's trivial runs measure and the allocator's slack that grows with a
+micro-batch (xirang_core.parallel.runtime), and the real peak's baseline (.peak)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,15 @@ from hypothesis import strategies as st
 
 from xirang_core.parallel.cluster import Cluster
 from xirang_core.parallel.memory import per_layer_factor, predict_memory, stage_params
-from xirang_core.parallel.peak import _resettable
+from xirang_core.parallel.peak import RealPeak, _resettable
 from xirang_core.parallel.plan import ModelShape, ParallelPlan, PlanError
 from xirang_core.parallel.planner import rank_plans
-from xirang_core.parallel.runtime import RuntimeMemory, cached_runtime, with_runtime
+from xirang_core.parallel.runtime import (
+    RuntimeMemory,
+    cached_runtime,
+    micro_batch_bytes,
+    with_runtime,
+)
 
 SHAPE = ModelShape(layers=4, hidden=256, heads=4, vocab=1024, seq_len=128, params=3_400_000)
 RUNTIME = RuntimeMemory(
@@ -41,7 +47,8 @@ def test_a_plan_pays_the_baseline_and_what_each_of_its_kinds_adds(
     plan: ParallelPlan, charged: int
 ) -> None:
     assert RUNTIME.for_plan(plan) == charged * MIB
-    estimate = with_runtime(predict_memory(SHAPE, plan, 16), RUNTIME, plan)
+    estimate = with_runtime(predict_memory(SHAPE, plan, 16), RUNTIME, plan, SHAPE, 16)
+    assert estimate.slack == 0  # RUNTIME measured no slack
     assert estimate.total == (
         estimate.tensors + estimate.buffers + estimate.recomputed + charged * MIB
     )
@@ -116,6 +123,52 @@ def test_predicted_memory_meets_the_real_peak_of_a_plan_the_calibration_never_ra
     shape = model_shape(tiny_config, get_registry())
     plan = ParallelPlan(dp=2, zero=3, micro_batch=2)
     real = run_plans(tiny_config, [plan], 3)[0].real_peak_bytes
-    estimate = with_runtime(predict_memory(shape, plan, 8), runtime, plan)
+    estimate = with_runtime(predict_memory(shape, plan, 8), runtime, plan, shape, 8)
     assert abs(estimate.total - real) / real <= 0.15
     assert abs(estimate.tensors - real) / real > 0.5  # the tensors alone miss most of it
+
+
+@given(
+    micro_batch=st.sampled_from([1, 2, 4, 8]),
+    pp=st.sampled_from([1, 2, 4]),
+    schedule=st.sampled_from(["gpipe", "1f1b"]),
+)
+def test_the_allocator_slack_follows_one_micro_batch_not_how_many_are_in_flight(
+    micro_batch: int, pp: int, schedule: str
+) -> None:
+    """Slack is charged per byte of the worst stage's single micro-batch beyond the baseline
+    run's; a plan at the baseline's size pays none, and the schedule (micro-batches held at
+    once) does not change it."""
+    slack = replace(
+        RUNTIME, slack_per_byte=0.5, slack_from=micro_batch_bytes(SHAPE, ParallelPlan(dp=4), 16)
+    )
+    plan = ParallelPlan(dp=4 // pp, pp=pp, micro_batch=micro_batch, schedule=schedule)
+    estimate = with_runtime(predict_memory(SHAPE, plan, 16), slack, plan, SHAPE, 16)
+    one = micro_batch_bytes(SHAPE, plan, 16)
+    assert estimate.slack == round(0.5 * max(0.0, one - slack.slack_from))
+    assert (
+        estimate.total
+        - with_runtime(predict_memory(SHAPE, plan, 16), RUNTIME, plan, SHAPE, 16).total
+        == estimate.slack
+    )
+    other = with_runtime(
+        predict_memory(SHAPE, replace(plan, schedule="gpipe"), 16), slack, plan, SHAPE, 16
+    )
+    assert other.slack == estimate.slack
+    if pp == 1 and micro_batch == 1:
+        assert estimate.slack == 0
+    if estimate.slack > 0 and micro_batch > 1:  # a smaller micro-batch leaves less
+        smaller = replace(plan, micro_batch=micro_batch // 2)
+        assert slack.slack(micro_batch_bytes(SHAPE, smaller, 16)) < estimate.slack
+
+
+@pytest.mark.skipif(not _resettable(), reason="the kernel does not let this process reset VmHWM")
+def test_memory_freed_before_the_baseline_is_not_part_of_the_peak() -> None:
+    """Freed heap memory malloc still keeps resident is handed back before the peak mark is
+    reset: a run that allocates nothing reads no peak, however much was freed before."""
+    size = 4000  # a variable: a constant would be folded into one shared object
+    pinned = [b"x" * size for _ in range(16_000)]  # 64 MB on the heap, not from pymalloc
+    del pinned[:-1]  # freed but resident: the last one keeps the heap's top in place
+    peak = RealPeak("cpu")
+    peak.start()
+    assert peak.read()["allocated"] < 8 << 20

@@ -17,6 +17,19 @@ that kind adds (the code, modules and buffers the workers did not have yet). A p
 baseline plus the additions of the kinds it combines. The figures are cached per host, device
 type, worker count, threads, model family and the kinds measured, as the device calibration is.
 
+What grows with the model is the allocator's slack: freed memory glibc's malloc keeps
+resident for reuse (the middle of its heaps, and up to its trim threshold at their tops), which
+``malloc_trim`` hands back. Measured on this host's plans of the benchmark's model: 6 MB of it
+after a one-layer run at micro-batch 1, 14-20 MB after full-model runs at micro-batch 4-8, and
+neither ``MALLOC_ARENA_MAX=1`` nor a fixed ``MALLOC_MMAP_THRESHOLD_`` changes it: it follows the
+size of what one micro-batch allocates and frees (a pipeline of 16 single-sequence micro-batches
+paid 1.3 MB above its prediction, the same tensors in 2 micro-batches of 8 paid 6.1 MB). So two
+more trivial runs, plain data parallel at micro-batch 1 and at the largest micro-batch, after
+the others in the same workers, measure the slack per byte of one micro-batch's activations
+(``slack_per_byte``: the rise of their real peaks beyond prediction over the rise of their
+micro-batch's activations); a plan pays it on the bytes by which its worst stage's micro-batch
+exceeds the baseline run's.
+
 The trivial runs are not the plans whose peaks the planner benchmark compares with: those are
 measured in their own workers on the full model.
 """
@@ -31,6 +44,8 @@ from xirang_core.parallel.plan import ModelShape, ParallelPlan
 
 #: steps of each trivial run (the first builds buffers; the peak comes with the second)
 PROBE_STEPS = 2
+#: the largest micro-batch the slack probe runs (the planner's largest candidate)
+SLACK_MICRO_BATCH = 8
 #: the order kinds are charged in; ``ddp`` is the baseline every multi-worker plan pays;
 #: ``recompute``: activation checkpointing's code and the rebuilt layer's autograd graph
 KINDS = ("ddp", "fsdp", "tp", "pp", "recompute")
@@ -44,10 +59,19 @@ class RuntimeMemory:
     world: int
     base: int
     added: dict[str, int]
+    #: allocator slack per byte of one micro-batch's activations beyond the baseline run's
+    slack_per_byte: float = 0.0
+    #: one micro-batch's activation bytes in the baseline run (its slack is in ``base``)
+    slack_from: int = 0
 
     def for_plan(self, plan: ParallelPlan) -> int:
         """The baseline plus the additions of the kinds ``plan`` combines."""
         return self.base + sum(self.added.get(k, 0) for k in plan_kinds(plan) - {"ddp"})
+
+    def slack(self, micro_batch_bytes: float) -> int:
+        """The allocator slack a plan whose worst stage allocates ``micro_batch_bytes`` of
+        activations per micro-batch holds beyond the baseline's."""
+        return round(self.slack_per_byte * max(0.0, micro_batch_bytes - self.slack_from))
 
 
 def plan_kinds(plan: ParallelPlan) -> set[str]:
@@ -112,7 +136,7 @@ def _cache_key(config: dict[str, Any], world: int) -> str:
     threads = config["trainer"].get("threads") or 1
     return (
         f"runtime-{platform.node()}-{where.device['name']}-{world}w-{threads}t-"
-        f"{config['model']['family']}-torch{torch.__version__}-{'+'.join(KINDS)}"
+        f"{config['model']['family']}-torch{torch.__version__}-{'+'.join(KINDS)}+slack"
     )
 
 
@@ -128,38 +152,68 @@ def measure_runtime(config: dict[str, Any], world: int) -> RuntimeMemory:
     shape = model_shape(config, registry)
     assert shape is not None, "the planner only plans families with a parallelize plan"
     plans = probe_plans(shape, world)  # "ddp" first
-    runs = [_trivial(config, shape, plan, registry) for plan in plans.values()]
+    slack = {  # after every kind, so what they import is not counted again
+        "slack-small": ParallelPlan(dp=world),
+        "slack-large": ParallelPlan(dp=world, micro_batch=SLACK_MICRO_BATCH),
+    }
+    runs = [_trivial(config, shape, plan, registry) for plan in {**plans, **slack}.values()]
     configs = [
-        plan_config(small, plan) for (small, _), plan in zip(runs, plans.values(), strict=True)
+        plan_config(small, plan)
+        for (small, _), plan in zip(runs, {**plans, **slack}.values(), strict=True)
     ]
     found = run_configs(configs, world, PROBE_STEPS)
-    beyond = {}
-    for i, (kind, plan) in enumerate(plans.items()):
+    beyond, acts = {}, {}
+    for i, (kind, plan) in enumerate({**plans, **slack}.items()):
         small, trivial = runs[i]
         predicted = predict_memory(trivial, plan, small["trainer"]["global_batch"]).total
         real = max(rank[i]["real_peak_bytes"] for rank in found)
-        beyond[kind] = max(0, real - predicted) if real else 0
+        beyond[kind] = real - predicted if real else 0
+        acts[kind] = micro_batch_bytes(trivial, plan, small["trainer"]["global_batch"])
+    rise = beyond.pop("slack-large") - beyond.pop("slack-small")
+    per_byte = max(0.0, rise / (acts["slack-large"] - acts["slack-small"]))
+    beyond = {k: max(0, v) for k, v in beyond.items()}
     base = beyond.pop("ddp")
-    return RuntimeMemory(world, base, beyond)
+    return RuntimeMemory(world, base, beyond, per_byte, acts["ddp"])
+
+
+def micro_batch_bytes(shape: ModelShape, plan: ParallelPlan, global_batch: int) -> float:
+    """Activation bytes one micro-batch allocates on ``plan``'s worst stage: what the
+    allocator's slack follows (module docstring)."""
+    from xirang_core.parallel.memory import activation_elements, in_flight
+
+    per_stage = (
+        activation_elements(shape, plan, global_batch, s) / in_flight(plan, global_batch, s)
+        for s in range(plan.pp)
+    )
+    return max(per_stage) * shape.dtype_bytes
 
 
 def _trivial(
     config: dict[str, Any], shape: ModelShape, plan: ParallelPlan, registry: Any
 ) -> tuple[dict[str, Any], ModelShape]:
-    """``config`` with one layer per pipeline stage and one micro-batch of one sequence per
+    """``config`` with one layer per pipeline stage and one micro-batch of ``plan``'s size per
     data-parallel rank and stage, and that model's shape."""
     from xirang_core.parallel.resolve import model_shape
 
     fns = registry.spec("model", config["model"]["family"]).load_parallelize()
     model = {**config["model"], fns.layers_setting: plan.pp}
-    trainer = {**config["trainer"], "global_batch": plan.dp * plan.pp, "micro_batch": 1}
+    micro = plan.micro_batch
+    trainer = {**config["trainer"], "global_batch": plan.dp * plan.pp * micro, "micro_batch": micro}
     small = {**config, "model": model, "trainer": trainer}
     trivial = model_shape(small, registry)
     return small, replace(trivial or shape, layers=plan.pp)
 
 
-def with_runtime(estimate: Any, runtime: RuntimeMemory | None, plan: ParallelPlan) -> Any:
-    """``estimate`` (a :class:`~.memory.MemoryEstimate`) with the plan's runtime charged."""
+def with_runtime(
+    estimate: Any,
+    runtime: RuntimeMemory | None,
+    plan: ParallelPlan,
+    shape: ModelShape,
+    global_batch: int,
+) -> Any:
+    """``estimate`` (a :class:`~.memory.MemoryEstimate`) with the plan's runtime and the
+    allocator's slack charged."""
     if runtime is None:
         return estimate
-    return replace(estimate, runtime=runtime.for_plan(plan))
+    slack = runtime.slack(micro_batch_bytes(shape, plan, global_batch))
+    return replace(estimate, runtime=runtime.for_plan(plan), slack=slack)
