@@ -20,10 +20,11 @@ graph. A plan that fails to run is reported with its error and counted, not drop
 The machine may be loaded by other work while this runs: every timing, calibration and step
 alike, is the best of its repeats (the figure load disturbs least), so the comparison is
 like for like. Load also drifts over the run (a host probe taken at one load, plans run minutes
-later at another), so a short single-thread matmul probe runs beside the host measurement and
-right before and after each plan; each plan's predicted time is scaled by how much slower the
-probe ran beside it than beside the host measurement (``t pred`` is the scaled figure, the
-unscaled error is printed too), and ``pick_vs_best`` compares steps in probe units.
+later at another), so the calibration's own concurrency probe (the model's layer on every
+worker at once, xirang_core.parallel.calibrate.concurrency_probe) runs again in each plan's
+workers right after the plan; each plan's predicted time is scaled by how much slower the probe
+ran there than in the host measurement (``t pred`` is the scaled figure, the unscaled error is
+printed too), and ``pick_vs_best`` compares steps in probe units.
 
     python benchmarks/planner.py
     python benchmarks/planner.py --quick   # the 4 best distinct and every 30th other, 6 steps
@@ -36,7 +37,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 from dataclasses import replace
 from typing import Any
 
@@ -83,9 +83,7 @@ def main() -> None:
     config = compose_config(MODEL, registry)
     shape = model_shape(config, registry)
     global_batch = config["trainer"]["global_batch"]
-    before = speed_probe()
     host = measure_host(config, WORKERS, list(MICRO_BATCHES))
-    host_probe = (before + speed_probe()) / 2
     runtime = cached_runtime(config, WORKERS)
     replica = predict_memory(shape, ParallelPlan(dp=WORKERS, micro_batch=1), global_batch)
     most_runtime = runtime.base + max(runtime.added.values(), default=0)
@@ -119,17 +117,17 @@ def main() -> None:
     print(f"{'plan':34s} " + " ".join(f"{c:>11s}" for c in columns))
     errors: dict[str, list[float]] = {"mem": [], "real": [], "states": [], "states_real": []}
     time_err, raw_err, top_err, failed, measured, units = [], [], [], [], [], []
+    probed = {**config, "smoke": {"concurrency": True}}  # the probe again, in each plan's workers
     for c in picks:  # each row printed as its plan has run
-        probe = speed_probe()
-        m = measure_alone(run_plans, config, c.plan)
-        probe = (probe + speed_probe()) / 2
-        slower = probe / host_probe  # the machine's speed beside this plan against the probe's
+        m = measure_alone(run_plans, probed, c.plan)
         measured.append(m)
         rank = ranking.candidates.index(c) + 1
         if m is None:
             failed.append(c.plan.label())
             print(f"{c.plan.label():34s} {rank:11d} failed to run (error above)")
             continue
+        probe = m.probe_together_s
+        slower = probe / host.probe_together_s  # all workers at once here against the host's
         states = c.memory.params + c.memory.grads + c.memory.optimizer
         real = m.real_peak_bytes or m.peak_bytes
         for key, predicted, against in (
@@ -172,21 +170,6 @@ def main() -> None:
         f"time_err_p50={statistics.median(abs(e) for e in time_err):.3f} "
         f"pick_vs_best={top / best:.3f} measured={len(ran)} failed={len(failed)}"
     )
-
-
-def speed_probe(size: int = 192, count: int = 20, repeats: int = 5) -> float:
-    """Best seconds of ``count`` single-thread matmuls here and now: how fast this machine runs
-    under its current load (a loaded core runs it slower)."""
-    import torch
-
-    a = torch.randn(size, size)
-    best = float("inf")
-    for _ in range(repeats):
-        started = time.perf_counter()
-        for _ in range(count):
-            a @ a
-        best = min(best, time.perf_counter() - started)
-    return best
 
 
 def measure_alone(run_plans: Any, config: dict, plan: Any) -> Any:

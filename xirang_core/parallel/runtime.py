@@ -177,12 +177,14 @@ def measure_runtime(config: dict[str, Any], world: int) -> RuntimeMemory:
 
 
 def micro_batch_bytes(shape: ModelShape, plan: ParallelPlan, global_batch: int) -> float:
-    """Activation bytes one micro-batch allocates on ``plan``'s worst stage: what the
-    allocator's slack follows (module docstring)."""
+    """Activation bytes one micro-batch allocates on ``plan``'s worst stage, kept for backward
+    or not (full recompute allocates and frees them in the forward, and again in the backward):
+    what the allocator's slack follows (module docstring)."""
     from xirang_core.parallel.memory import activation_elements, in_flight
 
+    whole = replace(plan, recompute="none")
     per_stage = (
-        activation_elements(shape, plan, global_batch, s) / in_flight(plan, global_batch, s)
+        activation_elements(shape, whole, global_batch, s) / in_flight(whole, global_batch, s)
         for s in range(plan.pp)
     )
     return max(per_stage) * shape.dtype_bytes
