@@ -179,3 +179,20 @@ def test_memory_freed_before_the_baseline_is_not_part_of_the_peak() -> None:
     peak = RealPeak("cpu")
     peak.start()
     assert peak.read()["allocated"] < 8 << 20
+
+
+def test_a_plan_pays_what_each_pair_of_its_kinds_adds_and_only_those_pairs() -> None:
+    paired = replace(RUNTIME, added={**RUNTIME.added, "tp+recompute": 6 << 20, "pp+fsdp": 1})
+    both = ParallelPlan(dp=2, tp=2, recompute="full")
+    assert paired.for_plan(both) == (50 + 5 + 3 + 6) * MIB
+    assert paired.for_plan(ParallelPlan(dp=2, tp=2)) == (50 + 5) * MIB
+    assert paired.for_plan(ParallelPlan(dp=2, pp=2, recompute="full")) == (50 + 4 + 3) * MIB
+
+
+def test_the_runtime_probe_runs_each_pair_of_kinds_the_workers_can_hold() -> None:
+    from xirang_core.parallel.runtime import plan_kinds, probe_plans
+
+    plans = probe_plans(SHAPE, 4)
+    assert set(plans) >= {"tp+pp", "fsdp+tp", "tp+recompute", "pp+recompute"}
+    for name, plan in plans.items():
+        assert plan.world == 4 and plan_kinds(plan) - {"ddp"} == set(name.split("+")) - {"ddp"}

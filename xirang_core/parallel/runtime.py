@@ -10,11 +10,14 @@ temporaries. On a small model this is most of the peak (about 70 MB per CPU work
 a few MB of tensors), and it does not grow with the model, so it is measured, not modelled:
 ``world`` fresh workers train a trivial model (the configured family with one layer per
 pipeline stage, micro-batch 1) for a few steps under plain data parallel, then under each other
-kind of wrapper a plan can use (sharding, tensor parallel, a pipeline, full recompute), one
-after the other in the same workers. The first run's real peak beyond what :mod:`.memory`
-predicts for its trivial model is the baseline every worker pays; each later run's is what
-that kind adds (the code, modules and buffers the workers did not have yet). A plan is charged the
-baseline plus the additions of the kinds it combines. The figures are cached per host, device
+kind of wrapper a plan can use (sharding, tensor parallel, a pipeline, full recompute), then
+under each pair of them the workers can hold, one after the other in the same workers. The
+first run's real peak beyond what :mod:`.memory` predicts for its trivial model is the baseline
+every worker pays; each later run's is what that kind, or pair, adds (the code, modules and
+buffers the workers did not have yet: tensor parallel under full recompute re-runs DTensor's
+operations inside checkpointing's hooks, code neither runs alone, measured 5-6 MB of file-backed
+pages beyond its kinds' on the benchmark's plans). A plan is charged the baseline plus the
+additions of the kinds it combines and of each pair of them. The figures are cached per host, device
 type, worker count, threads, model family and the kinds measured, as the device calibration is.
 
 What grows with the model is the allocator's slack: freed memory glibc's malloc keeps
@@ -36,6 +39,7 @@ measured in their own workers on the full model.
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -46,8 +50,9 @@ from xirang_core.parallel.plan import ModelShape, ParallelPlan
 PROBE_STEPS = 2
 #: the largest micro-batch the slack probe runs (the planner's largest candidate)
 SLACK_MICRO_BATCH = 8
-#: the order kinds are charged in; ``ddp`` is the baseline every multi-worker plan pays;
-#: ``recompute``: activation checkpointing's code and the rebuilt layer's autograd graph
+#: the order kinds are measured in, then each pair of them; ``ddp`` is the baseline every
+#: multi-worker plan pays; ``recompute``: activation checkpointing's code and the rebuilt layer's
+#: autograd graph
 KINDS = ("ddp", "fsdp", "tp", "pp", "recompute")
 
 
@@ -65,8 +70,11 @@ class RuntimeMemory:
     slack_from: int = 0
 
     def for_plan(self, plan: ParallelPlan) -> int:
-        """The baseline plus the additions of the kinds ``plan`` combines."""
-        return self.base + sum(self.added.get(k, 0) for k in plan_kinds(plan) - {"ddp"})
+        """The baseline plus the additions of the kinds ``plan`` combines and of each pair of
+        them (``"tp+recompute"``: what the two together run that neither runs alone)."""
+        kinds = sorted(plan_kinds(plan) - {"ddp"}, key=KINDS.index)
+        pairs = [f"{a}+{b}" for a, b in itertools.combinations(kinds, 2)]
+        return self.base + sum(self.added.get(k, 0) for k in kinds + pairs)
 
     def slack(self, micro_batch_bytes: float) -> int:
         """The allocator slack a plan whose worst stage allocates ``micro_batch_bytes`` of
@@ -99,7 +107,30 @@ def probe_plans(shape: ModelShape, world: int) -> dict[str, ParallelPlan]:
         if "pp" in shape.splits:
             plans["pp"] = ParallelPlan(pp=world)
     plans["recompute"] = ParallelPlan(dp=world, recompute="full")
+    singles = [k for k in plans if k != "ddp"]
+    for a, b in itertools.combinations(singles, 2):
+        pair = _pair_plan(plans[a], plans[b], world, shape)
+        if pair is not None:
+            plans[f"{a}+{b}"] = pair
     return plans
+
+
+def _pair_plan(
+    a: ParallelPlan, b: ParallelPlan, world: int, shape: ModelShape
+) -> ParallelPlan | None:
+    """A trivial plan of ``world`` workers with the kinds of both ``a`` and ``b`` (tensor
+    parallel over 2 where that leaves room for the other kind), or None where the workers
+    cannot hold both."""
+    want = (plan_kinds(a) | plan_kinds(b)) - {"ddp"}
+    splits = [t for t in (2, a.tp, b.tp) if t > 1 and world % t == 0 and _splits(shape, t)]
+    recompute = "full" if "recompute" in want else "none"
+    for tp in splits if "tp" in want else [1]:
+        for pp in (p for p in range(world // tp, 0, -1) if world % (tp * p) == 0):
+            zero = max(a.zero, b.zero)
+            plan = ParallelPlan(world // (tp * pp), tp, pp, zero=zero, recompute=recompute)
+            if plan_kinds(plan) - {"ddp"} == want:
+                return plan
+    return None
 
 
 def _splits(shape: ModelShape, tp: int) -> bool:
@@ -136,7 +167,7 @@ def _cache_key(config: dict[str, Any], world: int) -> str:
     threads = config["trainer"].get("threads") or 1
     return (
         f"runtime-{platform.node()}-{where.device['name']}-{world}w-{threads}t-"
-        f"{config['model']['family']}-torch{torch.__version__}-{'+'.join(KINDS)}+slack"
+        f"{config['model']['family']}-torch{torch.__version__}-{'+'.join(KINDS)}+pairs+slack"
     )
 
 
