@@ -190,9 +190,11 @@ def test_a_plan_pays_what_each_pair_of_its_kinds_adds_and_only_those_pairs() -> 
 
 
 def test_the_runtime_probe_runs_each_pair_of_kinds_the_workers_can_hold() -> None:
+    from xirang_core.parallel.plan import plan_problem
     from xirang_core.parallel.runtime import plan_kinds, probe_plans
 
     plans = probe_plans(SHAPE, 4)
     assert set(plans) >= {"tp+pp", "fsdp+tp", "tp+recompute", "pp+recompute"}
     for name, plan in plans.items():
         assert plan.world == 4 and plan_kinds(plan) - {"ddp"} == set(name.split("+")) - {"ddp"}
+        assert not plan_problem(plan, replace(SHAPE, layers=plan.pp), plan.dp * plan.pp)

@@ -44,7 +44,7 @@ import json
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from xirang_core.parallel.plan import ModelShape, ParallelPlan
+from xirang_core.parallel.plan import ModelShape, ParallelPlan, plan_problem
 
 #: steps of each trivial run (the first builds buffers; the peak comes with the second)
 PROBE_STEPS = 2
@@ -128,7 +128,8 @@ def _pair_plan(
         for pp in (p for p in range(world // tp, 0, -1) if world % (tp * p) == 0):
             zero = max(a.zero, b.zero)
             plan = ParallelPlan(world // (tp * pp), tp, pp, zero=zero, recompute=recompute)
-            if plan_kinds(plan) - {"ddp"} == want:
+            trivial = replace(shape, layers=pp)  # as _trivial builds it
+            if plan_kinds(plan) - {"ddp"} == want and not plan_problem(plan, trivial, plan.dp * pp):
                 return plan
     return None
 
