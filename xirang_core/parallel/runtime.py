@@ -14,7 +14,10 @@ kind of wrapper a plan can use (sharding, tensor parallel, a pipeline, full reco
 under each pair of them the workers can hold, one after the other in the same workers. The
 first run's real peak beyond what :mod:`.memory` predicts for its trivial model is the baseline
 every worker pays; each later run's is what that kind, or pair, adds (the code, modules and
-buffers the workers did not have yet: tensor parallel under full recompute re-runs DTensor's
+buffers the workers did not have yet, beyond what a plain data-parallel run at micro-batch 1
+repeated in the same workers reads: the heap memory every run re-faults after
+:meth:`~.peak.RealPeak.start` trimmed it, which a fresh plan holds once, in the baseline, and
+not once per kind; tensor parallel under full recompute re-runs DTensor's
 operations inside checkpointing's hooks, code neither runs alone, measured 5-6 MB of file-backed
 pages beyond its kinds' on the benchmark's plans). A plan is charged the baseline plus the
 additions of the kinds it combines and of each pair of them. The figures are cached per host, device
@@ -201,11 +204,11 @@ def measure_runtime(config: dict[str, Any], world: int) -> RuntimeMemory:
         real = max(rank[i]["real_peak_bytes"] for rank in found)
         beyond[kind] = real - predicted if real else 0
         acts[kind] = micro_batch_bytes(trivial, plan, small["trainer"]["global_batch"])
-    rise = beyond.pop("slack-large") - beyond.pop("slack-small")
-    per_byte = max(0.0, rise / (acts["slack-large"] - acts["slack-small"]))
-    beyond = {k: max(0, v) for k, v in beyond.items()}
-    base = beyond.pop("ddp")
-    return RuntimeMemory(world, base, beyond, per_byte, acts["ddp"])
+    control = beyond.pop("slack-small")  # a run that adds nothing the workers lack
+    per_byte = max(0.0, (beyond.pop("slack-large") - control) / (acts["slack-large"] - acts["ddp"]))
+    base = max(0, beyond.pop("ddp"))
+    added = {k: max(0, v - control) for k, v in beyond.items()}
+    return RuntimeMemory(world, base, added, per_byte, acts["ddp"])
 
 
 def micro_batch_bytes(shape: ModelShape, plan: ParallelPlan, global_batch: int) -> float:
