@@ -198,3 +198,16 @@ def test_the_runtime_probe_runs_each_pair_of_kinds_the_workers_can_hold() -> Non
     for name, plan in plans.items():
         assert plan.world == 4 and plan_kinds(plan) - {"ddp"} == set(name.split("+")) - {"ddp"}
         assert not plan_problem(plan, replace(SHAPE, layers=plan.pp), plan.dp * plan.pp)
+
+
+def test_each_kind_counts_beyond_a_repeated_plain_run_and_slack_per_micro_batch_byte() -> None:
+    """Every trivial run after the first re-faults the heap its trimmed predecessors freed
+    (the ``slack-small`` control reads it): a kind is charged only what it adds beyond that,
+    and the slack is the control's rise at the larger micro-batch per byte."""
+    from xirang_core.parallel.runtime import derive_runtime
+
+    beyond = {"ddp": 50 * MIB, "tp": 7 * MIB, "pp": 2 * MIB, "slack-small": 3 * MIB}
+    acts = {"ddp": MIB, "tp": MIB, "pp": MIB, "slack-small": MIB, "slack-large": 9 * MIB}
+    found = derive_runtime(4, {**beyond, "slack-large": 7 * MIB}, acts)
+    assert (found.base, found.added) == (50 * MIB, {"tp": 4 * MIB, "pp": 0})
+    assert found.slack_per_byte == 0.5 and found.slack(5 * MIB) == 2 * MIB

@@ -204,11 +204,20 @@ def measure_runtime(config: dict[str, Any], world: int) -> RuntimeMemory:
         real = max(rank[i]["real_peak_bytes"] for rank in found)
         beyond[kind] = real - predicted if real else 0
         acts[kind] = micro_batch_bytes(trivial, plan, small["trainer"]["global_batch"])
+    return derive_runtime(world, beyond, acts)
+
+
+def derive_runtime(world: int, beyond: dict[str, int], acts: dict[str, float]) -> RuntimeMemory:
+    """The runtime from each trivial run's real peak ``beyond`` its prediction and one
+    micro-batch's activation bytes ``acts`` (keyed by kind, pair, ``slack-small`` and
+    ``slack-large``; see the module docstring)."""
+    beyond = dict(beyond)
     control = beyond.pop("slack-small")  # a run that adds nothing the workers lack
-    per_byte = max(0.0, (beyond.pop("slack-large") - control) / (acts["slack-large"] - acts["ddp"]))
+    rise = beyond.pop("slack-large") - control
+    per_byte = max(0.0, rise / (acts["slack-large"] - acts["slack-small"]))
     base = max(0, beyond.pop("ddp"))
     added = {k: max(0, v - control) for k, v in beyond.items()}
-    return RuntimeMemory(world, base, added, per_byte, acts["ddp"])
+    return RuntimeMemory(world, base, added, per_byte, round(acts["ddp"]))
 
 
 def micro_batch_bytes(shape: ModelShape, plan: ParallelPlan, global_batch: int) -> float:
