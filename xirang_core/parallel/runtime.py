@@ -53,6 +53,8 @@ from xirang_core.parallel.plan import ModelShape, ParallelPlan, plan_problem
 PROBE_STEPS = 2
 #: the largest micro-batch the slack probe runs (the planner's largest candidate)
 SLACK_MICRO_BATCH = 8
+#: how the figures are measured and derived: a cached entry of another method is measured again
+METHOD = 3  # 3: pairs of kinds, each beyond a repeated plain run, the slack per micro-batch byte
 #: the order kinds are measured in, then each pair of them; ``ddp`` is the baseline every
 #: multi-worker plan pays; ``recompute``: activation checkpointing's code and the rebuilt layer's
 #: autograd graph
@@ -171,7 +173,7 @@ def _cache_key(config: dict[str, Any], world: int) -> str:
     threads = config["trainer"].get("threads") or 1
     return (
         f"runtime-{platform.node()}-{where.device['name']}-{world}w-{threads}t-"
-        f"{config['model']['family']}-torch{torch.__version__}-{'+'.join(KINDS)}+pairs+slack"
+        f"{config['model']['family']}-torch{torch.__version__}-{'+'.join(KINDS)}-m{METHOD}"
     )
 
 
