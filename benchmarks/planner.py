@@ -29,7 +29,8 @@ printed too), and ``pick_vs_best`` compares steps in probe units.
     python benchmarks/planner.py
     python benchmarks/planner.py --quick   # the 4 best distinct and every 30th other, 6 steps
 Last line: ``mem_err_p50=<x> mem_err_real_p50=<x against the real peak> time_err_p50=<y>
-pick_vs_best=<z> measured=<plans run> failed=<plans that failed>``.
+time_err_raw_p50=<y unscaled by the probe> pick_vs_best=<z> measured=<plans run>
+failed=<plans that failed>``.
 """
 
 from __future__ import annotations
@@ -168,6 +169,7 @@ def main() -> None:
         f"mem_err_p50={statistics.median(errors['mem']):.3f} "
         f"mem_err_real_p50={statistics.median(errors['real']):.3f} "
         f"time_err_p50={statistics.median(abs(e) for e in time_err):.3f} "
+        f"time_err_raw_p50={statistics.median(abs(e) for e in raw_err):.3f} "
         f"pick_vs_best={top / best:.3f} measured={len(ran)} failed={len(failed)}"
     )
 

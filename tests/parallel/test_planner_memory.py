@@ -114,13 +114,15 @@ def test_predicted_memory_meets_the_real_peak_of_a_plan_the_calibration_never_ra
 ) -> None:
     """Calibrated on one-layer trivial runs; held to a 2-layer ZeRO-3 plan's real peak."""
     from xirang_core.parallel.resolve import model_shape
+    from xirang_core.parallel.runtime import probe_plans
     from xirang_core.parallel.smoke import run_plans
     from xirang_core.plugins import get_registry
 
     runtime = cached_runtime(tiny_config, 2)
-    assert runtime.base > 0 and set(runtime.added) == {"fsdp", "tp", "pp", "recompute"}
-    assert cached_runtime(tiny_config, 2) == runtime  # from the cache: measured once per host
     shape = model_shape(tiny_config, get_registry())
+    kinds = {"fsdp", "tp", "pp", "recompute", "tp+recompute"}  # pairs 2 workers can hold too
+    assert runtime.base > 0 and set(runtime.added) == set(probe_plans(shape, 2)) - {"ddp"} >= kinds
+    assert cached_runtime(tiny_config, 2) == runtime  # from the cache: measured once per host
     plan = ParallelPlan(dp=2, zero=3, micro_batch=2)
     probed = {**tiny_config, "smoke": {"concurrency": True}}  # as benchmarks/planner.py runs
     found = run_plans(probed, [plan], 3)[0]
