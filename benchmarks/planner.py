@@ -19,18 +19,15 @@ graph. A plan that fails to run is reported with its error and counted, not drop
 
 The machine may be loaded by other work while this runs: every timing, calibration and step
 alike, is the best of its repeats (the figure load disturbs least), so the comparison is
-like for like. Load also drifts over the run (a host probe taken at one load, plans run minutes
-later at another), so the calibration's own concurrency probe (the model's layer on every
-worker at once, xirang_core.parallel.calibrate.concurrency_probe) runs again in each plan's
-workers right after the plan; each plan's predicted time is scaled by how much slower the probe
-ran there than in the host measurement (``t pred`` is the scaled figure, the unscaled error is
-printed too), and ``pick_vs_best`` compares steps in probe units.
+like for like. Load also drifts over the run; two probes meant to divide it out (a
+single-thread matmul beside each plan, and the calibration's concurrency probe in each plan's
+workers) left the time error no better or made it worse (docs/parallel.md), so the predicted
+step is compared as it is.
 
     python benchmarks/planner.py
     python benchmarks/planner.py --quick   # the 4 best distinct and every 30th other, 6 steps
 Last line: ``mem_err_p50=<x> mem_err_real_p50=<x against the real peak> time_err_p50=<y>
-time_err_raw_p50=<y unscaled by the probe> pick_vs_best=<z> measured=<plans run>
-failed=<plans that failed>``.
+pick_vs_best=<z> measured=<plans run> failed=<plans that failed>``.
 """
 
 from __future__ import annotations
@@ -117,18 +114,15 @@ def main() -> None:
     columns = ("rank", "mem pred", "tensors", "meas", "real", "states-only", "t pred", "meas")
     print(f"{'plan':34s} " + " ".join(f"{c:>11s}" for c in columns))
     errors: dict[str, list[float]] = {"mem": [], "real": [], "states": [], "states_real": []}
-    time_err, raw_err, top_err, failed, measured, units = [], [], [], [], [], []
-    probed = {**config, "smoke": {"concurrency": True}}  # the probe again, in each plan's workers
+    time_err, top_err, failed, measured, steps = [], [], [], [], []
     for c in picks:  # each row printed as its plan has run
-        m = measure_alone(run_plans, probed, c.plan)
+        m = measure_alone(run_plans, config, c.plan)
         measured.append(m)
         rank = ranking.candidates.index(c) + 1
         if m is None:
             failed.append(c.plan.label())
             print(f"{c.plan.label():34s} {rank:11d} failed to run (error above)")
             continue
-        probe = m.probe_together_s
-        slower = probe / host.probe_together_s  # all workers at once here against the host's
         states = c.memory.params + c.memory.grads + c.memory.optimizer
         real = m.real_peak_bytes or m.peak_bytes
         for key, predicted, against in (
@@ -138,21 +132,18 @@ def main() -> None:
             ("states_real", states, real),
         ):
             errors[key].append(abs(predicted - against) / against)
-        predicted_s = c.time.total * slower
-        raw_err.append((c.time.total - m.best_step_s) / m.best_step_s)
-        time_err.append((predicted_s - m.best_step_s) / m.best_step_s)
+        time_err.append((c.time.total - m.best_step_s) / m.best_step_s)
         top_err += [time_err[-1]] if c not in others else []
-        units.append((c, m.best_step_s / probe))
+        steps.append(m.best_step_s)
         print(
             f"{c.plan.label():34s} {rank:11d} {c.memory.total / 2**20:10.2f}M "
             f"{c.memory.tensors / 2**20:10.2f}M {m.peak_bytes / 2**20:10.2f}M "
             f"{real / 2**20:10.2f}M {states / 2**20:10.2f}M "
-            f"{predicted_s:11.4f} {m.best_step_s:11.4f}  (probe x{slower:.2f})",
+            f"{c.time.total:11.4f} {m.best_step_s:11.4f}",
             flush=True,
         )
     ran = [m for m in measured if m is not None]
-    best = min(u for _, u in units)  # steps in probe units: load drift divided out
-    top = units[0][1]
+    best, top = min(steps), steps[0]
     print(
         "states-only estimate (peer baseline): "
         f"mem_err_p50={statistics.median(errors['states']):.3f} "
@@ -161,15 +152,12 @@ def main() -> None:
     print(f"failed plans: {', '.join(failed) or 'none'}")
     print(
         f"time error (predicted - measured) / measured: median {statistics.median(time_err):+.3f}"
-        f", top distinct {statistics.median(top_err):+.3f}; unscaled by the probe: median "
-        f"{statistics.median(raw_err):+.3f}, |err| p50 {statistics.median(map(abs, raw_err)):.3f}"
-        f"; load average {os.getloadavg()[0]:.1f}"
+        f", top distinct {statistics.median(top_err):+.3f}; load average {os.getloadavg()[0]:.1f}"
     )
     print(
         f"mem_err_p50={statistics.median(errors['mem']):.3f} "
         f"mem_err_real_p50={statistics.median(errors['real']):.3f} "
         f"time_err_p50={statistics.median(abs(e) for e in time_err):.3f} "
-        f"time_err_raw_p50={statistics.median(abs(e) for e in raw_err):.3f} "
         f"pick_vs_best={top / best:.3f} measured={len(ran)} failed={len(failed)}"
     )
 

@@ -82,9 +82,6 @@ class HostProfile:
     pipeline_hop_bytes: int = 0
     #: what FSDP and DDP cost beyond their collectives' bytes (:mod:`.wrappers`)
     wrappers: WrapperCosts = field(default_factory=WrapperCosts)
-    #: seconds of the concurrency probe with every worker at once, when this was measured: the
-    #: same probe run later (:func:`concurrency_probe`) tells how far the machine's load moved
-    probe_together_s: float = 0.0
 
     def hop_seconds(self, nbytes: float) -> float:
         """A pipeline hop carrying ``nbytes``: the measured hop, plus the extra bytes' time."""
@@ -151,7 +148,6 @@ def measure_host(config: dict[str, Any], world: int, micro_batches: list[int]) -
         links=_ring_links(main["rings"], main["busy"]) or {world: Link(1e-4, 1e9)},
         p2p=_busy_link(_fit_line(main["p2p"]), main["busy"].get("p2p", 0.0), 1),
         tp_model=main["tp_model"],
-        probe_together_s=main["together_s"],
     )
     if "wrappers" in main:
         slowdown = world / slots  # the optimizer measured alone, the wrappers all at once
@@ -422,14 +418,6 @@ def _best(fn: Callable[[], Any], repeats: int = 5) -> float:
         fn()
         best = min(best, time.perf_counter() - started)
     return best
-
-
-def concurrency_probe(rank: int, config: dict[str, Any], device: Any) -> tuple[float, float]:
-    """The calibration's alone and together seconds, measured again in a run's own workers
-    (inside their process group): beside a plan, how fast the workers compute at once now
-    against when the host was measured, which one core's speed does not tell when they share
-    fewer cores than there are workers."""
-    return _alone_and_together(rank, _ModelParts(config, device))
 
 
 def _alone_and_together(rank: int, parts: _ModelParts, rounds: int = 4) -> tuple[float, float]:

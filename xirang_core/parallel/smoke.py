@@ -36,10 +36,6 @@ class Measurement:
     #: the worst worker's real peak over its baseline (xirang_core.parallel.peak): everything
     #: the tensor accounting above leaves out included; 0 where the platform cannot tell
     real_peak_bytes: int = 0
-    #: the calibration's concurrency probe run in these workers right after the plan, when
-    #: ``smoke.concurrency`` asks (calibrate.concurrency_probe); 0 otherwise
-    probe_alone_s: float = 0.0
-    probe_together_s: float = 0.0
 
 
 class SyntheticBatches:
@@ -123,8 +119,6 @@ def _combine(plan: ParallelPlan, results: list[dict[str, Any]]) -> Measurement:
         gathered_bytes=worst["gathered_bytes"],
         shares=main["shares"],
         real_peak_bytes=max(r["real_peak_bytes"] for r in results),
-        probe_alone_s=main.get("probe_alone_s", 0.0),
-        probe_together_s=main.get("probe_together_s", 0.0),
     )
 
 
@@ -208,12 +202,6 @@ def _train_and_measure(
             loss /= ctx.loss_replicas
         losses.append(loss.item())
     real_peak = real.read()["allocated"]
-    probe = {}
-    if resume.get("concurrency"):  # after the peak is read: the probe's model is not the plan's
-        from xirang_core.parallel.calibrate import concurrency_probe
-
-        alone, together = concurrency_probe(rank, config, device)
-        probe = {"probe_alone_s": alone, "probe_together_s": together}
     if resume.get("save"):
         save_state(wrapped, optimizer, resume["save"])
     states = state_bytes(wrapped, optimizer)
@@ -230,7 +218,6 @@ def _train_and_measure(
         "peak_bytes": state_total + meter.peak + meter.gathered,
         "real_peak_bytes": real_peak,
         "shares": shares,
-        **probe,
     }
 
 
