@@ -19,11 +19,10 @@ graph. A plan that fails to run is reported with its error and counted, not drop
 
 The machine may be loaded by other work while this runs: every timing, calibration and step
 alike, is the best of its repeats (the figure load disturbs least), so the comparison is
-like for like. Load also drifts over the run (a host probe taken at one load, plans run minutes
-later at another), so a short single-thread matmul probe runs beside the host measurement and
-right before and after each plan; each plan's predicted time is scaled by how much slower the
-probe ran beside it than beside the host measurement (``t pred`` is the scaled figure, the
-unscaled error is printed too), and ``pick_vs_best`` compares steps in probe units.
+like for like. Load also drifts over the run; two probes meant to divide it out (a
+single-thread matmul beside each plan, and the calibration's concurrency probe in each plan's
+workers) left the time error no better or made it worse (docs/parallel.md), so the predicted
+step is compared as it is.
 
     python benchmarks/planner.py
     python benchmarks/planner.py --quick   # the 4 best distinct and every 30th other, 6 steps
@@ -36,7 +35,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 from dataclasses import replace
 from typing import Any
 
@@ -83,9 +81,7 @@ def main() -> None:
     config = compose_config(MODEL, registry)
     shape = model_shape(config, registry)
     global_batch = config["trainer"]["global_batch"]
-    before = speed_probe()
     host = measure_host(config, WORKERS, list(MICRO_BATCHES))
-    host_probe = (before + speed_probe()) / 2
     runtime = cached_runtime(config, WORKERS)
     replica = predict_memory(shape, ParallelPlan(dp=WORKERS, micro_batch=1), global_batch)
     most_runtime = runtime.base + max(runtime.added.values(), default=0)
@@ -106,7 +102,8 @@ def main() -> None:
     added = ", ".join(f"{k} +{v / 2**20:.1f}" for k, v in runtime.added.items())
     print(
         f"runtime per worker (measured on trivial runs, cached): {runtime.base / 2**20:.1f} MiB"
-        f" baseline; {added} MiB"
+        f" baseline; {added} MiB; allocator slack {runtime.slack_per_byte:.2f} B per byte of a"
+        f" micro-batch's activations over {runtime.slack_from / 2**20:.2f} MiB"
     )
     print(
         f"memory per worker {cluster.memory_gb * 1024:.1f} MiB (full replica's tensors need "
@@ -117,12 +114,9 @@ def main() -> None:
     columns = ("rank", "mem pred", "tensors", "meas", "real", "states-only", "t pred", "meas")
     print(f"{'plan':34s} " + " ".join(f"{c:>11s}" for c in columns))
     errors: dict[str, list[float]] = {"mem": [], "real": [], "states": [], "states_real": []}
-    time_err, raw_err, top_err, failed, measured, units = [], [], [], [], [], []
+    time_err, top_err, failed, measured, steps = [], [], [], [], []
     for c in picks:  # each row printed as its plan has run
-        probe = speed_probe()
         m = measure_alone(run_plans, config, c.plan)
-        probe = (probe + speed_probe()) / 2
-        slower = probe / host_probe  # the machine's speed beside this plan against the probe's
         measured.append(m)
         rank = ranking.candidates.index(c) + 1
         if m is None:
@@ -138,21 +132,18 @@ def main() -> None:
             ("states_real", states, real),
         ):
             errors[key].append(abs(predicted - against) / against)
-        predicted_s = c.time.total * slower
-        raw_err.append((c.time.total - m.best_step_s) / m.best_step_s)
-        time_err.append((predicted_s - m.best_step_s) / m.best_step_s)
+        time_err.append((c.time.total - m.best_step_s) / m.best_step_s)
         top_err += [time_err[-1]] if c not in others else []
-        units.append((c, m.best_step_s / probe))
+        steps.append(m.best_step_s)
         print(
             f"{c.plan.label():34s} {rank:11d} {c.memory.total / 2**20:10.2f}M "
             f"{c.memory.tensors / 2**20:10.2f}M {m.peak_bytes / 2**20:10.2f}M "
             f"{real / 2**20:10.2f}M {states / 2**20:10.2f}M "
-            f"{predicted_s:11.4f} {m.best_step_s:11.4f}  (probe x{slower:.2f})",
+            f"{c.time.total:11.4f} {m.best_step_s:11.4f}",
             flush=True,
         )
     ran = [m for m in measured if m is not None]
-    best = min(u for _, u in units)  # steps in probe units: load drift divided out
-    top = units[0][1]
+    best, top = min(steps), steps[0]
     print(
         "states-only estimate (peer baseline): "
         f"mem_err_p50={statistics.median(errors['states']):.3f} "
@@ -161,9 +152,7 @@ def main() -> None:
     print(f"failed plans: {', '.join(failed) or 'none'}")
     print(
         f"time error (predicted - measured) / measured: median {statistics.median(time_err):+.3f}"
-        f", top distinct {statistics.median(top_err):+.3f}; unscaled by the probe: median "
-        f"{statistics.median(raw_err):+.3f}, |err| p50 {statistics.median(map(abs, raw_err)):.3f}"
-        f"; load average {os.getloadavg()[0]:.1f}"
+        f", top distinct {statistics.median(top_err):+.3f}; load average {os.getloadavg()[0]:.1f}"
     )
     print(
         f"mem_err_p50={statistics.median(errors['mem']):.3f} "
@@ -171,21 +160,6 @@ def main() -> None:
         f"time_err_p50={statistics.median(abs(e) for e in time_err):.3f} "
         f"pick_vs_best={top / best:.3f} measured={len(ran)} failed={len(failed)}"
     )
-
-
-def speed_probe(size: int = 192, count: int = 20, repeats: int = 5) -> float:
-    """Best seconds of ``count`` single-thread matmuls here and now: how fast this machine runs
-    under its current load (a loaded core runs it slower)."""
-    import torch
-
-    a = torch.randn(size, size)
-    best = float("inf")
-    for _ in range(repeats):
-        started = time.perf_counter()
-        for _ in range(count):
-            a @ a
-        best = min(best, time.perf_counter() - started)
-    return best
 
 
 def measure_alone(run_plans: Any, config: dict, plan: Any) -> Any:

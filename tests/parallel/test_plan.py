@@ -73,3 +73,13 @@ def test_strategy_names_and_settings_round_trip() -> None:
     assert ParallelPlan(pp=2).strategy() == "pp"
     hybrid = ParallelPlan(dp=2, tp=2, zero=2).settings()
     assert hybrid["name"] == "hybrid" and (hybrid["dp"], hybrid["tp"]) == (2, 2)
+
+
+def test_a_recompute_plan_without_a_split_runs_a_strategy_that_recomputes() -> None:
+    """``single`` and ``ddp`` take no ``recompute``: such a plan would run without it while
+    the planner charged its memory and time as recomputed."""
+    for plan in (ParallelPlan(recompute="full"), ParallelPlan(dp=4, recompute="full")):
+        settings = plan.settings()
+        assert settings["name"] == "hybrid" and settings["recompute"] == "full"
+        assert (settings["dp"], settings["tp"], settings["pp"]) == (plan.dp, 1, 1)
+    assert ParallelPlan(dp=4, zero=3, recompute="full").settings()["name"] == "fsdp"

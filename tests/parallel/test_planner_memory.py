@@ -1,5 +1,6 @@
-"""The planner's memory against what a worker really holds: DDP's buckets, and the runtime
-beyond tensors that this host's trivial runs measure (xirang_core.parallel.runtime)."""
+"""The planner's memory against what a worker really holds: DDP's buckets, the runtime beyond
+tensors that this host's trivial runs measure and the allocator's slack that grows with a
+micro-batch (xirang_core.parallel.runtime), and the real peak's baseline (.peak)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,15 @@ from hypothesis import strategies as st
 
 from xirang_core.parallel.cluster import Cluster
 from xirang_core.parallel.memory import per_layer_factor, predict_memory, stage_params
-from xirang_core.parallel.peak import _resettable
+from xirang_core.parallel.peak import RealPeak, _resettable
 from xirang_core.parallel.plan import ModelShape, ParallelPlan, PlanError
 from xirang_core.parallel.planner import rank_plans
-from xirang_core.parallel.runtime import RuntimeMemory, cached_runtime, with_runtime
+from xirang_core.parallel.runtime import (
+    RuntimeMemory,
+    cached_runtime,
+    micro_batch_bytes,
+    with_runtime,
+)
 
 SHAPE = ModelShape(layers=4, hidden=256, heads=4, vocab=1024, seq_len=128, params=3_400_000)
 RUNTIME = RuntimeMemory(
@@ -41,7 +47,8 @@ def test_a_plan_pays_the_baseline_and_what_each_of_its_kinds_adds(
     plan: ParallelPlan, charged: int
 ) -> None:
     assert RUNTIME.for_plan(plan) == charged * MIB
-    estimate = with_runtime(predict_memory(SHAPE, plan, 16), RUNTIME, plan)
+    estimate = with_runtime(predict_memory(SHAPE, plan, 16), RUNTIME, plan, SHAPE, 16)
+    assert estimate.slack == 0  # RUNTIME measured no slack
     assert estimate.total == (
         estimate.tensors + estimate.buffers + estimate.recomputed + charged * MIB
     )
@@ -107,15 +114,100 @@ def test_predicted_memory_meets_the_real_peak_of_a_plan_the_calibration_never_ra
 ) -> None:
     """Calibrated on one-layer trivial runs; held to a 2-layer ZeRO-3 plan's real peak."""
     from xirang_core.parallel.resolve import model_shape
+    from xirang_core.parallel.runtime import probe_plans
     from xirang_core.parallel.smoke import run_plans
     from xirang_core.plugins import get_registry
 
     runtime = cached_runtime(tiny_config, 2)
-    assert runtime.base > 0 and set(runtime.added) == {"fsdp", "tp", "pp", "recompute"}
-    assert cached_runtime(tiny_config, 2) == runtime  # from the cache: measured once per host
     shape = model_shape(tiny_config, get_registry())
+    kinds = {"fsdp", "tp", "pp", "recompute", "tp+recompute"}  # pairs 2 workers can hold too
+    assert runtime.base > 0 and set(runtime.added) == set(probe_plans(shape, 2)) - {"ddp"} >= kinds
+    assert cached_runtime(tiny_config, 2) == runtime  # from the cache: measured once per host
     plan = ParallelPlan(dp=2, zero=3, micro_batch=2)
-    real = run_plans(tiny_config, [plan], 3)[0].real_peak_bytes
-    estimate = with_runtime(predict_memory(shape, plan, 8), runtime, plan)
+    found = run_plans(tiny_config, [plan], 3)[0]
+    real = found.real_peak_bytes
+    estimate = with_runtime(predict_memory(shape, plan, 8), runtime, plan, shape, 8)
     assert abs(estimate.total - real) / real <= 0.15
     assert abs(estimate.tensors - real) / real > 0.5  # the tensors alone miss most of it
+
+
+@given(
+    micro_batch=st.sampled_from([1, 2, 4, 8]),
+    pp=st.sampled_from([1, 2, 4]),
+    schedule=st.sampled_from(["gpipe", "1f1b"]),
+    recompute=st.sampled_from(["none", "full"]),
+)
+def test_the_allocator_slack_follows_one_micro_batch_not_how_many_are_in_flight(
+    micro_batch: int, pp: int, schedule: str, recompute: str
+) -> None:
+    """Slack is charged per byte of the worst stage's single micro-batch beyond the baseline
+    run's; a plan at the baseline's size pays none, and neither the schedule (micro-batches
+    held at once) nor full recompute (which allocates the same activations, then frees them)
+    changes it."""
+    slack = replace(
+        RUNTIME, slack_per_byte=0.5, slack_from=micro_batch_bytes(SHAPE, ParallelPlan(dp=4), 16)
+    )
+    plan = ParallelPlan(
+        dp=4 // pp, pp=pp, micro_batch=micro_batch, schedule=schedule, recompute=recompute
+    )
+    estimate = with_runtime(predict_memory(SHAPE, plan, 16), slack, plan, SHAPE, 16)
+    one = micro_batch_bytes(SHAPE, plan, 16)
+    assert estimate.slack == round(0.5 * max(0.0, one - slack.slack_from))
+    assert (
+        estimate.total
+        - with_runtime(predict_memory(SHAPE, plan, 16), RUNTIME, plan, SHAPE, 16).total
+        == estimate.slack
+    )
+    for other in (replace(plan, schedule="gpipe"), replace(plan, recompute="none")):
+        assert with_runtime(predict_memory(SHAPE, other, 16), slack, other, SHAPE, 16).slack == (
+            estimate.slack
+        )
+    if pp == 1 and micro_batch == 1:
+        assert estimate.slack == 0
+    if estimate.slack > 0 and micro_batch > 1:  # a smaller micro-batch leaves less
+        smaller = replace(plan, micro_batch=micro_batch // 2)
+        assert slack.slack(micro_batch_bytes(SHAPE, smaller, 16)) < estimate.slack
+
+
+@pytest.mark.skipif(not _resettable(), reason="the kernel does not let this process reset VmHWM")
+def test_memory_freed_before_the_baseline_is_not_part_of_the_peak() -> None:
+    """Freed heap memory malloc still keeps resident is handed back before the peak mark is
+    reset: a run that allocates nothing reads no peak, however much was freed before."""
+    size = 4000  # a variable: a constant would be folded into one shared object
+    pinned = [b"x" * size for _ in range(16_000)]  # 64 MB on the heap, not from pymalloc
+    del pinned[:-1]  # freed but resident: the last one keeps the heap's top in place
+    peak = RealPeak("cpu")
+    peak.start()
+    assert peak.read()["allocated"] < 8 << 20
+
+
+def test_a_plan_pays_what_each_pair_of_its_kinds_adds_and_only_those_pairs() -> None:
+    paired = replace(RUNTIME, added={**RUNTIME.added, "tp+recompute": 6 << 20, "pp+fsdp": 1})
+    both = ParallelPlan(dp=2, tp=2, recompute="full")
+    assert paired.for_plan(both) == (50 + 5 + 3 + 6) * MIB
+    assert paired.for_plan(ParallelPlan(dp=2, tp=2)) == (50 + 5) * MIB
+    assert paired.for_plan(ParallelPlan(dp=2, pp=2, recompute="full")) == (50 + 4 + 3) * MIB
+
+
+def test_the_runtime_probe_runs_each_pair_of_kinds_the_workers_can_hold() -> None:
+    from xirang_core.parallel.plan import plan_problem
+    from xirang_core.parallel.runtime import plan_kinds, probe_plans
+
+    plans = probe_plans(SHAPE, 4)
+    assert set(plans) >= {"tp+pp", "fsdp+tp", "tp+recompute", "pp+recompute"}
+    for name, plan in plans.items():
+        assert plan.world == 4 and plan_kinds(plan) - {"ddp"} == set(name.split("+")) - {"ddp"}
+        assert not plan_problem(plan, replace(SHAPE, layers=plan.pp), plan.dp * plan.pp)
+
+
+def test_each_kind_counts_beyond_a_repeated_plain_run_and_slack_per_micro_batch_byte() -> None:
+    """Every trivial run after the first re-faults the heap its trimmed predecessors freed
+    (the ``slack-small`` control reads it): a kind is charged only what it adds beyond that,
+    and the slack is the control's rise at the larger micro-batch per byte."""
+    from xirang_core.parallel.runtime import derive_runtime
+
+    beyond = {"ddp": 50 * MIB, "tp": 7 * MIB, "pp": 2 * MIB, "slack-small": 3 * MIB}
+    acts = {"ddp": MIB, "tp": MIB, "pp": MIB, "slack-small": MIB, "slack-large": 9 * MIB}
+    found = derive_runtime(4, {**beyond, "slack-large": 7 * MIB}, acts)
+    assert (found.base, found.added) == (50 * MIB, {"tp": 4 * MIB, "pp": 0})
+    assert found.slack_per_byte == 0.5 and found.slack(5 * MIB) == 2 * MIB

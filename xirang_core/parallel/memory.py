@@ -62,6 +62,7 @@ class MemoryEstimate:
     buffers: int = 0  # DDP's gradient buckets, FSDP's flat all-gather/reduce-scatter copies
     recomputed: int = 0  # one layer's activations, rebuilt during its backward (full recompute)
     runtime: int = 0  # the worker's runtime beyond tensors, measured on this host
+    slack: int = 0  # freed memory the allocator keeps, growing with a micro-batch (runtime.py)
 
     @property
     def tensors(self) -> int:
@@ -70,7 +71,7 @@ class MemoryEstimate:
 
     @property
     def total(self) -> int:
-        return self.tensors + self.buffers + self.recomputed + self.runtime
+        return self.tensors + self.buffers + self.recomputed + self.runtime + self.slack
 
     def as_dict(self) -> dict[str, int]:
         return {**asdict(self), "total": self.total}

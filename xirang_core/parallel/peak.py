@@ -37,9 +37,10 @@ class RealPeak:
 
             torch.cuda.reset_peak_memory_stats(self.device)
             self.base = torch.cuda.memory_allocated(self.device)
-        elif _resettable():
-            _trim()
-            self.base = _status("VmRSS")
+        else:
+            _trim()  # first: the peak mark is reset at what is held after the trim
+            if _resettable():
+                self.base = _status("VmRSS")
 
     def read(self) -> dict[str, int]:
         """``allocated``: the peak over the baseline; ``reserved``: with the allocator's cache

@@ -80,10 +80,12 @@ class ParallelPlan:
     def strategy(self) -> str:
         """The registered strategy name that runs this plan."""
         split = [n for n, d in (("tp", self.tp), ("pp", self.pp)) if d > 1]
-        if not split:
+        if not split and (self.recompute == "none" or (self.dp > 1 and self.zero > 0)):
             if self.dp == 1:
                 return "single"
             return "ddp" if self.zero == 0 else "fsdp"
+        if not split:  # single and ddp do not recompute: the mesh strategy does
+            return "hybrid"
         if len(split) == 1 and self.dp == 1:
             return "sp" if self.sp else split[0]
         return "hybrid"

@@ -67,7 +67,8 @@ def rank_plans(
     fitting, rejected = [], []
     for plan in candidate_plans(world, shape, global_batch):
         why = _rule_broken(plan, shape, cluster)
-        memory = with_runtime(predict_memory(shape, plan, global_batch, optimizer), runtime, plan)
+        memory = predict_memory(shape, plan, global_batch, optimizer)
+        memory = with_runtime(memory, runtime, plan, shape, global_batch)
         if not why and memory.total > cluster.memory_bytes:
             why = f"needs {_gib(memory.total)} per device, has {_gib(cluster.memory_bytes)}"
         if why:
@@ -103,9 +104,8 @@ def _fits_nowhere(
         return f"no valid split of {world} devices for this model and global batch {global_batch}"
 
     def need_of(plan: ParallelPlan) -> int:
-        return with_runtime(
-            predict_memory(shape, plan, global_batch, optimizer), runtime, plan
-        ).total
+        memory = predict_memory(shape, plan, global_batch, optimizer)
+        return with_runtime(memory, runtime, plan, shape, global_batch).total
 
     least = min(plans, key=need_of)
     need = need_of(least)

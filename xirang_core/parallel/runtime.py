@@ -10,12 +10,31 @@ temporaries. On a small model this is most of the peak (about 70 MB per CPU work
 a few MB of tensors), and it does not grow with the model, so it is measured, not modelled:
 ``world`` fresh workers train a trivial model (the configured family with one layer per
 pipeline stage, micro-batch 1) for a few steps under plain data parallel, then under each other
-kind of wrapper a plan can use (sharding, tensor parallel, a pipeline, full recompute), one
-after the other in the same workers. The first run's real peak beyond what :mod:`.memory`
-predicts for its trivial model is the baseline every worker pays; each later run's is what
-that kind adds (the code, modules and buffers the workers did not have yet). A plan is charged the
-baseline plus the additions of the kinds it combines. The figures are cached per host, device
+kind of wrapper a plan can use (sharding, tensor parallel, a pipeline, full recompute), then
+under each pair of them the workers can hold, one after the other in the same workers. The
+first run's real peak beyond what :mod:`.memory` predicts for its trivial model is the baseline
+every worker pays; each later run's is what that kind, or pair, adds (the code, modules and
+buffers the workers did not have yet, beyond what a plain data-parallel run at micro-batch 1
+repeated in the same workers reads: the heap memory every run re-faults after
+:meth:`~.peak.RealPeak.start` trimmed it, which a fresh plan holds once, in the baseline, and
+not once per kind; tensor parallel under full recompute re-runs DTensor's
+operations inside checkpointing's hooks, code neither runs alone, measured 5-6 MB of file-backed
+pages beyond its kinds' on the benchmark's plans). A plan is charged the baseline plus the
+additions of the kinds it combines and of each pair of them. The figures are cached per host, device
 type, worker count, threads, model family and the kinds measured, as the device calibration is.
+
+What grows with the model is the allocator's slack: freed memory glibc's malloc keeps
+resident for reuse (the middle of its heaps, and up to its trim threshold at their tops), which
+``malloc_trim`` hands back. Measured on this host's plans of the benchmark's model: 6 MB of it
+after a one-layer run at micro-batch 1, 14-20 MB after full-model runs at micro-batch 4-8, and
+neither ``MALLOC_ARENA_MAX=1`` nor a fixed ``MALLOC_MMAP_THRESHOLD_`` changes it: it follows the
+size of what one micro-batch allocates and frees (a pipeline of 16 single-sequence micro-batches
+paid 1.3 MB above its prediction, the same tensors in 2 micro-batches of 8 paid 6.1 MB). So two
+more trivial runs, plain data parallel at micro-batch 1 and at the largest micro-batch, after
+the others in the same workers, measure the slack per byte of one micro-batch's activations
+(``slack_per_byte``: the rise of their real peaks beyond prediction over the rise of their
+micro-batch's activations); a plan pays it on the bytes by which its worst stage's micro-batch
+exceeds the baseline run's.
 
 The trivial runs are not the plans whose peaks the planner benchmark compares with: those are
 measured in their own workers on the full model.
@@ -23,16 +42,22 @@ measured in their own workers on the full model.
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from xirang_core.parallel.plan import ModelShape, ParallelPlan
+from xirang_core.parallel.plan import ModelShape, ParallelPlan, plan_problem
 
 #: steps of each trivial run (the first builds buffers; the peak comes with the second)
 PROBE_STEPS = 2
-#: the order kinds are charged in; ``ddp`` is the baseline every multi-worker plan pays;
-#: ``recompute``: activation checkpointing's code and the rebuilt layer's autograd graph
+#: the largest micro-batch the slack probe runs (the planner's largest candidate)
+SLACK_MICRO_BATCH = 8
+#: how the figures are measured and derived: a cached entry of another method is measured again
+METHOD = 3  # 3: pairs of kinds, each beyond a repeated plain run, the slack per micro-batch byte
+#: the order kinds are measured in, then each pair of them; ``ddp`` is the baseline every
+#: multi-worker plan pays; ``recompute``: activation checkpointing's code and the rebuilt layer's
+#: autograd graph
 KINDS = ("ddp", "fsdp", "tp", "pp", "recompute")
 
 
@@ -44,10 +69,22 @@ class RuntimeMemory:
     world: int
     base: int
     added: dict[str, int]
+    #: allocator slack per byte of one micro-batch's activations beyond the baseline run's
+    slack_per_byte: float = 0.0
+    #: one micro-batch's activation bytes in the baseline run (its slack is in ``base``)
+    slack_from: int = 0
 
     def for_plan(self, plan: ParallelPlan) -> int:
-        """The baseline plus the additions of the kinds ``plan`` combines."""
-        return self.base + sum(self.added.get(k, 0) for k in plan_kinds(plan) - {"ddp"})
+        """The baseline plus the additions of the kinds ``plan`` combines and of each pair of
+        them (``"tp+recompute"``: what the two together run that neither runs alone)."""
+        kinds = sorted(plan_kinds(plan) - {"ddp"}, key=KINDS.index)
+        pairs = [f"{a}+{b}" for a, b in itertools.combinations(kinds, 2)]
+        return self.base + sum(self.added.get(k, 0) for k in kinds + pairs)
+
+    def slack(self, micro_batch_bytes: float) -> int:
+        """The allocator slack a plan whose worst stage allocates ``micro_batch_bytes`` of
+        activations per micro-batch holds beyond the baseline's."""
+        return round(self.slack_per_byte * max(0.0, micro_batch_bytes - self.slack_from))
 
 
 def plan_kinds(plan: ParallelPlan) -> set[str]:
@@ -75,7 +112,31 @@ def probe_plans(shape: ModelShape, world: int) -> dict[str, ParallelPlan]:
         if "pp" in shape.splits:
             plans["pp"] = ParallelPlan(pp=world)
     plans["recompute"] = ParallelPlan(dp=world, recompute="full")
+    singles = [k for k in plans if k != "ddp"]
+    for a, b in itertools.combinations(singles, 2):
+        pair = _pair_plan(plans[a], plans[b], world, shape)
+        if pair is not None:
+            plans[f"{a}+{b}"] = pair
     return plans
+
+
+def _pair_plan(
+    a: ParallelPlan, b: ParallelPlan, world: int, shape: ModelShape
+) -> ParallelPlan | None:
+    """A trivial plan of ``world`` workers with the kinds of both ``a`` and ``b`` (tensor
+    parallel over 2 where that leaves room for the other kind), or None where the workers
+    cannot hold both."""
+    want = (plan_kinds(a) | plan_kinds(b)) - {"ddp"}
+    splits = [t for t in (2, a.tp, b.tp) if t > 1 and world % t == 0 and _splits(shape, t)]
+    recompute = "full" if "recompute" in want else "none"
+    for tp in splits if "tp" in want else [1]:
+        for pp in (p for p in range(world // tp, 0, -1) if world % (tp * p) == 0):
+            zero = max(a.zero, b.zero)
+            plan = ParallelPlan(world // (tp * pp), tp, pp, zero=zero, recompute=recompute)
+            trivial = replace(shape, layers=pp)  # as _trivial builds it
+            if plan_kinds(plan) - {"ddp"} == want and not plan_problem(plan, trivial, plan.dp * pp):
+                return plan
+    return None
 
 
 def _splits(shape: ModelShape, tp: int) -> bool:
@@ -112,7 +173,7 @@ def _cache_key(config: dict[str, Any], world: int) -> str:
     threads = config["trainer"].get("threads") or 1
     return (
         f"runtime-{platform.node()}-{where.device['name']}-{world}w-{threads}t-"
-        f"{config['model']['family']}-torch{torch.__version__}-{'+'.join(KINDS)}"
+        f"{config['model']['family']}-torch{torch.__version__}-{'+'.join(KINDS)}-m{METHOD}"
     )
 
 
@@ -128,38 +189,79 @@ def measure_runtime(config: dict[str, Any], world: int) -> RuntimeMemory:
     shape = model_shape(config, registry)
     assert shape is not None, "the planner only plans families with a parallelize plan"
     plans = probe_plans(shape, world)  # "ddp" first
-    runs = [_trivial(config, shape, plan, registry) for plan in plans.values()]
+    slack = {  # after every kind, so what they import is not counted again
+        "slack-small": ParallelPlan(dp=world),
+        "slack-large": ParallelPlan(dp=world, micro_batch=SLACK_MICRO_BATCH),
+    }
+    runs = [_trivial(config, shape, plan, registry) for plan in {**plans, **slack}.values()]
     configs = [
-        plan_config(small, plan) for (small, _), plan in zip(runs, plans.values(), strict=True)
+        plan_config(small, plan)
+        for (small, _), plan in zip(runs, {**plans, **slack}.values(), strict=True)
     ]
     found = run_configs(configs, world, PROBE_STEPS)
-    beyond = {}
-    for i, (kind, plan) in enumerate(plans.items()):
+    beyond, acts = {}, {}
+    for i, (kind, plan) in enumerate({**plans, **slack}.items()):
         small, trivial = runs[i]
         predicted = predict_memory(trivial, plan, small["trainer"]["global_batch"]).total
         real = max(rank[i]["real_peak_bytes"] for rank in found)
-        beyond[kind] = max(0, real - predicted) if real else 0
-    base = beyond.pop("ddp")
-    return RuntimeMemory(world, base, beyond)
+        beyond[kind] = real - predicted if real else 0
+        acts[kind] = micro_batch_bytes(trivial, plan, small["trainer"]["global_batch"])
+    return derive_runtime(world, beyond, acts)
+
+
+def derive_runtime(world: int, beyond: dict[str, int], acts: dict[str, float]) -> RuntimeMemory:
+    """The runtime from each trivial run's real peak ``beyond`` its prediction and one
+    micro-batch's activation bytes ``acts`` (keyed by kind, pair, ``slack-small`` and
+    ``slack-large``; see the module docstring)."""
+    beyond = dict(beyond)
+    control = beyond.pop("slack-small")  # a run that adds nothing the workers lack
+    rise = beyond.pop("slack-large") - control
+    per_byte = max(0.0, rise / (acts["slack-large"] - acts["slack-small"]))
+    base = max(0, beyond.pop("ddp"))
+    added = {k: max(0, v - control) for k, v in beyond.items()}
+    return RuntimeMemory(world, base, added, per_byte, round(acts["ddp"]))
+
+
+def micro_batch_bytes(shape: ModelShape, plan: ParallelPlan, global_batch: int) -> float:
+    """Activation bytes one micro-batch allocates on ``plan``'s worst stage, kept for backward
+    or not (full recompute allocates and frees them in the forward, and again in the backward):
+    what the allocator's slack follows (module docstring)."""
+    from xirang_core.parallel.memory import activation_elements, in_flight
+
+    whole = replace(plan, recompute="none")
+    per_stage = (
+        activation_elements(shape, whole, global_batch, s) / in_flight(whole, global_batch, s)
+        for s in range(plan.pp)
+    )
+    return max(per_stage) * shape.dtype_bytes
 
 
 def _trivial(
     config: dict[str, Any], shape: ModelShape, plan: ParallelPlan, registry: Any
 ) -> tuple[dict[str, Any], ModelShape]:
-    """``config`` with one layer per pipeline stage and one micro-batch of one sequence per
+    """``config`` with one layer per pipeline stage and one micro-batch of ``plan``'s size per
     data-parallel rank and stage, and that model's shape."""
     from xirang_core.parallel.resolve import model_shape
 
     fns = registry.spec("model", config["model"]["family"]).load_parallelize()
     model = {**config["model"], fns.layers_setting: plan.pp}
-    trainer = {**config["trainer"], "global_batch": plan.dp * plan.pp, "micro_batch": 1}
+    micro = plan.micro_batch
+    trainer = {**config["trainer"], "global_batch": plan.dp * plan.pp * micro, "micro_batch": micro}
     small = {**config, "model": model, "trainer": trainer}
     trivial = model_shape(small, registry)
     return small, replace(trivial or shape, layers=plan.pp)
 
 
-def with_runtime(estimate: Any, runtime: RuntimeMemory | None, plan: ParallelPlan) -> Any:
-    """``estimate`` (a :class:`~.memory.MemoryEstimate`) with the plan's runtime charged."""
+def with_runtime(
+    estimate: Any,
+    runtime: RuntimeMemory | None,
+    plan: ParallelPlan,
+    shape: ModelShape,
+    global_batch: int,
+) -> Any:
+    """``estimate`` (a :class:`~.memory.MemoryEstimate`) with the plan's runtime and the
+    allocator's slack charged."""
     if runtime is None:
         return estimate
-    return replace(estimate, runtime=runtime.for_plan(plan))
+    slack = runtime.slack(micro_batch_bytes(shape, plan, global_batch))
+    return replace(estimate, runtime=runtime.for_plan(plan), slack=slack)
