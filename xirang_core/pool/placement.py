@@ -65,14 +65,10 @@ def _tightest(index: dict[tuple[str, str], int], device_type: str, count: int) -
 def _members(
     cluster: Cluster, device_type: str, level: str | None, group: str | None
 ) -> list[Node]:
-    return [
-        n
-        for n in cluster.nodes
-        if n.type == device_type
-        and n.healthy
-        and n.free
-        and (level is None or getattr(n, level) == group)
-    ]
+    """Healthy nodes of ``device_type`` with free devices (in ``group`` of ``level``): read
+    from the free-count buckets, which hold no full or drained node (callers sort them)."""
+    nodes = (cluster.nodes[i] for i in cluster.nodes_with_free(device_type, 1))
+    return [n for n in nodes if level is None or getattr(n, level) == group]
 
 
 def _across(nodes: Iterable[Node], count: int) -> list[int]:
