@@ -159,6 +159,15 @@ class Cluster:
         for count in range(max(1, at_least), len(buckets)):
             yield from sorted(buckets[count])
 
+    def tightest_node(self, device_type: str, at_least: int) -> int | None:
+        """The first of :meth:`nodes_with_free` (None when no node has room), without sorting
+        a bucket that may hold hundreds of nodes: what a single-node placement asks for."""
+        buckets = self._buckets[device_type]
+        for count in range(max(1, at_least), len(buckets)):
+            if buckets[count]:
+                return min(buckets[count])
+        return None
+
     def fragmentation(self) -> float:
         """Share of free healthy devices stranded on partly used nodes (0 = none stranded)."""
         return self.stranded / self.total_free if self.total_free else 0.0

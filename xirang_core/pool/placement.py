@@ -24,7 +24,8 @@ def place(cluster: Cluster, device_type: str, count: int) -> list[int] | None:
     if count <= 0 or cluster.type_free.get(device_type, 0) < count:
         return None
     if count <= cluster.max_size[device_type]:
-        for node_id in cluster.nodes_with_free(device_type, count):
+        node_id = cluster.tightest_node(device_type, count)
+        if node_id is not None:
             return _within_node(cluster.nodes[node_id], count)
     for level, index in (("leaf", cluster.leaf_free), ("spine", cluster.spine_free)):
         group = _tightest(index, device_type, count)
