@@ -36,11 +36,12 @@ from xirang_core.pool.jobs import MIX, Job, JobState, check_cards, parse_priorit
 from xirang_core.pool.placement import place, place_mixed
 from xirang_core.pool.policy import Policy, Preferences
 from xirang_core.pool.quota import Project, QuotaBook
+from xirang_core.pool.shortlist import ShortSortedList
 
 #: a demotion burst that moves at least 1/REBUILD_SHARE of a running index's entries rebuilds
-#: that index rather than moving entries one by one (measured faster from about there: a move
-#: costs 2-4 us, a rebuild 0.2-0.35 us per entry of the index)
-REBUILD_SHARE = 10
+#: that index rather than moving entries one by one (measured in the scheduler benchmark: a move
+#: costs about 4 us in the 5,000-entry index of all running jobs, a rebuild about 1 us per entry)
+REBUILD_SHARE = 4
 
 
 @dataclass(frozen=True)
@@ -103,8 +104,9 @@ class PoolEngine:
         self.jobs: dict[int, Job] = {}
         self.queue: SortedList = SortedList()
         self.running: SortedList = SortedList()
-        self._own: dict[tuple[str, str], SortedList] = defaultdict(SortedList)
-        self._borrowed: dict[str, SortedList] = {t: SortedList() for t in cluster.types}
+        # what the victim search reads: hundreds to thousands of entries each
+        self._own: dict[tuple[str, str], ShortSortedList] = defaultdict(ShortSortedList)
+        self._borrowed = {t: ShortSortedList() for t in cluster.types}
         self._keys: dict[int, tuple[Any, ...]] = {}
         self._demotions: list[tuple[float, int, float]] = []
         self.events: list[Event] = []
@@ -552,7 +554,7 @@ class PoolEngine:
         for index in self._indices(job):
             index.remove(entry)
 
-    def _indices(self, job: Job) -> list[SortedList]:
+    def _indices(self, job: Job) -> list[SortedList | ShortSortedList]:
         """The running indices that hold ``job``: all, its project's per type it holds, and
         the borrowed ones per type when it runs on borrowed capacity."""
         if job.device_type and MIX not in job.device_type:  # one type: most starts and stops
@@ -586,7 +588,7 @@ class PoolEngine:
         index where they are a large share is rebuilt at once, its other entries kept in order
         and the moved ones merged in (one sort of two runs, in C); a small share is moved
         entry by entry. Either way the index holds the same entries in the same order."""
-        groups: dict[int, tuple[SortedList, list[int]]] = {}
+        groups: dict[int, tuple[SortedList | ShortSortedList, list[int]]] = {}
         for job_id in old:
             for index in self._indices(self.jobs[job_id]):
                 groups.setdefault(id(index), (index, []))[1].append(job_id)
