@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -412,18 +412,21 @@ class PoolEngine:
         short = need - self.cluster.type_free.get(device_type, 0)
         if short <= 0:
             return None  # free capacity exists but is fragmented: preemption would not help
-        depth, mine = self.policy.rank_depth, self._keys[job.id][: self.policy.rank_depth]
+        key = self._keys[job.id]
+        depth = min(self.policy.rank_depth, len(key))
+        mine = key[:depth]
         chosen: dict[int, Job] = {}
         # own project's worse-ranked jobs, then borrowed jobs (worse-ranked, or any on reclaim)
         pools = [(self._borrowed[device_type], reclaim)]
         if job.cards <= self.quotas.projects[job.project].guaranteed:
             pools.insert(0, (self._own[(job.project, device_type)], False))
         for pool, any_rank in pools:
-            if not pool or (not any_rank and pool[-1][0][:depth] <= mine):
+            if not pool or (not any_rank and pool[-1][:depth] <= mine):
                 continue  # even its worst-ranked job ranks as high as the waiting one
-            for looked, (key, victim_id) in enumerate(reversed(pool)):
-                if looked >= self.max_victims or (not any_rank and key[:depth] <= mine):
+            for looked, entry in enumerate(reversed(pool)):  # entries are (*rank, job id)
+                if looked >= self.max_victims or (not any_rank and entry[:depth] <= mine):
                     break  # from here on every job ranks as high as the waiting one
+                victim_id = entry[-1]
                 if victim_id not in chosen:
                     short = self._consider(job, victim_id, chosen, short, now, device_type)
                     if short <= 0:
@@ -545,25 +548,28 @@ class PoolEngine:
 
     def _rekey_running(self, job: Job) -> None:
         """Put a running job back into the running indices under its current key."""
-        entry = (self._keys[job.id], job.id)
-        for index in self._indices(job):
-            index.add(entry)
+        key = self._keys[job.id]
+        self.running.add((key, job.id))
+        flat = (*key, job.id)
+        for index in self._victim_indices(job):
+            index.add(flat)
 
     def _unindex_running(self, job: Job) -> None:
-        entry = (self._keys[job.id], job.id)
-        for index in self._indices(job):
-            index.remove(entry)
+        key = self._keys[job.id]
+        self.running.remove((key, job.id))
+        flat = (*key, job.id)
+        for index in self._victim_indices(job):
+            index.remove(flat)
 
-    def _indices(self, job: Job) -> list[SortedList | ShortSortedList]:
-        """The running indices that hold ``job``: all, its project's per type it holds, and
-        the borrowed ones per type when it runs on borrowed capacity."""
+    def _victim_indices(self, job: Job) -> list[ShortSortedList]:
+        """The victim search's indices that hold ``job``: its project's per type it holds,
+        and the borrowed ones per type when it runs on borrowed capacity. Their entries are
+        flat ``(*rank, job id)``: one tuple to walk per comparison, not two."""
         if job.device_type and MIX not in job.device_type:  # one type: most starts and stops
             own = self._own[(job.project, job.device_type)]
-            if job.borrowed:
-                return [self.running, own, self._borrowed[job.device_type]]
-            return [self.running, own]
+            return [own, self._borrowed[job.device_type]] if job.borrowed else [own]
         held = job.held_types
-        indices = [self.running, *(self._own[(job.project, t)] for t in held)]
+        indices = [self._own[(job.project, t)] for t in held]
         if job.borrowed:
             indices.extend(self._borrowed[t] for t in held)
         return indices
@@ -588,21 +594,33 @@ class PoolEngine:
         index where they are a large share is rebuilt at once, its other entries kept in order
         and the moved ones merged in (one sort of two runs, in C); a small share is moved
         entry by entry. Either way the index holds the same entries in the same order."""
-        groups: dict[int, tuple[SortedList | ShortSortedList, list[int]]] = {}
+        groups: dict[int, tuple[ShortSortedList, list[int]]] = {}
         for job_id in old:
-            for index in self._indices(self.jobs[job_id]):
+            for index in self._victim_indices(self.jobs[job_id]):
                 groups.setdefault(id(index), (index, []))[1].append(job_id)
-        keys = self._keys
+        self._move_entries(self.running, list(old), old, lambda key, job_id: (key, job_id))
         for index, ids in groups.values():
-            if len(ids) * REBUILD_SHARE < len(index):
-                for job_id in ids:
-                    index.remove((old[job_id], job_id))
-                    index.add((keys[job_id], job_id))
-                continue
-            rows = [entry for entry in index if entry[1] not in old]  # still in order
-            rows += sorted((keys[job_id], job_id) for job_id in ids)
-            index.clear()
-            index.update(rows)
+            self._move_entries(index, ids, old, lambda key, job_id: (*key, job_id))
+
+    def _move_entries(
+        self,
+        index: SortedList | ShortSortedList,
+        ids: list[int],
+        old: dict[int, tuple[Any, ...]],
+        entry: Callable[[tuple[Any, ...], int], tuple[Any, ...]],
+    ) -> None:
+        """Move ``ids``' entries (made by ``entry`` from a key and a job id, the id last) in
+        one index from their ``old`` keys to their current ones."""
+        keys = self._keys
+        if len(ids) * REBUILD_SHARE < len(index):
+            for job_id in ids:
+                index.remove(entry(old[job_id], job_id))
+                index.add(entry(keys[job_id], job_id))
+            return
+        rows = [row for row in index if row[-1] not in old]  # still in order
+        rows += sorted(entry(keys[job_id], job_id) for job_id in ids)
+        index.clear()
+        index.update(rows)
 
     # --- helpers ----------------------------------------------------------------------------
 
