@@ -159,6 +159,15 @@ class Cluster:
         for count in range(max(1, at_least), len(buckets)):
             yield from sorted(buckets[count])
 
+    def tightest_node(self, device_type: str, at_least: int) -> int | None:
+        """The first of :meth:`nodes_with_free` (None when no node has room), without sorting
+        a bucket that may hold hundreds of nodes: what a single-node placement asks for."""
+        buckets = self._buckets[device_type]
+        for count in range(max(1, at_least), len(buckets)):
+            if buckets[count]:
+                return min(buckets[count])
+        return None
+
     def fragmentation(self) -> float:
         """Share of free healthy devices stranded on partly used nodes (0 = none stranded)."""
         return self.stranded / self.total_free if self.total_free else 0.0
@@ -170,30 +179,42 @@ class Cluster:
 
     def take(self, devices: Iterable[int]) -> None:
         """Mark ``devices`` used; each must be free (a device is never given twice)."""
-        for device in devices:
-            node = self.node_of(device)
-            if device not in node.free:
-                raise AssertionError(f"device {device} on {node.name} is not free")
-            self._move(node, device, taken=True)
+        groups = self._by_node(devices)
+        for node, ids in groups:
+            busy = [d for d in ids if d not in node.free] or ids[len(set(ids)) :]
+            if busy:
+                raise AssertionError(f"device {busy[0]} on {node.name} is not free")
+        for node, ids in groups:
+            self._resize(node, ids, taken=True)
 
     def release(self, devices: Iterable[int]) -> None:
+        for node, ids in self._by_node(devices):
+            self._resize(node, ids, taken=False)
+
+    def _by_node(self, devices: Iterable[int]) -> list[tuple[Node, list[int]]]:
+        """``devices`` grouped by node (a gang mostly sits on one or a few), in first-seen
+        order, so each node's indices are updated once per gang rather than per device."""
+        groups: dict[int, tuple[Node, list[int]]] = {}
         for device in devices:
             node = self.node_of(device)
-            self._move(node, device, taken=False)
+            if node.id in groups:
+                groups[node.id][1].append(device)
+            else:
+                groups[node.id] = (node, [device])
+        return list(groups.values())
 
-    def _move(self, node: Node, device: int, taken: bool) -> None:
-        """Take or free one device of ``node``, keeping the indices in step."""
+    def _resize(self, node: Node, devices: list[int], taken: bool) -> None:
+        """Take or free ``devices`` of ``node``, keeping the indices in step."""
         before = len(node.free)
         self.stranded -= self._stranded(node)
-        if node.healthy:
-            self._buckets[node.type][before].discard(node.id)
         if taken:
-            node.free.discard(device)
+            node.free.difference_update(devices)
         else:
-            node.free.add(device)
+            node.free.update(devices)
         self.stranded += self._stranded(node)
         if not node.healthy:
             return
+        self._buckets[node.type][before].discard(node.id)
         self._count(node, len(node.free) - before)
         self._buckets[node.type][len(node.free)].add(node.id)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,9 +36,11 @@ from xirang_core.pool.jobs import MIX, Job, JobState, check_cards, parse_priorit
 from xirang_core.pool.placement import place, place_mixed
 from xirang_core.pool.policy import Policy, Preferences
 from xirang_core.pool.quota import Project, QuotaBook
+from xirang_core.pool.shortlist import ShortSortedList
 
-#: a demotion burst that moves at least 1/REBUILD_SHARE of the running jobs rebuilds the
-#: running indices rather than moving entries one by one (measured faster from about there)
+#: a demotion burst that moves at least 1/REBUILD_SHARE of a running index's entries rebuilds
+#: that index rather than moving entries one by one (measured in the scheduler benchmark: a move
+#: costs about 4 us in the 5,000-entry index of all running jobs, a rebuild about 1 us per entry)
 REBUILD_SHARE = 4
 
 
@@ -102,8 +104,9 @@ class PoolEngine:
         self.jobs: dict[int, Job] = {}
         self.queue: SortedList = SortedList()
         self.running: SortedList = SortedList()
-        self._own: dict[tuple[str, str], SortedList] = defaultdict(SortedList)
-        self._borrowed: dict[str, SortedList] = {t: SortedList() for t in cluster.types}
+        # what the victim search reads: hundreds to thousands of entries each
+        self._own: dict[tuple[str, str], ShortSortedList] = defaultdict(ShortSortedList)
+        self._borrowed = {t: ShortSortedList() for t in cluster.types}
         self._keys: dict[int, tuple[Any, ...]] = {}
         self._demotions: list[tuple[float, int, float]] = []
         self.events: list[Event] = []
@@ -409,18 +412,21 @@ class PoolEngine:
         short = need - self.cluster.type_free.get(device_type, 0)
         if short <= 0:
             return None  # free capacity exists but is fragmented: preemption would not help
-        depth, mine = self.policy.rank_depth, self._keys[job.id][: self.policy.rank_depth]
+        key = self._keys[job.id]
+        depth = min(self.policy.rank_depth, len(key))
+        mine = key[:depth]
         chosen: dict[int, Job] = {}
         # own project's worse-ranked jobs, then borrowed jobs (worse-ranked, or any on reclaim)
         pools = [(self._borrowed[device_type], reclaim)]
         if job.cards <= self.quotas.projects[job.project].guaranteed:
             pools.insert(0, (self._own[(job.project, device_type)], False))
         for pool, any_rank in pools:
-            if not pool or (not any_rank and pool[-1][0][:depth] <= mine):
+            if not pool or (not any_rank and pool[-1][:depth] <= mine):
                 continue  # even its worst-ranked job ranks as high as the waiting one
-            for looked, (key, victim_id) in enumerate(reversed(pool)):
-                if looked >= self.max_victims or (not any_rank and key[:depth] <= mine):
+            for looked, entry in enumerate(reversed(pool)):  # entries are (*rank, job id)
+                if looked >= self.max_victims or (not any_rank and entry[:depth] <= mine):
                     break  # from here on every job ranks as high as the waiting one
+                victim_id = entry[-1]
                 if victim_id not in chosen:
                     short = self._consider(job, victim_id, chosen, short, now, device_type)
                     if short <= 0:
@@ -542,27 +548,34 @@ class PoolEngine:
 
     def _rekey_running(self, job: Job) -> None:
         """Put a running job back into the running indices under its current key."""
-        entry = (self._keys[job.id], job.id)
-        self.running.add(entry)
-        for device_type in job.held_types:
-            self._own[(job.project, device_type)].add(entry)
-            if job.borrowed:
-                self._borrowed[device_type].add(entry)
+        key = self._keys[job.id]
+        self.running.add((key, job.id))
+        flat = (*key, job.id)
+        for index in self._victim_indices(job):
+            index.add(flat)
 
     def _unindex_running(self, job: Job) -> None:
-        entry = (self._keys[job.id], job.id)
-        self.running.remove(entry)
-        for device_type in job.held_types:
-            self._own[(job.project, device_type)].remove(entry)
-            if job.borrowed:
-                self._borrowed[device_type].remove(entry)
+        key = self._keys[job.id]
+        self.running.remove((key, job.id))
+        flat = (*key, job.id)
+        for index in self._victim_indices(job):
+            index.remove(flat)
+
+    def _victim_indices(self, job: Job) -> list[ShortSortedList]:
+        """The victim search's indices that hold ``job``: its project's per type it holds,
+        and the borrowed ones per type when it runs on borrowed capacity. Their entries are
+        flat ``(*rank, job id)``: one tuple to walk per comparison, not two."""
+        if job.device_type and MIX not in job.device_type:  # one type: most starts and stops
+            own = self._own[(job.project, job.device_type)]
+            return [own, self._borrowed[job.device_type]] if job.borrowed else [own]
+        held = job.held_types
+        indices = [self._own[(job.project, t)] for t in held]
+        if job.borrowed:
+            indices.extend(self._borrowed[t] for t in held)
+        return indices
 
     def _apply_demotions(self, now: float) -> None:
-        """Re-rank running jobs whose attained service crossed a level since the last pass.
-
-        Jobs started together cross together (a restart, a burst of arrivals): when a large
-        share of the running jobs moves, the running indices are rebuilt with one sort each
-        instead of a removal and an insertion per job and index; the order is the same."""
+        """Re-rank running jobs whose attained service crossed a level since the last pass."""
         before: dict[int, tuple[Any, ...]] = {}  # job id -> its key in the indices now
         while self._demotions and self._demotions[0][0] <= now:
             _, job_id, started = heapq.heappop(self._demotions)
@@ -570,43 +583,44 @@ class PoolEngine:
             if job.state is JobState.RUNNING and job.started == started:
                 before.setdefault(job_id, self._keys[job_id])
                 self._keys[job_id] = self._running_key(job, now)
-        if len(before) * REBUILD_SHARE < len(self.running):
-            for job_id, key in before.items():
-                self._move_running(self.jobs[job_id], key)
-        elif before:
-            self._rebuild_running()
+        if before:
+            self._move_running(before)
 
-    def _move_running(self, job: Job, old: tuple[Any, ...]) -> None:
-        """Move a running job's index entries from its ``old`` key to its current one."""
-        entry, new = (old, job.id), (self._keys[job.id], job.id)
-        self.running.remove(entry)
-        self.running.add(new)
-        for device_type in job.held_types:
-            own = self._own[(job.project, device_type)]
-            own.remove(entry)
-            own.add(new)
-            if job.borrowed:
-                self._borrowed[device_type].remove(entry)
-                self._borrowed[device_type].add(new)
+    def _move_running(self, old: dict[int, tuple[Any, ...]]) -> None:
+        """Move re-ranked running jobs' index entries from their ``old`` keys to their
+        current ones, index by index.
 
-    def _rebuild_running(self) -> None:
-        """Every running index again from the jobs' current keys (one sort per index)."""
-        entries = [(self._keys[job_id], job_id) for _, job_id in self.running]
-        own: dict[tuple[str, str], list[tuple[Any, int]]] = defaultdict(list)
-        borrowed: dict[str, list[tuple[Any, int]]] = defaultdict(list)
-        for entry in entries:
-            job = self.jobs[entry[1]]
-            for device_type in job.held_types:
-                own[(job.project, device_type)].append(entry)
-                if job.borrowed:
-                    borrowed[device_type].append(entry)
-        for index, rows in (
-            [(self.running, entries)]
-            + [(self._own[k], v) for k, v in own.items()]
-            + [(self._borrowed[k], v) for k, v in borrowed.items()]
-        ):
-            index.clear()
-            index.update(rows)
+        Jobs started together cross a level together (a restart, a burst of arrivals): an
+        index where they are a large share is rebuilt at once, its other entries kept in order
+        and the moved ones merged in (one sort of two runs, in C); a small share is moved
+        entry by entry. Either way the index holds the same entries in the same order."""
+        groups: dict[int, tuple[ShortSortedList, list[int]]] = {}
+        for job_id in old:
+            for index in self._victim_indices(self.jobs[job_id]):
+                groups.setdefault(id(index), (index, []))[1].append(job_id)
+        self._move_entries(self.running, list(old), old, lambda key, job_id: (key, job_id))
+        for index, ids in groups.values():
+            self._move_entries(index, ids, old, lambda key, job_id: (*key, job_id))
+
+    def _move_entries(
+        self,
+        index: SortedList | ShortSortedList,
+        ids: list[int],
+        old: dict[int, tuple[Any, ...]],
+        entry: Callable[[tuple[Any, ...], int], tuple[Any, ...]],
+    ) -> None:
+        """Move ``ids``' entries (made by ``entry`` from a key and a job id, the id last) in
+        one index from their ``old`` keys to their current ones."""
+        keys = self._keys
+        if len(ids) * REBUILD_SHARE < len(index):
+            for job_id in ids:
+                index.remove(entry(old[job_id], job_id))
+                index.add(entry(keys[job_id], job_id))
+            return
+        rows = [row for row in index if row[-1] not in old]  # still in order
+        rows += sorted(entry(keys[job_id], job_id) for job_id in ids)
+        index.clear()
+        index.update(rows)
 
     # --- helpers ----------------------------------------------------------------------------
 

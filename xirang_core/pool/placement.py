@@ -24,7 +24,8 @@ def place(cluster: Cluster, device_type: str, count: int) -> list[int] | None:
     if count <= 0 or cluster.type_free.get(device_type, 0) < count:
         return None
     if count <= cluster.max_size[device_type]:
-        for node_id in cluster.nodes_with_free(device_type, count):
+        node_id = cluster.tightest_node(device_type, count)
+        if node_id is not None:
             return _within_node(cluster.nodes[node_id], count)
     for level, index in (("leaf", cluster.leaf_free), ("spine", cluster.spine_free)):
         group = _tightest(index, device_type, count)
@@ -65,14 +66,10 @@ def _tightest(index: dict[tuple[str, str], int], device_type: str, count: int) -
 def _members(
     cluster: Cluster, device_type: str, level: str | None, group: str | None
 ) -> list[Node]:
-    return [
-        n
-        for n in cluster.nodes
-        if n.type == device_type
-        and n.healthy
-        and n.free
-        and (level is None or getattr(n, level) == group)
-    ]
+    """Healthy nodes of ``device_type`` with free devices (in ``group`` of ``level``): read
+    from the free-count buckets, which hold no full or drained node (callers sort them)."""
+    nodes = (cluster.nodes[i] for i in cluster.nodes_with_free(device_type, 1))
+    return [n for n in nodes if level is None or getattr(n, level) == group]
 
 
 def _across(nodes: Iterable[Node], count: int) -> list[int]:

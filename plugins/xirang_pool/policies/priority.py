@@ -39,8 +39,9 @@ class PriorityQuota(Policy):
         return (-job.priority, level, job.submitted, job.id)
 
     def may_preempt(self, waiting: Job, victim: Job, engine: PoolView, now: float) -> bool:
-        lender = victim.project != waiting.project and engine.quotas.within_guarantee(waiting)
-        if victim.borrowed and lender:
+        # asked for up to max_victims candidates per try: the cheap tests come first
+        lender = victim.project != waiting.project
+        if victim.borrowed and lender and engine.quotas.within_guarantee(waiting):
             return True  # the lender takes its guaranteed share back
         if not victim.borrowed and not self._fits_after(waiting, victim, engine):
             return False  # a guaranteed job makes room only for its own project's guarantee
