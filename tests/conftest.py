@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -42,6 +44,68 @@ def xirang_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = tmp_path_factory.mktemp("xirang-home")
     os.environ["XIRANG_HOME"] = str(home)
     return home
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What the default run prepares once per XIRANG_HOME, as folders and files of ``home``."""
+
+    home: Path
+    paths: tuple[Path, ...]
+
+    def seed(self, home: Path) -> None:
+        """Copies into a fresh XIRANG_HOME ``home``: the state the default run's first start
+        would leave there, without the half minute it takes."""
+        for found in self.paths:
+            target = home / found.relative_to(self.home)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if found.is_dir():
+                shutil.copytree(found, target)
+            else:
+                shutil.copy2(found, target)
+
+
+@pytest.fixture(scope="session")
+def prepared_home(xirang_home: Path) -> Prepared:
+    """The session's home once it holds what the default run prepares: the stdlib snapshot
+    (with its token shards), the BPE tokenizer learnt from it and this host's device
+    calibration, prepared the way ``xirang_core.run.launch`` does before it trains. Tests that
+    do not test preparing itself start from these instead of paying for them again."""
+    from xirang_core.config import compose
+    from xirang_core.data.stdlib_corpus import ensure_prepared
+    from xirang_core.data.tokenizer import resolve_tokenizer
+    from xirang_core.data.training import resolve_dataset
+    from xirang_core.plugins import get_registry
+    from xirang_core.run import resolve_runtime
+
+    registry = get_registry()
+    config = compose([], registry)
+    config["runtime"] = resolve_runtime(config, registry)
+    resolve_dataset(config["data"], config["storage"])
+    resolve_tokenizer(config, registry)
+    tokenizer = Path(config["runtime"]["tokenizer"]["path"]).parent
+    calibration = sorted(xirang_home.glob("calibration/cpu-*"))
+    return Prepared(xirang_home, (ensure_prepared(), tokenizer, *calibration))
+
+
+@pytest.fixture(scope="session")
+def lr_sweep(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """``-m optim.lr=1e-3,3e-3`` over the one-layer GPT at 80 columns, and the folder it ran
+    in: one sweep for the tests of its table (what it holds, and that it fits a narrow
+    terminal), rather than one sweep each."""
+    folder = tmp_path_factory.mktemp("lr-sweep")
+    done = subprocess.run(
+        [sys.executable, "-m", "xirang", "-m", "optim.lr=1e-3,3e-3", *ONE_LAYER_GPT, *QUICK],
+        cwd=folder,
+        env={**os.environ, "COLUMNS": "80"},
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done, folder
 
 
 @pytest.fixture

@@ -9,8 +9,6 @@ import sys
 
 import pytest
 
-from tests.conftest import ONE_LAYER_GPT, QUICK
-
 NARROW = {"COLUMNS": "80"}
 
 
@@ -40,10 +38,8 @@ def test_the_plugin_listing_fits_80_columns() -> None:
 
 
 @pytest.mark.slow
-def test_the_sweep_table_fits_80_columns(run_xirang) -> None:
-    done = run_xirang("-m", "optim.lr=1e-3,3e-3", *ONE_LAYER_GPT, *QUICK, env=NARROW)
-    assert done.returncode == 0, done.stderr[-2000:]
-    table = done.stdout.split("sweep results (best first)", 1)[1]
+def test_the_sweep_table_fits_80_columns(lr_sweep) -> None:
+    table = lr_sweep[0].stdout.split("sweep results (best first)", 1)[1]
     assert fits(table.split("every job's figures", 1)[0]), table
     assert "optim.lr=0.001" in table and "optim.lr=0.003" in table
     assert "sweep_results.csv" in table  # where the run directories went

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require_moto_server
+from tests.conftest import Prepared, require_moto_server
 from tests.docs.collect import REPO, DocCommand, collect
 from tests.plugins.xirang_slurm.conftest import slurm  # noqa: F401  (the real Slurm, for Slurm)
 
@@ -345,9 +345,12 @@ def _id(command: DocCommand) -> str:
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A newcomer's folder: a fresh XIRANG_HOME, a small corpus, one quick run."""
+def workspace(tmp_path_factory: pytest.TempPathFactory, prepared_home: Prepared) -> Path:
+    """A newcomer's folder: a fresh XIRANG_HOME, a small corpus, one quick run. The home starts
+    as that first run leaves it (the embedded corpus, the BPE tokenizer, the calibration, copied
+    from the session's): what the docs' commands read, without preparing it all again."""
     work = tmp_path_factory.mktemp("docs")
+    prepared_home.seed(work / "home")
     for name in _LINKED:
         (work / name).symlink_to(REPO / name)
     corpus = work / "corpus"
