@@ -45,6 +45,16 @@ def test_the_sweep_table_fits_80_columns(lr_sweep) -> None:
     assert "sweep_results.csv" in table  # where the run directories went
 
 
+@pytest.mark.parametrize("command", [[], ["plan"], ["data"], ["pool"], ["bench", "comm"]])
+def test_help_and_every_synopsis_fit_80_columns(command: list[str]) -> None:
+    """``python -m xirang --help`` (Hydra's template, the config groups wrapped) and the
+    subcommands' synopses, down to the composed config (its values are the user's own)."""
+    out = narrow("-m", "xirang", *command, "--help").split("== Config ==")[0]
+    assert fits(out), out
+    if not command:  # every group still listed, each option whole
+        assert "model: gpt_125m," in out and "llama_tiny" in out.split()
+
+
 def test_the_command_listing_fits_80_columns() -> None:
     out = narrow("-c", "import sys; from xirang_core.cli import main; sys.exit(main([]))")
     assert fits(out), out

@@ -116,6 +116,25 @@ def register_with_hydra(registry: Registry) -> None:
         _register_hydra_plugin(target)
     if not OmegaConf.has_resolver("xirang_uid"):
         OmegaConf.register_new_resolver("xirang_uid", lambda: _RUN_UID)
+    if not OmegaConf.has_resolver("xirang_config_groups"):
+        OmegaConf.register_new_resolver("xirang_config_groups", _config_groups)
+
+
+def _config_groups(width: int = 80) -> str:
+    """``--help``'s config groups and their options, wrapped to ``width`` columns (Hydra's own
+    ``$APP_CONFIG_GROUPS`` puts each group on one line, 99 wide for the model zoo)."""
+    import textwrap
+
+    from hydra.core.global_hydra import GlobalHydra
+
+    hydra = GlobalHydra.instance().hydra
+    assert hydra is not None  # help is being printed: Hydra is initialised
+    listing = hydra.format_config_groups(lambda g: not (g == "hydra" or g.startswith("hydra/")))
+    lines = []
+    for line in listing.splitlines():
+        indent = " " * (line.index(":") + 2)
+        lines.append(textwrap.fill(line, width, subsequent_indent=indent, break_on_hyphens=False))
+    return "\n".join(lines) + "\n"
 
 
 @functools.cache

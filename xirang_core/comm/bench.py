@@ -1,9 +1,9 @@
 """``xirang bench comm``: collective timings, scaling efficiency per comm option, bytes per step,
 the bottleneck, and cost-model predictions, written as tables and a plot into a run directory.
 
-    xirang bench comm                                  1, 2, 4 gloo workers on this machine
+    xirang bench comm                          # 1, 2, 4 gloo workers here
     xirang bench comm --workers 1,2 --options gloo,fp16 --steps 10
-    xirang bench comm --cluster cluster.yaml           predictions for that cluster too
+    xirang bench comm --cluster cluster.yaml   # and that cluster's predictions
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """``xirang data``: prepare, list, sync and verify dataset snapshots.
 
-    xirang data prepare SRC DST [--format auto|files|lines|jsonl|parquet|hf] [--min-chars N] ...
+    xirang data prepare SRC DST [--format auto|files|lines|jsonl|parquet|hf]
+                        [--min-chars N] ...
     xirang data snapshots DST
-    xirang data tokenize DST --tokenizer NAME [--snapshot ID] [--workers N] [--set tokenizer.KEY=V]
+    xirang data tokenize DST --tokenizer NAME [--snapshot ID] [--workers N]
+                         [--set tokenizer.KEY=V]
     xirang data sync SRC DST [--snapshot ID]
     xirang data verify DST [--snapshot ID]
 

@@ -1,8 +1,8 @@
 """``xirang plan``: rank the ways to split a model over a cluster.
 
     xirang plan model=gpt_125m cluster=dgx_h100 nodes=4
-    xirang plan layers=48 hidden=6144 heads=48 vocab=50304 seq=2048 cluster=mi300x --json
-    xirang plan model=gpt_small devices=4 --smoke        # this host; confirm the top plans
+    xirang plan layers=48 hidden=6144 heads=48 vocab=50304 seq=2048 --json
+    xirang plan model=gpt_small devices=4 --smoke   # here; runs the top plans
 
 Arguments are ``key=value``: ``model`` (a zoo option) or the shape (``layers hidden heads vocab
 seq``, optional ``params``); ``cluster`` (``local`` = this host, default) and any cluster field

@@ -1,12 +1,14 @@
 """``xirang pool``: run the pool service, use it, and simulate policies on traces.
 
-    xirang pool serve --cluster cluster.yaml [--store pool.db | postgresql://...] [--policy ..]
-                      [--prices book.yaml] [--cost-db cost.db]
+    xirang pool serve --cluster cluster.yaml [--store pool.db | postgresql://..]
+                      [--policy ..] [--prices book.yaml] [--cost-db cost.db]
     xirang pool status | queue | jobs [--state running]
     xirang pool cancel JOB
-    xirang pool quota [PROJECT --guaranteed N --borrow-limit N --team T --max-priority CLASS]
+    xirang pool quota [PROJECT --guaranteed N --borrow-limit N --team T
+                               --max-priority CLASS]
     xirang pool drain NODE [--reason TEXT] | undrain NODE
-    xirang pool simulate --trace philly.csv --cluster cluster.yaml --policy fifo,priority,hetero
+    xirang pool simulate --trace philly.csv --cluster cluster.yaml
+                         --policy fifo,priority,hetero
 
 Clients read XIRANG_POOL_URL and XIRANG_POOL_TOKEN (a project's token, or the operator's).
 """
