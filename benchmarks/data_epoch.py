@@ -12,13 +12,21 @@ walked by a fresh process with the same settings, for the resident-memory compar
     python benchmarks/data_epoch.py --gb 0.3 --cache-mb 60 --shard-mb 2 --memory-mb 16
     python benchmarks/data_epoch.py --train              # a real training run on that corpus
 
-``--train`` writes the same corpus (same seed, same tokens), now named as the token shards of a
-small text snapshot in a local word-level tokenizer of the same 50,257 ids (``tokenizer=hf``), and
-runs ``python -m xirang`` on it for ``--steps`` steps (a one-layer GPT, ``storage=s3_cache``,
-the disk cache limited to ``--cache-mb``), sampling the cache folder all along. Its last line:
-``train_steps=<n> cache_limit_mb=<l> peak_cache_mb=<p> shard_mb=<s> within_limit_plus_shard=<bool>
-read_mb=<r> rss_mb=<a> tokens_per_s=<t>``, where ``read_mb`` is what the run's rows span of the
-corpus (a few hundred CPU steps read a small part of it; the walk covers the whole epoch).
+``--train`` writes a corpus of the same size and layout (same seed and document lengths, token
+ids below ``--vocab``), named as the token shards of a small text snapshot in a local word-level
+tokenizer of those ids (``tokenizer=hf``), and runs ``python -m xirang`` on it for ``--steps``
+steps (a one-layer GPT, ``storage=s3_cache``, the disk cache limited to ``--cache-mb``), sampling
+the cache folder all along; then the same on the 10x smaller corpus, for the resident-memory
+comparison (each run's peak RSS, launcher and worker, from ``wait4``). A few hundred CPU
+steps read only a few MB of rows, so ``--train`` defaults to 512 KB shards and a 2 MB cache (the
+run reads several times its cache limit and must evict as it goes) and to 512 ids (with 2,048 the
+model's logits alone swung the peak RSS of one setting by 20% between runs; with 512, by 3%).
+Its last line: ``train_steps=<n> cache_limit_mb=<l> peak_cache_mb=<p> shard_mb=<s>
+within_limit_plus_shard=<bool> rows_mb=<r> shards_fetched=<k> shard_gets=<g> rss_mb=<a>
+rss_small_mb=<b> rss_ratio=<a/b> tokens_per_s=<t>``, where ``rows_mb`` is what the run's rows
+span, ``shards_fetched`` the distinct shards asked of S3 and ``shard_gets`` the GET requests for
+them: the run's closing evaluation reads the first rows again (``data.val_fraction=0``: the
+held-out rows are training rows), so the first block's shards, evicted by then, are asked twice.
 
 The decoded-shard budget (``--memory-mb``) should stay below the small corpus, or the small
 corpus fits in memory whole and its resident memory is lower for that reason alone.
@@ -33,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -62,14 +71,28 @@ from xirang_core.storage.locate import tier_for
 
 BUCKET = "xirang"
 VOCAB = 50_257
+WALK_DEFAULTS = {"cache_mb": 300.0, "shard_mb": 4.0, "memory_mb": 32.0, "seq": 2048, "batch": 8}
+WALK_DEFAULTS.update(block=4, prefetch=4, vocab=VOCAB)
+# A few hundred CPU steps read a few MB of rows: small shards and a cache below what the run
+# reads, so the run evicts and the bound means something; 512 ids, so the model's own memory
+# (its logits) does not drown the data path's in the resident-memory comparison.
+TRAIN_DEFAULTS = {"cache_mb": 2.0, "shard_mb": 0.5, "memory_mb": 1.0, "seq": 512, "batch": 16}
+TRAIN_DEFAULTS.update(block=2, prefetch=2, vocab=512)
 
 
 def write_corpus(
-    uri: str, tokens: int, shard_tokens: int, span: int, batch: int, named: dict | None = None
+    uri: str,
+    tokens: int,
+    shard_tokens: int,
+    span: int,
+    batch: int,
+    named: dict | None = None,
+    vocab: int = VOCAB,
 ) -> dict:
-    """Random token documents (log-normal lengths) as a token snapshot; returns its id and the
-    count and sum of its tokens (a whole number of batches of rows). ``named``: the lineage
-    keys (source snapshot, tokenizer, fingerprint) that make it a run's token shards."""
+    """Random token documents (log-normal lengths, ids below ``vocab``) as a token snapshot;
+    returns its id and the count and sum of its tokens (a whole number of batches of rows).
+    ``named``: the lineage keys (source snapshot, tokenizer, fingerprint) that make it a run's
+    token shards."""
     rng = np.random.default_rng(0)
     total = tokens // (span * batch) * span * batch
     dst = tokens_tier(tier_for(uri))
@@ -79,7 +102,7 @@ def write_corpus(
         lengths = np.maximum(rng.lognormal(7.0, 1.0, size // 200 + 2).astype(np.int64), 1)
         lengths = lengths[np.cumsum(lengths) < size]
         lengths = np.append(lengths, size - lengths.sum())
-        flat = rng.integers(0, VOCAB, size, dtype=np.uint16)
+        flat = rng.integers(0, vocab, size, dtype=np.uint16)
         value_sum += int(flat.sum(dtype=np.int64))
         offsets = np.concatenate([[0], np.cumsum(lengths)])
         docs = [flat[offsets[i] : offsets[i + 1]] for i in range(len(lengths))]
@@ -88,7 +111,7 @@ def write_corpus(
         left -= size
     lineage = {"kind": KIND, "source": "0" * 16, "tokenizer": "random", "fingerprint": "none"}
     lineage.update(named or {})
-    lineage.update(vocab_size=VOCAB, dtype="uint16", shard_tokens=counts, text_bytes=2 * total)
+    lineage.update(vocab_size=vocab, dtype="uint16", shard_tokens=counts, text_bytes=2 * total)
     snap = Snapshot({COLUMN: "list<item: uint16>"}, tuple(infos), lineage=lineage)
     save(dst, snap)
     return {"snapshot": snap.id, "tokens": total, "sum": value_sum, "shards": len(infos)}
@@ -104,7 +127,9 @@ def walk(args: argparse.Namespace) -> dict:
         memory_limit_bytes=int(args.memory_mb * 2**20),
         prefetch_shards=args.prefetch,
     )
-    read = SourceRead(args.seq + 1, seed=1, shuffle=True, block_shards=args.block, vocab_size=VOCAB)
+    read = SourceRead(
+        args.seq + 1, seed=1, shuffle=True, block_shards=args.block, vocab_size=args.vocab
+    )
     source = TokenSource(snap, origin, tiers, read)
     batches = TokenBatches(
         [NamedSource("corpus", source)], Partition(args.batch), 1, 1, "train", None
@@ -151,32 +176,33 @@ def run_walk(args: argparse.Namespace, uri: str, snapshot: str, cache_dir: str) 
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def word_tokenizer(folder: Path) -> tuple[Path, str]:
-    """A local word-level tokenizer.json of ``VOCAB`` ids ("t0" ... ), ending documents with
+def word_tokenizer(folder: Path, vocab: int) -> tuple[Path, str]:
+    """A local word-level tokenizer.json of ``vocab`` ids ("t0" ... ), ending documents with
     "t0"; returns its file and the fingerprint a run computes for it."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from xirang_tokenizers.hf import HFTokenizer
 
-    backend = Tokenizer(models.WordLevel({f"t{i}": i for i in range(VOCAB)}, unk_token="t1"))
+    backend = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab)}, unk_token="t1"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     file = folder / "tokenizer.json"
     backend.save(str(file))
     return file, HFTokenizer(backend, "t0", file).fingerprint
 
 
-def train(args: argparse.Namespace, url: str, tmp: str) -> dict:
-    """A real training run over the corpus in S3, the cache folder sampled all along."""
+def train(args: argparse.Namespace, url: str, tmp: str, name: str, gb: float) -> dict:
+    """A real training run over a ``gb`` corpus in S3, the cache folder sampled all along and
+    the run's own peak resident memory (launcher and worker) taken from ``wait4``."""
     from xirang_core.data.prepare import PrepareSettings, prepare
     from xirang_core.data.quality import Rules
 
-    uri, cache_dir = f"s3://{BUCKET}/train", os.path.join(tmp, "cache-train")
-    file, fingerprint = word_tokenizer(Path(tmp))
+    uri, cache_dir = f"s3://{BUCKET}/{name}", os.path.join(tmp, f"cache-{name}")
+    file, fingerprint = word_tokenizer(Path(tmp), args.vocab)
     samples = [{"text": f"t{i} t{i + 1}"} for i in range(2, 50)]
     text = prepare(samples, tier_for(uri), Rules(), PrepareSettings(progress=False), {})[0]
     named = {"source": text.id, "tokenizer": "hf", "fingerprint": fingerprint}
     span, shard_tokens = args.seq + 1, int(args.shard_mb * 2**20) // 2
-    made = write_corpus(uri, int(args.gb * 1e9) // 2, shard_tokens, span, args.batch, named)
-    print(f"train: {made['tokens']:,} tokens in {made['shards']} shards on S3", flush=True)
+    made = write_corpus(uri, int(gb * 1e9) // 2, shard_tokens, span, args.batch, named, args.vocab)
+    print(f"{name}: {made['tokens']:,} tokens in {made['shards']} shards on S3", flush=True)
     overrides = [
         "model=gpt_tiny", "model.n_layer=1", "model.n_embd=32", "model.n_head=2",
         f"model.max_seq_len={args.seq}", "tokenizer=hf", f"tokenizer.path={file}",
@@ -187,7 +213,7 @@ def train(args: argparse.Namespace, url: str, tmp: str) -> dict:
         f"data.shuffle_block={args.block}", f"data.prefetch_shards={args.prefetch}",
         f"trainer.max_steps={args.steps}", f"trainer.global_batch={args.batch}",
         "trainer.log_every=50", "trainer.sample_tokens=0", "checkpoint=disabled",
-        f"hydra.run.dir={os.path.join(tmp, 'run')}",
+        f"hydra.run.dir={os.path.join(tmp, name)}",
     ]  # fmt: skip
     cache = DiskCache(cache_dir, int(args.cache_mb * 2**20))  # only looked at
     peak, stop = [0], threading.Event()
@@ -195,48 +221,74 @@ def train(args: argparse.Namespace, url: str, tmp: str) -> dict:
     def watch() -> None:
         while not stop.is_set():
             peak[0] = max(peak[0], sum(cache.usage().values()) if os.path.isdir(cache_dir) else 0)
-            time.sleep(0.05)
+            time.sleep(0.02)
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    done = subprocess.run([sys.executable, "-m", "xirang", *overrides], cwd=tmp, text=True)
+    run = subprocess.Popen([sys.executable, "-m", "xirang", *overrides], cwd=tmp)
+    _, status, usage = os.wait4(run.pid, 0)
     stop.set()
     watcher.join()
-    if done.returncode:
-        raise SystemExit(f"the training run failed (exit {done.returncode})")
-    summary = json.loads(Path(tmp, "run", "summary.json").read_text())
+    if status:
+        raise SystemExit(f"the training run failed (wait status {status})")
+    summary = json.loads(Path(tmp, name, "summary.json").read_text())
     shard = max(i.bytes for i in load(tokens_tier(tier_for(uri)), made["snapshot"]).shards)
     return {
         "steps": summary["steps"],
         "tokens_per_s": summary["tokens_per_s"],
         "peak_cache": peak[0],
         "shard_bytes": shard,
-        "read": summary["steps"] * args.batch * span * 2,
-        "rss": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
+        "rows_bytes": summary["steps"] * args.batch * span * 2,
+        "rss": usage.ru_maxrss * 1024,
     }
 
 
-def report_train(args: argparse.Namespace, ran: dict) -> None:
+def shard_gets(log: Path, name: str) -> tuple[int, int]:
+    """GET requests for ``name``'s token shards in the moto request log, and distinct shards."""
+    pattern = re.compile(rf"GET /{BUCKET}/{name}/tokens/shards/(\w+\.arrow)")
+    found = [m.group(1) for m in map(pattern.search, log.read_text().splitlines()) if m]
+    return len(found), len(set(found))
+
+
+def report_train(args: argparse.Namespace, big: dict, small: dict) -> None:
     limit = args.cache_mb * 2**20
     print(
-        f"train_steps={ran['steps']} cache_limit_mb={args.cache_mb:.0f} "
-        f"peak_cache_mb={ran['peak_cache'] / 2**20:.1f} shard_mb={ran['shard_bytes'] / 2**20:.1f} "
-        f"within_limit_plus_shard={ran['peak_cache'] <= limit + ran['shard_bytes']} "
-        f"read_mb={ran['read'] / 2**20:.1f} rss_mb={ran['rss'] / 2**20:.0f} "
-        f"tokens_per_s={ran['tokens_per_s']:.0f}"
+        f"train_steps={big['steps']} cache_limit_mb={args.cache_mb:g} "
+        f"peak_cache_mb={big['peak_cache'] / 2**20:.2f} shard_mb={big['shard_bytes'] / 2**20:.3f} "
+        f"within_limit_plus_shard={big['peak_cache'] <= limit + big['shard_bytes']} "
+        f"rows_mb={big['rows_bytes'] / 2**20:.2f} shards_fetched={big['distinct']} "
+        f"shard_gets={big['gets']} rss_mb={big['rss'] / 2**20:.0f} "
+        f"rss_small_mb={small['rss'] / 2**20:.0f} rss_ratio={big['rss'] / small['rss']:.3f} "
+        f"tokens_per_s={big['tokens_per_s']:.0f}"
     )
+
+
+def run_train(args: argparse.Namespace) -> None:
+    """The training run on the corpus and on one 10x smaller, over one local S3."""
+    from xirang_core.storage.local_s3 import local_s3
+
+    with tempfile.TemporaryDirectory(prefix="xirang-train-") as tmp:
+        log = Path(tmp, "requests.log")
+        ran = {}
+        with local_s3(BUCKET, log=log) as url:
+            for name, gb in (("train-big", args.gb), ("train-small", args.gb / 10)):
+                ran[name] = train(args, url, tmp, name, gb)
+                ran[name]["gets"], ran[name]["distinct"] = shard_gets(log, name)
+                print(f"{name}: {json.dumps(ran[name])}", flush=True)
+        report_train(args, ran["train-big"], ran["train-small"])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gb", type=float, default=1.5, help="corpus size in GB of tokens")
-    parser.add_argument("--cache-mb", type=float, default=300.0, help="disk cache limit")
-    parser.add_argument("--shard-mb", type=float, default=4.0, help="token shard size")
-    parser.add_argument("--memory-mb", type=float, default=32.0, help="decoded shards in memory")
-    parser.add_argument("--seq", type=int, default=0, help="row length; 0: 2048 (--train: 256)")
-    parser.add_argument("--batch", type=int, default=0, help="rows a step; 0: 8 (--train: 4)")
-    parser.add_argument("--block", type=int, default=4, help="data.shuffle_block")
-    parser.add_argument("--prefetch", type=int, default=4, help="data.prefetch_shards")
+    parser.add_argument("--cache-mb", type=float, help="disk cache limit; 300 (--train: 0.5)")
+    parser.add_argument("--shard-mb", type=float, help="token shard size; 4 (--train: 0.125)")
+    parser.add_argument("--memory-mb", type=float, help="decoded shards in memory; 32 (0.25)")
+    parser.add_argument("--seq", type=int, help="row length; 2048 (--train: 512)")
+    parser.add_argument("--batch", type=int, help="rows a step; 8 (--train: 16)")
+    parser.add_argument("--block", type=int, help="data.shuffle_block; 4 (--train: 2)")
+    parser.add_argument("--prefetch", type=int, help="data.prefetch_shards; 4 (--train: 2)")
+    parser.add_argument("--vocab", type=int, help="token ids; 50,257 (--train: 512)")
     parser.add_argument("--train", action="store_true", help="a real training run instead")
     parser.add_argument("--steps", type=int, default=300, help="--train: training steps")
     parser.add_argument("--walk", action="store_true", help=argparse.SUPPRESS)
@@ -244,17 +296,17 @@ def main() -> None:
     parser.add_argument("--snapshot", default="", help=argparse.SUPPRESS)
     parser.add_argument("--cache-dir", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    args.seq = args.seq or (256 if args.train else 2048)  # --train: a CPU step, 50,257 logits
-    args.batch = args.batch or (4 if args.train else 8)
+    for key, value in (TRAIN_DEFAULTS if args.train else WALK_DEFAULTS).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     if args.walk:
         print(json.dumps(walk(args)))
         return
+    if args.train:
+        run_train(args)
+        return
     from xirang_core.storage.local_s3 import local_s3
 
-    if args.train:
-        with local_s3(BUCKET) as url, tempfile.TemporaryDirectory(prefix="xirang-train-") as tmp:
-            report_train(args, train(args, url, tmp))
-        return
     span, shard_tokens = args.seq + 1, int(args.shard_mb * 2**20) // 2
     with local_s3(BUCKET), tempfile.TemporaryDirectory(prefix="xirang-epoch-") as tmp:
         results = {}
