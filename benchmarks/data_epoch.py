@@ -26,7 +26,7 @@ within_limit_plus_shard=<bool> rows_mb=<r> shards_fetched=<k> shard_gets=<g> rss
 rss_small_mb=<b> rss_ratio=<a/b> tokens_per_s=<t>``, where ``rows_mb`` is what the run's rows
 span, ``shards_fetched`` the distinct shards asked of S3 and ``shard_gets`` the GET requests for
 them: the run's closing evaluation reads the first rows again (``data.val_fraction=0``: the
-held-out rows are training rows), so the first block's shards, evicted by then, are asked twice.
+held-out rows are training rows), so the shards they lie in, evicted by then, are asked twice.
 
 The decoded-shard budget (``--memory-mb``) should stay below the small corpus, or the small
 corpus fits in memory whole and its resident memory is lower for that reason alone.
