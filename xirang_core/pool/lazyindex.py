@@ -96,13 +96,16 @@ class LazySortedIndex:
                 del order[bisect.bisect_left(order, entry)]
         elif stale:
             gone = {entry[-1] for entry in stale}
-            order = [row for row in order if row[-1] not in gone]
+            order[:] = [row for row in order if row[-1] not in gone]
         if len(fresh) * REBUILD_SHARE < len(order):
             for entry in fresh.values():
                 bisect.insort_right(order, entry)
         elif fresh:
             order.extend(sorted(fresh.values()))
             order.sort()  # two ascending runs: one merge
-        self._order, self._stale = order, []
+        # the same lists and dict from read to read: old containers, which the garbage
+        # collector's frequent young-generation passes do not walk (a new 5,000-entry list
+        # would be walked by each of them until it aged)
+        stale.clear()
         fresh.clear()
         return order
