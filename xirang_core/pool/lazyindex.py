@@ -20,7 +20,8 @@ from collections.abc import Hashable, Iterator
 from typing import Any
 
 #: a read settles changes one by one while they are under 1/REBUILD_SHARE of the entries, else
-#: rebuilds (at 100 to 1,000 entries a move costs about as much as rebuilding 4 entries)
+#: rebuilds (the share the engine's eager indices rebuilt at, where a move cost about as much as
+#: rebuilding four entries; not tuned again, the result is the same either way)
 REBUILD_SHARE = 4
 
 Entry = tuple[Any, ...]
@@ -28,8 +29,8 @@ Entry = tuple[Any, ...]
 
 class LazySortedIndex:
     """Entries in ascending order, at most one per id (an entry's last item, as in ``(rank, job
-    id)``). ``add`` and ``remove`` by value, as :class:`sortedcontainers.SortedList` does, cost a
-    dict operation; iterating, ``reversed`` and indexing see the entries sorted."""
+    id)``). ``add`` and ``remove`` by value, as :class:`sortedcontainers.SortedList` does, and
+    ``replace`` cost a dict operation; iterating, ``reversed`` and indexing see them sorted."""
 
     __slots__ = ("_fresh", "_live", "_order", "_stale")
 
