@@ -74,7 +74,7 @@ def decision_latency(devices: int, queued: int, passes: int, seed: int = 0) -> l
             f"team{rng.randrange(10)}", rng.choice(sizes), now, priority=rng.choice((0, 1, 1, 1, 2))
         )
 
-    while sum(1 for _ in engine.running) < devices // 3 or len(engine.queue) < queued:
+    while len(engine.running) < devices // 3 or len(engine.queue) < queued:
         submit()
         if len(engine.queue) >= queued:
             engine.schedule(now)

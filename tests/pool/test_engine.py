@@ -104,7 +104,8 @@ def test_demotion_at_a_large_clock_value_ends() -> None:
     engine = make_engine(nodes=2, devices=4, las_thresholds=(1.0, 8.0))
     job = engine.submit("a", 7, 1.0e7)
     engine.schedule(1.0e7)
-    at = engine._demotions[0][0]
+    at = engine.next_demotion()
+    assert at is not None
     engine.schedule(at)  # returned at all: the demotion was applied once
     assert engine.policy.level(3600.0) == 1 and engine._keys[job.id][1] == 1
-    assert engine._demotions[0][0] > at
+    assert (engine.next_demotion() or 0.0) > at

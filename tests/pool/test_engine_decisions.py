@@ -14,7 +14,7 @@ import pytest
 
 import xirang_core
 from tests.pool.conftest import make_engine
-from xirang_core.pool import engine as engine_module
+from xirang_core.pool import lazyindex
 from xirang_core.pool.sim import traces
 from xirang_core.pool.sim.simulator import Simulator
 
@@ -63,8 +63,8 @@ def test_policy_decisions_on_the_bundled_trace_are_unchanged(policy: str) -> Non
 
 def _burst(monkeypatch: pytest.MonkeyPatch, share: int) -> tuple[list, dict, dict]:
     """Jobs of two projects started together cross a service level together; the running
-    indices after that demotion burst, rebuilt when 1/``share`` of them or more moved."""
-    monkeypatch.setattr(engine_module, "REBUILD_SHARE", share)
+    indices after that demotion burst, rebuilt when read if 1/``share`` of them or more moved."""
+    monkeypatch.setattr(lazyindex, "REBUILD_SHARE", share)
     projects = [{"name": "a", "guaranteed": 12}, {"name": "b", "guaranteed": 4}]
     engine = make_engine(nodes=8, devices=4, projects=projects, las_thresholds=(1.0, 8.0))
     for i in range(30):

@@ -8,10 +8,11 @@ their project's guarantee, so one pass does not lend capacity it must reclaim at
 that cannot be placed may preempt running jobs the policy allows; preempted jobs are told (a
 ``preempted`` event), lose their devices and are requeued with their attained service kept.
 
-Costs are bounded for large pools: queue and running sets are sorted containers kept up to date
-incrementally, the pass stops once nothing is free or ``patience`` jobs in a row found no room,
-backfill looks at most ``max_scan`` jobs (Slurm's default queue depth is 100),
-at most ``preempt_scan`` jobs may try preemption per pass and each looks at no more than
+Costs are bounded for large pools: the queue is a sorted container kept up to date
+incrementally, the running indices take changes in O(1) and sort when read
+(:mod:`~xirang_core.pool.lazyindex`), the pass stops once nothing is free or ``patience`` jobs
+in a row found no room, backfill looks at most ``max_scan`` jobs (Slurm's default queue depth
+is 100), at most ``preempt_scan`` jobs may try preemption per pass and each looks at no more than
 ``max_victims`` candidates per group.
 
 With :class:`~xirang_core.pool.policy.Preferences` (a pool with a price book), a pass first
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,15 +34,10 @@ from xirang_core.pool.cards import DEFAULT_CLASS, Throughputs
 from xirang_core.pool.cluster import Cluster
 from xirang_core.pool.errors import PoolError
 from xirang_core.pool.jobs import MIX, Job, JobState, check_cards, parse_priority
+from xirang_core.pool.lazyindex import LazySortedIndex
 from xirang_core.pool.placement import place, place_mixed
 from xirang_core.pool.policy import Policy, Preferences
 from xirang_core.pool.quota import Project, QuotaBook
-from xirang_core.pool.shortlist import ShortSortedList
-
-#: a demotion burst that moves at least 1/REBUILD_SHARE of a running index's entries rebuilds
-#: that index rather than moving entries one by one (measured in the scheduler benchmark: a move
-#: costs about 4 us in the 5,000-entry index of all running jobs, a rebuild about 1 us per entry)
-REBUILD_SHARE = 4
 
 
 @dataclass(frozen=True)
@@ -103,12 +99,17 @@ class PoolEngine:
         self.patience = patience
         self.jobs: dict[int, Job] = {}
         self.queue: SortedList = SortedList()
-        self.running: SortedList = SortedList()
-        # what the victim search reads: hundreds to thousands of entries each
-        self._own: dict[tuple[str, str], ShortSortedList] = defaultdict(ShortSortedList)
-        self._borrowed = {t: ShortSortedList() for t in cluster.types}
+        # (rank, job id) of every running job, and what the victim search reads (flat entries,
+        # hundreds to thousands each): changed at every start, stop and demotion, each sorted
+        # when it is read (a pass reads few of them)
+        self.running = LazySortedIndex()
+        self._own: dict[tuple[str, str], LazySortedIndex] = defaultdict(LazySortedIndex)
+        self._borrowed = {t: LazySortedIndex() for t in cluster.types}
         self._keys: dict[int, tuple[Any, ...]] = {}
-        self._demotions: list[tuple[float, int, float]] = []
+        # when running jobs cross a service level (a heap of times) and who: jobs started
+        # together cross together, so one time serves them all (one heap entry, not thousands)
+        self._demotions: list[float] = []
+        self._demoting: dict[float, list[tuple[int, float]]] = {}  # time -> (job id, started)
         self.events: list[Event] = []
         self.segments: list[Segment] = []
         self.next_id = 1
@@ -543,7 +544,11 @@ class PoolEngine:
             threshold = self.policy.next_threshold(attained)
         if threshold is not None:
             at = now + (threshold - attained) / job.cards
-            heapq.heappush(self._demotions, (at, job.id, job.started or 0.0))
+            due = self._demoting.get(at)
+            if due is None:
+                self._demoting[at] = due = []
+                heapq.heappush(self._demotions, at)
+            due.append((job.id, job.started or 0.0))
         return self.policy.rank(job, self.policy.level(attained))
 
     def _rekey_running(self, job: Job) -> None:
@@ -561,7 +566,15 @@ class PoolEngine:
         for index in self._victim_indices(job):
             index.remove(flat)
 
-    def _victim_indices(self, job: Job) -> list[ShortSortedList]:
+    def _rerank_running(self, job: Job, now: float) -> None:
+        """Give a running job its rank at ``now`` in the running indices (a demotion)."""
+        key = self._keys[job.id] = self._running_key(job, now)
+        self.running.replace((key, job.id))
+        flat = (*key, job.id)
+        for index in self._victim_indices(job):
+            index.replace(flat)
+
+    def _victim_indices(self, job: Job) -> list[LazySortedIndex]:
         """The victim search's indices that hold ``job``: its project's per type it holds,
         and the borrowed ones per type when it runs on borrowed capacity. Their entries are
         flat ``(*rank, job id)``: one tuple to walk per comparison, not two."""
@@ -575,52 +588,21 @@ class PoolEngine:
         return indices
 
     def _apply_demotions(self, now: float) -> None:
-        """Re-rank running jobs whose attained service crossed a level since the last pass."""
-        before: dict[int, tuple[Any, ...]] = {}  # job id -> its key in the indices now
-        while self._demotions and self._demotions[0][0] <= now:
-            _, job_id, started = heapq.heappop(self._demotions)
-            job = self.jobs[job_id]
-            if job.state is JobState.RUNNING and job.started == started:
-                before.setdefault(job_id, self._keys[job_id])
-                self._keys[job_id] = self._running_key(job, now)
-        if before:
-            self._move_running(before)
+        """Re-rank running jobs whose attained service crossed a level since the last pass.
 
-    def _move_running(self, old: dict[int, tuple[Any, ...]]) -> None:
-        """Move re-ranked running jobs' index entries from their ``old`` keys to their
-        current ones, index by index.
+        Jobs started together cross a level together (a burst of arrivals, a restart): the
+        indices take each move in O(1) and sort once, when next read (see
+        :mod:`~xirang_core.pool.lazyindex`)."""
+        jobs = self.jobs
+        while self._demotions and self._demotions[0] <= now:
+            for job_id, started in self._demoting.pop(heapq.heappop(self._demotions)):
+                job = jobs[job_id]
+                if job.state is JobState.RUNNING and job.started == started:
+                    self._rerank_running(job, now)
 
-        Jobs started together cross a level together (a restart, a burst of arrivals): an
-        index where they are a large share is rebuilt at once, its other entries kept in order
-        and the moved ones merged in (one sort of two runs, in C); a small share is moved
-        entry by entry. Either way the index holds the same entries in the same order."""
-        groups: dict[int, tuple[ShortSortedList, list[int]]] = {}
-        for job_id in old:
-            for index in self._victim_indices(self.jobs[job_id]):
-                groups.setdefault(id(index), (index, []))[1].append(job_id)
-        self._move_entries(self.running, list(old), old, lambda key, job_id: (key, job_id))
-        for index, ids in groups.values():
-            self._move_entries(index, ids, old, lambda key, job_id: (*key, job_id))
-
-    def _move_entries(
-        self,
-        index: SortedList | ShortSortedList,
-        ids: list[int],
-        old: dict[int, tuple[Any, ...]],
-        entry: Callable[[tuple[Any, ...], int], tuple[Any, ...]],
-    ) -> None:
-        """Move ``ids``' entries (made by ``entry`` from a key and a job id, the id last) in
-        one index from their ``old`` keys to their current ones."""
-        keys = self._keys
-        if len(ids) * REBUILD_SHARE < len(index):
-            for job_id in ids:
-                index.remove(entry(old[job_id], job_id))
-                index.add(entry(keys[job_id], job_id))
-            return
-        rows = [row for row in index if row[-1] not in old]  # still in order
-        rows += sorted(entry(keys[job_id], job_id) for job_id in ids)
-        index.clear()
-        index.update(rows)
+    def next_demotion(self) -> float | None:
+        """When the next running job may cross a service level (the simulator wakes then)."""
+        return self._demotions[0] if self._demotions else None
 
     # --- helpers ----------------------------------------------------------------------------
 

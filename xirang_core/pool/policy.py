@@ -64,8 +64,10 @@ class PoolView(Protocol):
     quotas: QuotaBook
     preferences: Preferences | None
     jobs: dict[int, Job]
-    queue: Any  # sorted (rank, job id) of the waiting jobs
-    running: Any  # sorted (rank, job id) of the running jobs
+    queue: Any  # sorted (rank, job id) of the waiting jobs (a sortedcontainers.SortedList)
+    #: (rank, job id) of the running jobs, best rank first when iterated or indexed; ``len``
+    #: is O(1), and the first read after changes sorts them (a LazySortedIndex: read-only here)
+    running: Any
 
     def running_jobs(self) -> Iterable[Job]:
         """The running jobs, best rank first."""

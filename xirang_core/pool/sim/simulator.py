@@ -176,9 +176,9 @@ class Simulator:
             progress.rate = 0.0
 
     def _wake_for_demotion(self) -> None:
-        demotions = self.engine._demotions
-        if demotions and (not self.heap or demotions[0][0] < self.heap[0][0]):
-            self._push(demotions[0][0], WAKE, 0)
+        at = self.engine.next_demotion()
+        if at is not None and (not self.heap or at < self.heap[0][0]):
+            self._push(at, WAKE, 0)
 
     def _wake_for_preferences(self, now: float) -> None:
         """Schedule again when the preferences may change their mind (a cheap window opens, a
