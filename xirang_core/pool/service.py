@@ -341,8 +341,8 @@ class PoolService:
                     for t in cluster.types
                 },
                 "drained": [n.name for n in cluster.nodes if not n.healthy],
-                "running": sum(1 for _ in self.engine.running),
-                "queued": sum(1 for _ in self.engine.queue),
+                "running": len(self.engine.running),
+                "queued": len(self.engine.queue),
                 "fragmentation": round(cluster.fragmentation(), 4),
                 "budgets_metered": self.budgets.metered,
                 "projects": self.quotas(who),
