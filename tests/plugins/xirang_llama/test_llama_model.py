@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from xirang_llama.model import Llama, LlamaConfig, project
 from xirang_llama.parallelize import LlamaParallelize
 
-from xirang_core.train.init import init_parameters
+from xirang_core.train.init import materialize
 
 ZOO = Path(__file__).parents[3] / "plugins" / "xirang_llama" / "conf" / "model"
 TINY = LlamaConfig(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, vocab_size=64)
@@ -88,13 +88,12 @@ def test_a_short_training_run_learns(tied: bool) -> None:
 
 
 def test_meta_build_materialises_to_the_same_weights() -> None:
-    """Created on the meta device, materialised with ``to_empty`` and initialised by the
-    shared init: the weights of an ordinary build with the same seed, and the same logits."""
+    """Created on the meta device and materialised (``to_empty``, the shared init, the RoPE
+    tables): the weights of an ordinary build with the same seed, and the same logits."""
     eager = Llama(TINY)
     with torch.device("meta"):
         lazy = Llama(TINY)
-    lazy.to_empty(device="cpu")
-    init_parameters(lazy, seed=torch.initial_seed())
+    materialize(lazy, "cpu", seed=torch.initial_seed())
     for (name, a), b in zip(eager.state_dict().items(), lazy.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
     x = torch.randint(0, TINY.vocab_size, (1, 8))
@@ -160,3 +159,14 @@ def test_stacked_projections_compute_each_projection(widths: list[int], rows: in
         torch.testing.assert_close(got, want)
     for got, want in zip(fused_grads, [x.grad, *(p.weight.grad for p in linears)], strict=True):
         torch.testing.assert_close(got, want)
+
+
+def test_rope_tables_are_kept_out_of_the_state_dict_and_cover_longer_inputs() -> None:
+    """The cached cos/sin tables are not weights (checkpoints and exports keep Hugging Face's
+    names), and an input longer than ``max_seq_len`` rotates as a model built for it would."""
+    short = Llama(TINY)
+    assert not [name for name in short.state_dict() if "rope" in name]
+    long = Llama(LlamaConfig(**{**TINY.__dict__, "max_seq_len": 2 * TINY.max_seq_len}))
+    long.load_state_dict(short.state_dict())
+    x = torch.randint(0, TINY.vocab_size, (1, TINY.max_seq_len + 3))
+    torch.testing.assert_close(short(x), long(x), rtol=0, atol=0)
