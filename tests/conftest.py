@@ -108,21 +108,42 @@ def lr_sweep(
     return done, folder
 
 
+def run_in(
+    folder: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 1200
+) -> subprocess.CompletedProcess[str]:
+    """``python -m xirang ARGS`` in ``folder`` at 200 columns; outputs land under it."""
+    return subprocess.run(
+        [sys.executable, "-m", "xirang", *args],
+        cwd=folder,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 @pytest.fixture
 def run_xirang(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     """Run ``python -m xirang ARGS`` in a fresh working folder; outputs land under it."""
 
     def run(*args: str, env: dict[str, str] | None = None, timeout: float = 1200):
-        return subprocess.run(
-            [sys.executable, "-m", "xirang", *args],
-            cwd=tmp_path,
-            env={**os.environ, "COLUMNS": "200", **(env or {})},
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        return run_in(tmp_path, *args, env=env, timeout=timeout)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def quick_default_run(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """``python -m xirang`` with :data:`QUICK` (the embedded default for 6 steps) and its run
+    directory: one run for the tests that read what it leaves (its data snapshot, its model,
+    summary and sample), rather than one run each."""
+    folder = tmp_path_factory.mktemp("quick-default")
+    done = run_in(folder, *QUICK)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [run_dir] = run_dirs(folder)
+    return done, run_dir
 
 
 def xirang_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 import yaml
 
-from tests.conftest import QUICK, run_dirs
 from tests.data.conftest import Make, samples
 from xirang_core.data import token_shards
 from xirang_core.data.order import EpochOrder
@@ -96,10 +93,8 @@ def test_the_config_records_the_snapshot_and_a_pin_is_enforced(make_dataset: Mak
 
 
 @pytest.mark.slow
-def test_the_embedded_run_records_its_snapshot(run_xirang, tmp_path: Path) -> None:
-    done = run_xirang(*QUICK)
-    assert done.returncode == 0, done.stderr[-2000:]
-    run = run_dirs(tmp_path)[-1]
+def test_the_embedded_run_records_its_snapshot(quick_default_run) -> None:
+    _, run = quick_default_run
     summary = yaml.safe_load((run / "summary.json").read_text())
     pinned = yaml.safe_load((run / "config.yaml").read_text())["data"]["snapshot"]
     assert summary["data_snapshot"] == pinned and len(pinned) == 16

@@ -17,9 +17,12 @@ from tests.conftest import run_dirs
 from xirang_core.checkpoint.events import record_event
 from xirang_core.train.resume import MARKER, config_key, newest_interrupted, run_dir_for
 
-#: a small, quick run: Ctrl-C comes after its first logged step
+#: a small, quick run: Ctrl-C comes after its first logged step. Long enough that the stop
+#: always lands mid-run: with 8 steps an idle machine could finish the run between the test's
+#: polls, and the output would then end with the summary instead of how to resume
+STEPS = 24
 ARGS = (
-    "trainer.max_steps=8",
+    f"trainer.max_steps={STEPS}",
     "trainer.log_every=1",
     "trainer.global_batch=4",
     "data.seq_len=64",
@@ -45,7 +48,7 @@ def _ctrl_c_after_first_step(proc: subprocess.Popen[str], cwd: Path) -> str:
         deadline = time.monotonic() + 600
         while not list(cwd.glob("outputs/*/*/metrics.jsonl")) and time.monotonic() < deadline:
             assert proc.poll() is None, proc.stdout.read()[-3000:]
-            time.sleep(0.2)
+            time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGINT)
         return proc.communicate(timeout=600)[0]
     finally:
@@ -81,9 +84,9 @@ def test_ctrl_c_then_the_same_command_resumes_and_summarises_the_whole_run(tmp_p
     records = _records(run_dir)
     first = [r for r in records if r["segment"] == 1]
     second = [r for r in records if r["segment"] == 2]
-    assert second[0]["step"] == stopped_at + 1 and second[-1]["step"] == 8
+    assert second[0]["step"] == stopped_at + 1 and second[-1]["step"] == STEPS
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["restarts"] == 1 and summary["steps"] == 8
+    assert summary["restarts"] == 1 and summary["steps"] == STEPS
     assert summary["first_loss"] == first[0]["loss"]  # the loss drop is the whole run's
     # the wall time and so tokens/s and MFU span both segments, not the last one alone
     assert summary["wall_time_s"] >= first[-1]["elapsed_s"] + second[-1]["elapsed_s"]

@@ -6,14 +6,10 @@ import json
 
 import pytest
 
-from tests.conftest import QUICK, run_dirs
-
 
 @pytest.mark.slow
-def test_llama_tiny_trains_and_samples(run_xirang, tmp_path) -> None:
-    result = run_xirang(*QUICK)  # the embedded default
-    assert result.returncode == 0, result.stderr[-3000:]
-    [run_dir] = run_dirs(tmp_path)
+def test_llama_tiny_trains_and_samples(quick_default_run) -> None:
+    _, run_dir = quick_default_run  # the embedded default, for 6 steps
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["model"] == "llama_tiny" and summary["steps"] == 6
     assert 1_000_000 < summary["params"] < 3_000_000
