@@ -71,13 +71,39 @@ from xirang_core.storage.locate import tier_for
 
 BUCKET = "xirang"
 VOCAB = 50_257
-WALK_DEFAULTS = {"cache_mb": 300.0, "shard_mb": 4.0, "memory_mb": 32.0, "seq": 2048, "batch": 8}
-WALK_DEFAULTS.update(block=4, prefetch=4, vocab=VOCAB)
+#: settings by mode: the issue's epoch walk, and the training run (``--train``)
+WALK_DEFAULTS = {
+    "cache_mb": 300.0, "shard_mb": 4.0, "memory_mb": 32.0, "seq": 2048, "batch": 8, "block": 4,
+    "prefetch": 4, "vocab": VOCAB,
+}  # fmt: skip
 # A few hundred CPU steps read a few MB of rows: small shards and a cache below what the run
 # reads, so the run evicts and the bound means something; 512 ids, so the model's own memory
 # (its logits) does not drown the data path's in the resident-memory comparison.
-TRAIN_DEFAULTS = {"cache_mb": 2.0, "shard_mb": 0.5, "memory_mb": 1.0, "seq": 512, "batch": 16}
-TRAIN_DEFAULTS.update(block=2, prefetch=2, vocab=512)
+TRAIN_DEFAULTS = {
+    "cache_mb": 2.0, "shard_mb": 0.5, "memory_mb": 1.0, "seq": 512, "batch": 16, "block": 2,
+    "prefetch": 2, "vocab": 512,
+}  # fmt: skip
+
+
+class CachePeak:
+    """The most bytes a cache folder held, sampled every 20 ms in a thread until :meth:`stop`
+    (the folder is only looked at; it may not exist yet)."""
+
+    def __init__(self, folder: str, limit: int) -> None:
+        self.folder, self.cache, self.bytes = folder, DiskCache(folder, limit), 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._done.is_set():
+            if os.path.isdir(self.folder):
+                self.bytes = max(self.bytes, sum(self.cache.usage().values()))
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
 
 
 def write_corpus(
@@ -134,18 +160,7 @@ def walk(args: argparse.Namespace) -> dict:
     batches = TokenBatches(
         [NamedSource("corpus", source)], Partition(args.batch), 1, 1, "train", None
     )
-    peak, stop = [0], threading.Event()
-
-    cache = DiskCache(args.cache_dir, tiers.cache_limit_bytes)  # the run's folder, only looked at
-
-    def watch() -> None:
-        while not stop.is_set():
-            used = sum(cache.usage().values())
-            peak[0] = max(peak[0], used)
-            time.sleep(0.02)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
+    peak = CachePeak(args.cache_dir, tiers.cache_limit_bytes)
     steps = source.rows_per_epoch // args.batch
     count, value_sum, started = 0, 0, time.perf_counter()
     for step in range(1, steps + 1):
@@ -153,13 +168,12 @@ def walk(args: argparse.Namespace) -> dict:
         count += x.numel() + y.shape[0]  # inputs plus each row's last target: the row's tokens
         value_sum += int(x.sum()) + int(y[:, -1].sum())
     seconds = time.perf_counter() - started
-    stop.set()
-    watcher.join()
+    peak.stop()
     return {
         "tokens": count,
         "sum": value_sum,
         "seconds": seconds,
-        "peak_cache": peak[0],
+        "peak_cache": peak.bytes,
         "origin_bytes": source.fetcher.origin_bytes,
         "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "shard_bytes": max(i.bytes for i in snap.shards),
@@ -169,9 +183,9 @@ def walk(args: argparse.Namespace) -> dict:
 def run_walk(args: argparse.Namespace, uri: str, snapshot: str, cache_dir: str) -> dict:
     """The walk in a fresh process, so its peak resident memory is its own."""
     argv = [sys.executable, __file__, "--walk", "--uri", uri, "--snapshot", snapshot]
-    argv += ["--cache-dir", cache_dir, "--cache-mb", str(args.cache_mb)]
-    argv += ["--memory-mb", str(args.memory_mb), "--seq", str(args.seq), "--batch", str(args.batch)]
-    argv += ["--block", str(args.block), "--prefetch", str(args.prefetch)]
+    argv += ["--cache-dir", cache_dir]
+    for key in WALK_DEFAULTS:  # every setting, as this process has it
+        argv += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
     out = subprocess.run(argv, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -215,20 +229,10 @@ def train(args: argparse.Namespace, url: str, tmp: str, name: str, gb: float) ->
         "trainer.log_every=50", "trainer.sample_tokens=0", "checkpoint=disabled",
         f"hydra.run.dir={os.path.join(tmp, name)}",
     ]  # fmt: skip
-    cache = DiskCache(cache_dir, int(args.cache_mb * 2**20))  # only looked at
-    peak, stop = [0], threading.Event()
-
-    def watch() -> None:
-        while not stop.is_set():
-            peak[0] = max(peak[0], sum(cache.usage().values()) if os.path.isdir(cache_dir) else 0)
-            time.sleep(0.02)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
+    peak = CachePeak(cache_dir, int(args.cache_mb * 2**20))
     run = subprocess.Popen([sys.executable, "-m", "xirang", *overrides], cwd=tmp)
     _, status, usage = os.wait4(run.pid, 0)
-    stop.set()
-    watcher.join()
+    peak.stop()
     if status:
         raise SystemExit(f"the training run failed (wait status {status})")
     summary = json.loads(Path(tmp, name, "summary.json").read_text())
@@ -236,7 +240,7 @@ def train(args: argparse.Namespace, url: str, tmp: str, name: str, gb: float) ->
     return {
         "steps": summary["steps"],
         "tokens_per_s": summary["tokens_per_s"],
-        "peak_cache": peak[0],
+        "peak_cache": peak.bytes,
         "shard_bytes": shard,
         "rows_bytes": summary["steps"] * args.batch * span * 2,
         "rss": usage.ru_maxrss * 1024,
@@ -281,14 +285,18 @@ def run_train(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gb", type=float, default=1.5, help="corpus size in GB of tokens")
-    parser.add_argument("--cache-mb", type=float, help="disk cache limit; 300 (--train: 0.5)")
-    parser.add_argument("--shard-mb", type=float, help="token shard size; 4 (--train: 0.125)")
-    parser.add_argument("--memory-mb", type=float, help="decoded shards in memory; 32 (0.25)")
-    parser.add_argument("--seq", type=int, help="row length; 2048 (--train: 512)")
-    parser.add_argument("--batch", type=int, help="rows a step; 8 (--train: 16)")
-    parser.add_argument("--block", type=int, help="data.shuffle_block; 4 (--train: 2)")
-    parser.add_argument("--prefetch", type=int, help="data.prefetch_shards; 4 (--train: 2)")
-    parser.add_argument("--vocab", type=int, help="token ids; 50,257 (--train: 512)")
+    for key, kind, what in (
+        ("cache_mb", float, "disk cache limit (MB)"),
+        ("shard_mb", float, "token shard size (MB)"),
+        ("memory_mb", float, "decoded shards in memory (MB)"),
+        ("seq", int, "row length"),
+        ("batch", int, "rows a step"),
+        ("block", int, "data.shuffle_block"),
+        ("prefetch", int, "data.prefetch_shards"),
+        ("vocab", int, "token ids"),
+    ):
+        defaults = f"{WALK_DEFAULTS[key]:g} (--train: {TRAIN_DEFAULTS[key]:g})"
+        parser.add_argument(f"--{key.replace('_', '-')}", type=kind, help=f"{what}; {defaults}")
     parser.add_argument("--train", action="store_true", help="a real training run instead")
     parser.add_argument("--steps", type=int, default=300, help="--train: training steps")
     parser.add_argument("--walk", action="store_true", help=argparse.SUPPRESS)
@@ -312,7 +320,9 @@ def main() -> None:
         results = {}
         for name, gb in (("big", args.gb), ("small", args.gb / 10)):
             uri = f"s3://{BUCKET}/{name}"
-            made = write_corpus(uri, int(gb * 1e9) // 2, shard_tokens, span, args.batch)
+            made = write_corpus(
+                uri, int(gb * 1e9) // 2, shard_tokens, span, args.batch, vocab=args.vocab
+            )
             print(f"{name}: {made['tokens']:,} tokens in {made['shards']} shards on S3", flush=True)
             walked = run_walk(args, uri, made["snapshot"], os.path.join(tmp, f"cache-{name}"))
             walked["once"] = (walked["tokens"], walked["sum"]) == (made["tokens"], made["sum"])

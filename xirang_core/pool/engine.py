@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -553,26 +553,26 @@ class PoolEngine:
 
     def _rekey_running(self, job: Job) -> None:
         """Put a running job back into the running indices under its current key."""
-        key = self._keys[job.id]
-        self.running.add((key, job.id))
-        flat = (*key, job.id)
-        for index in self._victim_indices(job):
-            index.add(flat)
+        self._change_running(job, LazySortedIndex.add)
 
     def _unindex_running(self, job: Job) -> None:
-        key = self._keys[job.id]
-        self.running.remove((key, job.id))
-        flat = (*key, job.id)
-        for index in self._victim_indices(job):
-            index.remove(flat)
+        self._change_running(job, LazySortedIndex.remove)
 
     def _rerank_running(self, job: Job, now: float) -> None:
         """Give a running job its rank at ``now`` in the running indices (a demotion)."""
-        key = self._keys[job.id] = self._running_key(job, now)
-        self.running.replace((key, job.id))
+        self._keys[job.id] = self._running_key(job, now)
+        self._change_running(job, LazySortedIndex.replace)
+
+    def _change_running(
+        self, job: Job, change: Callable[[LazySortedIndex, tuple[Any, ...]], None]
+    ) -> None:
+        """``change`` (add, remove or replace) ``job``'s entry under its current key in every
+        running index that holds it: ``(key, id)`` in all running jobs, flat in the others."""
+        key = self._keys[job.id]
+        change(self.running, (key, job.id))
         flat = (*key, job.id)
         for index in self._victim_indices(job):
-            index.replace(flat)
+            change(index, flat)
 
     def _victim_indices(self, job: Job) -> list[LazySortedIndex]:
         """The victim search's indices that hold ``job``: its project's per type it holds,
