@@ -76,15 +76,20 @@ class Stopwatch:
 @contextlib.contextmanager
 def profiled(watch: Stopwatch, work: Path, side: str) -> Iterator[None]:
     """With ``plan.profile``, record PROFILE_STEPS steps after the warm-up and write the top
-    operators by self CPU time to ``profile-<side>.txt``."""
+    operators by self CPU time to ``profile-<side>.txt``, and every operator's self CPU time
+    (microseconds) to ``profile-<side>.json``: the shares of a step (matmuls, attention) that
+    bound one side's speed against another's are sums over all of them."""
     if not watch.plan.get("profile"):
         yield
         return
     from torch.profiler import ProfilerActivity, profile, schedule
 
     def write(prof: Any) -> None:
-        table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15)
+        events = prof.key_averages()
+        table = events.table(sort_by="self_cpu_time_total", row_limit=15)
         (work / f"profile-{side}.txt").write_text(table)
+        self_us = {e.key: e.self_cpu_time_total for e in events if e.self_cpu_time_total > 0}
+        (work / f"profile-{side}.json").write_text(json.dumps(self_us, indent=1))
 
     steps = schedule(
         skip_first=watch.plan["warmup"], wait=0, warmup=1, active=PROFILE_STEPS, repeat=1

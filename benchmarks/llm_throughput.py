@@ -6,7 +6,7 @@ optimizer settings (AdamW, betas, weight decay, gradient clipping, linear warm-u
 decay to ``min_lr``), the same precision and the same threads, on this machine's CPU:
 
 - xirang: its real ``Trainer`` on the worker ``assemble`` builds from the run's config, with its
-  best settings here (``trainer.precision=bf16``, ``trainer.compile=true``);
+  best settings here (``trainer.compile=true`` and the faster precision on this CPU, below);
 - Hugging Face: ``LlamaForCausalLM`` loaded with ``from_pretrained`` and trained by ``Trainer``
   as its CPU guide says (``use_cpu``, ``bf16``, ``torch_compile``, its default fused AdamW),
   fed the batches through a Dataset;
@@ -18,6 +18,11 @@ Each side runs in its own process (its peak RSS is its own), round after round w
 rotated, and every side is timed over the same span: the same steps after the same warm-up
 steps, which absorb compilation (compile time is excluded for all and reported apart). The loss
 after training is the fp32 cross-entropy of the trained model on the same held-out batches.
+
+The precision (``--precision auto``) is the faster of bf16 and fp32 by xirang's calibrated
+matmul throughput on this CPU at the benchmark's threads: bf16 where the CPU has bf16 kernels
+(AVX-512 BF16, AMX), fp32 on one without them, where torch's bf16 matmul runs 20 to 70 times
+slower than fp32 (docs/training.md), so a bf16 run measures that fallback on every side.
 
     python benchmarks/llm_throughput.py --quick      # a smoke run: 1 round of 4 steps, batch 2
     python benchmarks/llm_throughput.py              # the figure: 3 rounds of 20 steps
@@ -57,7 +62,7 @@ from llm_peer import (
 from llm_peer import tokens as load_tokens
 
 from xirang_core.errors import ConfigError, XirangError
-from xirang_core.plugins import get_registry
+from xirang_core.plugins import Registry, get_registry
 from xirang_core.run import compose_config
 from xirang_core.train.loop import Trainer
 from xirang_core.train.worker import assemble, open_worker
@@ -90,10 +95,21 @@ def overrides(args: argparse.Namespace, best: dict[str, str]) -> list[str]:
     ]
 
 
-def best_settings(args: argparse.Namespace) -> dict[str, str]:
+def best_settings(args: argparse.Namespace, registry: Registry) -> dict[str, str]:
     """xirang's fastest settings here, as overrides (every side runs the same precision and
-    compilation)."""
-    return {"trainer.precision": args.precision, "trainer.compile": str(args.compile).lower()}
+    compilation); call with torch's threads set as the sides will run."""
+    precision = args.precision
+    if precision == "auto":
+        calibration = registry.create("device", {"name": "cpu"}).calibrate()
+        precision = faster_precision(calibration.matmul_tflops)
+    return {"trainer.precision": precision, "trainer.compile": str(args.compile).lower()}
+
+
+def faster_precision(matmul_tflops: dict[str, float]) -> str:
+    """bf16 or fp32, whichever dtype's calibrated matmul TFLOP/s is higher (fp32 on a tie or
+    when bf16 was not measured): bf16 only pays where the CPU computes it natively."""
+    bf16, fp32 = matmul_tflops.get("bfloat16", 0.0), matmul_tflops.get("float32", 0.0)
+    return "bf16" if bf16 > fp32 else "fp32"
 
 
 def prepare(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -101,12 +117,12 @@ def prepare(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     Hugging Face's layout) become the peers' inputs; plan.json holds the shared settings."""
     from safetensors.torch import save_file
 
-    best = best_settings(args)
     config = compose_config(overrides(args, {}))  # precision and compile change neither
     registry = get_registry()
     with tempfile.TemporaryDirectory() as run_dir:
-        ctx = open_worker(config, run_dir, registry)
+        ctx = open_worker(config, run_dir, registry)  # sets torch's threads
         parts = assemble(config, ctx, registry)
+    best = best_settings(args, registry)
     family = config["model"]["family"]
     interop = registry.spec("model", family).load_hf()
     if interop is None:
@@ -458,7 +474,10 @@ def parse_args() -> argparse.Namespace:
         "--model-set", action="append", default=[], metavar="KEY=VALUE",
         help="change the model's shape, e.g. --model-set n_layers=4 (repeatable)",
     )  # fmt: skip
-    parser.add_argument("--precision", default="bf16", choices=("bf16", "fp32"))
+    parser.add_argument(
+        "--precision", default="auto", choices=("auto", "bf16", "fp32"),
+        help="auto: the faster of the two on this CPU (xirang's calibration)",
+    )  # fmt: skip
     parser.add_argument("--no-compile", dest="compile", action="store_false")
     parser.add_argument("--threads", type=int, default=0, help="torch threads; 0 = all cores")
     parser.add_argument("--torchtitan-python", help="python of an environment with torchtitan")

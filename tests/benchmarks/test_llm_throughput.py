@@ -118,3 +118,12 @@ def test_last_line_pairs_sides_within_rounds() -> None:
     assert llm_throughput.last_line(sides, plan) == (
         "tokens_per_s_vs_hf=1.025 tokens_per_s_vs_torchtitan=n/a loss_vs_hf=0.0500"
     )
+
+
+def test_precision_is_the_faster_one() -> None:
+    """bf16 only where the CPU computes it faster than fp32 (this CPU's calibration: 70x
+    slower without AVX-512 BF16 or AMX); fp32 on a tie or without a bf16 figure."""
+    assert llm_throughput.faster_precision({"float32": 0.0425, "bfloat16": 0.0006}) == "fp32"
+    assert llm_throughput.faster_precision({"float32": 0.9, "bfloat16": 3.1}) == "bf16"
+    assert llm_throughput.faster_precision({"float32": 0.5, "bfloat16": 0.5}) == "fp32"
+    assert llm_throughput.faster_precision({"float32": 0.5}) == "fp32"
