@@ -33,6 +33,7 @@ from xirang_core.pool.policy import load_policy
 from xirang_core.pool.report import comparison_table
 from xirang_core.pool.sim import traces
 from xirang_core.pool.sim.simulator import Simulator
+from xirang_core.web.server import settle_heap
 
 REPO = Path(__file__).resolve().parent.parent
 CLUSTER = REPO / "xirang_core" / "pool" / "clusters" / "gavel_mixed.yaml"
@@ -78,6 +79,7 @@ def decision_latency(devices: int, queued: int, passes: int, seed: int = 0) -> l
         submit()
         if len(engine.queue) >= queued:
             engine.schedule(now)
+    settle_heap()  # as `xirang pool serve` does once its state is restored, before serving
     timings = []
     for _ in range(passes):
         now += 60.0
