@@ -8,8 +8,8 @@ decay to ``min_lr``), the same precision and the same threads, on this machine's
 - xirang: its real ``Trainer`` on the worker ``assemble`` builds from the run's config, with its
   best settings here (``trainer.compile=true`` and the faster precision on this CPU, below);
 - Hugging Face: ``LlamaForCausalLM`` loaded with ``from_pretrained`` and trained by ``Trainer``
-  as its CPU guide says (``use_cpu``, ``bf16``, ``torch_compile``, its default fused AdamW),
-  fed the batches through a Dataset;
+  as its CPU guide says (``use_cpu``, ``bf16`` when the run is bf16, ``torch_compile``, its
+  default fused AdamW), fed the batches through a Dataset;
 - torchtitan 0.3.0: its Llama 3 model in a plain loop (autocast, each block and the loss
   compiled, fused AdamW), in an environment of its own that this script builds once (see
   ``--torchtitan-python``).
@@ -21,7 +21,7 @@ after training is the fp32 cross-entropy of the trained model on the same held-o
 
 The precision (``--precision auto``) is the faster of bf16 and fp32 by xirang's calibrated
 matmul throughput on this CPU at the benchmark's threads: bf16 where the CPU has bf16 kernels
-(AVX-512 BF16, AMX), fp32 on one without them, where torch's bf16 matmul runs 20 to 70 times
+(AVX-512 BF16, AMX), fp32 on one without them, where torch's bf16 matmul runs 5 to 70 times
 slower than fp32 (docs/training.md), so a bf16 run measures that fallback on every side.
 
     python benchmarks/llm_throughput.py --quick      # a smoke run: 1 round of 4 steps, batch 2
@@ -95,12 +95,15 @@ def overrides(args: argparse.Namespace, best: dict[str, str]) -> list[str]:
     ]
 
 
-def best_settings(args: argparse.Namespace, registry: Registry) -> dict[str, str]:
+def best_settings(
+    args: argparse.Namespace, registry: Registry, device: dict[str, Any]
+) -> dict[str, str]:
     """xirang's fastest settings here, as overrides (every side runs the same precision and
-    compilation); call with torch's threads set as the sides will run."""
+    compilation); call with torch's threads set as the sides will run, and the run's
+    ``device`` config, whose backend the worker trains on."""
     precision = args.precision
     if precision == "auto":
-        calibration = registry.create("device", {"name": "cpu"}).calibrate()
+        calibration = registry.create("device", device).calibrate()
         precision = faster_precision(calibration.matmul_tflops)
     return {"trainer.precision": precision, "trainer.compile": str(args.compile).lower()}
 
@@ -122,7 +125,7 @@ def prepare(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as run_dir:
         ctx = open_worker(config, run_dir, registry)  # sets torch's threads
         parts = assemble(config, ctx, registry)
-    best = best_settings(args, registry)
+    best = best_settings(args, registry, config["device"])
     family = config["model"]["family"]
     interop = registry.spec("model", family).load_hf()
     if interop is None:
