@@ -130,6 +130,9 @@ def resolve_runtime(config: dict[str, Any], registry: Registry) -> dict[str, Any
         calibration = backend.calibrate()
         resolve_parallel(config, registry)  # parallel=auto -> a plan; a bad plan stops here
     check_trainer_support(config, backend)
+    slow = slower_precision(config["trainer"]["precision"], calibration.matmul_tflops)
+    if slow:
+        log.warning("device=%s: %s", backend.type, slow)
     return {
         "device_type": backend.type,
         "device_model": inventory[0].model,
@@ -164,6 +167,22 @@ def check_trainer_support(config: dict[str, Any], backend: DeviceBackend) -> Non
     problem = compiler_problem(backend.type) if trainer["compile"] else None
     if problem:
         raise ConfigError(f"trainer.compile=true cannot work on device={device}: {problem}")
+
+
+def slower_precision(precision: str, matmul_tflops: dict[str, float]) -> str | None:
+    """Why a 16-bit ``trainer.precision`` will train slower than fp32 here, by the device's
+    calibration, else None. A CPU without bf16 kernels (no AVX-512 BF16, no AMX) still runs
+    bf16 autocast, emulated, 5 to 70 times slower than fp32: valid, so a warning, not an error,
+    but a user who asked for bf16 to go faster should hear it before the run is slow."""
+    dtype, fp32 = PRECISIONS[precision], matmul_tflops.get("float32")
+    measured = matmul_tflops.get(dtype)
+    if dtype == "float32" or not fp32 or not measured or measured >= fp32:
+        return None
+    return (
+        f"trainer.precision={precision}: {dtype} matmuls measured {measured:.3g} TFLOP/s here "
+        f"against {fp32:.3g} in float32 (no native {dtype} kernels), so "
+        f"trainer.precision=fp32 will train faster"
+    )
 
 
 def compute_dtype(precision: str, device_type: str, calibration: Any) -> str:

@@ -18,7 +18,7 @@ from xirang_core.checkpoint.export import model_tensors
 from xirang_core.checkpoint.store import CheckpointStore
 from xirang_core.config import compose
 from xirang_core.errors import ConfigError
-from xirang_core.run import check_trainer_support
+from xirang_core.run import check_trainer_support, slower_precision
 from xirang_core.train.precision import Precision, fsdp_policy
 
 
@@ -37,6 +37,18 @@ def test_bf16_on_a_device_without_it_is_a_config_error(tiny: dict[str, Any]) -> 
     with pytest.raises(ConfigError, match=r"trainer.precision=bf16.*valid on this device: fp32"):
         check_trainer_support(config, NoBf16())
     check_trainer_support(config, CpuBackend())  # the host CPU computes in bf16
+
+
+def test_a_16_bit_precision_slower_than_fp32_here_is_named_with_both_figures() -> None:
+    # calibrated TFLOP/s of an AVX2-only AMD EPYC (no bf16 kernels) and of an AMX Xeon
+    emulated = {"float32": 0.0425, "bfloat16": 0.0006}
+    message = slower_precision("bf16", emulated)
+    assert message is not None
+    assert "trainer.precision=bf16" in message and "0.0006" in message and "0.0425" in message
+    assert "trainer.precision=fp32 will train faster" in message
+    assert slower_precision("bf16", {"float32": 0.29, "bfloat16": 2.3}) is None
+    assert slower_precision("fp32", emulated) is None
+    assert slower_precision("fp16", emulated) is None  # not measured: nothing to say
 
 
 def test_fp16_under_a_pipeline_is_a_config_error(tiny: dict[str, Any]) -> None:
