@@ -26,6 +26,24 @@ ONE_LAYER_GPT = (
 )
 
 
+#: test files that use the one Slurm cluster .ci/services starts (and the docs' Slurm commands):
+#: their jobs would queue behind each other's on its two CPUs, past their waits, so they share
+#: one worker
+ON_SHARED_SLURM = ("tests/plugins/xirang_slurm/", "tests/docs/test_documented_commands.py")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``-n``, ``--dist loadgroup``, pyproject's default) a test file runs
+    on one worker, in its order, as without xdist: module fixtures (a trained run, a service)
+    are built once, and tests that follow each other in a file see what they expect. The
+    Slurm files form one group."""
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        group = "slurm" if path.startswith(ON_SHARED_SLURM) else path
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 def require_moto_server() -> None:
     """S3 tests need moto_server: missing, they fail under CI=true (a service CI must have)
     and skip elsewhere."""
