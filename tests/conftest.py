@@ -12,6 +12,13 @@ from pathlib import Path
 
 import pytest
 
+#: OpenMP threads that wait spin only briefly before sleeping. The suite runs on pytest-xdist
+#: workers, so two torch processes often share the cores: with libgomp's default spin, each one's
+#: threads burn the cores the other needs at every barrier (two 2-thread matmul loops on 2
+#: cores: 13x slower than one; at 1,000 spins 2.4x, and one alone as fast as by default). Set
+#: before torch loads here, and inherited by every run the tests start.
+os.environ.setdefault("GOMP_SPINCOUNT", "1000")
+
 #: a fast configuration of the embedded run for tests that train end to end
 QUICK = ("trainer.max_steps=6", "trainer.log_every=2", "trainer.sample_tokens=16")
 #: a one-layer byte-level GPT on short windows: the smallest model a run trains end to end
