@@ -13,7 +13,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 RECORDING_TEST = """
-import json, os, pathlib
+import json, os
 
 def _record(name):
     with open({log!r}, "a") as log:

@@ -10,7 +10,7 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -169,7 +169,7 @@ def check_trainer_support(config: dict[str, Any], backend: DeviceBackend) -> Non
         raise ConfigError(f"trainer.compile=true cannot work on device={device}: {problem}")
 
 
-def slower_precision(precision: str, matmul_tflops: dict[str, float]) -> str | None:
+def slower_precision(precision: str, matmul_tflops: Mapping[str, float]) -> str | None:
     """Why a 16-bit ``trainer.precision`` will train slower than fp32 here, by the device's
     calibration, else None. A CPU without bf16 kernels (no AVX-512 BF16, no AMX) still runs
     bf16 autocast, emulated, 5 to 70 times slower than fp32: valid, so a warning, not an error,
@@ -180,7 +180,7 @@ def slower_precision(precision: str, matmul_tflops: dict[str, float]) -> str | N
         return None
     return (
         f"trainer.precision={precision}: {dtype} matmuls measured {measured:.3g} TFLOP/s here "
-        f"against {fp32:.3g} in float32 (no native {dtype} kernels), so "
+        f"against {fp32:.3g} in float32 (no fast {dtype} path on this device), so "
         f"trainer.precision=fp32 will train faster"
     )
 
