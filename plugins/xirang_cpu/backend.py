@@ -22,6 +22,15 @@ if TYPE_CHECKING:  # torch is imported by the methods that use it: `xirang plugi
 CALIBRATION_MATMUL_SIZE = 1024
 #: free memory below this fraction of the total makes the host unfit for new work
 LOW_MEMORY_FRACTION = 0.05
+#: instruction sets that decide how fast torch's CPU matmuls run per dtype (x86 and Arm
+#: names as /proc/cpuinfo spells them): part of the calibration's cache key
+MATMUL_ISA = frozenset(
+    {"avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile",
+     "amx_bf16", "amx_fp16", "asimd", "sve", "sve2", "bf16", "i8mm"}
+)  # fmt: skip
+#: the instruction sets that compute bf16 natively; without them torch's bf16 matmul is emulated
+#: (AVX-512 alone, 2.8x slower than fp32 on an Ice Lake Xeon) or a generic loop (AVX2)
+NATIVE_BF16_ISA = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 
 
 class CpuBackend:
@@ -71,10 +80,7 @@ class CpuBackend:
         import torch
 
         threads = torch.get_num_threads()
-        # v2: dtypes measured in turns on larger matmuls (v1 entries could hold a bf16 figure
-        # measured during a burst of other work, at 0.001 TFLOP/s)
-        key = f"cpu-{cpu_model()}-{threads}threads-torch{torch.__version__}-v2"
-        return cached_calibration(key, lambda: self._measure(threads), refresh)
+        return cached_calibration(calibration_key(threads), lambda: self._measure(threads), refresh)
 
     def _measure(self, threads: int) -> Calibration:
         import torch
@@ -107,6 +113,37 @@ class CpuBackend:
 
     def collective_backend(self) -> str:
         return "gloo"
+
+
+def calibration_key(threads: int) -> str:
+    """Names what the figures depend on. The instruction sets are in it because cloud VMs
+    report generic model names ("Intel(R) Xeon(R) Processor @ 2.80GHz" on hosts with and
+    without AMX), and a home on a shared disk, or a VM moved to other hardware, would otherwise
+    read one CPU's bf16 figure on another and pick the wrong precision.
+    v2: dtypes measured in turns on larger matmuls (v1 entries could hold a bf16 figure
+    measured during a burst of other work, at 0.001 TFLOP/s)."""
+    import torch
+
+    isa = "+".join(sorted(cpu_flags() & MATMUL_ISA)) or "baseline"
+    return f"cpu-{cpu_model()}-{isa}-{threads}threads-torch{torch.__version__}-v2"
+
+
+def has_native_bf16() -> bool:
+    """Whether this CPU computes bf16 matmuls in hardware (AVX-512 BF16, AMX, Arm BF16)."""
+    return bool(cpu_flags() & NATIVE_BF16_ISA)
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as /proc/cpuinfo lists them (``flags`` on x86, ``Features`` on
+    Arm); empty where there is no /proc."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
 
 
 def cpu_model() -> str:
