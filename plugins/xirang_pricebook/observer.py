@@ -84,10 +84,13 @@ def _energy(
         return watts, None
     from xirang_core.plugins import get_registry
 
-    cost["watts"] = {**(cost.get("watts") or {}), device_type: watts}
-    policy = get_registry().create("cost", cost)
-    if not getattr(policy, "energy", False):
+    registry = get_registry()
+    # only a policy that prices energy takes ``watts`` (the default flat price has none: a
+    # GPU run with a power reading once ended in a TypeError here)
+    if not getattr(registry.create("cost", cost), "energy", False):
         return watts, None
+    cost["watts"] = {**(cost.get("watts") or {}), device_type: watts}
+    policy = registry.create("cost", cost)
     runtime = config.get("runtime") or {}
     devices = int(runtime.get("devices") or summary.get("world_size") or 1)
     return watts, policy.quote(device_type, devices, float(summary.get("wall_time_s") or 0)).amount

@@ -4,6 +4,7 @@ the datasheet table picks the right device when one name contains another."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -74,3 +75,23 @@ def test_datasheet_peak_of_each_device(name: str, tflops: float) -> None:
 
 def test_an_unknown_device_has_no_datasheet_figure() -> None:
     assert gpu_check.datasheet("Tesla T4") is None
+
+
+@pytest.mark.parametrize("part", ["calibration", "mfu", "checkpoint"])
+def test_a_part_runs_in_the_cpu_rehearsal(part: str, tmp_path: Path) -> None:
+    """Each part's own code runs (on the CPU, tiny): the first GPU machine found the MFU part
+    calling llm_throughput's ``best_settings`` with an outdated signature."""
+    env = {**os.environ, "XIRANG_HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "gpu_check.py"), "--part", part, "--rehearse"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    figure = {"calibration": "bf16_tflops", "mfu": "tokens_per_s", "checkpoint": "stall_s"}[part]
+    assert result[figure] > 0
+    if part == "checkpoint":
+        assert result["bitwise"] is True

@@ -98,3 +98,17 @@ def test_the_sampler_keeps_the_mean_and_survives_a_failing_reading() -> None:
     assert failing.mean_w is None and not failing.can_measure
     assert run_watts("cuda", None, {"cuda": 700}) == (700.0, CONFIGURED)
     assert run_watts("cuda", 512.0, {"cuda": 700}) == (512.0, MEASURED)
+
+
+def test_a_measured_reading_under_a_flat_price_keeps_the_summarys_quote(monkeypatch) -> None:
+    """The default cost policy (cost=flat) takes no watts: a GPU run with a power reading
+    must still be charged (the H200 check's runs failed at their end here)."""
+    gpus = Gpus({0: 500.0})
+    monkeypatch.setattr(observer, "_sampler", lambda ctx: PowerSampler(gpus, 0))
+    ctx = run_ctx("/runs/flat", {"name": "cuda"}, "cuda", index=0)
+    ctx.config["cost"] = {"name": "flat", "prices": {"cuda": 2.0}}
+    observer.sample_power(ctx)
+    observer.record_run(ctx, {**SUMMARY, "run_dir": "/runs/flat"})
+    charge = charge_of("/runs/flat")
+    assert charge.energy_wh == pytest.approx(500.0 * 2)
+    assert charge.amount_micro == 4_350_000  # the summary's own quote
