@@ -10,10 +10,11 @@ package_dir.update({name: f"plugins/{name}" for name in plugin_packages if "." n
 setup(
     packages=[
         *find_packages(include=["xirang", "xirang_core", "xirang_core.*"]),
+        *find_packages(include=["xirang_service", "xirang_service.*"]),
         "xirang_conf",
         *plugin_packages,
     ],
     package_dir=package_dir,
-    package_data={"": ["*.yaml", "**/*.yaml", "**/*.json", "**/*.txt", "**/*.html"]},
+    package_data={"": ["*.yaml", "**/*.yaml", "**/*.json", "**/*.txt", "**/*.html", "**/*.csv"]},
     include_package_data=False,
 )

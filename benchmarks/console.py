@@ -32,18 +32,18 @@ from pathlib import Path
 
 import yaml
 
-from xirang_core.console.metrics_store import MetricsStore
-from xirang_core.console.server import serve as serve_console
-from xirang_core.console.source import ConsoleSource
-from xirang_core.console.state import read_state
-from xirang_core.cost.meter import Meter
-from xirang_core.cost.pool_metering import PoolMetering
-from xirang_core.cost.pricebook import PriceBook
-from xirang_core.cost.store import CostStore
-from xirang_core.pool.rest import serve as serve_pool
-from xirang_core.pool.service import OPERATOR, PoolService
-from xirang_core.pool.store import PoolStore
-from xirang_core.web.server import settle_heap
+from xirang_service.console.metrics_store import MetricsStore
+from xirang_service.console.server import serve as serve_console
+from xirang_service.console.source import ConsoleSource
+from xirang_service.console.state import read_state
+from xirang_service.cost.meter import Meter
+from xirang_service.cost.pool_metering import PoolMetering
+from xirang_service.cost.pricebook import PriceBook
+from xirang_service.cost.store import CostStore
+from xirang_service.pool.rest import serve as serve_pool
+from xirang_service.pool.service import OPERATOR, PoolService
+from xirang_service.pool.store import PoolStore
+from xirang_service.web.server import settle_heap
 
 TYPES = {"h100": 4.0, "a100": 3.0, "v100": 1.2, "t4": 0.4}
 OPERATOR_TOKEN = "bench-operator"

@@ -27,16 +27,16 @@ from pathlib import Path
 
 from rich.console import Console
 
-from xirang_core.pool import clusterfile
-from xirang_core.pool.engine import PoolEngine
-from xirang_core.pool.policy import load_policy
-from xirang_core.pool.report import comparison_table
-from xirang_core.pool.sim import traces
-from xirang_core.pool.sim.simulator import Simulator
-from xirang_core.web.server import settle_heap
+from xirang_service.pool import clusterfile
+from xirang_service.pool.engine import PoolEngine
+from xirang_service.pool.policy import load_policy
+from xirang_service.pool.report import comparison_table
+from xirang_service.pool.sim import traces
+from xirang_service.pool.sim.simulator import Simulator
+from xirang_service.web.server import settle_heap
 
 REPO = Path(__file__).resolve().parent.parent
-CLUSTER = REPO / "xirang_core" / "pool" / "clusters" / "gavel_mixed.yaml"
+CLUSTER = REPO / "xirang_service" / "pool" / "clusters" / "gavel_mixed.yaml"
 
 
 POLICIES = ("fifo", "fifo-backfill", "priority", "hetero")

@@ -15,9 +15,9 @@ ROOT = Path(xirang_core.__file__).parent
 
 #: (module, what it must not import): each pair was an import circle or an upward import
 FORBIDDEN = [
-    ("xirang_core.cost.budgets", "xirang_core.cost.store"),
-    ("xirang_core.cost.budgets", "xirang_core.cost.governor"),
-    ("xirang_core.pool.policy", "xirang_core.pool.engine"),
+    ("xirang_service.cost.budgets", "xirang_service.cost.store"),
+    ("xirang_service.cost.budgets", "xirang_service.cost.governor"),
+    ("xirang_service.pool.policy", "xirang_service.pool.engine"),
     ("xirang_core.parallel.wrappers", "xirang_core.parallel.calibrate"),
     ("xirang_core.parallel", "xirang_core.run"),
     ("xirang_core.devices", "xirang_core.run"),

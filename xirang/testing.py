@@ -41,7 +41,7 @@ QUICK = (
 def protocol_of(kind: str, spec: Any) -> type:
     """The Protocol in :mod:`xirang_core.specs` that a registry entry of ``kind`` implements."""
     from xirang_core import specs
-    from xirang_core.pool.policy import PoolPolicySpec
+    from xirang_service.pool.policy import PoolPolicySpec
 
     if isinstance(spec, PoolPolicySpec):
         return specs.PoolPolicy

@@ -11,13 +11,15 @@ Start-up stays light: torch and Hydra are imported only when a run needs them.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import sys
 import textwrap
 from typing import Any
 
 from xirang_core.errors import XirangError
+from xirang_core.terminal import help_text, report_error
+
+__all__ = ["help_text", "main", "report_error"]  # help_text: the tools' name for it, too
 
 USAGE = """usage: xirang <command> [args]      (xirang <command> --help for its own)
        python -m xirang [overrides]  train (bare: the embedded default)
@@ -53,28 +55,6 @@ def _silence_stdout() -> None:
     print a second traceback on the way out."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
-
-
-def help_text(doc: str) -> str:
-    """A docstring as a terminal shows it: reST's ``literal`` markup without the backticks, and
-    its prose paragraphs filled to the terminal's width (indented lines, a synopsis, kept)."""
-    text = re.sub(r"``(.+?)``", r"\1", doc, flags=re.S)
-    width = shutil.get_terminal_size().columns
-    return "\n\n".join(
-        part if part.startswith(" ") or "\n " in part else textwrap.fill(part, width)
-        for part in textwrap.dedent(text).strip().split("\n\n")
-    )
-
-
-def report_error(exc: BaseException) -> None:
-    """One line on stderr: what is wrong and what would be valid."""
-    from rich.console import Console
-    from rich.markup import escape
-
-    # escaped: a message naming a list value ([2, 4]) is not rich markup
-    label = getattr(exc, "label", "xirang error")
-    message = f"[bold red]{label}:[/] {escape(str(exc))}"
-    Console(stderr=True, highlight=False).print(message, soft_wrap=True)
 
 
 def _looks_like_command(word: str) -> bool:

@@ -140,9 +140,16 @@ class CommBackendSpec(ImplSpec):
 
 @dataclass(frozen=True)
 class SchedulerSpec(ImplSpec):
-    """A scheduler: places a job and runs it through an executor."""
+    """A scheduler: places a job and runs it through an executor.
+
+    A scheduler whose cluster can also run the pool's placed jobs names, as
+    ``"module:Class"`` / ``"module:function"``, the ``executor`` the pool service starts them
+    with (``xirang pool serve --executor <name>``) and the ``inventory`` that lists the
+    cluster's nodes as a cluster file's ``nodes:`` when the pool is given none."""
 
     kind: ClassVar[str] = "scheduler"
+    executor: str = ""
+    inventory: str = ""
 
 
 @dataclass(frozen=True)
@@ -422,8 +429,8 @@ class Scheduler(Protocol):
 @runtime_checkable
 class PoolPolicy(Protocol):
     """A scheduling policy of the pool (``scheduler=pool-<name>``, a
-    :class:`xirang_core.pool.policy.PoolPolicySpec`); subclass
-    :class:`xirang_core.pool.policy.Policy` and override what differs."""
+    :class:`xirang_service.pool.policy.PoolPolicySpec`); subclass
+    :class:`xirang_service.pool.policy.Policy` and override what differs."""
 
     name: str
 

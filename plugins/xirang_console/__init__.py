@@ -9,7 +9,7 @@ def xirang_commands() -> list[CommandSpec]:
     return [
         CommandSpec(
             name="console",
-            target="xirang_core.console.cli:main",
+            target="xirang_service.console.cli:main",
             description="web console: capacity, health, queue, quotas, costs; /metrics",
         )
     ]

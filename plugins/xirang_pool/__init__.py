@@ -1,9 +1,9 @@
 """The resource pool as plugins: its scheduling policies, the ``scheduler=pool`` submitter and
-the ``xirang pool`` command. The pool's engine lives in :mod:`xirang_core.pool`."""
+the ``xirang pool`` command. The pool's engine lives in :mod:`xirang_service.pool`."""
 
 from xirang import conf_folder, hookimpl
 from xirang.specs import CommandSpec, SchedulerSpec
-from xirang_core.pool.policy import PoolPolicySpec
+from xirang_service.pool.policy import PoolPolicySpec
 
 
 @hookimpl
@@ -43,7 +43,7 @@ def xirang_commands() -> list[CommandSpec]:
     return [
         CommandSpec(
             name="pool",
-            target="xirang_core.pool.cli:main",
+            target="xirang_service.pool.cli:main",
             description="the shared pool: serve, status, queue, cancel, quota, simulate",
         )
     ]

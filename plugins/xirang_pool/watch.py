@@ -17,8 +17,8 @@ import signal
 import threading
 from typing import Any
 
-from xirang_core.pool.client import PoolClient
-from xirang_core.pool.errors import PoolError
+from xirang_service.pool.client import PoolClient
+from xirang_service.pool.errors import PoolError
 
 
 def placement(state: dict[str, Any]) -> tuple[Any, ...]:

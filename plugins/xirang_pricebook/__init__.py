@@ -38,7 +38,7 @@ def xirang_commands() -> list[CommandSpec]:
     return [
         CommandSpec(
             name="cost",
-            target="xirang_core.cost.cli:main",
+            target="xirang_service.cost.cli:main",
             description="cost reports by team/project/device, findings and budgets",
         )
     ]

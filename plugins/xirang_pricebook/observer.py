@@ -6,7 +6,7 @@ charged here: the pool's metering charges the allocation it ran in, and charging
 the same device time twice. A failure to record is reported on stderr but does not fail a run
 that already trained and saved its results.
 
-While the run trains, its device's power is sampled (:class:`~xirang_core.cost.energy.
+While the run trains, its device's power is sampled (:class:`~xirang_service.cost.energy.
 PowerSampler`, at the loop's log steps, at most every 30 s) where the device plugin reads it
 (NVML on NVIDIA GPUs); the charge's energy then uses the measured mean instead of the configured
 ``cost.watts``, and an energy-aware policy's amount is re-quoted with it. On the CPU, and on
@@ -20,9 +20,9 @@ import sys
 import time
 from typing import Any
 
-from xirang_core.cost.energy import MEASURED, PowerSampler, run_watts
-from xirang_core.cost.meter import run_charge
-from xirang_core.cost.store import CostStore
+from xirang_service.cost.energy import MEASURED, PowerSampler, run_watts
+from xirang_service.cost.meter import run_charge
+from xirang_service.cost.store import CostStore
 
 #: the scheduler whose jobs the pool meters itself
 POOL_SCHEDULER = "pool"

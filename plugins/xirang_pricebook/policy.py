@@ -1,4 +1,4 @@
-"""Cost policies quoting from a :class:`~xirang_core.cost.pricebook.PriceBook`.
+"""Cost policies quoting from a :class:`~xirang_service.cost.pricebook.PriceBook`.
 
 ``quote`` prices a span that ends now (a run's summary quotes its wall time just after it
 ended), so window boundaries crossed during the run are priced piece by piece.
@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from xirang_core.cost.money import from_micro
-from xirang_core.cost.placement import cheap_start, rank_device_types
-from xirang_core.cost.pricebook import DEFAULT_CLASSES, PriceBook
 from xirang_core.specs import CostQuote
+from xirang_service.cost.money import from_micro
+from xirang_service.cost.placement import cheap_start, rank_device_types
+from xirang_service.cost.pricebook import DEFAULT_CLASSES, PriceBook
 
 
 @dataclass

@@ -15,6 +15,8 @@ def xirang_schedulers() -> list[SchedulerSpec]:
             schema="xirang_slurm.scheduler:SlurmConfig",
             description="sbatch the run's workers (one srun task each) on Slurm nodes and wait",
             tools=("sbatch",),
+            executor="xirang_slurm.executor:SlurmExecutor",
+            inventory="xirang_slurm.inventory:nodes",
         )
     ]
 

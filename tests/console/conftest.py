@@ -9,14 +9,14 @@ from dataclasses import dataclass
 import pytest
 
 from tests.cost.pools import OPERATOR_TOKEN, Pool, make_pool
-from xirang_core.console.metrics_store import MetricsStore
-from xirang_core.console.server import serve
-from xirang_core.console.source import ConsoleSource
-from xirang_core.cost.budgets import Budget
-from xirang_core.cost.meter import Meter
-from xirang_core.cost.pricebook import PriceBook
-from xirang_core.cost.store import CostStore
-from xirang_core.pool.store import PoolStore
+from xirang_service.console.metrics_store import MetricsStore
+from xirang_service.console.server import serve
+from xirang_service.console.source import ConsoleSource
+from xirang_service.cost.budgets import Budget
+from xirang_service.cost.meter import Meter
+from xirang_service.cost.pricebook import PriceBook
+from xirang_service.cost.store import CostStore
+from xirang_service.pool.store import PoolStore
 
 HOUR = 3600
 

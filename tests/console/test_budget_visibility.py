@@ -3,7 +3,7 @@ never another project's job budget that happens to share its name (a project nam
 
 from __future__ import annotations
 
-from xirang_core.cost.budgets import Budget
+from xirang_service.cost.budgets import Budget
 
 
 def test_a_project_named_like_a_job_id_does_not_see_that_jobs_budget(console) -> None:

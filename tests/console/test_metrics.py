@@ -11,8 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.console.conftest import HOUR
 from tests.cost.pools import OPERATOR_TOKEN
-from xirang_core.console.auth import OPERATOR
-from xirang_core.console.prometheus import exposition
+from xirang_service.console.auth import OPERATOR
+from xirang_service.console.prometheus import exposition
 
 
 def scrape(console, token: str) -> dict[str, list]:

@@ -12,10 +12,10 @@ import pytest
 
 from tests.console.test_console_api import OPENER, csrf_of, get, log_out
 from tests.cost.pools import OPERATOR_TOKEN
-from xirang_core.console.auth import AuthError, Sessions, check_same_origin
 from xirang_core.errors import ConfigError
-from xirang_core.pool.quota import Project
-from xirang_core.pool.service import OPERATOR
+from xirang_service.console.auth import AuthError, Sessions, check_same_origin
+from xirang_service.pool.quota import Project
+from xirang_service.pool.service import OPERATOR
 
 
 def log_in(url: str, token: str, csrf: str | None = None, **headers: str) -> tuple[int, str]:

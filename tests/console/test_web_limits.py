@@ -11,7 +11,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from xirang_core.console.server import LIMITS, MAX_BODY
+from xirang_service.console.server import LIMITS, MAX_BODY
 
 
 def _login(console, length_header: str, body: bytes = b"token=x") -> int:

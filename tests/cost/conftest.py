@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from xirang_core.cost.charges import Charge
+from xirang_service.cost.charges import Charge
 
 TEAMS = ("research", "product", "infra")
 PROJECTS = ("nlp", "vision", "speech", "ranking")

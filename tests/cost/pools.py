@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from xirang_core.pool.service import OPERATOR, PoolService
-from xirang_core.pool.store import PoolStore
+from xirang_service.pool.service import OPERATOR, PoolService
+from xirang_service.pool.store import PoolStore
 
 CLUSTER = """
 groups:

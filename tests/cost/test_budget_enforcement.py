@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from xirang_core.cost.budgets import Budget
-from xirang_core.cost.errors import CostError
-from xirang_core.cost.governor import Governor, PoolBudgets
-from xirang_core.cost.meter import Meter
-from xirang_core.cost.pricebook import PriceBook
-from xirang_core.cost.store import CostStore
-from xirang_core.pool.errors import PoolError
-from xirang_core.pool.service import OPERATOR, PoolService, RecordingExecutor
-from xirang_core.pool.store import PoolStore
+from xirang_service.cost.budgets import Budget
+from xirang_service.cost.errors import CostError
+from xirang_service.cost.governor import Governor, PoolBudgets
+from xirang_service.cost.meter import Meter
+from xirang_service.cost.pricebook import PriceBook
+from xirang_service.cost.store import CostStore
+from xirang_service.pool.errors import PoolError
+from xirang_service.pool.service import OPERATOR, PoolService, RecordingExecutor
+from xirang_service.pool.store import PoolStore
 
 CLUSTER = """
 groups:
@@ -177,6 +177,6 @@ def test_a_price_book_missing_a_pool_device_type_fails_at_start(tmp_path: Path) 
 
 
 def _state(pool: Pool):
-    from xirang_core.console.state import read_state
+    from xirang_service.console.state import read_state
 
     return read_state(pool.service.store, pool.clock.now, usage=True)

@@ -5,10 +5,10 @@ from types import SimpleNamespace
 import pytest
 
 from tests.cost.conftest import charge
-from xirang_core.cost.budgets import LOWEST_PRIORITY, Budget
-from xirang_core.cost.errors import BudgetExceeded, CostError
-from xirang_core.cost.governor import Governor
-from xirang_core.cost.store import CostStore
+from xirang_service.cost.budgets import LOWEST_PRIORITY, Budget
+from xirang_service.cost.errors import BudgetExceeded, CostError
+from xirang_service.cost.governor import Governor
+from xirang_service.cost.store import CostStore
 
 
 @pytest.fixture

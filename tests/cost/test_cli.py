@@ -12,7 +12,7 @@ from decimal import Decimal
 import pytest
 
 from tests.cost.conftest import charge
-from xirang_core.cost.store import CostStore
+from xirang_service.cost.store import CostStore
 
 
 def xirang_cost(tmp_path, *args: str) -> subprocess.CompletedProcess[str]:

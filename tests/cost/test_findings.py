@@ -1,7 +1,7 @@
 """Findings: low utilisation and allocations left idle after their run ended, with their cost."""
 
 from tests.cost.conftest import charge
-from xirang_core.cost.findings import find
+from xirang_service.cost.findings import find
 
 HOUR = 3600
 

@@ -1,11 +1,11 @@
 """Metering pool jobs (from the pool's own store) and training runs."""
 
 from tests.cost.pools import make_pool
-from xirang_core.console.state import read_state
-from xirang_core.cost.meter import Meter, idle_part, run_charge
-from xirang_core.cost.pricebook import PriceBook
-from xirang_core.pool.service import OPERATOR
-from xirang_core.pool.store import PoolStore
+from xirang_service.console.state import read_state
+from xirang_service.cost.meter import Meter, idle_part, run_charge
+from xirang_service.cost.pricebook import PriceBook
+from xirang_service.pool.service import OPERATOR
+from xirang_service.pool.store import PoolStore
 
 HOUR = 3600
 BOOK = PriceBook({"a100": 3.0, "v100": 1.0})

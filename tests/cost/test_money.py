@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xirang_core.cost.money import format_money, from_micro, split_exact, to_micro
+from xirang_service.cost.money import format_money, from_micro, split_exact, to_micro
 
 
 def test_amounts_convert_without_float_drift():

@@ -2,8 +2,8 @@
 
 from types import SimpleNamespace
 
-from xirang_core.cost.placement import cheap_start, rank_device_types, reclaim_before
-from xirang_core.cost.pricebook import PriceBook
+from xirang_service.cost.placement import cheap_start, rank_device_types, reclaim_before
+from xirang_service.cost.pricebook import PriceBook
 
 HOUR = 3600
 NIGHT = {"name": "offpeak", "start": 22, "end": 6, "multiplier": 0.5}

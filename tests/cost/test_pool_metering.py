@@ -10,16 +10,16 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from xirang_core.console.state import read_state
-from xirang_core.cost import report
-from xirang_core.cost.governor import Governor, PoolBudgets
-from xirang_core.cost.meter import Meter
-from xirang_core.cost.pool_metering import PoolMetering
-from xirang_core.cost.pricebook import PriceBook
-from xirang_core.cost.store import CostStore
-from xirang_core.pool.errors import PoolError
-from xirang_core.pool.service import OPERATOR, PoolService
-from xirang_core.pool.store import PoolStore
+from xirang_service.console.state import read_state
+from xirang_service.cost import report
+from xirang_service.cost.governor import Governor, PoolBudgets
+from xirang_service.cost.meter import Meter
+from xirang_service.cost.pool_metering import PoolMetering
+from xirang_service.cost.pricebook import PriceBook
+from xirang_service.cost.store import CostStore
+from xirang_service.pool.errors import PoolError
+from xirang_service.pool.service import OPERATOR, PoolService
+from xirang_service.pool.store import PoolStore
 
 from .pools import Clock
 

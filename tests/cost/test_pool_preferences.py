@@ -7,19 +7,19 @@ from typing import Any
 
 import pytest
 
-from xirang_core.cost.errors import CostError
-from xirang_core.cost.governor import PoolBudgets
-from xirang_core.cost.preferences import CostPreferences
-from xirang_core.cost.pricebook import PriceBook
-from xirang_core.cost.pricefile import load_preferences
-from xirang_core.pool import clusterfile
-from xirang_core.pool.engine import PoolEngine
-from xirang_core.pool.jobs import PRIORITIES
-from xirang_core.pool.policy import load_policy
-from xirang_core.pool.service import OPERATOR, PoolService, RecordingExecutor
-from xirang_core.pool.sim.simulator import Simulator
-from xirang_core.pool.sim.traces import TraceJob
-from xirang_core.pool.store import PoolStore
+from xirang_service.cost.errors import CostError
+from xirang_service.cost.governor import PoolBudgets
+from xirang_service.cost.preferences import CostPreferences
+from xirang_service.cost.pricebook import PriceBook
+from xirang_service.cost.pricefile import load_preferences
+from xirang_service.pool import clusterfile
+from xirang_service.pool.engine import PoolEngine
+from xirang_service.pool.jobs import PRIORITIES
+from xirang_service.pool.policy import load_policy
+from xirang_service.pool.service import OPERATOR, PoolService, RecordingExecutor
+from xirang_service.pool.sim.simulator import Simulator
+from xirang_service.pool.sim.traces import TraceJob
+from xirang_service.pool.store import PoolStore
 
 from .pools import Clock
 

@@ -15,20 +15,20 @@ from xirang_local import scheduler as local_scheduler
 from xirang_pool import scheduler as pool_scheduler
 from xirang_pool.scheduler import PoolScheduler
 
-from xirang_core.console.state import read_state
-from xirang_core.cost import findings
-from xirang_core.cost.governor import Governor, PoolBudgets
-from xirang_core.cost.meter import Meter
-from xirang_core.cost.pricebook import PriceBook
-from xirang_core.cost.run_cost import cost_fields
-from xirang_core.cost.store import CostStore
-from xirang_core.cost.usage import run_usage
-from xirang_core.pool.client import PoolClient
-from xirang_core.pool.errors import PoolError
-from xirang_core.pool.rest import serve
-from xirang_core.pool.service import OPERATOR, PoolService, RecordingExecutor
-from xirang_core.pool.store import PoolStore
 from xirang_core.specs import JobSpec
+from xirang_core.train.cost import cost_fields
+from xirang_service.console.state import read_state
+from xirang_service.cost import findings
+from xirang_service.cost.governor import Governor, PoolBudgets
+from xirang_service.cost.meter import Meter
+from xirang_service.cost.pricebook import PriceBook
+from xirang_service.cost.store import CostStore
+from xirang_service.cost.usage import run_usage
+from xirang_service.pool.client import PoolClient
+from xirang_service.pool.errors import PoolError
+from xirang_service.pool.rest import serve
+from xirang_service.pool.service import OPERATOR, PoolService, RecordingExecutor
+from xirang_service.pool.store import PoolStore
 
 HOUR = 3600.0
 T0 = 1_700_000_000.0

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xirang_core.cost.errors import CostError
-from xirang_core.cost.pricebook import PriceBook
+from xirang_service.cost.errors import CostError
+from xirang_service.cost.pricebook import PriceBook
 
 HOUR = 3600
 OFFPEAK = {"name": "offpeak", "start": 22, "end": 6, "multiplier": 0.5}

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.cost.conftest import charge, charges
-from xirang_core.cost import report
-from xirang_core.cost.errors import CostError
+from xirang_service.cost import report
+from xirang_service.cost.errors import CostError
 
 
 @settings(deadline=None)  # shared CI cores: no per-example time limit

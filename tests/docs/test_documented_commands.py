@@ -331,7 +331,7 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
 
 #: what the working folder holds before the first command: a small corpus to prepare, and
 #: the repository's files the docs name by relative path
-_LINKED = ("benchmarks", "xirang_core", "examples")
+_LINKED = ("benchmarks", "xirang_core", "xirang_service", "examples")
 #: the quick run the ``{run}`` placeholders read (no documented command is quick enough)
 _SETUP_RUN = ("trainer.max_steps=3", "trainer.log_every=1", "trainer.sample_tokens=8")
 
@@ -520,7 +520,7 @@ def _get(url: str, token: str) -> tuple[int, str]:
 
 def _pool_job(work: Path) -> str:
     """A job of project nlp (the docs' ``cancel 12``): submitted now, with its token."""
-    from xirang_core.pool.client import PoolClient
+    from xirang_service.pool.client import PoolClient
 
     env = _env(work)
     client = PoolClient(env["XIRANG_POOL_URL"], env.get("XIRANG_POOL_TOKEN", ""))

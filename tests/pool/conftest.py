@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from tests.pool import postgres
-from xirang_core.pool import clusterfile
-from xirang_core.pool.engine import PoolEngine
-from xirang_core.pool.policy import load_policy
+from xirang_service.pool import clusterfile
+from xirang_service.pool.engine import PoolEngine
+from xirang_service.pool.policy import load_policy
 
 _databases = itertools.count()
 

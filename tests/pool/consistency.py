@@ -7,9 +7,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from xirang_core.pool.cluster import Cluster
-from xirang_core.pool.engine import PoolEngine
-from xirang_core.pool.service import PoolService, describe
+from xirang_service.pool.cluster import Cluster
+from xirang_service.pool.engine import PoolEngine
+from xirang_service.pool.service import PoolService, describe
 
 WRITES = ("INSERT", "UPDATE", "DELETE")
 

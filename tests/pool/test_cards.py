@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from xirang_core.pool.cards import Throughputs
-from xirang_core.pool.errors import PoolError
+from xirang_service.pool.cards import Throughputs
+from xirang_service.pool.errors import PoolError
 
 
 def _table() -> Throughputs:

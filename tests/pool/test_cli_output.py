@@ -8,9 +8,9 @@ import pytest
 
 from tests.pool.test_service import OPERATOR, Clock, _start
 from tests.test_narrow_terminal import fits
-from xirang_core.pool.cli import main
-from xirang_core.pool.client import PoolClient
-from xirang_core.pool.errors import PoolError
+from xirang_service.pool.cli import main
+from xirang_service.pool.client import PoolClient
+from xirang_service.pool.errors import PoolError
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from xirang_core.pool.cluster import Cluster
+from xirang_service.pool.cluster import Cluster
 
 
 def test_a_gang_with_a_busy_or_repeated_device_is_refused_before_anything_is_taken() -> None:

@@ -19,13 +19,13 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from tests.pool.consistency import assert_consistent, failing, snapshot
-from xirang_core.cost.governor import Governor, PoolBudgets
-from xirang_core.cost.meter import Meter
-from xirang_core.cost.pricebook import PriceBook
-from xirang_core.cost.store import CostStore
-from xirang_core.pool.errors import PoolError, StoreUnavailable
-from xirang_core.pool.service import OPERATOR, PoolService, RecordingExecutor
-from xirang_core.pool.store import PoolStore
+from xirang_service.cost.governor import Governor, PoolBudgets
+from xirang_service.cost.meter import Meter
+from xirang_service.cost.pricebook import PriceBook
+from xirang_service.cost.store import CostStore
+from xirang_service.pool.errors import PoolError, StoreUnavailable
+from xirang_service.pool.service import OPERATOR, PoolService, RecordingExecutor
+from xirang_service.pool.store import PoolStore
 
 SURROGATE = "\ud800"  # valid JSON ("\ud800"), not encodable as UTF-8
 

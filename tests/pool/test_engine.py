@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.pool.conftest import make_engine
-from xirang_core.pool.errors import PoolError
-from xirang_core.pool.jobs import JobState
+from xirang_service.pool.errors import PoolError
+from xirang_service.pool.jobs import JobState
 
 TWO = [{"name": "a", "guaranteed": 8}, {"name": "b", "guaranteed": 8}]
 

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-import xirang_core
+import xirang_service
 from tests.pool.conftest import make_engine
-from xirang_core.pool import lazyindex
-from xirang_core.pool.sim import traces
-from xirang_core.pool.sim.simulator import Simulator
+from xirang_service.pool import lazyindex
+from xirang_service.pool.sim import traces
+from xirang_service.pool.sim.simulator import Simulator
 
-TRACE = Path(xirang_core.__file__).parent / "pool" / "traces" / "philly_1k.csv"
+TRACE = Path(xirang_service.__file__).parent / "pool" / "traces" / "philly_1k.csv"
 CLUSTER = {
     "groups": [
         {"type": "k80", "nodes": 3, "devices": 8, "domain_size": 4},

@@ -23,8 +23,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from tests.pool.web import served
-from xirang_core.pool.service import OPERATOR, PoolService
-from xirang_core.pool.store import PoolStore
+from xirang_service.pool.service import OPERATOR, PoolService
+from xirang_service.pool.store import PoolStore
 
 EXAMPLES = int(os.environ.get("XIRANG_FUZZ_EXAMPLES", "12"))
 CHECKS = [

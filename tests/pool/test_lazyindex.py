@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sortedcontainers import SortedList
 
-from xirang_core.pool import lazyindex
-from xirang_core.pool.lazyindex import LazySortedIndex
+from xirang_service.pool import lazyindex
+from xirang_service.pool.lazyindex import LazySortedIndex
 
 #: (priority, level, submitted) rank keys with the job id last: ties broken as the engine's are
 ENTRY = st.tuples(st.integers(-2, 0), st.integers(0, 2), st.floats(0, 1e6), st.integers(0, 30))

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from xirang_core.pool.client import PoolClient
-from xirang_core.pool.errors import PoolError
+from xirang_service.pool.client import PoolClient
+from xirang_service.pool.errors import PoolError
 
 LOAD_S = float(os.environ.get("XIRANG_LOAD_S", "10"))
 KILLS = int(os.environ.get("XIRANG_LOAD_KILLS", "3"))

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from xirang_core.pool import clusterfile
-from xirang_core.pool.engine import PoolEngine
-from xirang_core.pool.errors import PoolError
-from xirang_core.pool.policy import load_policy
-from xirang_core.pool.store import PoolStore
+from xirang_service.pool import clusterfile
+from xirang_service.pool.engine import PoolEngine
+from xirang_service.pool.errors import PoolError
+from xirang_service.pool.policy import load_policy
+from xirang_service.pool.store import PoolStore
 
 # "fast" devices are worth 2 cards each, "slow" ones 1: 4 of each is 12 cards in all
 DATA = {
@@ -86,7 +86,7 @@ def test_mixing_survives_a_restart_of_either_store(store_location: str) -> None:
 
 
 def test_allow_mixing_must_be_a_boolean(tmp_path) -> None:
-    from xirang_core.pool.service import OPERATOR, PoolService
+    from xirang_service.pool.service import OPERATOR, PoolService
 
     path = tmp_path / "cluster.yaml"
     path.write_text(__import__("yaml").safe_dump(DATA))

@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from xirang_core.pool.cli import OPERATOR_TOKEN_ENV, _operator_client
+from xirang_service.pool.cli import OPERATOR_TOKEN_ENV, _operator_client
 
 
 @pytest.fixture

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from xirang_core.pool.cluster import Cluster
-from xirang_core.pool.placement import place, span
+from xirang_service.pool.cluster import Cluster
+from xirang_service.pool.placement import place, span
 
 
 def _cluster() -> Cluster:

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from tests.pool.test_service import OPERATOR, Clock, _start
-from xirang_core.pool.cli import main
-from xirang_core.pool.client import PoolClient
-from xirang_core.pool.errors import PoolError
-from xirang_core.pool.service import OPERATOR as WHO_OPERATOR
+from xirang_service.pool.cli import main
+from xirang_service.pool.client import PoolClient
+from xirang_service.pool.errors import PoolError
+from xirang_service.pool.service import OPERATOR as WHO_OPERATOR
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from tests.pool.conftest import make_engine
-from xirang_core.pool.errors import PoolError
-from xirang_core.pool.jobs import JobState
-from xirang_core.pool.quota import Project
+from xirang_service.pool.errors import PoolError
+from xirang_service.pool.jobs import JobState
+from xirang_service.pool.quota import Project
 
 PROJECTS = ("a", "b", "c")
 NODES, DEVICES = 4, 4

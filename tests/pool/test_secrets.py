@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from xirang_core.console.metrics_store import MetricsStore
-from xirang_core.cost.store import CostStore
-from xirang_core.pool.cli import _operator_token
-from xirang_core.pool.database import redact
-from xirang_core.pool.errors import PoolError
-from xirang_core.pool.store import PoolStore
+from xirang_service.console.metrics_store import MetricsStore
+from xirang_service.cost.store import CostStore
+from xirang_service.pool.cli import _operator_token
+from xirang_service.pool.database import redact
+from xirang_service.pool.errors import PoolError
+from xirang_service.pool.store import PoolStore
 
 #: (password, a store URL that carries it; {sock} is a folder with no server in it)
 FORMS = [

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from xirang_core.pool.client import PoolClient
-from xirang_core.pool.errors import PoolError
-from xirang_core.pool.rest import MAX_BODY, serve
-from xirang_core.pool.service import PoolService
-from xirang_core.pool.store import PoolStore
+from xirang_service.pool.client import PoolClient
+from xirang_service.pool.errors import PoolError
+from xirang_service.pool.rest import MAX_BODY, serve
+from xirang_service.pool.service import PoolService
+from xirang_service.pool.store import PoolStore
 
 OPERATOR = "operator-secret-for-tests"
 

@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from tests.test_narrow_terminal import fits
-from xirang_core.pool import clusterfile
-from xirang_core.pool.cli import main
-from xirang_core.pool.sim import traces
-from xirang_core.pool.sim.simulator import Simulator
+from xirang_service.pool import clusterfile
+from xirang_service.pool.cli import main
+from xirang_service.pool.sim import traces
+from xirang_service.pool.sim.simulator import Simulator
 
 PHILLY = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "philly_jobs"
 
@@ -93,7 +93,7 @@ def test_every_job_finishes_with_at_least_its_work(tmp_path: Path) -> None:
 def test_bad_trace_columns_are_a_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.csv"
     bad.write_text("when,how_long\n1,2\n")
-    from xirang_core.pool.errors import PoolError
+    from xirang_service.pool.errors import PoolError
 
     with pytest.raises(PoolError, match="neither Philly"):
         traces.load(bad, [])

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from xirang_core.pool.database import SQLiteDatabase, redact
-from xirang_core.pool.errors import PoolError
-from xirang_core.pool.store import PoolStore
+from xirang_service.pool.database import SQLiteDatabase, redact
+from xirang_service.pool.errors import PoolError
+from xirang_service.pool.store import PoolStore
 
 
 def test_a_path_is_an_sqlite_file(tmp_path) -> None:

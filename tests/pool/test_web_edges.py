@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
 from tests.pool.web import OPERATOR, post, raw, served
-from xirang_core.pool.client import PoolClient
-from xirang_core.pool.errors import PoolError
-from xirang_core.pool.rest import LIMITS
-from xirang_core.pool.service import OPERATOR as OPERATOR_WHO
-from xirang_core.web.fields import MAX_TEXT, Text
+from xirang_service.pool.client import PoolClient
+from xirang_service.pool.errors import PoolError
+from xirang_service.pool.rest import LIMITS
+from xirang_service.pool.service import OPERATOR as OPERATOR_WHO
+from xirang_service.web.fields import MAX_TEXT, Text
 
 
 class Clock:

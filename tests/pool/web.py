@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xirang_core.pool.client import PoolClient
-from xirang_core.pool.rest import LIMITS, serve
-from xirang_core.pool.service import PoolService
-from xirang_core.pool.store import PoolStore
-from xirang_core.web.server import Limits
+from xirang_service.pool.client import PoolClient
+from xirang_service.pool.rest import LIMITS, serve
+from xirang_service.pool.service import PoolService
+from xirang_service.pool.store import PoolStore
+from xirang_service.web.server import Limits
 
 OPERATOR = "operator-secret-for-tests"
 

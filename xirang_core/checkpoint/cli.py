@@ -15,8 +15,8 @@ import yaml
 
 from xirang_core.checkpoint.chunks import CorruptCheckpoint, RefusedCheckpoint
 from xirang_core.checkpoint.store import CheckpointStore
-from xirang_core.cli import help_text
 from xirang_core.errors import ConfigError
+from xirang_core.terminal import help_text
 
 CONFIG_FILE = "config.yaml"
 

@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from xirang_core.cli import help_text
 from xirang_core.comm import bench_report
 from xirang_core.comm.cost_model import OPS, ClusterDescription, Link, bus_bandwidth, fit_link
 from xirang_core.comm.launch import run_group
 from xirang_core.comm.scaling import TrainSettings, time_collectives, train
 from xirang_core.errors import ConfigError
+from xirang_core.terminal import help_text
 
 BENCHES = ("comm",)
 

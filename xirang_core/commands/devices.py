@@ -7,8 +7,8 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from xirang_core.cli import help_text
 from xirang_core.plugins import get_registry
+from xirang_core.terminal import help_text
 
 
 def main(argv: list[str]) -> int:

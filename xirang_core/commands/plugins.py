@@ -7,8 +7,8 @@ import argparse
 import json
 from typing import Any
 
-from xirang_core.cli import help_text
 from xirang_core.plugins import Registry, get_registry
+from xirang_core.terminal import help_text
 
 
 def main(argv: list[str]) -> int:

@@ -22,13 +22,13 @@ from datetime import datetime, timezone
 from rich.console import Console
 from rich.table import Table
 
-from xirang_core.cli import help_text
 from xirang_core.data.prepare import PrepareSettings, prepare
 from xirang_core.data.quality import Report, Rules
 from xirang_core.data.snapshot import list_ids, load
 from xirang_core.data.sources import FORMATS, iter_samples
 from xirang_core.data.sync import sync, verify
 from xirang_core.storage.locate import origin_errors, tier_for
+from xirang_core.terminal import help_text
 
 console = Console(highlight=False)
 

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from xirang_core.checkpoint.events import read_events
-from xirang_core.cli import help_text
 from xirang_core.errors import ConfigError
 from xirang_core.paths import xirang_home
+from xirang_core.terminal import help_text
 
 SCENARIOS = ("kill", "corrupt", "fail_save", "storage")
 #: a small, quick run unless the user overrides any of these

@@ -19,11 +19,11 @@ import sys
 from dataclasses import fields
 from typing import Any
 
-from xirang_core.cli import help_text
 from xirang_core.errors import ConfigError
 from xirang_core.parallel.cluster import Cluster, load_cluster, local_cluster
 from xirang_core.parallel.plan import ModelShape
 from xirang_core.parallel.planner import Candidate, Ranking, rank_plans
+from xirang_core.terminal import help_text
 
 SHAPE_KEYS = {"layers", "hidden", "heads", "vocab", "seq", "params"}
 RUN_KEYS = {"model", "cluster", "devices", "global_batch"}

@@ -18,7 +18,6 @@ import torch
 import torch.distributed as dist
 import yaml
 
-from xirang_core.cost.run_cost import cost_fields
 from xirang_core.data.step_loader import loop_batches
 from xirang_core.data.tokens import TokenBatches
 from xirang_core.data.training import run_batches
@@ -30,6 +29,7 @@ from xirang_core.plugins import Registry, get_registry
 from xirang_core.specs import Tokenizer, WorkerContext
 from xirang_core.train import profile, report
 from xirang_core.train.compile import compile_model
+from xirang_core.train.cost import cost_fields
 from xirang_core.train.init import materialize
 from xirang_core.train.interrupt import StopAtStepEnd, stop_on
 from xirang_core.train.loop import LoopSettings, Trainer, evaluate

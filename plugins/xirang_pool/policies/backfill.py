@@ -21,11 +21,11 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from xirang_core.pool.policy import Policy
+from xirang_service.pool.policy import Policy
 
 if TYPE_CHECKING:
-    from xirang_core.pool.jobs import Job
-    from xirang_core.pool.policy import PoolView
+    from xirang_service.pool.jobs import Job
+    from xirang_service.pool.policy import PoolView
 
 
 @dataclass(frozen=True)

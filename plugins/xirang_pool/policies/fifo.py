@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from xirang_core.pool.policy import Policy
+from xirang_service.pool.policy import Policy
 
 
 class Fifo(Policy):

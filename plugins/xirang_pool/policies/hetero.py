@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, ClassVar
 from xirang_pool.policies.priority import PriorityQuota
 
 if TYPE_CHECKING:
-    from xirang_core.pool.cards import Throughputs
-    from xirang_core.pool.policy import PoolView
+    from xirang_service.pool.cards import Throughputs
+    from xirang_service.pool.policy import PoolView
 
 
 class HeteroAware(PriorityQuota):

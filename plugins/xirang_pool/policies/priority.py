@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from xirang_core.pool.policy import Policy
+from xirang_service.pool.policy import Policy
 
 if TYPE_CHECKING:
-    from xirang_core.pool.jobs import Job
-    from xirang_core.pool.policy import PoolView
+    from xirang_service.pool.jobs import Job
+    from xirang_service.pool.policy import PoolView
 
 
 class PriorityQuota(Policy):

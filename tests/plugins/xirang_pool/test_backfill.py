@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.pool.conftest import make_engine
-from xirang_core.pool.jobs import JobState
-from xirang_core.pool.sim.simulator import Simulator
-from xirang_core.pool.sim.traces import TraceJob
+from xirang_service.pool.jobs import JobState
+from xirang_service.pool.sim.simulator import Simulator
+from xirang_service.pool.sim.traces import TraceJob
 
 
 def test_backfills_only_what_leaves_the_head_reservation_intact() -> None:

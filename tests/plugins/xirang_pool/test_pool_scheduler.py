@@ -17,10 +17,10 @@ import yaml
 
 from tests.conftest import QUICK
 from xirang_core.checkpoint.signing import KEY_FILE_ENV
-from xirang_core.pool.client import PoolClient
-from xirang_core.pool.rest import serve
-from xirang_core.pool.service import OPERATOR, PoolService
-from xirang_core.pool.store import PoolStore
+from xirang_service.pool.client import PoolClient
+from xirang_service.pool.rest import serve
+from xirang_service.pool.service import OPERATOR, PoolService
+from xirang_service.pool.store import PoolStore
 
 
 @pytest.fixture

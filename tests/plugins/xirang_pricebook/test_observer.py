@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 from xirang_pricebook.observer import record_run
 
-from xirang_core.cost.store import CostStore
+from xirang_service.cost.store import CostStore
 
 SUMMARY = {
     "run_dir": "/runs/x",

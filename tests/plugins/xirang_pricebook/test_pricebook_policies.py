@@ -7,9 +7,9 @@ import json
 import pytest
 
 from tests.conftest import QUICK, run_dirs
-from xirang_core.cost.errors import CostError
-from xirang_core.cost.store import CostStore
 from xirang_core.plugins import get_registry
+from xirang_service.cost.errors import CostError
+from xirang_service.cost.store import CostStore
 
 HOUR = 3600
 SETTINGS = {

@@ -31,10 +31,10 @@ from tests.conftest import run_dirs
 from tests.plugins.xirang_slurm.conftest import MultiNodeSlurm
 from xirang_core.checkpoint.export import model_tensors
 from xirang_core.checkpoint.store import CheckpointStore
-from xirang_core.pool.client import PoolClient
-from xirang_core.pool.rest import serve
-from xirang_core.pool.service import OPERATOR, PoolService
-from xirang_core.pool.store import PoolStore
+from xirang_service.pool.client import PoolClient
+from xirang_service.pool.rest import serve
+from xirang_service.pool.service import OPERATOR, PoolService
+from xirang_service.pool.store import PoolStore
 
 STEPS = 6
 #: the default model (steps long enough that a stop sent after step 1 comes before the last),

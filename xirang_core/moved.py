@@ -1,0 +1,58 @@
+"""Modules that left the kernel stay importable under their old names for one release.
+
+``xirang_core.pool``, ``.cost``, ``.console`` and ``.web`` moved to :mod:`xirang_service`.
+A plugin written against the old names still loads: importing one warns
+(``DeprecationWarning``) and returns the very module object of the new name, so state, classes
+and ``isinstance`` checks are shared rather than duplicated.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import warnings
+from types import ModuleType
+
+#: old package prefix -> new package prefix
+MOVED = {f"xirang_core.{n}": f"xirang_service.{n}" for n in ("pool", "cost", "console", "web")}
+
+
+def new_name(fullname: str) -> str | None:
+    """The module's name since the move, or None if it did not move."""
+    for old, new in MOVED.items():
+        if fullname == old or fullname.startswith(old + "."):
+            return new + fullname[len(old) :]
+    return None
+
+
+class MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds a moved module under its old name and hands out the new module."""
+
+    def find_spec(
+        self, fullname: str, path: object = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if new_name(fullname) is None:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        new = new_name(spec.name)
+        assert new is not None  # find_spec answered only for moved names
+        warnings.warn(
+            f"{spec.name} moved to {new}; the old name goes in the next release",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return importlib.import_module(new)
+
+    def exec_module(self, module: ModuleType) -> None:
+        """Nothing to run: the module was executed under its new name."""
+
+
+def install() -> None:
+    """Put the finder first on ``sys.meta_path``, once: after it, the path finder would load a
+    moved submodule's file a second time under its old name."""
+    if not any(isinstance(f, MovedModuleFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, MovedModuleFinder())

@@ -1,0 +1,142 @@
+"""The Prometheus ``/metrics`` exposition: the console's figures with standard names and labels.
+
+Gauges for capacity, allocation, water level, queue and quota; counters (``_total``) for cost in
+currency units. A project token gets its own project's series only; the operator gets all.
+The text is prometheus_client's own exposition of metric families, collected once per snapshot (a
+custom collector: the figures are read from the pool and cost stores, not kept in-process).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+
+from xirang_service.console.source import ConsoleSource
+from xirang_service.cost.money import from_micro
+
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+
+Sample = tuple[dict[str, str], float]
+KINDS = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily}
+
+
+def exposition(source: ConsoleSource, who: str) -> str:
+    """The whole exposition text for ``who`` (built once per snapshot of the stores)."""
+    return source.per_viewer("metrics", who, lambda: _exposition(source, who))
+
+
+def _exposition(source: ConsoleSource, who: str) -> str:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Scrape(source, who))
+    return generate_latest(registry).decode()
+
+
+class _Scrape:
+    """The families one scrape by ``who`` sees (a prometheus_client collector)."""
+
+    def __init__(self, source: ConsoleSource, who: str) -> None:
+        self.source, self.who = source, who
+
+    def collect(self) -> Iterator[Metric]:
+        source, who = self.source, self.who
+        snap = source.snapshot()
+        families = [
+            *_capacity_families(snap.capacity, snap.nodes),
+            *_job_families(source.jobs_for(who)),
+            _quota_family(source.quotas_for(who)),
+            *_cost_families(source, who),
+        ]
+        for family in families:
+            yield _family(*family)
+
+
+def _capacity_families(capacity: dict[str, Any], nodes: list[dict[str, Any]]) -> list[tuple]:
+    types, groups = capacity["types"], capacity["groups"]
+
+    def per_type(key: str) -> list[Sample]:
+        return [({"device_type": r["device_type"]}, r[key]) for r in types]
+
+    drained = sum(1 for n in nodes if not n["healthy"])
+    return [
+        ("xirang_pool_devices", "gauge", "Devices in the pool.", per_type("total")),
+        ("xirang_pool_devices_healthy", "gauge", "Devices on healthy nodes.", per_type("healthy")),
+        ("xirang_pool_devices_allocated", "gauge", "Devices held by jobs.", per_type("allocated")),
+        (
+            "xirang_pool_utilisation_ratio",
+            "gauge",
+            "Allocated share of healthy devices (water level).",
+            per_type("water_level"),
+        ),
+        (
+            "xirang_pool_group_utilisation_ratio",
+            "gauge",
+            "Water level per interconnect group.",
+            [
+                ({"device_type": r["device_type"], "group": r["group"]}, r["water_level"])
+                for r in groups
+            ],
+        ),
+        ("xirang_pool_nodes_drained", "gauge", "Nodes out of service.", [({}, drained)]),
+    ]
+
+
+def _job_families(jobs: list[dict[str, Any]]) -> list[tuple]:
+    queued: dict[str, int] = defaultdict(int)
+    running: dict[str, int] = defaultdict(int)
+    for job in jobs:
+        (queued if job["state"] == "queued" else running)[job["project"]] += 1
+    return [
+        ("xirang_pool_queue_length", "gauge", "Queued jobs.", _by("project", queued)),
+        ("xirang_pool_jobs_running", "gauge", "Running jobs.", _by("project", running)),
+    ]
+
+
+def _quota_family(quotas: list[dict[str, Any]]) -> tuple:
+    samples = [
+        ({"project": q["project"], "kind": kind}, q[kind])
+        for q in quotas
+        for kind in ("guaranteed", "in_guarantee", "borrowed", "lent")
+    ]
+    return ("xirang_pool_quota_cards", "gauge", "Quota use in logical cards.", samples)
+
+
+def _cost_families(source: ConsoleSource, who: str) -> list[tuple]:
+    amount: dict[tuple[str, ...], int] = defaultdict(int)
+    idle: dict[tuple[str, ...], int] = defaultdict(int)
+    for c in source.charges_for(who):
+        key = (c.team, c.project, c.device_type, c.currency)
+        amount[key] += c.amount_micro
+        idle[key] += c.idle_micro
+    names = ("team", "project", "device_type", "currency")
+
+    def samples(table: dict[tuple[str, ...], int]) -> list[Sample]:
+        rows = sorted(table.items())
+        return [(dict(zip(names, k, strict=True)), float(from_micro(v))) for k, v in rows]
+
+    budgets = [
+        ({"scope": b["scope"], "name": b["name"]}, b["used"]) for b in source.budgets_for(who)
+    ]
+    return [
+        ("xirang_cost", "counter", "Metered cost in currency units.", samples(amount)),
+        ("xirang_cost_idle", "counter", "Cost of idle time inside allocations.", samples(idle)),
+        ("xirang_budget_used_ratio", "gauge", "Share of each budget spent.", budgets),
+    ]
+
+
+def _by(label: str, table: dict[str, int]) -> list[Sample]:
+    return [({label: k}, v) for k, v in sorted(table.items())]
+
+
+def _family(name: str, kind: str, help_text: str, samples: Iterable[Sample]) -> Metric:
+    """One family; a counter's samples carry ``_total`` (prometheus_client adds it)."""
+    samples = list(samples)
+    labels = list(samples[0][0]) if samples else []
+    family = KINDS[kind](name, help_text, labels=labels)
+    for values, value in samples:
+        family.add_metric([str(values[k]) for k in labels], float(value))
+    return family

@@ -1,0 +1,196 @@
+"""Request and response models of the pool's REST API (xirang_service/pool/rest.py): what each
+endpoint takes and answers, in the OpenAPI document the service serves at ``/openapi.json``.
+
+Requests are checked here, at the edge, before the service sees them: every string storable
+and bounded (:mod:`xirang_service.web.fields`), every number typed and in range, every payload
+field the meter reads (``utilisation``, ``run_ended_at``) a number at submit, not at the tick
+that uses it. The messages are the service's own where it had one (cards, priority, usage).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from xirang_service.cost.usage import check_report
+from xirang_service.pool.jobs import MAX_CARDS, PRIORITIES, check_cards, parse_priority
+from xirang_service.web.fields import StrictModel, Text, check_json, text, via
+
+#: project and node names, as the paths have always matched them
+Name = text(pattern=r"^[\w.-]+$")
+#: seconds since the epoch, up to the year 5000: finite, so arithmetic on them stays finite
+Epoch = Annotated[float, Field(ge=0, le=1e11)]
+Cards = Annotated[int, Field(ge=1, le=MAX_CARDS), BeforeValidator(via(check_cards))]
+Priority = Annotated[
+    Literal[tuple(PRIORITIES)] | Annotated[int, Field(ge=0, le=max(PRIORITIES.values()))],
+    BeforeValidator(via(parse_priority)),
+]
+Count = Annotated[int, Field(ge=0, le=10_000_000)]
+States = Literal["queued", "running", "done", "failed", "cancelled"]
+
+
+class UsageReport(StrictModel):
+    """What an executor measured of a job's run (xirang_service/cost/usage.py)."""
+
+    utilisation: Annotated[float, Field(ge=0, le=1)] | None = None
+    run_ended_at: Epoch | None = None
+
+
+Usage = Annotated[UsageReport, BeforeValidator(via(check_report))]
+
+
+class Payload(StrictModel):
+    """Free-form submitter data kept with the job; the keys the pool itself reads are typed,
+    any other is JSON whose strings are storable and numbers finite."""
+
+    model_config = ConfigDict(extra="allow")
+
+    utilisation: Annotated[float, Field(ge=0, le=1)] | None = None
+    run_ended_at: Epoch | None = None
+    interruptible: bool = False
+    run_dir: text(4096) | None = None
+    nproc: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+
+    @model_validator(mode="after")
+    def _free_form(self) -> Payload:
+        check_json(self.__pydantic_extra__ or {})
+        return self
+
+
+class SubmitIn(StrictModel):
+    cards: Cards
+    project: Name | None = None
+    job_class: Text | None = None
+    priority: Priority = "normal"
+    name: Text = ""
+    payload: Payload | None = None
+    allow_mixing: bool = False
+
+
+class CompleteIn(StrictModel):
+    ok: bool = True
+    usage: Usage | None = None
+
+
+class QuotaIn(StrictModel):
+    guaranteed: Count | None = None
+    borrow_limit: Count | None = None
+    team: Name | None = None
+    rotate_token: bool = False
+    #: the highest priority class the project may submit (where the service governs priority)
+    max_priority: Literal[tuple(PRIORITIES)] | None = None
+
+
+class Answer(BaseModel):
+    """An answer: its declared fields checked, any further key the service adds passed on
+    (the documented schema allows additional properties)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class DrainIn(StrictModel):
+    reason: Text = ""
+
+
+class JobOut(Answer):
+    id: int
+    name: str
+    project: str
+    cards: int
+    job_class: str
+    priority: str
+    state: States
+    submitted: float
+    started: float | None
+    finished: float | None
+    device_type: str
+    devices: list[int]
+    allow_mixing: bool
+    borrowed: bool
+    preemptions: int
+    requeues: int
+    payload: dict[str, Any]
+
+
+class QueuedOut(JobOut):
+    position: int
+
+
+class QuotaOut(Answer):
+    project: str
+    team: str
+    guaranteed: int
+    borrow_limit: int | None
+    used: int
+    borrowed: int
+
+
+class QuotaSetOut(QuotaOut):
+    token: str = Field("", description="the project's new token: only when created or rotated")
+
+
+class TypeOut(Answer):
+    capacity: int
+    free: int
+
+
+class StatusOut(Answer):
+    you: str
+    policy: str
+    executor: str
+    types: dict[str, TypeOut]
+    drained: list[str]
+    running: int
+    queued: int
+    fragmentation: float
+    budgets_metered: bool
+    projects: list[QuotaOut]
+
+
+class NodeOut(Answer):
+    name: str
+    type: str
+    devices: int
+    leaf: str
+    spine: str
+    domain_size: int
+    healthy: int
+    drain_reason: str
+    used: int
+
+
+class DeviceOut(Answer):
+    id: int
+    node: str
+    type: str
+    idx: int
+    used: bool
+    job_id: int | None
+
+
+class ChargeOut(Answer):
+    """What the pool's metering charges a job so far (null where the pool does not meter)."""
+
+    amount: float
+    currency: str
+    policy: str
+    device_s: float
+
+
+class DrainOut(Answer):
+    node: str
+    requeued: list[int]
+
+
+class UndrainOut(Answer):
+    node: str
+    healthy: bool
+
+
+class UsageOut(Answer):
+    project: str
+    device_type: str
+    bucket_start: float
+    device_seconds: float
+    card_seconds: float

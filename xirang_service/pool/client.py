@@ -1,0 +1,65 @@
+"""A small client of the pool's REST API, used by the CLI and ``scheduler=pool``.
+
+The URL comes from ``XIRANG_POOL_URL`` (default ``http://127.0.0.1:8476``) and the token from
+``XIRANG_POOL_TOKEN``; both can be passed explicitly. Errors the service answers with become
+:class:`PoolError` carrying its message, so the user sees the service's one clear line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from typing import Any
+
+from xirang_service.pool.errors import TOKEN_HELP, PoolError
+
+DEFAULT_URL = "http://127.0.0.1:8476"
+
+
+class PoolClient:
+    def __init__(self, url: str = "", token: str = "", timeout: float = 30.0) -> None:
+        self.url = (url or os.environ.get("XIRANG_POOL_URL") or DEFAULT_URL).rstrip("/")
+        self.token = token or os.environ.get("XIRANG_POOL_TOKEN", "")
+        self.timeout = timeout
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        if not self.token:  # every endpoint needs one: say where it comes from, not just 401
+            raise PoolError(f"missing token: {TOKEN_HELP}", 401)
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.url + path, data=data, method=method)
+        request.add_header("Authorization", f"Bearer {self.token}")
+        request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+                return json.loads(answer.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            try:
+                message = json.loads(exc.read()).get("error", exc.reason)
+            except ValueError:
+                message = exc.reason
+            raise PoolError(f"pool service: {message}", exc.code) from None
+        except urllib.error.URLError as exc:
+            raise PoolError(
+                f"cannot reach the pool service at {self.url} ({exc.reason}); start it with "
+                "`xirang pool serve` or set XIRANG_POOL_URL"
+            ) from None
+
+    def submit(self, **job: Any) -> dict[str, Any]:
+        return self.call("POST", "/v1/jobs", job)
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        return self.call("GET", f"/v1/jobs/{job_id}")
+
+    def complete(self, job_id: int, ok: bool, **usage: float) -> dict[str, Any]:
+        """Report the job's end, with what the executor measured (utilisation, run_ended_at)."""
+        body: dict[str, Any] = {"ok": ok, **({"usage": usage} if usage else {})}
+        return self.call("POST", f"/v1/jobs/{job_id}/complete", body)
+
+    def charge(self, job_id: int) -> dict[str, Any] | None:
+        """What the pool charges the job so far (None when the pool does not meter)."""
+        return self.call("GET", f"/v1/jobs/{job_id}/charge")
+
+    def cancel(self, job_id: int) -> dict[str, Any]:
+        return self.call("DELETE", f"/v1/jobs/{job_id}")

@@ -1,0 +1,104 @@
+"""Projects, their guaranteed and borrowable shares, and who uses what right now.
+
+Quotas are in logical cards, so a V100 and a K80 are not worth the same in quota (what users ask
+Kueue for in kueue#8902). A project's ``guaranteed`` cards are its nominal quota: never taken away
+by others. Above it a project may *borrow* idle capacity up to ``borrow_limit`` (None =
+unlimited); borrowed jobs are reclaimable. Projects belong to a ``team``: borrowed capacity is
+reclaimed from other teams before it is reclaimed from one's own team (team > project tiers).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from xirang_service.pool.errors import PoolError
+from xirang_service.pool.jobs import PRIORITIES, Job, allowed_priorities, priority_name
+
+#: the highest priority class a project may use unless the operator allows more
+DEFAULT_MAX_PRIORITY = PRIORITIES["normal"]
+
+
+@dataclass
+class Project:
+    """A project's share of the pool; ``max_priority`` is the highest priority class its jobs
+    may ask for (operator-set, like Kueue's WorkloadPriorityClass with an admission policy)."""
+
+    name: str
+    guaranteed: int = 0
+    borrow_limit: int | None = None
+    team: str = "default"
+    token_hash: str = ""
+    max_priority: int = DEFAULT_MAX_PRIORITY
+
+    def check(self) -> Project:
+        if not self.name or not self.name.replace("-", "").replace("_", "").isalnum():
+            raise PoolError(f"project name {self.name!r}: use letters, digits, '-' and '_'")
+        if self.guaranteed < 0 or (self.borrow_limit is not None and self.borrow_limit < 0):
+            raise PoolError(f"project '{self.name}': quotas must be zero or positive")
+        if self.max_priority not in PRIORITIES.values():
+            raise PoolError(f"project '{self.name}': max_priority {self.max_priority!r} is unknown")
+        return self
+
+    def admit_priority(self, priority: int) -> None:
+        """Refuse (403) a priority above the project's highest allowed class, naming those
+        it may use."""
+        if priority > self.max_priority:
+            allowed = ", ".join(allowed_priorities(self.max_priority))
+            raise PoolError(
+                f"project '{self.name}' may not submit at priority {priority_name(priority)}; "
+                f"allowed: {allowed} "
+                f"(the operator raises it: xirang pool quota {self.name} --max-priority CLASS)",
+                403,
+            )
+
+
+class QuotaBook:
+    """Projects and their current usage in cards (guaranteed part and borrowed part)."""
+
+    def __init__(self) -> None:
+        self.projects: dict[str, Project] = {}
+        self.used: dict[str, int] = defaultdict(int)
+        self.borrowed: dict[str, int] = defaultdict(int)
+
+    def project(self, name: str) -> Project:
+        try:
+            return self.projects[name]
+        except KeyError:
+            known = ", ".join(sorted(self.projects)) or "none yet"
+            raise PoolError(f"unknown project '{name}'; projects: {known}", 404) from None
+
+    def upsert(self, project: Project) -> Project:
+        self.projects[project.check().name] = project
+        return project
+
+    def within_guarantee(self, job: Job) -> bool:
+        """Whether ``job`` fits in the unused guaranteed share of its project."""
+        project = self.projects[job.project]
+        return self.used[job.project] - self.borrowed[job.project] + job.cards <= project.guaranteed
+
+    def may_borrow(self, job: Job) -> bool:
+        """Whether the project's borrowing limit leaves room for ``job`` beyond its guarantee."""
+        project = self.projects[job.project]
+        if project.borrow_limit is None:
+            return True
+        over = self.used[job.project] + job.cards - project.guaranteed
+        return over <= project.borrow_limit
+
+    def admit(self, job: Job) -> None:
+        """Charge a job that starts; it is borrowed unless it fits in the guarantee."""
+        job.borrowed = not self.within_guarantee(job)
+        self.used[job.project] += job.cards
+        if job.borrowed:
+            self.borrowed[job.project] += job.cards
+
+    def release(self, job: Job) -> None:
+        self.used[job.project] -= job.cards
+        if job.borrowed:
+            self.borrowed[job.project] -= job.cards
+
+    def total_borrowed(self) -> int:
+        return sum(self.borrowed.values())
+
+    def guaranteed_in_use(self, project: str) -> int:
+        return self.used[project] - self.borrowed[project]

@@ -1,0 +1,159 @@
+"""The REST face of :class:`~xirang_service.pool.service.PoolService`: a FastAPI application
+served by uvicorn (xirang_service/web/server.py). Requests and answers are JSON, described by the
+models in :mod:`xirang_service.pool.api_models` and served as OpenAPI at ``/openapi.json``;
+errors are ``{"error": message}`` with a 4xx status that names what is wrong. Limits (body,
+headers, connections, time) are :class:`~xirang_service.web.server.Limits`.
+
+    GET    /v1/status                     pool summary            any token
+    GET    /v1/jobs[?state=queued]        jobs you may see        any token
+    POST   /v1/jobs                       submit                  project token (or operator)
+    GET    /v1/jobs/<id>                  one job
+    DELETE /v1/jobs/<id>                  cancel
+    POST   /v1/jobs/<id>/complete         {"ok": true, "usage": {...}}: the job's executor reports
+                                          its end (usage: utilisation, run_ended_at)
+    GET    /v1/jobs/<id>/charge           what the pool's metering charges the job so far
+    GET    /v1/queue                      queued jobs in order, with positions
+    GET    /v1/projects                   quotas and usage
+    PUT    /v1/projects/<name>            create/edit quota (operator); returns a new token once
+    GET    /v1/nodes, /v1/devices         hardware and who holds it
+    POST   /v1/nodes/<name>/drain         {"reason": ...} (operator); undrain likewise
+    GET    /v1/usage?since=&until=&bucket=    device-seconds per project, type and time bucket
+
+Handlers are plain functions, so FastAPI runs them in its thread pool: the service's lock and
+its store writes never block the event loop that reads other clients' requests. They answer the
+service's dictionaries as they are (:class:`~xirang_service.web.answers.JSONAnswer`): the response
+models document the answers, the fuzz test checks them, nothing validates them again per request.
+"""
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Query
+from fastapi import Path as PathParam
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from xirang_service.pool import api_models as m
+from xirang_service.pool.errors import PoolError
+from xirang_service.pool.service import PoolService
+from xirang_service.web.answers import JSONAnswer
+from xirang_service.web.fields import ERRORS, ErrorOut, install_errors
+from xirang_service.web.limits import BodyLimit
+from xirang_service.web.server import Limits, WebServer
+
+LIMITS = Limits(max_body_bytes=64 * 1024)
+MAX_BODY = LIMITS.max_body_bytes
+#: the smallest and largest usage bucket: the usage sum steps through a window bucket by bucket
+MIN_BUCKET_S, MAX_BUCKET_S = 60, 366 * 86400
+
+JobId = Annotated[int, PathParam(ge=0, le=2**53)]
+ProjectName = Annotated[str, PathParam(pattern=r"^[\w.-]+$", max_length=200)]
+NodeName = Annotated[str, PathParam(pattern=r"^[\w.-]+$", max_length=200)]
+
+
+def serve(service: PoolService, host: str, port: int, limits: Limits = LIMITS) -> WebServer:
+    """A server bound to ``host:port`` (port 0 = any free port); call serve_forever()."""
+    return WebServer(BodyLimit(app(service), limits), host, port, limits)
+
+
+def app(service: PoolService) -> FastAPI:
+    """The pool API over ``service``."""
+    api = FastAPI(
+        title="xirang pool",
+        version="1",
+        description="The shared accelerator pool: jobs, quotas, nodes, usage (docs/pool.md).",
+        docs_url=None,
+        redoc_url=None,
+    )
+    install_errors(api, (PoolError,))
+    api.include_router(_routes(service))
+    return api
+
+
+def _routes(pool: PoolService) -> APIRouter:
+    bearer = HTTPBearer(auto_error=False, description="a project's token or the operator's")
+
+    def who(auth: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> str:
+        return pool.whoami(auth.credentials.strip() if auth else "")
+
+    Who = Annotated[str, Depends(who)]
+    router = APIRouter(prefix="/v1", responses=ERRORS)
+
+    @router.get("/status", response_model=m.StatusOut)
+    def status(you: Who) -> Any:
+        return JSONAnswer(pool.status(you))
+
+    @router.get("/jobs", response_model=list[m.JobOut])
+    def jobs(you: Who, state: Annotated[m.States | None, Query()] = None) -> Any:
+        return JSONAnswer(pool.jobs(you, state or ""))
+
+    @router.post(
+        "/jobs",
+        status_code=201,
+        response_model=m.JobOut,
+        responses={402: {"model": ErrorOut, "description": "the project's budget refuses"}},
+    )
+    def submit(you: Who, body: m.SubmitIn) -> Any:
+        return JSONAnswer(pool.submit(you, body.model_dump(exclude_unset=True)), 201)
+
+    @router.get("/jobs/{job_id}", response_model=m.JobOut)
+    def job(you: Who, job_id: JobId) -> Any:
+        return JSONAnswer(pool.job(you, job_id))
+
+    @router.delete("/jobs/{job_id}", response_model=m.JobOut, responses=_CONFLICT)
+    def cancel(you: Who, job_id: JobId) -> Any:
+        return JSONAnswer(pool.cancel(you, job_id))
+
+    @router.post("/jobs/{job_id}/complete", response_model=m.JobOut, responses=_CONFLICT)
+    def complete(you: Who, job_id: JobId, body: m.CompleteIn | None = None) -> Any:
+        body = body or m.CompleteIn()
+        usage = body.usage.model_dump(exclude_unset=True) if body.usage else {}
+        return JSONAnswer(pool.complete(you, job_id, body.ok, usage))
+
+    @router.get("/jobs/{job_id}/charge", response_model=m.ChargeOut | None)
+    def charge(you: Who, job_id: JobId) -> Any:
+        return JSONAnswer(pool.job_charge(you, job_id))
+
+    @router.get("/queue", response_model=list[m.QueuedOut])
+    def queue(you: Who) -> Any:
+        return JSONAnswer(pool.queue(you))
+
+    @router.get("/projects", response_model=list[m.QuotaOut])
+    def projects(you: Who) -> Any:
+        return JSONAnswer(pool.quotas(you))
+
+    @router.put("/projects/{name}", response_model=m.QuotaSetOut)
+    def set_quota(you: Who, name: ProjectName, body: m.QuotaIn | None = None) -> Any:
+        changes = body.model_dump(exclude_unset=True) if body else {}
+        return JSONAnswer(pool.set_quota(you, name, changes))
+
+    @router.get("/nodes", response_model=list[m.NodeOut])
+    def nodes(you: Who) -> Any:
+        return JSONAnswer(pool.store.nodes())
+
+    @router.get("/devices", response_model=list[m.DeviceOut])
+    def devices(you: Who) -> Any:
+        return JSONAnswer(pool.devices(you))
+
+    @router.post("/nodes/{name}/drain", response_model=m.DrainOut)
+    def drain(you: Who, name: NodeName, body: m.DrainIn | None = None) -> Any:
+        return JSONAnswer(pool.drain(you, name, body.reason if body else ""))
+
+    @router.post("/nodes/{name}/undrain", response_model=m.UndrainOut)
+    def undrain(you: Who, name: NodeName) -> Any:
+        return JSONAnswer(pool.undrain(you, name))
+
+    @router.get("/usage", response_model=list[m.UsageOut])
+    def usage(
+        you: Who,
+        since: Annotated[float, Query(ge=0, le=1e11)] = 0.0,
+        until: Annotated[float | None, Query(ge=0, le=1e11)] = None,
+        bucket: Annotated[int, Query(ge=MIN_BUCKET_S, le=MAX_BUCKET_S)] = 3600,
+    ) -> Any:
+        end = float("inf") if until is None else until
+        return JSONAnswer(pool.usage(you, since, end, float(bucket)))
+
+    return router
+
+
+_CONFLICT: dict[int | str, dict[str, Any]] = {
+    409: {"model": ErrorOut, "description": "the job has already ended"}
+}

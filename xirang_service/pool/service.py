@@ -1,0 +1,537 @@
+"""The pool service: one engine, its store (SQLite or PostgreSQL), project tokens and the executors.
+
+Every request runs under one lock: validate, change the engine, run a scheduling pass, write
+the changed jobs and the events in one transaction, then hand ``started``/``preempted`` events
+to the executor. A restart rebuilds the engine from the store, so no queued or running job is
+lost. Tokens are stored only as SHA-256 hashes; a project token sees and cancels only its own
+project's jobs, the operator token sees and does everything.
+
+Budgets (xirang_service.cost.budgets) act here: a submission is admitted, demoted or refused (402)
+by the governor, and each tick meters the pool's usage and ends the jobs a budget stops.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Protocol
+
+from xirang_service.cost.errors import BudgetExceeded
+from xirang_service.cost.governor import PoolBudgets
+from xirang_service.cost.usage import UsageError, check_report
+from xirang_service.pool import clusterfile
+from xirang_service.pool.cards import DEFAULT_CLASS, Throughputs
+from xirang_service.pool.cluster import Cluster
+from xirang_service.pool.engine import Event, PoolEngine
+from xirang_service.pool.errors import TOKEN_HELP, PoolError, StoreUnavailable
+from xirang_service.pool.jobs import Job, check_cards, check_payload, parse_priority, priority_name
+from xirang_service.pool.placement import span
+from xirang_service.pool.policy import load_policy
+from xirang_service.pool.quota import DEFAULT_MAX_PRIORITY, Project
+from xirang_service.pool.store import PoolStore, check_bucket
+
+log = logging.getLogger("xirang.pool")
+OPERATOR = "*operator*"
+MAX_NAME = 200
+
+
+class Executor(Protocol):
+    """Runs what the pool placed: told when a job starts and when it must stop."""
+
+    def start(self, job: Job, nodes: list[str], leaves: int = 1) -> Any: ...
+
+    def stop(self, job: Job, reason: str) -> None: ...
+
+    def poll(self) -> list[tuple[int, bool]]:
+        """Jobs that ended since the last poll, with whether they succeeded (an executor may
+        also offer ``usage(job_id)``: what it measured of an ended job, for cost metering)."""
+
+
+class RecordingExecutor:
+    """The default for ``xirang pool serve``: the submitter runs its own job (the local
+    executor), so the service only records what it was told."""
+
+    name = "local"
+
+    def __init__(self) -> None:
+        self.started: list[int] = []
+        self.stopped: list[int] = []
+
+    def start(self, job: Job, nodes: list[str], leaves: int = 1) -> None:
+        self.started.append(job.id)
+
+    def stop(self, job: Job, reason: str) -> None:
+        self.stopped.append(job.id)
+
+    def poll(self) -> list[tuple[int, bool]]:
+        return []
+
+
+class PoolService:
+    def __init__(
+        self,
+        store: PoolStore,
+        cluster_file: str | Path | None = None,
+        policy: str = "priority",
+        operator_token: str = "",
+        executor: Executor | None = None,
+        clock: Callable[[], float] = time.time,
+        budgets: PoolBudgets | None = None,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.budgets = budgets or PoolBudgets.open()
+        self.lock = threading.RLock()
+        self.executor = executor or RecordingExecutor()
+        self.operator_hash = _hash(operator_token) if operator_token else ""
+        self.policy = load_policy(policy)
+        self.throughputs = self._hardware(cluster_file)
+        self._stops: list[tuple[Job, str]] = []  # told to the executor once the change is stored
+        self._projects: dict[str, Project] = {}  # edited, stored with the next change
+        self._jobs: dict[int, Job] = {}  # changed without an event, stored likewise
+        self._ended: list[tuple[int, bool]] = []  # polled ends not yet stored
+        self._stale = False  # memory may differ from the store: reload before the next change
+        self.restored = self._load()
+        self.budgets.check_types(self.engine.cluster.types)
+        with self.lock, self._change(clock()):
+            pass  # a first pass: what fits starts, and a restart's repairs are stored
+
+    def _load(self) -> int:
+        """Build the engine from the store: at start, and after a write the store refused (so
+        memory is what the store holds, untouched by the failed request); returns how many
+        queued or running jobs it restored."""
+        engine = PoolEngine(
+            Cluster(self.store.cluster_nodes()),
+            self.throughputs,
+            self.policy,
+            preferences=self.budgets.preferences,
+        )
+        restored = self.store.load_into(engine, self.clock())
+        self.engine, self._stale = engine, False
+        return restored
+
+    def _reload(self) -> None:
+        """After a failed change: memory back to the store's; a store that cannot even be read
+        now is read before the next change instead."""
+        try:
+            self._load()
+        except Exception as exc:
+            self._stale = True
+            log.warning("pool store %s cannot be read back: %s", self.store.path, exc)
+
+    def _hardware(self, cluster_file: str | Path | None) -> Throughputs:
+        """The throughput table, from the store when it has the cluster (a restart), else from
+        the cluster file, whose nodes and projects go into the store."""
+        if self.store.initialised():
+            data = json.loads(self.store.meta("cluster") or "{}")
+            types = Cluster(self.store.cluster_nodes()).types
+            return Throughputs.from_mapping(data.get("throughputs", {}), types)
+        if cluster_file is None:
+            raise PoolError("a new pool needs --cluster FILE (nodes, throughputs, projects)")
+        data = clusterfile.read(cluster_file)
+        cluster, throughputs, quotas = clusterfile.build(data)
+        self.store.save_cluster(cluster)
+        spec = {"throughputs": {**asdict(throughputs), "classes": throughputs.table}}
+        spec["throughputs"].pop("_memo", None)
+        self.store.set_meta("cluster", json.dumps(spec))
+        for project in quotas.projects.values():
+            self.store.save_project(project)
+        return throughputs
+
+    # --- authentication ---------------------------------------------------------------------
+
+    def whoami(self, token: str) -> str:
+        """The project a token belongs to, or OPERATOR; 401 for anything else."""
+        if not token:
+            raise PoolError(
+                f"missing token: send 'Authorization: Bearer <token>'; {TOKEN_HELP}", 401
+            )
+        digest = _hash(token)
+        if self.operator_hash and hmac.compare_digest(digest, self.operator_hash):
+            return OPERATOR
+        for project in self.engine.quotas.projects.values():
+            if project.token_hash and hmac.compare_digest(digest, project.token_hash):
+                return project.name
+        raise PoolError(f"invalid token: {TOKEN_HELP}", 401)
+
+    def _visible(self, who: str, job: Job) -> None:
+        if who not in (OPERATOR, job.project):
+            raise PoolError(f"no job {job.id}", 404)  # other projects' jobs do not exist
+
+    @staticmethod
+    def _operator(who: str) -> None:
+        if who != OPERATOR:
+            raise PoolError("this needs the operator token", 403)
+
+    # --- requests ---------------------------------------------------------------------------
+
+    def submit(self, who: str, body: dict[str, Any]) -> dict[str, Any]:
+        _only_keys(
+            body, {"project", "cards", "job_class", "priority", "name", "payload", "allow_mixing"}
+        )
+        project = str(body.get("project") or ("" if who == OPERATOR else who))
+        if who not in (OPERATOR, project):
+            raise PoolError(f"this token belongs to project '{who}', not '{project}'", 403)
+        name = str(body.get("name", ""))[:MAX_NAME]
+        payload = check_payload(body.get("payload") or {})
+        mixing = body.get("allow_mixing", False)
+        if not isinstance(mixing, bool):
+            raise PoolError(f"allow_mixing must be true or false, got {mixing!r}")
+        priority = parse_priority(body.get("priority", "normal"))
+        if who != OPERATOR:  # the operator may submit at any class
+            self.engine.quotas.project(project).admit_priority(priority)
+        priority = self._admit(project, priority)
+        with self.lock:
+            now = self.clock()
+            with self._change(now):
+                job = self.engine.submit(
+                    project,
+                    check_cards(body.get("cards")),
+                    now,
+                    str(body.get("job_class") or DEFAULT_CLASS),
+                    priority,
+                    name=name,
+                    payload=payload,
+                    allow_mixing=mixing,
+                )
+            return describe(job)
+
+    def _admit(self, project: str, priority: int) -> int:
+        """The priority the project's budget allows; a budget that refuses is a 402."""
+        try:
+            return self.budgets.admit(project, priority)
+        except BudgetExceeded as exc:
+            raise PoolError(str(exc), 402) from None
+
+    def cancel(self, who: str, job_id: int) -> dict[str, Any]:
+        with self.lock:
+            job = self.engine.job(job_id)
+            self._visible(who, job)
+            now = self.clock()
+            with self._change(now):
+                was_running = job.state.value == "running"
+                self.engine.cancel(job_id, now)
+                if was_running:
+                    self._stops.append((job, "cancelled"))
+            return describe(self.engine.job(job_id))
+
+    def complete(
+        self, who: str, job_id: int, ok: bool, usage: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """An executor (or the submitter running its own job) reports the end of a job, and
+        what it measured (``utilisation``, ``run_ended_at``: kept in the payload for metering)."""
+        try:
+            report = check_report(usage or {})
+        except UsageError as exc:
+            raise PoolError(str(exc)) from None
+        with self.lock:
+            job = self.engine.job(job_id)
+            self._visible(who, job)
+            now = self.clock()
+            with self._change(now):
+                self.engine.complete(job_id, now, ok)
+                job.payload.update(report)
+            return describe(self.engine.job(job_id))
+
+    def drain(self, who: str, node: str, reason: str) -> dict[str, Any]:
+        self._operator(who)
+        with self.lock:
+            now = self.clock()
+            with self._change(now):
+                requeued = self.engine.drain(node, now, reason[:MAX_NAME] or "drained by operator")
+                self._stops += [(job, f"node {node} drained") for job in requeued]
+            if hasattr(self.executor, "drain"):  # e.g. Slurm: scontrol update State=DRAIN
+                self.executor.drain(node, reason)
+            return {"node": node, "requeued": [j.id for j in requeued]}
+
+    def undrain(self, who: str, node: str) -> dict[str, Any]:
+        self._operator(who)
+        with self.lock:
+            now = self.clock()
+            with self._change(now):
+                self.engine.undrain(node, now)
+            return {"node": node, "healthy": True}
+
+    def set_quota(self, who: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Create or edit a project; a new project's token is returned once, never again."""
+        self._operator(who)
+        _only_keys(body, {"guaranteed", "borrow_limit", "team", "rotate_token", "max_priority"})
+        with self.lock:
+            old = self.engine.quotas.projects.get(name)
+            highest = body.get("max_priority", old.max_priority if old else DEFAULT_MAX_PRIORITY)
+            project = Project(
+                name,
+                _count(body.get("guaranteed", old.guaranteed if old else 0), "guaranteed"),
+                _limit(body.get("borrow_limit", old.borrow_limit if old else None)),
+                str(body.get("team", old.team if old else "default")),
+                old.token_hash if old else "",
+                parse_priority(highest),
+            ).check()
+            token = ""
+            if not project.token_hash or body.get("rotate_token"):
+                token = secrets.token_urlsafe(24)
+                project.token_hash = _hash(token)
+            with self._change(self.clock()):
+                self.engine.set_quota(project)
+                self._projects[project.name] = project
+                # its running jobs were re-split into guaranteed and borrowed: stored too
+                self._jobs.update(
+                    (j.id, j) for j in self.engine.running_jobs() if j.project == name
+                )
+            out = self._quota_row(self.engine.quotas.projects[name])
+            return {**out, "token": token} if token else out
+
+    # --- views ------------------------------------------------------------------------------
+
+    def job(self, who: str, job_id: int) -> dict[str, Any]:
+        with self.lock:
+            job = self.engine.job(job_id)
+            self._visible(who, job)
+            return describe(job)
+
+    def job_charge(self, who: str, job_id: int) -> dict[str, Any] | None:
+        """The job's charge so far, as the pool's metering prices it (None: not metered)."""
+        from xirang_service.console.state import read_state
+
+        with self.lock:
+            self._visible(who, self.engine.job(job_id))
+            now = self.clock()
+            state = read_state(self.store, now, usage=True)
+        return self.budgets.job_charge(state, job_id, now)
+
+    def jobs(self, who: str, state: str = "") -> list[dict[str, Any]]:
+        with self.lock:
+            jobs = self.engine.jobs.values()
+            return [
+                describe(j)
+                for j in jobs
+                if who in (OPERATOR, j.project) and (not state or j.state.value == state)
+            ]
+
+    def queue(self, who: str) -> list[dict[str, Any]]:
+        with self.lock:
+            rows = [describe(j) for j in self.engine.queued_jobs()]
+        for position, row in enumerate(rows, 1):
+            row["position"] = position
+        return [r for r in rows if who in (OPERATOR, r["project"])]
+
+    def quotas(self, who: str) -> list[dict[str, Any]]:
+        with self.lock:
+            projects = self.engine.quotas.projects.values()
+            return [self._quota_row(p) for p in projects if who in (OPERATOR, p.name)]
+
+    def status(self, who: str) -> dict[str, Any]:
+        with self.lock:
+            cluster = self.engine.cluster
+            return {
+                "you": "operator" if who == OPERATOR else who,
+                "policy": self.engine.policy.name,
+                "executor": getattr(self.executor, "name", "local"),
+                "types": {
+                    t: {"capacity": cluster.capacity(t), "free": cluster.type_free[t]}
+                    for t in cluster.types
+                },
+                "drained": [n.name for n in cluster.nodes if not n.healthy],
+                "running": len(self.engine.running),
+                "queued": len(self.engine.queue),
+                "fragmentation": round(cluster.fragmentation(), 4),
+                "budgets_metered": self.budgets.metered,
+                "projects": self.quotas(who),
+                "set_aside": self.store.set_aside() if who == OPERATOR else [],
+            }
+
+    def devices(self, who: str) -> list[dict[str, Any]]:
+        """Every device and whether it is in use; a project token sees only its own jobs' ids
+        (another project's job is just ``used``)."""
+        with self.lock:
+            rows = self.store.devices()
+            for row in rows:
+                holder = self.engine.jobs.get(row["job_id"]) if row["job_id"] is not None else None
+                row["used"] = row["job_id"] is not None
+                if who != OPERATOR and (holder is None or holder.project != who):
+                    row["job_id"] = None
+            return rows
+
+    def usage(
+        self, who: str, since: float = 0.0, until: float = float("inf"), bucket: float = 3600.0
+    ) -> list[dict[str, Any]]:
+        """Device- and card-seconds per project, type and bucket; a project sees its own."""
+        for key, value in (("since", since), ("until", until)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+                raise PoolError(f"{key} must be a number of epoch seconds, got {value!r}")
+        project = None if who == OPERATOR else who
+        return self.store.usage(since, until, check_bucket(bucket), project)
+
+    def _quota_row(self, project: Project) -> dict[str, Any]:
+        quotas = self.engine.quotas
+        return {
+            "project": project.name,
+            "team": project.team,
+            "guaranteed": project.guaranteed,
+            "borrow_limit": project.borrow_limit,
+            "max_priority": priority_name(project.max_priority),
+            "used": quotas.used[project.name],
+            "borrowed": quotas.borrowed[project.name],
+        }
+
+    # --- executors and persistence ----------------------------------------------------------
+
+    def tick(self) -> None:
+        """Collect finished jobs from the executor, enforce budgets and schedule again (called
+        periodically). A store that refuses the write is logged and the tick retried next time
+        (the ends the executor reported are kept until they are stored)."""
+        with self.lock:
+            self._ended += self.executor.poll()
+            now = self.clock()
+            try:
+                with self._change(now, schedule=False):  # stored first: metering reads the store
+                    for job_id, ok in self._ended:
+                        job = self.engine.jobs.get(job_id)
+                        if job is not None and job.state.value == "running":
+                            self.engine.complete(job_id, now, ok)
+                            job.payload.update(self._measured(job_id))
+                self._ended.clear()
+                with self._change(now):
+                    self._enforce_budgets(now)
+            except StoreUnavailable as exc:
+                log.warning("pool tick: %s; retrying at the next tick", exc)
+
+    def _measured(self, job_id: int) -> dict[str, float]:
+        """What an executor that measures its jobs (``usage(job_id)``, e.g. Slurm's end time)
+        reported for one that ended; a report the meter cannot use is dropped, not fatal."""
+        usage = getattr(self.executor, "usage", None)
+        try:
+            return check_report(usage(job_id)) if usage is not None else {}
+        except UsageError:
+            return {}
+
+    def _enforce_budgets(self, now: float) -> None:
+        """Meter the pool's usage up to ``now``, drop the queued jobs of a spent
+        ``lower_priority`` budget to the lowest class, then end every job a ``checkpoint_stop``
+        budget stops: a running one is stopped as preemption stops it (TERM, so it
+        checkpoints), and, like a queued one, ends ``cancelled`` with a ``budget_stopped`` event
+        naming the budget, so the scheduler never starts it again."""
+        if self.budgets.metered:
+            self.budgets.meter_pool(self.store, now)
+        for job, priority, reason in self.budgets.to_demote(list(self.engine.queued_jobs())):
+            self.engine.reprioritise(job.id, priority, now, f"budget: {reason}")
+        live = [*self.engine.running_jobs(), *self.engine.queued_jobs()]
+        for job, reason in self.budgets.to_stop(live):
+            if job.state.value == "running":
+                self._stops.append((job, f"budget: {reason}"))
+            self.engine.cancel(job.id, now)
+            self.engine.events.append(Event(now, "budget_stopped", job.id, {"reason": reason}))
+
+    @contextmanager
+    def _change(self, now: float, schedule: bool = True) -> Iterator[None]:
+        """One request's change: the body changes the engine, a scheduling pass follows, and
+        all of it is stored in one transaction before the executor hears of it. A body that
+        fails after changing memory, or a store that refuses the write, rebuilds the engine
+        from the store: memory and store stay as they were (StoreUnavailable for the latter)."""
+        if self._stale:
+            try:
+                self._load()
+            except Exception as exc:
+                raise StoreUnavailable(f"the pool store {self.store.path} cannot be read") from exc
+        try:
+            yield
+            if schedule:
+                self.engine.schedule(now)
+            events = self._commit()
+        except BaseException:
+            changed = bool(self.engine.events or self._projects or self._jobs or self._stops)
+            self.engine.events.clear()
+            self._projects.clear()
+            self._jobs.clear()
+            self._stops.clear()
+            if changed:
+                self._reload()
+            raise
+        self._notify(events)
+
+    def _commit(self) -> list[Event]:
+        """Store every event since the last commit, with the jobs and projects they changed."""
+        events = list(self.engine.events)
+        changed = {e.job: self.engine.jobs[e.job] for e in events if e.job is not None}
+        changed.update(self._jobs)
+        try:
+            self.store.persist(self.engine, changed.values(), events, self._projects.values())
+        except Exception as exc:  # sqlite3, psycopg, an unencodable string: nothing was stored
+            log.warning("pool store %s refused a write: %s", self.store.path, exc)
+            raise StoreUnavailable(
+                f"the pool store {self.store.path} refused the write "
+                f"({type(exc).__name__}: {str(exc)[:200]}); nothing changed, try again"
+            ) from None
+        self.engine.events.clear()
+        self._projects.clear()
+        self._jobs.clear()
+        return events
+
+    def _notify(self, events: list[Event]) -> None:
+        """Tell the executor what the stored change means: stops first, then starts."""
+        stops, self._stops = self._stops, []
+        for job, reason in stops:
+            self.executor.stop(job, reason)
+        for event in events:
+            job = self.engine.jobs.get(event.job) if event.job is not None else None
+            if job is None:
+                continue
+            if event.kind == "started" and job.state.value == "running":
+                nodes = sorted({self.engine.cluster.node_of(d).name for d in job.devices})
+                leaves = span(self.engine.cluster, job.devices)["leaves"]
+                self.executor.start(job, nodes, leaves)
+            elif event.kind == "preempted":
+                reason = event.detail.get("reason") or f"preempted by job {event.detail.get('by')}"
+                self.executor.stop(job, reason)
+
+
+def describe(job: Job) -> dict[str, Any]:
+    """A job as the API shows it."""
+    return {
+        "id": job.id,
+        "name": job.name,
+        "project": job.project,
+        "cards": job.cards,
+        "job_class": job.job_class,
+        "priority": priority_name(job.priority),
+        "state": job.state.value,
+        "submitted": job.submitted,
+        "started": job.started,
+        "finished": job.finished,
+        "device_type": job.device_type,
+        "devices": list(job.devices),
+        "allow_mixing": job.allow_mixing,
+        "borrowed": job.borrowed,
+        "preemptions": job.preemptions,
+        "requeues": job.requeues,
+        "payload": job.payload,
+    }
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _only_keys(body: dict[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise PoolError(f"unknown field '{unknown[0]}'; allowed: {', '.join(sorted(allowed))}")
+
+
+def _count(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10_000_000:
+        raise PoolError(f"{what} must be a whole number of cards >= 0, got {value!r}")
+    return value
+
+
+def _limit(value: Any) -> int | None:
+    return None if value is None else _count(value, "borrow_limit")

@@ -1,0 +1,77 @@
+"""Request-body limits, enforced before routing (so before any token is checked or any body is
+parsed): a body needs a Content-Length (no chunked uploads) of at most ``max_body_bytes``, and
+each chunk of it must arrive within ``read_timeout_s``. Refusals are the APIs' usual
+``{"error": message}`` JSON: 411, 413, 408."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from starlette.exceptions import HTTPException
+
+from xirang_service.web.server import Limits
+
+Scope = dict[str, Any]
+BODY_METHODS = ("POST", "PUT", "PATCH")
+
+
+class BodyLimit:
+    """ASGI middleware: the body rules above, for the wrapped ``app``."""
+
+    def __init__(self, app: Any, limits: Limits) -> None:
+        self.app, self.limits = app, limits
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        refusal = self._refusal(scope)
+        if refusal is not None:
+            return await _answer(send, *refusal)
+        return await self.app(scope, self._timed(receive, send), send)
+
+    def _refusal(self, scope: Scope) -> tuple[int, str] | None:
+        headers = dict(scope["headers"])
+        if b"transfer-encoding" in headers:
+            return 411, "chunked request bodies are not accepted; send a Content-Length"
+        length = headers.get(b"content-length")
+        if length is None:
+            if scope["method"] in BODY_METHODS:
+                return 411, f"{scope['method']} needs a Content-Length header"
+            return None
+        size = int(length)  # llhttp has refused anything but digits already
+        limit = self.limits.max_body_bytes
+        if size > limit:
+            return 413, f"request body of {size} bytes is over the {limit} limit"
+        return None
+
+    def _timed(self, receive: Any, send: Any) -> Any:
+        timeout = self.limits.read_timeout_s
+
+        async def receive_in_time() -> dict[str, Any]:
+            try:
+                return await asyncio.wait_for(receive(), timeout)
+            except asyncio.TimeoutError:
+                raise BodyTimeout(f"the request body did not arrive within {timeout:g} s") from None
+
+        return receive_in_time
+
+
+class BodyTimeout(HTTPException):
+    """A client stopped sending its request body: 408 (an HTTPException, so FastAPI's body
+    reader passes it on instead of calling it a parse error)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(408, message)
+
+
+async def _answer(send: Any, status: int, message: str) -> None:
+    body = json.dumps({"error": message}).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
