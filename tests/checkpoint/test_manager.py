@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tests.checkpoint.helpers import build, manager, params, train_step
-from xirang_core.checkpoint.chunks import chunk_key
+from xirang_core.checkpoint.chunks import CorruptCheckpoint, chunk_key
 from xirang_core.checkpoint.events import read_events
 from xirang_core.checkpoint.snapshot import SaveFailed
 
@@ -129,3 +129,23 @@ def test_resume_never_and_explicit_step(tmp_path: Path) -> None:
     assert manager(str(tmp_path / "other"), model, optim, resume=step3).restore() == 4
     run = str(tmp_path / "run")
     assert manager(str(tmp_path / "other"), model, optim, resume=run).restore() == 7
+
+
+def test_a_folder_whose_every_checkpoint_is_corrupt_stops_the_resume(tmp_path: Path) -> None:
+    """Training from step 1 would quietly throw every saved step away: the run stops and
+    says how to start afresh."""
+    train(str(tmp_path), range(1, 9), interval=4, keep=5)
+    for manifest in (tmp_path / "checkpoints").glob("step-*/manifest.json"):
+        manifest.write_text(manifest.read_text()[:-40])  # torn after its commit
+    model, optim = build()
+    with pytest.raises(CorruptCheckpoint, match=r"every checkpoint .* is unusable.*resume=never"):
+        manager(str(tmp_path), model, optim).restore()
+    assert manager(str(tmp_path), model, optim, resume="never").restore() == 1
+
+
+def test_a_save_that_never_committed_is_not_a_checkpoint_to_refuse(tmp_path: Path) -> None:
+    """A crash during the very first save leaves a step folder with no manifest: the run
+    starts afresh, as it would with no folder at all."""
+    (tmp_path / "checkpoints" / "step-000000004").mkdir(parents=True)
+    model, optim = build()
+    assert manager(str(tmp_path), model, optim).restore() == 1

@@ -3,6 +3,7 @@ checkpoints signed by that key load (``ckpt verify``, ``ckpt export`` and resume
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -149,3 +150,50 @@ def test_a_key_file_others_can_read_or_a_short_key_is_refused(tmp_path: Path, mo
     monkeypatch.setenv(KEY_ENV, "short")
     with pytest.raises(ConfigError, match=f"{KEY_ENV}: the checkpoint key has 5 bytes"):
         check_checkpoint(asdict(CheckpointConfig()))
+
+
+def test_a_signed_manifest_copied_into_a_newer_step_folder_is_refused(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """Its checksum and signature still hold (the body is step 1's); the folder says step 5,
+    and resuming there would train on from step 6 with step 1's weights."""
+    monkeypatch.setenv(KEY_ENV, "a" * 32)
+    saved_run(tmp_path)
+    newer = tmp_path / "checkpoints/step-000000005"
+    newer.mkdir()
+    (newer / "manifest.json").write_bytes(
+        (tmp_path / "checkpoints/step-000000001/manifest.json").read_bytes()
+    )
+    assert main(["verify", str(tmp_path), "--step", "5"]) == 1
+    assert "REFUSED: step 5: its manifest is the one of step 1" in capsys.readouterr().out
+    model, optim = build(seed=1)
+    with pytest.raises(RefusedCheckpoint, match="copied into another step's folder"):
+        manager(str(tmp_path), model, optim).restore()
+
+
+def test_a_chunk_digest_that_is_a_path_is_refused(tmp_path: Path, capsys) -> None:
+    saved_run(tmp_path)
+    path = tmp_path / "checkpoints/step-000000001/manifest.json"
+    doc = json.loads(path.read_text())
+    doc.pop("checksum")
+    first = next(iter(doc["files"].values()))
+    first["chunks"][0] = "../../../../etc/passwd"
+    body = json.dumps(doc, sort_keys=True).encode()
+    path.write_text(json.dumps({**doc, "checksum": hashlib.sha256(body).hexdigest()}))
+    assert main(["verify", str(tmp_path)]) == 1
+    assert "'../../../../etc/passwd' is not a SHA-256 in hex" in capsys.readouterr().out
+
+
+def test_a_crafted_manifest_naming_bytes_it_does_not_hold_fails_verify(
+    tmp_path: Path, capsys
+) -> None:
+    """Every chunk it lists checks out, but DCP's metadata places tensors in a file the
+    manifest no longer lists: verify must not say ok for a checkpoint resume cannot load."""
+    saved_run(tmp_path)
+
+    def drop_the_tensor_file(store: CheckpointStore, files: dict[str, bytes]) -> None:
+        del files["dcp/__0_0.raw"]
+
+    forge(tmp_path, drop_the_tensor_file)
+    assert main(["verify", str(tmp_path)]) == 1
+    assert "__0_0.raw, which is not in the checkpoint" in capsys.readouterr().out

@@ -43,6 +43,11 @@ class RefusedCheckpoint(CorruptCheckpoint):
     pickle. Resume stops on it instead of quietly falling back to an older one."""
 
 
+#: a chunk digest: SHA-256 in lowercase hex
+SHA256_HEX = 64
+HEX = frozenset("0123456789abcdef")
+
+
 def chunk_key(digest: str) -> str:
     """Two-level fan-out keeps directory listings short on filesystems and object stores."""
     return f"{CHUNK_DIR}/{digest[:2]}/{digest}"
@@ -67,8 +72,19 @@ class FileRecord:
 
     @classmethod
     def from_json(cls, data: dict) -> FileRecord:
+        """A manifest's record; a chunk digest that is not a SHA-256 in hex (``../..``, a
+        path) is refused, since a chunk's place in the store is made from its digest."""
         checks = list(data.get("checks") or [])
-        return cls(int(data["bytes"]), str(data["sha256"]), list(data["chunks"]), checks)
+        chunks = list(data["chunks"])
+        bad = next((d for d in chunks if not is_digest(d)), None)
+        if bad is not None:
+            raise CorruptCheckpoint(f"chunk digest {str(bad)[:80]!r} is not a SHA-256 in hex")
+        return cls(int(data["bytes"]), str(data["sha256"]), chunks, checks)
+
+
+def is_digest(value: object) -> bool:
+    """Whether ``value`` is a SHA-256 hex digest (64 lowercase hex characters)."""
+    return isinstance(value, str) and len(value) == SHA256_HEX and set(value) <= HEX
 
 
 @dataclass

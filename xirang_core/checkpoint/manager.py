@@ -148,6 +148,7 @@ class CheckpointManager:
         """Rank 0: the newest checkpoint whose manifest and chunks all check out, read. A
         refused one (unsigned under a key, needing a pickle) stops the run: falling back to an
         older one would quietly throw training away."""
+        unusable: list[str] = []  # committed checkpoints that failed their checks
         for cand in store.candidates():
             if only is not None and cand.step != only:
                 continue
@@ -162,8 +163,16 @@ class CheckpointManager:
             if refused:
                 raise RefusedCheckpoint(f"checkpoint.resume: {problem}")
             self._skip(cand.step, problem, fatal=only is not None)
+            if cand.committed:
+                unusable.append(problem)
         if only is not None:
             raise ConfigError(f"checkpoint.resume: no checkpoint for step {only} there")
+        if unusable:  # training from step 1 would quietly throw every saved step away
+            raise CorruptCheckpoint(
+                f"checkpoint.resume=auto: every checkpoint in {store.tier.path('')} is unusable "
+                f"({'; '.join(unusable)}); nothing was trained. Set checkpoint.resume=never to "
+                f"train this run afresh, or checkpoint.resume=<path> to load another checkpoint"
+            )
         return None
 
     def _skip(self, step: int, problem: str, fatal: bool) -> None:

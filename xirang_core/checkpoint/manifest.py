@@ -98,7 +98,7 @@ class Manifest:
             raise CorruptCheckpoint(f"{where}: manifest format {doc.get('format')}, need {FORMAT}")
         return cls(
             step=int(doc["step"]),
-            files={n: FileRecord.from_json(r) for n, r in doc["files"].items()},
+            files=_files(doc["files"], where),
             world_size=int(doc["world_size"]),
             bytes_new=int(doc["bytes_new"]),
             trainer=doc.get("trainer") or {},
@@ -107,6 +107,13 @@ class Manifest:
             timings=doc.get("timings") or {},
             created=doc.get("created", ""),
         )
+
+
+def _files(records: dict[str, Any], where: str) -> dict[str, FileRecord]:
+    try:
+        return {n: FileRecord.from_json(r) for n, r in records.items()}
+    except CorruptCheckpoint as exc:
+        raise CorruptCheckpoint(f"{where}: {exc}") from None
 
 
 def _canonical(body: dict[str, Any]) -> bytes:

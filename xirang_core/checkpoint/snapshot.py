@@ -191,10 +191,12 @@ def _retain_safely(retain: Callable[[], Any]) -> None:
 
 
 def check_loadable(files: dict[str, Any], where: str) -> Metadata:
-    """Refuse, before anything is loaded, a checkpoint that would need unpickling: DCP's
+    """Refuse, before anything is loaded, a checkpoint that would need unpickling (DCP's
     pickled metadata, files of torch's own format, or a non-tensor value that torch's
-    weights-only rules refuse (those values are checked only when their files are in
-    ``files``). Returns the DCP metadata."""
+    weights-only rules refuse), and one whose metadata names bytes it does not hold (a file
+    missing from the manifest, a slice past a file's end): a manifest crafted around such
+    metadata has valid checksums and would pass every chunk check. ``files``: every file
+    under ``dcp/``. Returns the DCP metadata."""
     if any(n.rsplit("/", 1)[-1] == dcpmeta.PICKLE_METADATA for n in files):
         raise dcpmeta.pickle_refusal(where)
     name = DCP_PREFIX + dcpmeta.METADATA_FILE
@@ -205,8 +207,13 @@ def check_loadable(files: dict[str, Any], where: str) -> Metadata:
         if not info.relative_path.endswith(RAW_SUFFIX):
             raise RefusedCheckpoint(f"{where}: {info.relative_path} is not xirang's raw format")
         data = files.get(DCP_PREFIX + info.relative_path)
-        is_value = isinstance(metadata.state_dict_metadata.get(index.fqn), BytesStorageMetadata)
-        if data is not None and is_value:
+        if data is None or info.offset + info.length > len(data):
+            held = "is not in the checkpoint" if data is None else f"holds {len(data)} bytes"
+            raise CorruptCheckpoint(
+                f"{where}: {index.fqn} is stored at bytes {info.offset}+{info.length} of "
+                f"{info.relative_path}, which {held}"
+            )
+        if isinstance(metadata.state_dict_metadata.get(index.fqn), BytesStorageMetadata):
             dcpmeta.safe_value(_piece(data, info.offset, info.length), f"{where} {index.fqn}")
     return metadata
 

@@ -40,6 +40,13 @@ class Candidate:
     manifest: Manifest | None
     problem: str = ""
     refused: bool = False
+    #: False for a folder whose save never wrote its manifest (a crash while saving)
+    committed: bool = True
+
+
+class UncommittedCheckpoint(CorruptCheckpoint):
+    """A step folder without a manifest: its save never finished, so it was never a
+    checkpoint (unlike a committed one that fails its checks)."""
 
 
 class CheckpointStore:
@@ -74,10 +81,15 @@ class CheckpointStore:
         housekeeping that loads nothing, and skips that check)."""
         key = f"{step_dir(step)}/{MANIFEST_FILE}"
         if not self.tier.exists(key):
-            raise CorruptCheckpoint(f"step {step}: no manifest (save never committed: torn)")
-        return Manifest.from_bytes(
-            self.tier.read(key), f"step {step}", self.key if signed else None
-        )
+            raise UncommittedCheckpoint(f"step {step}: no manifest (save never committed: torn)")
+        where = f"step {step}"
+        manifest = Manifest.from_bytes(self.tier.read(key), where, self.key if signed else None)
+        if manifest.step != step:  # its checksum and signature hold: it was moved, not torn
+            raise RefusedCheckpoint(
+                f"{where}: its manifest is the one of step {manifest.step}, copied into another "
+                f"step's folder; refused (it would resume from older weights under a newer step)"
+            )
+        return manifest
 
     def candidates(self, signed: bool = True) -> Iterator[Candidate]:
         """Step folders newest first, each with its manifest or the reason it has none."""
@@ -85,7 +97,9 @@ class CheckpointStore:
             try:
                 yield Candidate(step, self.manifest(step, signed))
             except CorruptCheckpoint as exc:
-                yield Candidate(step, None, str(exc), isinstance(exc, RefusedCheckpoint))
+                refused = isinstance(exc, RefusedCheckpoint)
+                committed = not isinstance(exc, UncommittedCheckpoint)
+                yield Candidate(step, None, str(exc), refused, committed)
 
     def verify(self, manifest: Manifest) -> None:
         """Read every chunk of every file and check it; raises CorruptCheckpoint."""
