@@ -24,6 +24,9 @@ TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
 #: what ends a document when the tokenizer names no end-of-document token
 SEPARATOR = "\n\n"
+#: the most ids a tokenizer may bring (the largest published vocabularies hold about 262k):
+#: the model's embedding and output layers get a row per id
+MAX_VOCAB = 1 << 20
 
 
 @dataclass
@@ -34,6 +37,7 @@ class HFSettings:
 
     path: str = ""
     eos_token: str = ""
+    max_vocab: int = MAX_VOCAB
 
 
 class HFTokenizer:
@@ -62,13 +66,15 @@ class HFTokenizer:
     @classmethod
     def max_vocab(cls, settings: dict[str, Any]) -> int:
         file = tokenizer_file(settings["path"])
-        return max(read_backend(file).get_vocab(with_added_tokens=True).values()) + 1
+        return checked_vocab(read_backend(file), file, settings.get("max_vocab", MAX_VOCAB))
 
     @classmethod
     def prepare(cls, settings: dict[str, Any], corpus: TextCorpus) -> HFTokenizer:
         file = tokenizer_file(settings["path"])
         eos = settings["eos_token"] or _configured_eos(file.parent)
-        return cls(read_backend(file), eos, file)
+        backend = read_backend(file)
+        checked_vocab(backend, file, settings.get("max_vocab", MAX_VOCAB))
+        return cls(backend, eos, file)
 
     @classmethod
     def load(cls, settings: dict[str, Any], runtime: Mapping[str, Any]) -> HFTokenizer:
@@ -102,6 +108,20 @@ class HFTokenizer:
                     shutil.copyfile(self.source.parent / extra, folder / extra)
         else:
             write_config(folder, self.eos_token)
+
+
+def checked_vocab(backend: Any, file: Path, limit: int) -> int:
+    """The embedding rows ``backend``'s ids need (its largest id + 1), refused above ``limit``
+    before a model is sized for them: a tokenizer.json of two million ids once grew a model
+    until the host ran out of memory."""
+    size = max(backend.get_vocab(with_added_tokens=True).values()) + 1
+    if size > limit:
+        raise ConfigError(
+            f"tokenizer.path={file}: its ids run to {size - 1:,}, so the model would need "
+            f"{size:,} embedding rows, more than tokenizer.max_vocab={limit:,}. Use a tokenizer "
+            f"with fewer ids, or raise tokenizer.max_vocab if the model really needs them"
+        )
+    return size
 
 
 def write_config(folder: Path, eos_token: str) -> None:

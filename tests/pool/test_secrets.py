@@ -23,6 +23,7 @@ FORMS = [
     ("Hn2xYz8", "postgresql://alice@/pool?host={sock}&password=Hn2xYz8&connect_timeout=2"),
     ("Qm4@Vb6/Pj5", "postgresql://alice@/pool?password=Qm4@Vb6/Pj5&host={sock}"),
     ("Rt5 Gh6", "postgresql://alice:Rt5 Gh6@/pool?host={sock}"),
+    ("Kp7Lm2x", "postgresql://alice@/pool?host={sock}&sslpassword=Kp7Lm2x&connect_timeout=2"),
 ]
 
 

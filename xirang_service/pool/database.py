@@ -65,7 +65,7 @@ def connect(location: str | Path) -> Database:
 def redact(location: str) -> str:
     """The store's location with every password removed, fit for logs and messages: the
     userinfo's (up to the host's ``@``, so a password holding ``/``, ``@`` or ``?`` goes
-    whole) and any ``password=`` query parameter. It may hide more than the password, never
+    whole) and any ``password=`` or ``sslpassword=`` query parameter. It may hide more than the password, never
     less."""
     scheme, sep, rest = location.partition("://")
     if not sep:
@@ -99,8 +99,9 @@ def _passwords(location: str) -> set[str]:
     return {s for raw in found for s in (raw, unquote(raw)) if s}
 
 
-#: a ``password=`` query parameter, up to the next ``&name=`` (a raw ``&`` in it stays hidden)
-_PASSWORD_PARAM = re.compile(r"([?&]password=)(.*?)(?=&[A-Za-z_]+=|$)", re.IGNORECASE)
+#: a ``password=`` (or libpq's ``sslpassword=``, the client key's) query parameter, up to the
+#: next ``&name=`` (a raw ``&`` in it stays hidden)
+_PASSWORD_PARAM = re.compile(r"([?&](?:ssl)?password=)(.*?)(?=&[A-Za-z_]+=|$)", re.IGNORECASE)
 
 
 class SQLiteDatabase:

@@ -202,6 +202,19 @@ def test_a_tokenizer_json_that_does_not_parse_is_a_config_error(tmp_path) -> Non
         compose(["tokenizer=hf", f"tokenizer.path={empty}"])
 
 
+def test_a_tokenizer_with_millions_of_ids_is_refused_before_a_model_is_sized(tmp_path) -> None:
+    """A tokenizer.json whose ids reach two million once sized a model until the host ran out
+    of memory; it is one config error now, and tokenizer.max_vocab lets a real one through."""
+    file = local_tokenizer_json(tmp_path / "tok", eos=None)
+    data = json.loads(file.read_text())
+    data["model"]["vocab"]["zzzz"] = 2_000_000
+    file.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=r"2,000,001 embedding rows.*tokenizer\.max_vocab="):
+        compose(["tokenizer=hf", f"tokenizer.path={file}"])
+    config = compose(["tokenizer=hf", f"tokenizer.path={file}", "tokenizer.max_vocab=3000000"])
+    assert config["model"]["vocab_size"] == 2_000_001
+
+
 def test_listing_and_composing_leave_the_tokenizers_library_unimported() -> None:
     """``xirang plugins`` lists bpe and hf (with the install hint) where ``tokenizers`` is
     missing: neither the plugin's modules nor composing a bpe config import it."""
