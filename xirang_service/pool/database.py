@@ -65,8 +65,8 @@ def connect(location: str | Path) -> Database:
 def redact(location: str) -> str:
     """The store's location with every password removed, fit for logs and messages: the
     userinfo's (up to the host's ``@``, so a password holding ``/``, ``@`` or ``?`` goes
-    whole) and any ``password=`` or ``sslpassword=`` query parameter. It may hide more than the password, never
-    less."""
+    whole) and any ``password=`` or ``sslpassword=`` query parameter. It may hide more than
+    the password, never less."""
     scheme, sep, rest = location.partition("://")
     if not sep:
         return location
