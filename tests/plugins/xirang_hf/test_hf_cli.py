@@ -75,3 +75,28 @@ def test_a_trained_llama_exports_to_what_transformers_loads(
     with torch.no_grad():
         assert torch.allclose(theirs.eval()(x).logits, ours.eval()(x), atol=1e-4)
     assert json.loads((out / "config.json").read_text())["vocab_size"] == 256
+
+
+def test_a_folder_whose_config_names_its_own_code_runs_none_of_it(
+    run_xirang, tmp_path: Path
+) -> None:
+    """``auto_map`` in config.json makes transformers offer to run the folder's Python (and
+    ask on the terminal); xirang never runs code from a model folder: one error, no prompt."""
+    folder = tmp_path / "remote"
+    folder.mkdir()
+    marker = tmp_path / "code-ran"
+    (folder / "configuration_mystery.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\n"
+        "from transformers import PretrainedConfig\n"
+        "class MysteryConfig(PretrainedConfig):\n    model_type = 'mystery'\n"
+    )
+    config = {
+        "model_type": "mystery",
+        "auto_map": {"AutoConfig": "configuration_mystery.MysteryConfig"},
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    result = run_xirang("model=hf", f"model.config={folder}", timeout=120)
+    assert result.returncode == 2, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and errors[0].startswith("xirang error: model.config="), errors
+    assert "its own code" in errors[0] and not marker.exists()
