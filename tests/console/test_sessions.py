@@ -13,7 +13,7 @@ import pytest
 from tests.console.test_console_api import OPENER, csrf_of, get, log_out
 from tests.cost.pools import OPERATOR_TOKEN
 from xirang_core.errors import ConfigError
-from xirang_service.console.auth import AuthError, Sessions, check_same_origin
+from xirang_service.console.auth import AuthError, Sessions, check_same_origin, token_hash
 from xirang_service.pool.quota import Project
 from xirang_service.pool.service import OPERATOR
 
@@ -95,6 +95,17 @@ def test_a_session_expires_after_its_ttl() -> None:
     assert sessions.who(sid, projects, OPERATOR_TOKEN) is None
     with pytest.raises(ConfigError, match="positive"):
         Sessions(ttl_s=0)
+
+
+def test_a_project_logging_in_over_and_over_never_closes_the_operators_session() -> None:
+    """10,001 log-ins by one project once evicted every other session, the operator's too."""
+    sessions = Sessions(ttl_s=3600, limit=100, per_who=8)
+    projects = [Project("nlp", 8, token_hash=token_hash("nlp-token"))]
+    operator = sessions.open(OPERATOR, OPERATOR_TOKEN)
+    mine = [sessions.open("nlp", "nlp-token") for _ in range(10_001)]
+    assert sessions.who(operator, projects, OPERATOR_TOKEN) == OPERATOR
+    assert [sessions.who(s, projects, OPERATOR_TOKEN) for s in mine[-8:]] == ["nlp"] * 8
+    assert sessions.who(mine[-9], projects, OPERATOR_TOKEN) is None  # its own oldest made room
 
 
 @pytest.mark.parametrize(

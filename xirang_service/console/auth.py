@@ -16,6 +16,7 @@ import hmac
 import secrets
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -83,19 +84,25 @@ class Sessions:
         ttl_s: float = DEFAULT_TTL_S,
         limit: int = 10_000,
         clock: Callable[[], float] = time.monotonic,
+        per_who: int = 32,
     ) -> None:
         if ttl_s <= 0:
             raise ConfigError(f"session ttl {ttl_s}: must be a positive number of seconds")
         self._open: dict[str, Session] = {}
         self._lock = threading.Lock()
-        self.ttl_s, self.limit, self.clock = ttl_s, limit, clock
+        self.ttl_s, self.limit, self.clock, self.per_who = ttl_s, limit, clock, per_who
 
     def open(self, who: str, token: str) -> str:
-        """A new session for ``who``, who just logged in with ``token``; returns its id."""
+        """A new session for ``who``, who just logged in with ``token``; returns its id.
+        Each principal keeps at most ``per_who`` sessions (its oldest makes room), so no one
+        who can log in, however often, closes another's session."""
         sid = secrets.token_urlsafe(32)
         session = Session(who, token_hash(token), self.clock() + self.ttl_s, new_csrf_token())
         with self._lock:
-            if len(self._open) >= self.limit:
+            mine = [k for k, s in self._open.items() if s.who == who]
+            if len(mine) >= self.per_who:
+                del self._open[mine[0]]
+            elif len(self._open) >= self.limit:
                 self._drop_oldest()
             self._open[sid] = session
         return sid
@@ -123,10 +130,14 @@ class Sessions:
             self._open.pop(sid, None)
 
     def _drop_oldest(self) -> None:
-        """Make room: expired sessions go first, else the one opened longest ago."""
+        """Make room: expired sessions go first, else the oldest of whoever holds the most."""
         now = self.clock()
         expired = [sid for sid, s in self._open.items() if s.expires <= now]
-        for sid in expired or [next(iter(self._open))]:
+        if not expired:
+            held = Counter(s.who for s in self._open.values())
+            busiest = held.most_common(1)[0][0]
+            expired = [next(k for k, s in self._open.items() if s.who == busiest)]
+        for sid in expired:
             del self._open[sid]
 
 
