@@ -296,7 +296,7 @@ def _check_schema(section: str, values: Any, schema: type) -> dict[str, Any]:
         typed = OmegaConf.merge(OmegaConf.structured(schema), values)
     except OmegaConfBaseException as exc:
         key = f"{section}.{exc.full_key}" if exc.full_key else section
-        raise ConfigError(f"{key}: {_first_line(exc.msg)}") from None
+        raise ConfigError(f"{key}: {_first_line(exc.msg or type(exc).__name__)}") from None
     return OmegaConf.to_container(typed)  # type: ignore[return-value]
 
 

@@ -17,12 +17,33 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 import pluggy
 
 from xirang_core import hookspecs
 from xirang_core.errors import ConfigError, PluginError
 from xirang_core.specs import SPEC_KINDS, ImplSpec
+
+if TYPE_CHECKING:  # the protocols each kind's implementations follow
+    from xirang_core.specs import (
+        Command,
+        CommBackend,
+        CostPolicy,
+        DeviceBackend,
+        LRSchedule,
+        Model,
+        ModelSpec,
+        Optimizer,
+        Scheduler,
+        SchedulerSpec,
+        StorageTier,
+        StorageTierSpec,
+        Strategy,
+        StrategySpec,
+        Tokenizer,
+        Tracker,
+    )
 
 ENTRY_POINT_GROUP = "xirang"
 #: the core's own config groups: Hydra's primary config module, not a search-path entry
@@ -87,7 +108,17 @@ class Registry:
     def names(self, kind: str) -> list[str]:
         return sorted(self.specs.get(kind, {}))
 
-    def spec(self, kind: str, name: str) -> ImplSpec:
+    @overload
+    def spec(self, kind: Literal["parallel"], name: str) -> StrategySpec: ...
+    @overload
+    def spec(self, kind: Literal["scheduler"], name: str) -> SchedulerSpec: ...
+    @overload
+    def spec(self, kind: Literal["model"], name: str) -> ModelSpec: ...
+    @overload
+    def spec(self, kind: Literal["storage"], name: str) -> StorageTierSpec: ...
+    @overload
+    def spec(self, kind: str, name: str) -> ImplSpec: ...
+    def spec(self, kind: str, name: str) -> Any:
         """The spec registered as ``name``; a clear error naming the valid choices otherwise."""
         if (kind, name) in self.conflicts:
             owners = " and ".join(self.conflicts[(kind, name)])
@@ -101,7 +132,33 @@ class Registry:
             valid = ", ".join(self.names(kind)) or "none installed"
             raise ConfigError(f"unknown {kind} '{name}'. Valid {kind} names: {valid}.") from None
 
-    def load(self, kind: str, name: str) -> object:
+    # What ``load`` returns per kind: the class (or, for commands and optimizers, the
+    # callable) that the kind's protocol in :mod:`xirang_core.specs` describes.
+    @overload
+    def load(self, kind: Literal["device"], name: str) -> type[DeviceBackend]: ...
+    @overload
+    def load(self, kind: Literal["parallel"], name: str) -> type[Strategy]: ...
+    @overload
+    def load(self, kind: Literal["storage"], name: str) -> type[StorageTier]: ...
+    @overload
+    def load(self, kind: Literal["comm"], name: str) -> type[CommBackend]: ...
+    @overload
+    def load(self, kind: Literal["scheduler"], name: str) -> type[Scheduler]: ...
+    @overload
+    def load(self, kind: Literal["cost"], name: str) -> type[CostPolicy]: ...
+    @overload
+    def load(self, kind: Literal["model"], name: str) -> type[Model]: ...
+    @overload
+    def load(self, kind: Literal["tokenizer"], name: str) -> type[Tokenizer]: ...
+    @overload
+    def load(self, kind: Literal["tracker"], name: str) -> type[Tracker]: ...
+    @overload
+    def load(self, kind: Literal["command"], name: str) -> Command: ...
+    @overload
+    def load(self, kind: Literal["optimizer"], name: str) -> Optimizer: ...
+    @overload
+    def load(self, kind: Literal["schedule"], name: str) -> type[LRSchedule]: ...
+    def load(self, kind: str, name: str) -> Any:
         """Import the implementation of ``name``; says what to install when it cannot."""
         spec = self.spec(kind, name)
         missing = spec.missing()
@@ -119,11 +176,27 @@ class Registry:
                 f"{spec.target}: {type(exc).__name__}: {exc}"
             ) from exc
 
-    def create(self, kind: str, settings: dict) -> object:
+    @overload
+    def create(self, kind: Literal["device"], settings: dict) -> DeviceBackend: ...
+    @overload
+    def create(self, kind: Literal["parallel"], settings: dict) -> Strategy: ...
+    @overload
+    def create(self, kind: Literal["storage"], settings: dict) -> StorageTier: ...
+    @overload
+    def create(self, kind: Literal["comm"], settings: dict) -> CommBackend: ...
+    @overload
+    def create(self, kind: Literal["scheduler"], settings: dict) -> Scheduler: ...
+    @overload
+    def create(self, kind: Literal["cost"], settings: dict) -> CostPolicy: ...
+    @overload
+    def create(self, kind: Literal["tracker"], settings: dict) -> Tracker: ...
+    @overload
+    def create(self, kind: Literal["schedule"], settings: dict) -> LRSchedule: ...
+    def create(self, kind: str, settings: dict) -> Any:
         """An instance of the implementation a config group selects (``settings['name']``),
         constructed with the group's other settings as keyword arguments."""
         options = {k: v for k, v in settings.items() if k != "name"}
-        return self.load(kind, settings["name"])(**options)
+        return self.load(kind, settings["name"])(**options)  # type: ignore[call-overload]
 
     def config_search_paths(self) -> list[str]:
         return [path for record in self.loaded() for path in record.config_paths]
@@ -210,6 +283,19 @@ def get_registry() -> Registry:
     return build_registry([*metadata.entry_points(group=ENTRY_POINT_GROUP), *extra_plugins()])
 
 
+class PluginEntryPoint(Protocol):
+    """What the loader reads of an entry point: an installed one
+    (:class:`importlib.metadata.EntryPoint`) or one ``XIRANG_PLUGINS`` names."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def value(self) -> str: ...
+    @property
+    def dist(self) -> Any: ...
+    def load(self) -> Any: ...
+
+
 @dataclass(frozen=True)
 class _Origin:
     """Stands for the distribution of a plugin that ``XIRANG_PLUGINS`` names."""
@@ -242,7 +328,7 @@ def extra_plugins() -> list[LocalEntryPoint]:
     return points
 
 
-def build_registry(entry_points: Iterable[metadata.EntryPoint]) -> Registry:
+def build_registry(entry_points: Iterable[PluginEntryPoint]) -> Registry:
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
     plugins: dict[str, PluginRecord] = {"core": _register_core(pm)}
@@ -262,21 +348,21 @@ def build_registry(entry_points: Iterable[metadata.EntryPoint]) -> Registry:
     return registry
 
 
-def _dist_name(ep: metadata.EntryPoint) -> str:
+def _dist_name(ep: PluginEntryPoint) -> str:
     dist = getattr(ep, "dist", None)
     return dist.name if dist else ""
 
 
-def _unique(entry_points: Iterable[metadata.EntryPoint]) -> list[metadata.EntryPoint]:
+def _unique(entry_points: Iterable[PluginEntryPoint]) -> list[PluginEntryPoint]:
     """Entry points by name, xirang's own first where two share a name, each listed once (one
     distribution found twice on ``sys.path`` lists its entry points twice)."""
-    seen: dict[tuple[str, str, str], metadata.EntryPoint] = {}
+    seen: dict[tuple[str, str, str], PluginEntryPoint] = {}
     for ep in entry_points:
         seen.setdefault((ep.name, ep.value, _dist_name(ep)), ep)
     return sorted(seen.values(), key=lambda e: (e.name, _dist_name(e) != "xirang", _dist_name(e)))
 
 
-def _free_name(plugins: dict[str, PluginRecord], ep: metadata.EntryPoint) -> str:
+def _free_name(plugins: dict[str, PluginRecord], ep: PluginEntryPoint) -> str:
     """The entry point's name, or ``name@distribution`` when another distribution already
     took that name: both stay loaded (a third-party ``gpt`` must not knock out the built-in)."""
     return ep.name if ep.name not in plugins else f"{ep.name}@{_dist_name(ep) or ep.value}"
@@ -310,7 +396,7 @@ def _version(distribution: str) -> str:
 
 def _load_entry_point(
     pm: pluggy.PluginManager,
-    ep: metadata.EntryPoint,
+    ep: PluginEntryPoint,
     disabled: set[str],
     name: str,
     taken: PluginRecord | None = None,

@@ -155,7 +155,7 @@ class ChunkStore:
 
     def _read_all(self, name: str, record: FileRecord, thorough: bool) -> list[Any]:
         _check_record(name, record)
-        checks = record.checks or [None] * len(record.chunks)
+        checks: list[str | None] = [*record.checks] or [None] * len(record.chunks)
         if len(checks) != len(record.chunks):
             raise CorruptCheckpoint(f"{name}: {len(checks)} checks for {len(record.chunks)} chunks")
 

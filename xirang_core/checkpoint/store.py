@@ -138,20 +138,24 @@ class CheckpointStore:
         multiples of ``keep_every``), torn folders older than the newest commit, and chunks
         nothing references any more. Returns the steps deleted. Signatures are not checked:
         retention loads nothing, and must not take a checkpoint under another key for torn."""
-        committed, torn = [], []
+        committed: list[tuple[int, Manifest]] = []
+        torn: list[int] = []
         for cand in self.candidates(signed=False):
-            (committed if cand.manifest is not None else torn).append(cand)
-        newest = committed[0].step if committed else None
+            if cand.manifest is not None:
+                committed.append((cand.step, cand.manifest))
+            else:
+                torn.append(cand.step)
+        newest = committed[0][0] if committed else None
         doomed = [
-            c.step
-            for c in committed[keep_last:]
-            if not self.is_kept(c.step) and not (keep_every and c.step % keep_every == 0)
+            step
+            for step, _ in committed[keep_last:]
+            if not self.is_kept(step) and not (keep_every and step % keep_every == 0)
         ]
-        doomed += [c.step for c in torn if newest is not None and c.step < newest]
+        doomed += [step for step in torn if newest is not None and step < newest]
         for step in doomed:
             self.tier.evict(step_dir(step))
         if doomed:
-            live = set().union(*(c.manifest.chunks() for c in committed if c.step not in doomed))
+            live = set().union(*(m.chunks() for step, m in committed if step not in doomed))
             removed = self.chunks.collect_garbage(live)
             log.debug("retention removed steps %s and %d chunks", doomed, removed)
         return doomed

@@ -133,6 +133,7 @@ def _resolve_mixture(
             snap = load(tier, raw.get("snapshot", ""))
         raw["snapshot"] = snap.id
         first = first or (tier, snap)
+    assert first is not None, "a mixture has at least one source (checked with the config)"
     data.update(uri=data["sources"][0]["uri"], snapshot=first[1].id)
     return first
 

@@ -15,10 +15,16 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 
 from xirang_core.paths import xirang_home
 from xirang_core.specs import Calibration
+
+if TYPE_CHECKING:
+    import torch
+
+#: a torch device, or its name ("cuda:0")
+DeviceLike = Union["torch.device", str]
 
 #: measurement windows per figure (the best counts) and untimed calls before them
 WINDOWS = 3
@@ -48,7 +54,7 @@ def cached_calibration(key: str, measure: Callable[[], Calibration], refresh: bo
 
 
 def measure_matmul_tflops(
-    device: object, dtypes: Iterable[str], size: int = 1024, seconds: float = 0.3
+    device: DeviceLike, dtypes: Iterable[str], size: int = 1024, seconds: float = 0.3
 ) -> dict[str, float]:
     """Sustained FLOP/s of square matmuls per dtype (2·n³ FLOPs each), in TFLOP/s.
 
@@ -75,7 +81,7 @@ def measure_matmul_tflops(
     return {name: float(f"{2 * size**3 * rate / 1e12:.4g}") for name, rate in best.items()}
 
 
-def _matmul(name: str, size: int, device: object) -> Callable[[], object]:
+def _matmul(name: str, size: int, device: DeviceLike) -> Callable[[], object]:
     import torch
 
     dtype = torch.float32 if name == "tfloat32" else getattr(torch, name)
@@ -95,7 +101,9 @@ def _tf32(torch: Any, allowed: bool) -> Iterator[None]:
         torch.backends.cuda.matmul.allow_tf32 = before
 
 
-def measure_memory_bandwidth_gbps(device: object, mbytes: int = 128, seconds: float = 0.3) -> float:
+def measure_memory_bandwidth_gbps(
+    device: DeviceLike, mbytes: int = 128, seconds: float = 0.3
+) -> float:
     """Copy bandwidth (read + write) of a large buffer, in GB/s."""
     import torch
 
@@ -107,7 +115,7 @@ def measure_memory_bandwidth_gbps(device: object, mbytes: int = 128, seconds: fl
 
 
 def measure_device_to_device_gbps(
-    src: object, dst: object, mbytes: int = 256, seconds: float = 0.3
+    src: DeviceLike, dst: DeviceLike, mbytes: int = 256, seconds: float = 0.3
 ) -> float:
     """One-way copy bandwidth from device ``src`` to device ``dst``, in GB/s.
 
@@ -149,7 +157,7 @@ def _window_rate(fn: Callable[[], object], sync: Callable[[], None], seconds: fl
                 return count / elapsed
 
 
-def synchronizer(*devices: object) -> Callable[[], None]:
+def synchronizer(*devices: DeviceLike) -> Callable[[], None]:
     """Waits for the queued work of every one of ``devices`` (a no-op for the CPU)."""
     import torch
 

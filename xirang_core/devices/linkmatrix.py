@@ -75,7 +75,7 @@ def _cells(line: str) -> list[str]:
 def _is_row(label: str, columns: Sequence[str]) -> bool:
     """Rows may exist for labels the header does not list first (NIC rows after GPU rows)."""
     match = _LABEL.match(label)
-    return bool(match) and any(c.startswith(match[1]) for c in columns)
+    return match is not None and any(c.startswith(match[1]) for c in columns)
 
 
 def build_topology(

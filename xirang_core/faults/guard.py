@@ -110,8 +110,9 @@ def corrupt_newest(manager: CheckpointManager) -> int | None:
     cands = [c for c in manager.store.candidates() if c.manifest is not None]
     if not cands:
         return None
-    older = set().union(*(c.manifest.chunks() for c in cands[1:]))
-    mine = sorted(cands[0].manifest.chunks() - older)
+    manifests = [c.manifest for c in cands if c.manifest is not None]
+    older = set().union(*(m.chunks() for m in manifests[1:]))
+    mine = sorted(manifests[0].chunks() - older)
     if not mine:
         return None
     key = chunk_key(mine[0])

@@ -53,9 +53,11 @@ def moto_process(log: Path | None = None) -> Iterator[int]:
     if exe is None:
         raise ConfigError("moto_server not found: pip install 'moto[server]' (in xirang[dev])")
     port = free_port()
-    sink = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - closed below
+    sink = open(log, "ab") if log else None  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
-        [exe, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=sink
+        [exe, "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=sink or subprocess.DEVNULL,
     )
     try:
         wait_until_up(f"http://127.0.0.1:{port}/")
@@ -63,7 +65,7 @@ def moto_process(log: Path | None = None) -> Iterator[int]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-        if log:
+        if sink is not None:
             sink.close()
 
 

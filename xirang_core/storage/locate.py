@@ -8,7 +8,7 @@ from typing import Any
 
 import fsspec
 
-from xirang_core.errors import ConfigError, DataError, XirangError
+from xirang_core.errors import ConfigError, DataError, PluginError, XirangError
 from xirang_core.storage.tier import FsspecTier
 
 
@@ -25,14 +25,20 @@ def tier_for(url: str, storage: dict[str, Any] | None = None) -> FsspecTier:
     registry = get_registry()
     proto = protocol_of(url)
     names = registry.names("storage")
-    served = [n for n in names if proto in getattr(registry.spec("storage", n), "protocols", ())]
+    served = [n for n in names if proto in registry.spec("storage", n).protocols]
     if not served:
         raise ConfigError(
             f"no storage tier serves {proto}:// (for {url}); installed tiers: {', '.join(names)}"
         )
     chosen = storage if storage and storage.get("name") in served else {"name": served[0]}
     root = url if proto != "file" else fsspec.utils.stringify_path(url).removeprefix("file://")
-    return registry.create("storage", {**chosen, "root": root})
+    tier = registry.create("storage", {**chosen, "root": root})
+    if not isinstance(tier, FsspecTier):  # the readers use its filesystem and root directly
+        raise PluginError(
+            f"storage={chosen['name']} built a {type(tier).__name__}; data and checkpoints need "
+            f"an FsspecTier (xirang_core.storage.tier) for {url}"
+        )
+    return tier
 
 
 @contextlib.contextmanager
