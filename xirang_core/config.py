@@ -138,7 +138,7 @@ def _config_groups(width: int = 80) -> str:
 
 
 @functools.cache
-def _search_path_plugin() -> type:
+def _search_path_plugin() -> Any:
     """The one search-path plugin class: Hydra keeps every class ever registered, so a class
     per call would leave an earlier registry's config folders on the path of later ones (two
     registries composed in one process, as the plugin test kit does, saw each other's)."""

@@ -12,6 +12,7 @@ Files of torch's own writer (``.distcp``, pickled ``.metadata``) are refused.
 
 from __future__ import annotations
 
+import io
 import warnings
 from typing import Any
 
@@ -26,7 +27,6 @@ from torch.distributed.checkpoint.planner import (
     ReadItem,
     SavePlan,
     SavePlanner,
-    WriteItemType,
 )
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
@@ -47,7 +47,7 @@ class RawWriter(FileSystemWriter):
         offset = 0
         for item in plan.items:
             data = planner.resolve_data(item)
-            blob = data.getbuffer() if item.type == WriteItemType.BYTE_IO else _tensor_bytes(data)
+            blob = data.getbuffer() if isinstance(data, io.BytesIO) else _tensor_bytes(data)
             parts.append(blob)
             info = _StorageInfo(name, offset, len(blob))
             results.append(WriteResult(item.index, len(blob), info))

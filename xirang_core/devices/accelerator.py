@@ -251,6 +251,7 @@ class AcceleratorBackend:
                 f"torch sees {count} {self.vendor} device(s) here; lower trainer.nproc or check "
                 f"the visible-devices variable ({self.visible_devices_variable()})"
             )
+        assert module is not None  # a count above 0 came from it
         module.set_device(local_rank)
         return torch.device(self.torch_type, local_rank)
 

@@ -98,7 +98,7 @@ def resumable(run_dir: Path, key: str) -> Iterator[None]:
     fingerprint, taken before the runtime was resolved into it); a stop by signal leaves it
     resumable and becomes one line with the command that resumes it; completion removes it."""
     marker = run_dir / MARKER
-    state = {
+    state: dict[str, Any] = {
         "state": "running",
         "config_key": key,
         "command": command_line(),
