@@ -250,8 +250,11 @@ def validate(cfg: DictConfig, registry: Registry) -> dict[str, Any]:
     data = _to_container(cfg)
     for section, schema in CORE_SCHEMAS.items():
         data[section] = _check_schema(section, data.get(section) or {}, schema)
+    # the core's own ranges first: refusing them needs no plugin module (and so no torch)
     check_checkpoint(data["checkpoint"])
     check_sweep(data["sweep"])
+    _check_optim(data["optim"])
+    _check_profile(data["trainer"])
     for group, kind in PLUGIN_GROUPS.items():
         data[group] = _check_plugin_group(group, kind, data.get(group), registry)
     data["tracker"] = check_trackers(data.get("tracker"), registry, _check_schema)
@@ -260,8 +263,6 @@ def validate(cfg: DictConfig, registry: Registry) -> dict[str, Any]:
     _check_pretrained(data["model"], registry)  # against the settled shape, vocabulary included
     _check_batch(data)
     _check_choices(data["trainer"], data["optim"], registry)
-    _check_optim(data["optim"])
-    _check_profile(data["trainer"])
     _check_strategy(data, registry)
     document_mask.check(data, registry)  # data.document_mask=true: a family and strategy that can
     return data
