@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 
@@ -91,3 +92,17 @@ def _fingerprint(folder: Path) -> dict[str, str]:
         for p in sorted(folder.rglob("*"))
         if p.is_file()
     }
+
+
+def test_a_run_without_matplotlib_trains_and_only_skips_the_plot(run_xirang, tmp_path):
+    """A lean GPU image may lack matplotlib: the run trains and ends well, without the curve."""
+    blocker = tmp_path / "no-matplotlib" / "matplotlib"  # hand-written: an import that fails
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('matplotlib is not installed')\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(blocker.parent), os.environ.get("PYTHONPATH", "")])}
+    result = run_xirang(*QUICK, "model=gpt_tiny", "tokenizer=bytes", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    [run_dir] = run_dirs(tmp_path)
+    assert read_summary(run_dir)["steps"] == 6
+    assert not (run_dir / "loss_curve.png").exists()
+    assert "loss_curve.png not drawn: matplotlib is not installed" in result.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,16 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def plot_loss(records: list[dict[str, Any]], path: Path, title: str) -> None:
-    import matplotlib
-
+    """Draw the loss curve to ``path``; without matplotlib (a lean GPU image), say so in one
+    line and go on: the run trained and its figures are in metrics.jsonl and summary.json."""
+    try:
+        import matplotlib
+    except ImportError:
+        print(
+            f"xirang: {path.name} not drawn: matplotlib is not installed (pip install matplotlib)",
+            file=sys.stderr,
+        )
+        return
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
