@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import re
+from pathlib import Path
 
 from xirang_core.devices import compat as shared
 from xirang_core.devices.accelerator import AcceleratorBackend
@@ -11,6 +13,9 @@ from xirang_core.devices.tools import import_optional, kernel_log
 from xirang_core.devices.visible import VENDOR_INDEX
 from xirang_core.specs import DeviceInfo, HealthFinding, Topology
 from xirang_cuda import compat, fabric, nvml, smi, topo, xid
+
+#: the minor number in the driver's ``/proc/driver/nvidia/gpus/<bus>/information``
+_MINOR = re.compile(r"Device Minor:\s*(\d+)")
 
 
 class CudaBackend(AcceleratorBackend):
@@ -23,6 +28,27 @@ class CudaBackend(AcceleratorBackend):
     pci_vendor_id = 0x10DE
     #: the Python binding of NVML (from the nvidia-ml-py distribution); optional
     library = "pynvml"
+    #: the driver's per-GPU folders and the device nodes: what a container was given
+    procfs_gpus = Path("/proc/driver/nvidia/gpus")
+    dev = Path("/dev")
+
+    def granted(self, bus_ids: list[str]) -> list[str]:
+        """The GPUs whose driver folder and ``/dev/nvidia<minor>`` node this process sees. A
+        container given 1 of 8 GPUs (Docker's ``--gpus``, a Kubernetes device plugin) sees all
+        8 on the PCI bus, but the NVIDIA container runtime shows it only its own GPUs' folders
+        and nodes; without this, the 7 others read as fallen off the bus and drained the node.
+        A GPU that fell off stays in the driver's folder, so it is still caught. Without the
+        driver's folder (no driver loaded) every GPU on the bus counts."""
+        if not self.procfs_gpus.is_dir():
+            return bus_ids
+        return [bus for bus in bus_ids if self._has_node(self.procfs_gpus / bus / "information")]
+
+    def _has_node(self, information: Path) -> bool:
+        try:
+            found = _MINOR.search(information.read_text())
+        except OSError:  # hidden from this container, or not the driver's
+            return False
+        return found is not None and (self.dev / f"nvidia{found[1]}").exists()
 
     def read(self) -> NodeReading:
         """NVML first (exact thresholds, no subprocess), nvidia-smi when NVML is absent or fails."""

@@ -175,7 +175,7 @@ class AcceleratorBackend:
             return [HealthFinding(None, "driver", DRAIN, node.problem or "no devices listed")]
         findings = assess(node.devices, self.limits)
         if all(d.pci_bus_id for d in node.devices):
-            on_bus = pci_devices(self.pci_vendor_id, self.sysfs_pci)
+            on_bus = self.granted(pci_devices(self.pci_vendor_id, self.sysfs_pci))
             findings += missing_from_driver(on_bus, node.devices, self.vendor)
         findings += self.events(node)
         findings += [f for f in self.compatibility(node) if f.severity != OK]
@@ -183,6 +183,12 @@ class AcceleratorBackend:
         if visible.problem:
             findings.append(HealthFinding(None, "visible", WARN, visible.problem))
         return visible.findings(findings)
+
+    def granted(self, bus_ids: list[str]) -> list[str]:
+        """Which of the vendor's devices on the PCI bus this process was given, so only those
+        count as lost when the driver does not list them (sysfs is not namespaced: a container
+        sees every device of the host). All of them, unless a backend can tell."""
+        return bus_ids
 
     def calibrate(self, refresh: bool = False) -> Calibration:
         """Measured once per (device model, driver, torch), then cached; ``refresh`` remeasures.

@@ -46,6 +46,32 @@ def test_gpu_missing_from_the_driver_is_caught_on_the_pci_bus(monkeypatch, tmp_p
     assert [(f.severity, "0000:c1:00.0" in f.message) for f in missing] == [(DRAIN, True)]
 
 
+def test_gpus_of_the_host_that_this_container_was_not_given_are_not_lost(
+    monkeypatch, tmp_path: Path
+) -> None:
+    """A container sees every GPU of the host on the PCI bus, but only its own in the driver's
+    folders and device nodes (hand-made here as the NVIDIA container runtime leaves them): the
+    others must not drain the node; one it was given that the driver lost still does."""
+    as_cuda_host(monkeypatch)
+    sysfs, procfs, dev = tmp_path / "sys", tmp_path / "gpus", tmp_path / "dev"
+    listed = ["18", "2a", "3a", "5d", "9a", "ab", "ba", "db"]  # nvidia-smi's eight
+    for minor, bus in enumerate([*listed, "c1", "e4"]):
+        (sysfs / f"0000:{bus}:00.0").mkdir(parents=True)
+        (sysfs / f"0000:{bus}:00.0" / "vendor").write_text("0x10de\n")
+        (sysfs / f"0000:{bus}:00.0" / "class").write_text("0x030200\n")
+        if bus != "e4":  # e4: another container's GPU, hidden from this one
+            (procfs / f"0000:{bus}:00.0").mkdir(parents=True)
+            (procfs / f"0000:{bus}:00.0" / "information").write_text(f"Device Minor: {minor}\n")
+            (dev / f"nvidia{minor}").parent.mkdir(exist_ok=True)
+            (dev / f"nvidia{minor}").touch()
+    cuda = backend("dgx_h100", sysfs=sysfs)
+    cuda.procfs_gpus, cuda.dev = procfs, dev
+    lost = [f.message for f in cuda.health() if f.check == "lost"]
+    assert len(lost) == 1 and "0000:c1:00.0" in lost[0]  # given, and gone from the driver
+    (dev / "nvidia8").unlink()  # c1 was not given to this container either
+    assert [f for f in cuda.health() if f.check == "lost"] == []
+
+
 def test_xid_classification() -> None:
     log = (FIXTURES / "failed_node" / "dmesg.txt").read_text()
     parsed = xid.parse_xids(log.splitlines())
