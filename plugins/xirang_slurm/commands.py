@@ -73,8 +73,15 @@ def cancel(slurm_id: str, *flags: str) -> None:
 
 
 def job_state(slurm_id: str) -> tuple[str, int]:
-    """A job's state and exit code from ``scontrol show job`` (no accounting database needed)."""
-    records = parse_records(run("scontrol", "-o", "show", "job", slurm_id))
+    """A job's state and exit code from ``scontrol show job`` (no accounting database needed);
+    ``UNKNOWN`` for a job Slurm no longer knows (purged after ``MinJobAge``, or never made)."""
+    try:
+        text = run("scontrol", "-o", "show", "job", slurm_id)
+    except SlurmError as exc:
+        if "Invalid job id" in str(exc):
+            return "UNKNOWN", -1
+        raise
+    records = parse_records(text)
     if not records:
         return "UNKNOWN", -1
     code = records[0].get("ExitCode", "0:0").split(":")[0]

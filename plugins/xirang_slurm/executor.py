@@ -7,10 +7,17 @@ several nodes gets them as ``--nodelist`` and the leaf switches its placement sp
 ``--switches``. Preemption sends TERM first (the workers
 checkpoint at their step's end), then cancels; the pool requeues the job, which resumes from
 that checkpoint in its run directory.
+
+The Slurm job ids are the pool's handles: the service stores each one as soon as sbatch
+answers, and a restarted pool hands them back (:meth:`SlurmExecutor.adopt`), so the jobs that
+ran on meanwhile are polled again: one Slurm finished is ``done``, one that failed or that
+Slurm no longer knows (or whose id was never stored) is ``failed``.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +25,7 @@ from xirang_core.paths import xirang_home
 from xirang_slurm import commands
 from xirang_slurm.script import BatchJob, render
 
+log = logging.getLogger("xirang.pool")
 TERMINAL = {
     "COMPLETED",
     "FAILED",
@@ -49,6 +57,16 @@ class SlurmExecutor:
         self.partition = partition
         self.slurm_ids: dict[int, str] = {}
         self.ended_at: dict[int, float] = {}
+        self.lost: set[int] = set()  # running in the pool's store, with no Slurm job id
+
+    def adopt(self, handles: Mapping[int, str | None]) -> None:
+        """Track the running jobs a restarted pool stored, by their Slurm ids; one without an
+        id is reported failed at the next poll (nothing to poll, its devices are freed)."""
+        for job_id, slurm_id in handles.items():
+            if slurm_id:
+                self.slurm_ids[job_id] = slurm_id
+            else:
+                self.lost.add(job_id)
 
     def start(self, job: Any, nodes: list[str], leaves: int = 1) -> str:
         """sbatch the job on ``nodes``; returns Slurm's job id."""
@@ -81,10 +99,16 @@ class SlurmExecutor:
         commands.cancel(slurm_id)
 
     def poll(self) -> list[tuple[int, bool]]:
-        """Jobs that ended since the last poll and whether they succeeded."""
-        ended = []
+        """Jobs that ended since the last poll and whether they succeeded; a job Slurm no
+        longer knows has vanished (failed). Slurm not answering is retried at the next poll."""
+        ended = [(job_id, False) for job_id in sorted(self.lost)]
+        self.lost.clear()
         for job_id, slurm_id in list(self.slurm_ids.items()):
-            state, code = commands.job_state(slurm_id)
+            try:
+                state, code = commands.job_state(slurm_id)
+            except commands.SlurmError as exc:
+                log.warning("pool: cannot poll Slurm job %s (job %d): %s", slurm_id, job_id, exc)
+                continue
             if state.split()[0] in TERMINAL:
                 ended.append((job_id, state.startswith("COMPLETED") and code == 0))
                 self._note_end(job_id, slurm_id)

@@ -53,7 +53,11 @@ class Executor(Protocol):
 
     def poll(self) -> list[tuple[int, bool]]:
         """Jobs that ended since the last poll, with whether they succeeded (an executor may
-        also offer ``usage(job_id)``: what it measured of an ended job, for cost metering)."""
+        also offer ``usage(job_id)``: what it measured of an ended job, for cost metering).
+
+        ``start`` may return a handle (a Slurm job id): the service stores it at once, and an
+        executor that offers ``adopt(handles)`` is given, at a restart, the stored handle of
+        every running job (None where none was stored) to poll again."""
 
 
 class RecordingExecutor:
@@ -101,6 +105,7 @@ class PoolService:
         self._ended: list[tuple[int, bool]] = []  # polled ends not yet stored
         self._stale = False  # memory may differ from the store: reload before the next change
         self.restored = self._load()
+        self._adopt()
         self.budgets.check_types(self.engine.cluster.types)
         with self.lock, self._change(clock()):
             pass  # a first pass: what fits starts, and a restart's repairs are stored
@@ -118,6 +123,19 @@ class PoolService:
         restored = self.store.load_into(engine, self.clock())
         self.engine, self._stale = engine, False
         return restored
+
+    def _adopt(self) -> None:
+        """Give an executor that runs jobs on a cluster the stored handles of the jobs still
+        running, so a restarted pool polls them again; a job with none (the pool stopped
+        between placing it and storing its handle) is the executor's to report as lost."""
+        adopt = getattr(self.executor, "adopt", None)
+        if adopt is None:
+            return
+        handles = self.store.handles()
+        running = {job.id: handles.get(job.id) for job in self.engine.running_jobs()}
+        adopt(running)
+        if running:
+            log.info("pool: adopted %d running job(s) from the store", len(running))
 
     def _reload(self) -> None:
         """After a failed change: memory back to the store's; a store that cannot even be read
@@ -488,10 +506,26 @@ class PoolService:
             if event.kind == "started" and job.state.value == "running":
                 nodes = sorted({self.engine.cluster.node_of(d).name for d in job.devices})
                 leaves = span(self.engine.cluster, job.devices)["leaves"]
-                self.executor.start(job, nodes, leaves)
+                self._start(job, nodes, leaves)
             elif event.kind == "preempted":
                 reason = event.detail.get("reason") or f"preempted by job {event.detail.get('by')}"
                 self.executor.stop(job, reason)
+
+    def _start(self, job: Job, nodes: list[str], leaves: int) -> None:
+        """Start a placed job and store its handle at once; an executor that refuses it (sbatch
+        fails) ends it failed at the next tick instead of stopping the service."""
+        try:
+            handle = self.executor.start(job, nodes, leaves)
+        except Exception as exc:
+            log.warning("pool: the executor could not start job %d: %s", job.id, exc)
+            self._ended.append((job.id, False))
+            return
+        if handle is None:
+            return
+        try:
+            self.store.save_handle(job.id, str(handle))
+        except Exception as exc:  # still polled from memory; a restart reports it lost
+            log.warning("pool: job %d's handle %s was not stored: %s", job.id, handle, exc)
 
 
 def describe(job: Job) -> dict[str, Any]:

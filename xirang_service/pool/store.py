@@ -62,6 +62,7 @@ CREATE TABLE IF NOT EXISTS usage (
     cards INTEGER NOT NULL,
     borrowed INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS usage_by_project ON usage(project, start);
+CREATE TABLE IF NOT EXISTS handles (job_id INTEGER PRIMARY KEY, handle TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS set_aside (
     kind TEXT NOT NULL, ref TEXT NOT NULL, reason TEXT NOT NULL, time DOUBLE PRECISION NOT NULL,
     PRIMARY KEY (kind, ref));
@@ -106,6 +107,7 @@ _DEVICES_NOT_ASIDE = (
 )
 _UPSERT_JOB = upsert("jobs", tuple(c.strip() for c in _JOB_COLUMNS.split(",")), "id")
 _UPSERT_META = upsert("meta", ("key", "value"), "key")
+_UPSERT_HANDLE = upsert("handles", ("job_id", "handle"), "job_id")
 
 
 class PoolStore:
@@ -145,6 +147,16 @@ class PoolStore:
 
     def set_meta(self, key: str, value: str) -> None:
         self.db.execute(_UPSERT_META, (key, value))
+
+    def save_handle(self, job_id: int, handle: str) -> None:
+        """What the executor calls a started job (a Slurm job id), stored the moment it is
+        known, so a restarted pool finds the job on its cluster again."""
+        self.db.execute(_UPSERT_HANDLE, (job_id, handle))
+
+    def handles(self) -> dict[int, str]:
+        """The stored executor handle of every job, by job id."""
+        rows = self.db.execute("SELECT job_id, handle FROM handles").fetchall()
+        return {row["job_id"]: row["handle"] for row in rows}
 
     def save_cluster(self, cluster: Cluster, reasons: dict[str, str] | None = None) -> None:
         reasons = reasons or {}
