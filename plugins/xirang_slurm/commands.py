@@ -14,15 +14,21 @@ class SlurmError(XirangError):
     """A Slurm command is missing or refused a request."""
 
 
-def run(*args: str, input_text: str | None = None, timeout: float = 60.0) -> str:
-    """Run a Slurm tool; its stderr becomes the error message when it fails."""
+def run(
+    *args: str,
+    input_text: str | None = None,
+    timeout: float = 60.0,
+    env: dict[str, str] | None = None,
+) -> str:
+    """Run a Slurm tool (with ``env`` in place of this process's environment, if given); its
+    stderr becomes the error message when it fails."""
     if shutil.which(args[0]) is None:
         raise SlurmError(
             f"{args[0]} is not installed here; install Slurm (Debian: apt-get install "
             "slurm-wlm munge) or run .ci/services/slurm.sh"
         )
     proc = subprocess.run(
-        list(args), input=input_text, capture_output=True, text=True, timeout=timeout
+        list(args), input=input_text, capture_output=True, text=True, timeout=timeout, env=env
     )
     if proc.returncode != 0:
         raise SlurmError(f"{' '.join(args[:2])} failed: {proc.stderr.strip() or proc.stdout}")

@@ -87,6 +87,8 @@ class QuotaIn(StrictModel):
     rotate_token: bool = False
     #: the highest priority class the project may submit (where the service governs priority)
     max_priority: Literal[tuple(PRIORITIES)] | None = None
+    #: the Unix account the project's jobs run as on a cluster executor (Slurm)
+    run_as: text(32, pattern=r"^[a-z_][a-z0-9_-]*$") | None = None
 
 
 class Answer(BaseModel):
@@ -129,6 +131,7 @@ class QuotaOut(Answer):
     team: str
     guaranteed: int
     borrow_limit: int | None
+    run_as: str
     used: int
     borrowed: int
 

@@ -16,6 +16,8 @@ import hashlib
 import hmac
 import json
 import logging
+import os
+import pwd
 import secrets
 import threading
 import time
@@ -47,7 +49,9 @@ MAX_NAME = 200
 class Executor(Protocol):
     """Runs what the pool placed: told when a job starts and when it must stop."""
 
-    def start(self, job: Job, nodes: list[str], leaves: int = 1) -> Any: ...
+    def start(self, job: Job, nodes: list[str], leaves: int = 1, account: str = "") -> Any:
+        """Run ``job`` on ``nodes``; an executor with ``accounts = True`` runs it as
+        ``account`` (the project's ``run_as``), which the service always gives it."""
 
     def stop(self, job: Job, reason: str) -> None: ...
 
@@ -70,7 +74,7 @@ class RecordingExecutor:
         self.started: list[int] = []
         self.stopped: list[int] = []
 
-    def start(self, job: Job, nodes: list[str], leaves: int = 1) -> None:
+    def start(self, job: Job, nodes: list[str], leaves: int = 1, account: str = "") -> None:
         self.started.append(job.id)
 
     def stop(self, job: Job, reason: str) -> None:
@@ -162,7 +166,7 @@ class PoolService:
         spec["throughputs"].pop("_memo", None)
         self.store.set_meta("cluster", json.dumps(spec))
         for project in quotas.projects.values():
-            self.store.save_project(project)
+            self.store.save_project(_check_account(project))
         return throughputs
 
     # --- authentication ---------------------------------------------------------------------
@@ -207,6 +211,7 @@ class PoolService:
         priority = parse_priority(body.get("priority", "normal"))
         if who != OPERATOR:  # the operator may submit at any class
             self.engine.quotas.project(project).admit_priority(priority)
+        self._need_account(project)
         priority = self._admit(project, priority)
         with self.lock:
             now = self.clock()
@@ -222,6 +227,19 @@ class PoolService:
                     allow_mixing=mixing,
                 )
             return describe(job)
+
+    def _need_account(self, name: str) -> None:
+        """An executor that runs jobs as their project's account (Slurm) takes no job from a
+        project without one: it would run as the pool service, beside its store and tokens."""
+        if not getattr(self.executor, "accounts", False):
+            return
+        project = self.engine.quotas.project(name)
+        if not project.run_as:
+            raise PoolError(
+                f"project '{name}' has no account to run its jobs as; the operator sets one: "
+                f"xirang pool quota {name} --run-as USER (or run_as: in the cluster file)",
+                403,
+            )
 
     def _admit(self, project: str, priority: int) -> int:
         """The priority the project's budget allows; a budget that refuses is a 402."""
@@ -282,7 +300,10 @@ class PoolService:
     def set_quota(self, who: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         """Create or edit a project; a new project's token is returned once, never again."""
         self._operator(who)
-        _only_keys(body, {"guaranteed", "borrow_limit", "team", "rotate_token", "max_priority"})
+        _only_keys(
+            body,
+            {"guaranteed", "borrow_limit", "team", "rotate_token", "max_priority", "run_as"},
+        )
         with self.lock:
             old = self.engine.quotas.projects.get(name)
             highest = body.get("max_priority", old.max_priority if old else DEFAULT_MAX_PRIORITY)
@@ -293,7 +314,9 @@ class PoolService:
                 str(body.get("team", old.team if old else "default")),
                 old.token_hash if old else "",
                 parse_priority(highest),
+                str(body.get("run_as", old.run_as if old else "")),
             ).check()
+            _check_account(project)
             token = ""
             if not project.token_hash or body.get("rotate_token"):
                 token = secrets.token_urlsafe(24)
@@ -397,6 +420,7 @@ class PoolService:
             "guaranteed": project.guaranteed,
             "borrow_limit": project.borrow_limit,
             "max_priority": priority_name(project.max_priority),
+            "run_as": project.run_as,
             "used": quotas.used[project.name],
             "borrowed": quotas.borrowed[project.name],
         }
@@ -514,8 +538,11 @@ class PoolService:
     def _start(self, job: Job, nodes: list[str], leaves: int) -> None:
         """Start a placed job and store its handle at once; an executor that refuses it (sbatch
         fails) ends it failed at the next tick instead of stopping the service."""
+        account = self.engine.quotas.project(job.project).run_as
         try:
-            handle = self.executor.start(job, nodes, leaves)
+            if getattr(self.executor, "accounts", False) and not account:
+                raise PoolError(f"project '{job.project}' has no run_as account")
+            handle = self.executor.start(job, nodes, leaves, account)
         except Exception as exc:
             log.warning("pool: the executor could not start job %d: %s", job.id, exc)
             self._ended.append((job.id, False))
@@ -549,6 +576,26 @@ def describe(job: Job) -> dict[str, Any]:
         "requeues": job.requeues,
         "payload": job.payload,
     }
+
+
+def _check_account(project: Project) -> Project:
+    """A project's ``run_as`` must be a user of this host, and not the pool service's own
+    (whose jobs could read the pool's store and the operator's token)."""
+    if not project.run_as:
+        return project
+    try:
+        uid = pwd.getpwnam(project.run_as).pw_uid
+    except KeyError:
+        raise PoolError(
+            f"project '{project.name}': run_as '{project.run_as}' is no user on this host; "
+            "create the account (useradd) or name another"
+        ) from None
+    if uid == os.geteuid():
+        raise PoolError(
+            f"project '{project.name}': run_as '{project.run_as}' is the pool service's own "
+            "user; its jobs could read the pool's store and tokens: name an account of its own"
+        )
+    return project
 
 
 def _hash(token: str) -> str:

@@ -36,7 +36,7 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS projects (
     name TEXT PRIMARY KEY, team TEXT NOT NULL, guaranteed INTEGER NOT NULL,
     borrow_limit INTEGER, token_hash TEXT NOT NULL DEFAULT '',
-    max_priority INTEGER NOT NULL DEFAULT 1);
+    max_priority INTEGER NOT NULL DEFAULT 1, run_as TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS nodes (
     name TEXT PRIMARY KEY, type TEXT NOT NULL, devices INTEGER NOT NULL, leaf TEXT NOT NULL,
     spine TEXT NOT NULL, domain_size INTEGER NOT NULL, healthy INTEGER NOT NULL,
@@ -76,6 +76,7 @@ _JOB_COLUMNS = (
 _ADDED_COLUMNS = (
     ("jobs", "allow_mixing", "INTEGER NOT NULL DEFAULT 0"),
     ("projects", "max_priority", "INTEGER NOT NULL DEFAULT 1"),
+    ("projects", "run_as", "TEXT NOT NULL DEFAULT ''"),
 )
 #: the most time buckets one usage query may fill (a tiny bucket over a long range is a typo)
 MAX_BUCKETS = 100_000
@@ -96,7 +97,15 @@ _UPSERT_NODE = upsert(
     ("name", "type", "devices", "leaf", "spine", "domain_size", "healthy", "drain_reason"),
     "name",
 )
-_PROJECT_COLUMNS = ("name", "team", "guaranteed", "borrow_limit", "token_hash", "max_priority")
+_PROJECT_COLUMNS = (
+    "name",
+    "team",
+    "guaranteed",
+    "borrow_limit",
+    "token_hash",
+    "max_priority",
+    "run_as",
+)
 _UPSERT_PROJECT = upsert("projects", _PROJECT_COLUMNS, "name")
 #: the rows every reader skips: those a restart set aside
 _NOT_ASIDE = "WHERE CAST(id AS TEXT) NOT IN (SELECT ref FROM set_aside WHERE kind = 'job')"
@@ -590,5 +599,6 @@ def _project(row: Mapping[str, Any]) -> Project:
         str(row["team"]),
         str(row["token_hash"]),
         parse_priority(row["max_priority"]),
+        str(row["run_as"]),
     )
     return project.check()
