@@ -107,6 +107,7 @@ class PoolService:
         self._projects: dict[str, Project] = {}  # edited, stored with the next change
         self._jobs: dict[int, Job] = {}  # changed without an event, stored likewise
         self._ended: list[tuple[int, bool]] = []  # polled ends not yet stored
+        self._keys: list[tuple[str, str, int]] = []  # submissions' idempotency keys, likewise
         self._stale = False  # memory may differ from the store: reload before the next change
         self.restored = self._load()
         self._adopt()
@@ -196,7 +197,9 @@ class PoolService:
 
     # --- requests ---------------------------------------------------------------------------
 
-    def submit(self, who: str, body: dict[str, Any]) -> dict[str, Any]:
+    def submit(self, who: str, body: dict[str, Any], key: str = "") -> dict[str, Any]:
+        """Queue a job; with an idempotency ``key`` a project's repeated submission (a client
+        retrying after a lost answer) answers the job the first one made, never a second."""
         _only_keys(
             body, {"project", "cards", "job_class", "priority", "name", "payload", "allow_mixing"}
         )
@@ -214,6 +217,9 @@ class PoolService:
         self._need_account(project)
         priority = self._admit(project, priority)
         with self.lock:
+            earlier = self.store.submitted_as(project, key) if key else None
+            if earlier is not None and earlier in self.engine.jobs:
+                return describe(self.engine.jobs[earlier])
             now = self.clock()
             with self._change(now):
                 job = self.engine.submit(
@@ -226,6 +232,8 @@ class PoolService:
                     payload=payload,
                     allow_mixing=mixing,
                 )
+                if key:
+                    self._keys.append((project, key, job.id))
             return describe(job)
 
     def _need_account(self, name: str) -> None:
@@ -495,6 +503,7 @@ class PoolService:
             self._projects.clear()
             self._jobs.clear()
             self._stops.clear()
+            self._keys.clear()
             if changed:
                 self._reload()
             raise
@@ -506,7 +515,9 @@ class PoolService:
         changed = {e.job: self.engine.jobs[e.job] for e in events if e.job is not None}
         changed.update(self._jobs)
         try:
-            self.store.persist(self.engine, changed.values(), events, self._projects.values())
+            self.store.persist(
+                self.engine, changed.values(), events, self._projects.values(), self._keys
+            )
         except Exception as exc:  # sqlite3, psycopg, an unencodable string: nothing was stored
             log.warning("pool store %s refused a write: %s", self.store.path, exc)
             raise StoreUnavailable(
@@ -516,6 +527,7 @@ class PoolService:
         self.engine.events.clear()
         self._projects.clear()
         self._jobs.clear()
+        self._keys.clear()
         return events
 
     def _notify(self, events: list[Event]) -> None:

@@ -63,6 +63,8 @@ CREATE TABLE IF NOT EXISTS usage (
     borrowed INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS usage_by_project ON usage(project, start);
 CREATE TABLE IF NOT EXISTS handles (job_id INTEGER PRIMARY KEY, handle TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS submit_keys (
+    project TEXT NOT NULL, key TEXT NOT NULL, job_id INTEGER NOT NULL, PRIMARY KEY (project, key));
 CREATE TABLE IF NOT EXISTS set_aside (
     kind TEXT NOT NULL, ref TEXT NOT NULL, reason TEXT NOT NULL, time DOUBLE PRECISION NOT NULL,
     PRIMARY KEY (kind, ref));
@@ -162,6 +164,13 @@ class PoolStore:
         known, so a restarted pool finds the job on its cluster again."""
         self.db.execute(_UPSERT_HANDLE, (job_id, handle))
 
+    def submitted_as(self, project: str, key: str) -> int | None:
+        """The job a project's earlier submission with idempotency ``key`` made, if any."""
+        row = self.db.execute(
+            "SELECT job_id FROM submit_keys WHERE project = ? AND key = ?", (project, key)
+        ).fetchone()
+        return None if row is None else int(row["job_id"])
+
     def handles(self) -> dict[int, str]:
         """The stored executor handle of every job, by job id."""
         rows = self.db.execute("SELECT job_id, handle FROM handles").fetchall()
@@ -203,10 +212,13 @@ class PoolStore:
         jobs: Iterable[Job],
         events: list[Event],
         projects: Iterable[Project] = (),
+        keys: Iterable[tuple[str, str, int]] = (),
     ) -> None:
-        """Write changed projects and jobs, new events, finished usage segments and device
-        ownership, in one transaction: all of it is stored, or (an exception) none of it."""
+        """Write changed projects and jobs, new events, finished usage segments, device
+        ownership and new submissions' idempotency ``keys`` (project, key, job id), in one
+        transaction: all of it is stored, or (an exception) none of it."""
         with self._tx():
+            self.db.executemany("INSERT INTO submit_keys VALUES (?,?,?)", list(keys))
             for project in projects:
                 self._save_project(project)
             for job in jobs:
