@@ -31,7 +31,8 @@ def run(
         list(args), input=input_text, capture_output=True, text=True, timeout=timeout, env=env
     )
     if proc.returncode != 0:
-        raise SlurmError(f"{' '.join(args[:2])} failed: {proc.stderr.strip() or proc.stdout}")
+        tool = args[args.index("--") + 1 :] if "--" in args else args  # runuser -u U -- sbatch
+        raise SlurmError(f"{' '.join(tool[:2])} failed: {proc.stderr.strip() or proc.stdout}")
     return proc.stdout
 
 

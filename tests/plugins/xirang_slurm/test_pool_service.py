@@ -5,6 +5,7 @@ store or operator token."""
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import secrets
@@ -26,6 +27,9 @@ from xirang_slurm.executor import SlurmExecutor
 
 from xirang_service.pool.client import PoolClient
 from xirang_service.pool.errors import PoolError
+from xirang_service.pool.service import OPERATOR as OPERATOR_WHO
+from xirang_service.pool.service import PoolService
+from xirang_service.pool.store import PoolStore
 
 OPERATOR = "operator-secret-for-slurm-tests"
 
@@ -209,3 +213,26 @@ def _run_as_account(pool: Pool, folder: Path, account: str) -> None:
     assert (home / f"xirang-pool-{job['id']}.out").exists()
     for secret in (pool.token_file, pool.store):
         assert secret.stat().st_mode & 0o777 == 0o600, secret
+
+
+def test_a_job_sbatch_refuses_fails_and_the_service_serves_on(
+    slurm: str, tmp_path: Path, account: str
+) -> None:
+    """A placement Slurm refuses (a node it does not have) ends the job ``failed`` at the next
+    tick instead of stopping the service; the next job runs."""
+    cluster = tmp_path / "cluster.yaml"
+    nodes = [{"name": "no-such-node", "type": "cpu", "devices": 1}]
+    projects = [{"name": "nlp", "guaranteed": 1, "run_as": account}]
+    cluster.write_text(json.dumps({"nodes": nodes, "projects": projects}))
+    store = PoolStore(tmp_path / "pool.db")
+    service = PoolService(store, cluster, "priority", OPERATOR, SlurmExecutor(tmp_path / "s"))
+    try:
+        job = service.submit(
+            OPERATOR_WHO, {"project": "nlp", "cards": 1, "payload": {"command": ["true"]}}
+        )
+        assert job["state"] == "running"
+        service.tick()
+        assert service.job(OPERATOR_WHO, job["id"])["state"] == "failed"
+        assert service.status(OPERATOR_WHO)["types"]["cpu"]["free"] == 1
+    finally:
+        store.close()
