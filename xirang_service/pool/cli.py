@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from xirang_core.paths import xirang_home
+from xirang_core.paths import private_file, xirang_home
 from xirang_core.plugins import get_registry
 from xirang_core.specs import SchedulerSpec, import_target
 from xirang_core.terminal import help_text
@@ -258,9 +258,7 @@ def _operator_token(path: Path) -> tuple[str, str]:
     if not path.exists():
         import secrets
 
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch(mode=0o600)
-        path.write_text(secrets.token_urlsafe(24))
+        private_file(path, secrets.token_urlsafe(24))
     if path.stat().st_mode & 0o077:
         path.chmod(0o600)
     return path.read_text().strip(), str(path)
