@@ -14,18 +14,25 @@ class SlurmError(XirangError):
     """A Slurm command is missing or refused a request."""
 
 
-def run(*args: str, input_text: str | None = None, timeout: float = 60.0) -> str:
-    """Run a Slurm tool; its stderr becomes the error message when it fails."""
+def run(
+    *args: str,
+    input_text: str | None = None,
+    timeout: float = 60.0,
+    env: dict[str, str] | None = None,
+) -> str:
+    """Run a Slurm tool (with ``env`` in place of this process's environment, if given); its
+    stderr becomes the error message when it fails."""
     if shutil.which(args[0]) is None:
         raise SlurmError(
             f"{args[0]} is not installed here; install Slurm (Debian: apt-get install "
             "slurm-wlm munge) or run .ci/services/slurm.sh"
         )
     proc = subprocess.run(
-        list(args), input=input_text, capture_output=True, text=True, timeout=timeout
+        list(args), input=input_text, capture_output=True, text=True, timeout=timeout, env=env
     )
     if proc.returncode != 0:
-        raise SlurmError(f"{' '.join(args[:2])} failed: {proc.stderr.strip() or proc.stdout}")
+        tool = args[args.index("--") + 1 :] if "--" in args else args  # runuser -u U -- sbatch
+        raise SlurmError(f"{' '.join(tool[:2])} failed: {proc.stderr.strip() or proc.stdout}")
     return proc.stdout
 
 
@@ -73,8 +80,15 @@ def cancel(slurm_id: str, *flags: str) -> None:
 
 
 def job_state(slurm_id: str) -> tuple[str, int]:
-    """A job's state and exit code from ``scontrol show job`` (no accounting database needed)."""
-    records = parse_records(run("scontrol", "-o", "show", "job", slurm_id))
+    """A job's state and exit code from ``scontrol show job`` (no accounting database needed);
+    ``UNKNOWN`` for a job Slurm no longer knows (purged after ``MinJobAge``, or never made)."""
+    try:
+        text = run("scontrol", "-o", "show", "job", slurm_id)
+    except SlurmError as exc:
+        if "Invalid job id" in str(exc):
+            return "UNKNOWN", -1
+        raise
+    records = parse_records(text)
     if not records:
         return "UNKNOWN", -1
     code = records[0].get("ExitCode", "0:0").split(":")[0]

@@ -7,10 +7,24 @@ several nodes gets them as ``--nodelist`` and the leaf switches its placement sp
 ``--switches``. Preemption sends TERM first (the workers
 checkpoint at their step's end), then cancels; the pool requeues the job, which resumes from
 that checkpoint in its run directory.
+
+The Slurm job ids are the pool's handles: the service stores each one as soon as sbatch
+answers, and a restarted pool hands them back (:meth:`SlurmExecutor.adopt`), so the jobs that
+ran on meanwhile are polled again: one Slurm finished is ``done``, one that failed or that
+Slurm no longer knows (or whose id was never stored) is ``failed``.
+
+Each job runs as its project's account (``run_as``): the service, as root, submits it with
+``runuser -u ACCOUNT -- sbatch`` and a clean environment (none of the service's variables, its
+tokens and database URL among them, reach the job), from the account's home (a run from its run
+directory), where Slurm writes its output, ``xirang-pool-<job>.out``.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import pwd
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +32,7 @@ from xirang_core.paths import xirang_home
 from xirang_slurm import commands
 from xirang_slurm.script import BatchJob, render
 
+log = logging.getLogger("xirang.pool")
 TERMINAL = {
     "COMPLETED",
     "FAILED",
@@ -42,6 +57,8 @@ def workers_per_node(payload: dict[str, Any], devices: int, nodes: int) -> int:
 
 class SlurmExecutor:
     name = "slurm"
+    #: jobs run as their project's account: the service gives one to every start
+    accounts = True
 
     def __init__(self, workdir: str | Path | None = None, partition: str = "") -> None:
         self.workdir = Path(workdir or xirang_home() / "slurm")
@@ -49,28 +66,44 @@ class SlurmExecutor:
         self.partition = partition
         self.slurm_ids: dict[int, str] = {}
         self.ended_at: dict[int, float] = {}
+        self.lost: set[int] = set()  # running in the pool's store, with no Slurm job id
 
-    def start(self, job: Any, nodes: list[str], leaves: int = 1) -> str:
-        """sbatch the job on ``nodes``; returns Slurm's job id."""
+    def adopt(self, handles: Mapping[int, str | None]) -> None:
+        """Track the running jobs a restarted pool stored, by their Slurm ids; one without an
+        id is reported failed at the next poll (nothing to poll, its devices are freed)."""
+        for job_id, slurm_id in handles.items():
+            if slurm_id:
+                self.slurm_ids[job_id] = slurm_id
+            else:
+                self.lost.add(job_id)
+
+    def start(self, job: Any, nodes: list[str], leaves: int = 1, account: str = "") -> str:
+        """sbatch the job on ``nodes`` (as ``account`` when given); returns Slurm's job id."""
         payload = job.payload or {}
+        run_dir = "" if "command" in payload else str(payload.get("run_dir", "."))
         per_node = workers_per_node(payload, len(job.devices), len(nodes))
         batch = BatchJob(
             name=f"xirang-{job.id}",
             command=payload.get("command") or (),
-            run_dir="" if "command" in payload else str(payload.get("run_dir", ".")),
+            run_dir=run_dir,
             nodes=nodes,
             procs_per_node=per_node,
             device=job.device_type or "cpu",
             switches=leaves,
             partition=self.partition,
-            output=str(self.workdir / f"job-{job.id}.out"),
+            output=self._output(job.id, account),
             requeue=False,  # the pool requeues a preempted job itself
         )
         script = self.workdir / f"job-{job.id}.sbatch"
         script.write_text(render(batch))
-        slurm_id = commands.run("sbatch", "--parsable", str(script)).strip().split(";")[0]
+        slurm_id = _sbatch(script.read_text(), account, run_dir).strip().split(";")[0]
         self.slurm_ids[job.id] = slurm_id
         return slurm_id
+
+    def _output(self, job_id: int, account: str) -> str:
+        """Where Slurm writes the job's output: the executor's folder, or, for a job run as an
+        account (which cannot enter the service's folders), its working directory."""
+        return f"xirang-pool-{job_id}.out" if account else str(self.workdir / f"job-{job_id}.out")
 
     def stop(self, job: Any, reason: str) -> None:
         """Tell the job (TERM: checkpoint now), then cancel it; it is no longer tracked."""
@@ -81,10 +114,16 @@ class SlurmExecutor:
         commands.cancel(slurm_id)
 
     def poll(self) -> list[tuple[int, bool]]:
-        """Jobs that ended since the last poll and whether they succeeded."""
-        ended = []
+        """Jobs that ended since the last poll and whether they succeeded; a job Slurm no
+        longer knows has vanished (failed). Slurm not answering is retried at the next poll."""
+        ended = [(job_id, False) for job_id in sorted(self.lost)]
+        self.lost.clear()
         for job_id, slurm_id in list(self.slurm_ids.items()):
-            state, code = commands.job_state(slurm_id)
+            try:
+                state, code = commands.job_state(slurm_id)
+            except commands.SlurmError as exc:
+                log.warning("pool: cannot poll Slurm job %s (job %d): %s", slurm_id, job_id, exc)
+                continue
             if state.split()[0] in TERMINAL:
                 ended.append((job_id, state.startswith("COMPLETED") and code == 0))
                 self._note_end(job_id, slurm_id)
@@ -107,3 +146,21 @@ class SlurmExecutor:
 
     def drain(self, node: str, reason: str) -> None:
         commands.drain(node, reason)
+
+
+def _sbatch(script: str, account: str, run_dir: str) -> str:
+    """``sbatch`` the script (on stdin), as ``account`` with a clean environment from its
+    home (a run: from its run directory), else as this process."""
+    if not account:
+        return commands.run("sbatch", "--parsable", input_text=script)
+    user = pwd.getpwnam(account)
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": user.pw_dir,
+        "USER": account,
+        "LOGNAME": account,
+        **{k: v for k, v in os.environ.items() if k == "SLURM_CONF"},
+    }
+    chdir = f"--chdir={run_dir if run_dir and run_dir != '.' else user.pw_dir}"
+    command = ("runuser", "-u", account, "--", "sbatch", "--parsable", chdir)
+    return commands.run(*command, input_text=script, env=env)

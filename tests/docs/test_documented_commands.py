@@ -286,6 +286,8 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
     ),
     "xirang pool quota nlp --guaranteed 64 --borrow-limit 64 --team research": Pool(),
     "xirang pool quota nlp --max-priority high": Pool(),
+    # the docs' account does not exist here; nobody does, on any Debian or Red Hat host
+    "xirang pool quota nlp --run-as nlp-jobs": Pool(("xirang pool quota nlp --run-as nobody",)),
     "xirang pool status | queue | jobs --state running | cancel 12": Pool(
         (
             "xirang pool status",

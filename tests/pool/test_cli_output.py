@@ -50,3 +50,19 @@ def test_a_missing_token_says_where_tokens_come_from(busy_pool: str) -> None:
     message = str(err.value)
     assert "XIRANG_POOL_TOKEN" in message and "xirang pool quota" in message
     assert "XIRANG_POOL_OPERATOR_TOKEN" in message and ".operator-token" in message
+
+
+def test_control_characters_in_job_names_reach_the_terminal_escaped(
+    busy_pool: str, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tenant's job name cannot clear the operator's screen, retitle the window or hide
+    text (ANSI escapes, carriage returns, bidi overrides): ``xirang pool jobs`` shows them as
+    escapes; rich markup in a name is shown as written."""
+    name = "evil\x1b[2J\x1b]0;owned\x07\rfake\u202egnp.exe[bold]x"
+    PoolClient(busy_pool, OPERATOR).submit(project="nlp", cards=1, name=name)
+    monkeypatch.setenv("COLUMNS", "400")  # the name on one line, not folded
+    assert main(["--url", busy_pool, "--token", OPERATOR, "jobs"]) == 0
+    out = capsys.readouterr().out
+    for control in ("\x1b", "\x07", "\r", "\u202e"):
+        assert control not in out
+    assert "evil\\x1b[2J\\x1b]0;owned\\x07\\rfake\\u202egnp.exe[bold]x" in out

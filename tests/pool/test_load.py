@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from xirang_service.pool.client import PoolClient
+from xirang_service.pool.client import LostAnswer, PoolClient
 from xirang_service.pool.errors import PoolError
 
 LOAD_S = float(os.environ.get("XIRANG_LOAD_S", "10"))
@@ -152,7 +152,8 @@ def _client(i: int, service: Service, token: str, stop: threading.Event, tally: 
             with tally.lock:
                 tally.cancelled.add(job["id"])
         except (PoolError, OSError, http.client.HTTPException) as exc:
-            unreachable = not isinstance(exc, PoolError) or "cannot reach" in str(exc)
+            lost = isinstance(exc, LostAnswer) or not isinstance(exc, PoolError)
+            unreachable = lost or "cannot reach" in str(exc)
             if not unreachable or not (was_down or generation != service.generation):
                 with tally.lock:
                     tally.failures.append(f"{name}: {exc!r}")

@@ -33,3 +33,23 @@ def test_the_file_pool_serve_wrote_beats_an_exported_project_token(home, monkeyp
 def test_without_an_operator_token_the_project_token_is_sent(home) -> None:
     """The service then answers that the operator's token is needed (tests/pool)."""
     assert _operator_client(args()).token == "nlp-token"
+
+
+def test_a_token_file_or_store_readable_by_others_is_made_private_again(home) -> None:
+    """What an earlier version or a careless copy left readable by every account (a job's
+    among them) is mode 0600 once ``xirang pool serve`` opens it."""
+    from xirang_service.pool.cli import _operator_token
+    from xirang_service.pool.store import PoolStore
+
+    token, store = home / "pool.db.operator-token", home / "pool.db"
+    token.write_text("op-from-file\n")
+    PoolStore(store).close()
+    for path in (token, store):
+        path.chmod(0o644)
+    assert _operator_token(token) == ("op-from-file", str(token))
+    PoolStore(store).close()
+    for path in (token, store):
+        assert path.stat().st_mode & 0o777 == 0o600, path
+    fresh = home / "fresh.operator-token"
+    _operator_token(fresh)
+    assert fresh.stat().st_mode & 0o777 == 0o600

@@ -42,3 +42,18 @@ def test_store_location_round_trips_the_read_api(store_location: str) -> None:
     assert store.jobs() == [] and store.segments() == [] and store.events() == []
     assert not store.initialised()
     store.close()
+
+
+def test_executor_handles_survive_a_reopen_and_are_replaced_by_a_new_start(
+    store_location: str,
+) -> None:
+    """A restarted pool reads back the Slurm job id each running job was given; a job started
+    again (after a preemption) has its new id, not the old one."""
+    store = PoolStore(store_location)
+    store.save_handle(3, "101")
+    store.save_handle(4, "102")
+    store.save_handle(3, "205")
+    store.close()
+    reopened = PoolStore(store_location)
+    assert reopened.handles() == {3: "205", 4: "102"}
+    reopened.close()

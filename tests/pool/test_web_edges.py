@@ -69,6 +69,24 @@ def test_a_payload_field_the_meter_reads_is_typed_at_submit(tmp_path, cluster_fi
             pool.client().submit(cards=1, payload={"note": "\x00"})
 
 
+@pytest.mark.parametrize("command", [5, "echo hi", [], ["echo", 5], [None]])
+def test_what_a_job_runs_is_typed_at_submit_not_at_a_scheduling_pass(
+    tmp_path, cluster_file, command
+) -> None:
+    """A command an executor cannot run is refused naming payload.command, and nothing is
+    stored that a later pass (or a restart) would choke on; a list of strings is taken."""
+    with served(str(tmp_path / "pool.db"), cluster_file) as pool:
+        with pytest.raises(PoolError, match=r"payload\.command") as err:
+            pool.client().submit(cards=1, payload={"command": command})
+        assert err.value.status == 400
+        with pytest.raises(PoolError, match="payload: command must be a non-empty list"):
+            pool.service.submit("nlp", {"cards": 1, "payload": {"command": command}})
+        assert pool.service.jobs(OPERATOR_WHO) == []
+        job = pool.client().submit(cards=1, payload={"command": ["bash", "-c", "true"]})
+        pool.service.tick()
+        assert pool.client().job(job["id"])["state"] == "running"
+
+
 def test_a_fractional_or_tiny_usage_bucket_is_refused_at_once(tmp_path, cluster_file) -> None:
     clock = Clock()
     with served(str(tmp_path / "pool.db"), cluster_file, clock=clock) as pool:

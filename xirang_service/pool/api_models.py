@@ -40,9 +40,15 @@ class UsageReport(StrictModel):
 Usage = Annotated[UsageReport, BeforeValidator(via(check_report))]
 
 
+#: what an executor runs for a job without a run directory: argv, one storable string each
+Command = Annotated[list[text(4096)], Field(min_length=1, max_length=1024)]
+
+
 class Payload(StrictModel):
-    """Free-form submitter data kept with the job; the keys the pool itself reads are typed,
-    any other is JSON whose strings are storable and numbers finite."""
+    """Free-form submitter data kept with the job; the keys the pool itself reads are typed
+    (what an executor runs, ``command`` and ``run_dir``, included: a wrong one is a 422 at
+    submit, never a scheduling pass that fails), any other is JSON whose strings are storable
+    and numbers finite."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -50,6 +56,7 @@ class Payload(StrictModel):
     run_ended_at: Epoch | None = None
     interruptible: bool = False
     run_dir: text(4096) | None = None
+    command: Command | None = None
     nproc: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
 
     @model_validator(mode="after")
@@ -80,6 +87,8 @@ class QuotaIn(StrictModel):
     rotate_token: bool = False
     #: the highest priority class the project may submit (where the service governs priority)
     max_priority: Literal[tuple(PRIORITIES)] | None = None
+    #: the Unix account the project's jobs run as on a cluster executor (Slurm)
+    run_as: text(32, pattern=r"^[a-z_][a-z0-9_-]*$") | None = None
 
 
 class Answer(BaseModel):
@@ -122,6 +131,7 @@ class QuotaOut(Answer):
     team: str
     guaranteed: int
     borrow_limit: int | None
+    run_as: str
     used: int
     borrowed: int
 

@@ -5,7 +5,7 @@
     xirang pool status | queue | jobs [--state running]
     xirang pool cancel JOB
     xirang pool quota [PROJECT --guaranteed N --borrow-limit N --team T
-                               --max-priority CLASS]
+                               --max-priority CLASS --run-as USER]
     xirang pool drain NODE [--reason TEXT] | undrain NODE
     xirang pool simulate --trace philly.csv --cluster cluster.yaml
                          --policy fifo,priority,hetero
@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from xirang_core.paths import xirang_home
+from xirang_core.paths import private_file, xirang_home
 from xirang_core.plugins import get_registry
 from xirang_core.specs import SchedulerSpec, import_target
 from xirang_core.terminal import help_text
@@ -108,6 +108,11 @@ def _parser() -> argparse.ArgumentParser:
         choices=list(PRIORITIES),
         help="highest priority class the project's jobs may ask for (default normal)",
     )
+    quota.add_argument(
+        "--run-as",
+        metavar="USER",
+        help="the Unix account the project's jobs run as (needed by --executor slurm)",
+    )
     quota.add_argument("--rotate-token", action="store_true")
     quota.set_defaults(run=_quota)
 
@@ -172,7 +177,7 @@ def _quota(args: argparse.Namespace) -> int:
     if not args.project:
         return _print(args, _client(args).call("GET", "/v1/projects"))
     body: dict[str, Any] = {"rotate_token": args.rotate_token}
-    for key in ("guaranteed", "borrow_limit", "team", "max_priority"):
+    for key in ("guaranteed", "borrow_limit", "team", "max_priority", "run_as"):
         if getattr(args, key) is not None:
             body[key] = getattr(args, key)
     return _print(args, _operator_client(args).call("PUT", f"/v1/projects/{args.project}", body))
@@ -246,15 +251,16 @@ def _beside_state(location: str, suffix: str) -> Path:
 
 
 def _operator_token(path: Path) -> tuple[str, str]:
-    """The operator token from the environment, else one kept in ``path`` (mode 0600)."""
+    """The operator token from the environment, else one kept in ``path`` (mode 0600; one
+    an earlier version or a hand left readable to others is made 0600 again)."""
     if os.environ.get(OPERATOR_TOKEN_ENV):
         return os.environ[OPERATOR_TOKEN_ENV], ""
     if not path.exists():
         import secrets
 
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch(mode=0o600)
-        path.write_text(secrets.token_urlsafe(24))
+        private_file(path, secrets.token_urlsafe(24))
+    if path.stat().st_mode & 0o077:
+        path.chmod(0o600)
     return path.read_text().strip(), str(path)
 
 

@@ -12,7 +12,8 @@
       gavel: path/to/simulation_throughputs.json       # or Gavel's measured table
       prices: {v100: 2.5, p100: 1.5}                   # per device-hour (optional)
     projects:
-      - {name: nlp, guaranteed: 64, borrow_limit: 128, team: research, max_priority: high}
+      - {name: nlp, guaranteed: 64, borrow_limit: 128, team: research, max_priority: high,
+         run_as: nlp-jobs}         # the Unix account its jobs run as (docs/pool.md)
 
 Relative paths resolve against the cluster file's folder.
 """

@@ -104,6 +104,14 @@ def _passwords(location: str) -> set[str]:
 _PASSWORD_PARAM = re.compile(r"([?&](?:ssl)?password=)(.*?)(?=&[A-Za-z_]+=|$)", re.IGNORECASE)
 
 
+def _keep_private(path: str) -> None:
+    """A store file (and its ``-wal``, ``-shm``) an earlier version or a hand left readable
+    to others, job accounts among them, made 0600 again."""
+    for file in (Path(path), Path(path + "-wal"), Path(path + "-shm")):
+        if file.exists() and file.stat().st_mode & 0o077:
+            file.chmod(0o600)
+
+
 class SQLiteDatabase:
     """One SQLite file in WAL mode, so other processes read while the service writes."""
 
@@ -113,6 +121,7 @@ class SQLiteDatabase:
         self.location = path
         if path != ":memory:":
             private_file(path)  # the store holds token hashes and every project's jobs
+            _keep_private(path)
         self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")

@@ -110,7 +110,15 @@ def check_payload(payload: Any) -> dict[str, Any]:
         raise PoolError(f"payload: {exc}") from None
     if not isinstance(payload.get(INTERRUPTIBLE, False), bool):
         raise PoolError(f"payload: {INTERRUPTIBLE} must be true or false")
+    command = payload.get("command")
+    if command is not None and not _argv(command):
+        raise PoolError(f"payload: command must be a non-empty list of strings, got {command!r}")
     return payload
+
+
+def _argv(command: Any) -> bool:
+    """Whether ``command`` is what an executor can run: a non-empty list of strings."""
+    return isinstance(command, list) and bool(command) and all(isinstance(a, str) for a in command)
 
 
 def priority_name(value: int) -> str:

@@ -9,6 +9,7 @@ reclaimed from other teams before it is reclaimed from one's own team (team > pr
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -17,12 +18,16 @@ from xirang_service.pool.jobs import PRIORITIES, Job, allowed_priorities, priori
 
 #: the highest priority class a project may use unless the operator allows more
 DEFAULT_MAX_PRIORITY = PRIORITIES["normal"]
+#: a Unix account name (useradd's default rule), the account a project's jobs run as
+ACCOUNT = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 
 
 @dataclass
 class Project:
     """A project's share of the pool; ``max_priority`` is the highest priority class its jobs
-    may ask for (operator-set, like Kueue's WorkloadPriorityClass with an admission policy)."""
+    may ask for (operator-set, like Kueue's WorkloadPriorityClass with an admission policy);
+    ``run_as`` the Unix account its jobs run as on a cluster (Slurm runs a job as its
+    submitter), never the pool service's own."""
 
     name: str
     guaranteed: int = 0
@@ -30,6 +35,7 @@ class Project:
     team: str = "default"
     token_hash: str = ""
     max_priority: int = DEFAULT_MAX_PRIORITY
+    run_as: str = ""
 
     def check(self) -> Project:
         if not self.name or not self.name.replace("-", "").replace("_", "").isalnum():
@@ -38,6 +44,11 @@ class Project:
             raise PoolError(f"project '{self.name}': quotas must be zero or positive")
         if self.max_priority not in PRIORITIES.values():
             raise PoolError(f"project '{self.name}': max_priority {self.max_priority!r} is unknown")
+        if self.run_as and not ACCOUNT.match(self.run_as):
+            raise PoolError(
+                f"project '{self.name}': run_as {self.run_as!r} is not a Unix account name "
+                "(lower-case letters, digits, '_' and '-', at most 32)"
+            )
         return self
 
     def admit_priority(self, priority: int) -> None:

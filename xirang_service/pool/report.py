@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 #: job fields in the order a table shows them; a terminal under WIDE columns shows ``_NARROW``
 _JOB_COLUMNS = (
@@ -23,6 +25,8 @@ _JOB_COLUMNS = (
 )
 _NARROW = ("position", "id", "project", "name", "cards", "priority", "state", "device_type")
 WIDE = 120
+#: what a terminal acts on instead of showing: C0 and C1 controls, DEL, bidi overrides
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def print_answer(answer: dict[str, Any] | list[Any], console: Console | None = None) -> None:
@@ -51,9 +55,10 @@ def _print_status(status: dict[str, Any], console: Console) -> None:
     """Scalars as ``key: value`` lines; device types, projects and rows set aside as tables."""
     for key, value in status.items():
         if not isinstance(value, dict | list):
-            console.print(f"[bold]{key}[/]: {_cell(value)}")
+            console.print(Text.assemble((key, "bold"), ": ", _cell(value)))
     if "drained" in status:
-        console.print(f"[bold]drained[/]: {', '.join(status['drained']) or 'none'}")
+        drained = ", ".join(status["drained"]) or "none"
+        console.print(Text.assemble(("drained", "bold"), ": ", printable(drained)))
     if status.get("types"):
         types = [{"type": t, **v} for t, v in status["types"].items()]
         print_answer(types, console)
@@ -64,13 +69,21 @@ def _print_status(status: dict[str, Any], console: Console) -> None:
         print_answer(status["set_aside"], console)
 
 
-def _cell(value: Any) -> str:
-    """A value as a reader expects it: none for a missing limit, yes/no for flags."""
+def _cell(value: Any) -> Text:
+    """A value as a reader expects it: none for a missing limit, yes/no for flags; as plain
+    text (no rich markup) with its control characters escaped (:func:`printable`)."""
     if value is None:
-        return "none"
+        return Text("none")
     if isinstance(value, bool):
-        return "yes" if value else "no"
-    return str(value)
+        return Text("yes" if value else "no")
+    return Text(printable(str(value)))
+
+
+def printable(text: str) -> str:
+    """``text`` safe for a terminal: a tenant's job name holding ANSI escapes, a carriage
+    return or a bidi override would clear, retitle or disguise the operator's screen, so each
+    such character is shown as its escape (``\\x1b``, ``\\u202e``)."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
 
 
 def comparison_table(rows: list[dict[str, Any]], baseline: str = "fifo") -> Table:

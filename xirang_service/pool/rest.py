@@ -6,7 +6,8 @@ headers, connections, time) are :class:`~xirang_service.web.server.Limits`.
 
     GET    /v1/status                     pool summary            any token
     GET    /v1/jobs[?state=queued]        jobs you may see        any token
-    POST   /v1/jobs                       submit                  project token (or operator)
+    POST   /v1/jobs                       submit                  project token (or operator);
+                                          an Idempotency-Key header makes a retry safe
     GET    /v1/jobs/<id>                  one job
     DELETE /v1/jobs/<id>                  cancel
     POST   /v1/jobs/<id>/complete         {"ok": true, "usage": {...}}: the job's executor reports
@@ -27,7 +28,7 @@ models document the answers, the fuzz test checks them, nothing validates them a
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Query
+from fastapi import APIRouter, Depends, FastAPI, Header, Query
 from fastapi import Path as PathParam
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
@@ -47,6 +48,10 @@ MIN_BUCKET_S, MAX_BUCKET_S = 60, 366 * 86400
 JobId = Annotated[int, PathParam(ge=0, le=2**53)]
 ProjectName = Annotated[str, PathParam(pattern=r"^[\w.-]+$", max_length=200)]
 NodeName = Annotated[str, PathParam(pattern=r"^[\w.-]+$", max_length=200)]
+#: a client's name for one submission: a retry with the same key answers the same job
+IdempotencyKey = Annotated[
+    str | None, Header(pattern=r"^[\x21-\x7e]+$", max_length=200, alias="Idempotency-Key")
+]
 
 
 def serve(service: PoolService, host: str, port: int, limits: Limits = LIMITS) -> WebServer:
@@ -91,8 +96,8 @@ def _routes(pool: PoolService) -> APIRouter:
         response_model=m.JobOut,
         responses={402: {"model": ErrorOut, "description": "the project's budget refuses"}},
     )
-    def submit(you: Who, body: m.SubmitIn) -> Any:
-        return JSONAnswer(pool.submit(you, body.model_dump(exclude_unset=True)), 201)
+    def submit(you: Who, body: m.SubmitIn, key: IdempotencyKey = None) -> Any:
+        return JSONAnswer(pool.submit(you, body.model_dump(exclude_unset=True), key or ""), 201)
 
     @router.get("/jobs/{job_id}", response_model=m.JobOut)
     def job(you: Who, job_id: JobId) -> Any:

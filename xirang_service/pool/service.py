@@ -16,6 +16,8 @@ import hashlib
 import hmac
 import json
 import logging
+import os
+import pwd
 import secrets
 import threading
 import time
@@ -47,13 +49,19 @@ MAX_NAME = 200
 class Executor(Protocol):
     """Runs what the pool placed: told when a job starts and when it must stop."""
 
-    def start(self, job: Job, nodes: list[str], leaves: int = 1) -> Any: ...
+    def start(self, job: Job, nodes: list[str], leaves: int = 1, account: str = "") -> Any:
+        """Run ``job`` on ``nodes``; an executor with ``accounts = True`` runs it as
+        ``account`` (the project's ``run_as``), which the service always gives it."""
 
     def stop(self, job: Job, reason: str) -> None: ...
 
     def poll(self) -> list[tuple[int, bool]]:
         """Jobs that ended since the last poll, with whether they succeeded (an executor may
-        also offer ``usage(job_id)``: what it measured of an ended job, for cost metering)."""
+        also offer ``usage(job_id)``: what it measured of an ended job, for cost metering).
+
+        ``start`` may return a handle (a Slurm job id): the service stores it at once, and an
+        executor that offers ``adopt(handles)`` is given, at a restart, the stored handle of
+        every running job (None where none was stored) to poll again."""
 
 
 class RecordingExecutor:
@@ -66,7 +74,7 @@ class RecordingExecutor:
         self.started: list[int] = []
         self.stopped: list[int] = []
 
-    def start(self, job: Job, nodes: list[str], leaves: int = 1) -> None:
+    def start(self, job: Job, nodes: list[str], leaves: int = 1, account: str = "") -> None:
         self.started.append(job.id)
 
     def stop(self, job: Job, reason: str) -> None:
@@ -99,8 +107,10 @@ class PoolService:
         self._projects: dict[str, Project] = {}  # edited, stored with the next change
         self._jobs: dict[int, Job] = {}  # changed without an event, stored likewise
         self._ended: list[tuple[int, bool]] = []  # polled ends not yet stored
+        self._keys: list[tuple[str, str, int]] = []  # submissions' idempotency keys, likewise
         self._stale = False  # memory may differ from the store: reload before the next change
         self.restored = self._load()
+        self._adopt()
         self.budgets.check_types(self.engine.cluster.types)
         with self.lock, self._change(clock()):
             pass  # a first pass: what fits starts, and a restart's repairs are stored
@@ -118,6 +128,19 @@ class PoolService:
         restored = self.store.load_into(engine, self.clock())
         self.engine, self._stale = engine, False
         return restored
+
+    def _adopt(self) -> None:
+        """Give an executor that runs jobs on a cluster the stored handles of the jobs still
+        running, so a restarted pool polls them again; a job with none (the pool stopped
+        between placing it and storing its handle) is the executor's to report as lost."""
+        adopt = getattr(self.executor, "adopt", None)
+        if adopt is None:
+            return
+        handles = self.store.handles()
+        running = {job.id: handles.get(job.id) for job in self.engine.running_jobs()}
+        adopt(running)
+        if running:
+            log.info("pool: adopted %d running job(s) from the store", len(running))
 
     def _reload(self) -> None:
         """After a failed change: memory back to the store's; a store that cannot even be read
@@ -144,7 +167,7 @@ class PoolService:
         spec["throughputs"].pop("_memo", None)
         self.store.set_meta("cluster", json.dumps(spec))
         for project in quotas.projects.values():
-            self.store.save_project(project)
+            self.store.save_project(_check_account(project))
         return throughputs
 
     # --- authentication ---------------------------------------------------------------------
@@ -174,7 +197,9 @@ class PoolService:
 
     # --- requests ---------------------------------------------------------------------------
 
-    def submit(self, who: str, body: dict[str, Any]) -> dict[str, Any]:
+    def submit(self, who: str, body: dict[str, Any], key: str = "") -> dict[str, Any]:
+        """Queue a job; with an idempotency ``key`` a project's repeated submission (a client
+        retrying after a lost answer) answers the job the first one made, never a second."""
         _only_keys(
             body, {"project", "cards", "job_class", "priority", "name", "payload", "allow_mixing"}
         )
@@ -189,8 +214,12 @@ class PoolService:
         priority = parse_priority(body.get("priority", "normal"))
         if who != OPERATOR:  # the operator may submit at any class
             self.engine.quotas.project(project).admit_priority(priority)
+        self._need_account(project)
         priority = self._admit(project, priority)
         with self.lock:
+            earlier = self.store.submitted_as(project, key) if key else None
+            if earlier is not None and earlier in self.engine.jobs:
+                return describe(self.engine.jobs[earlier])
             now = self.clock()
             with self._change(now):
                 job = self.engine.submit(
@@ -203,7 +232,22 @@ class PoolService:
                     payload=payload,
                     allow_mixing=mixing,
                 )
+                if key:
+                    self._keys.append((project, key, job.id))
             return describe(job)
+
+    def _need_account(self, name: str) -> None:
+        """An executor that runs jobs as their project's account (Slurm) takes no job from a
+        project without one: it would run as the pool service, beside its store and tokens."""
+        if not getattr(self.executor, "accounts", False):
+            return
+        project = self.engine.quotas.project(name)
+        if not project.run_as:
+            raise PoolError(
+                f"project '{name}' has no account to run its jobs as; the operator sets one: "
+                f"xirang pool quota {name} --run-as USER (or run_as: in the cluster file)",
+                403,
+            )
 
     def _admit(self, project: str, priority: int) -> int:
         """The priority the project's budget allows; a budget that refuses is a 402."""
@@ -264,7 +308,10 @@ class PoolService:
     def set_quota(self, who: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         """Create or edit a project; a new project's token is returned once, never again."""
         self._operator(who)
-        _only_keys(body, {"guaranteed", "borrow_limit", "team", "rotate_token", "max_priority"})
+        _only_keys(
+            body,
+            {"guaranteed", "borrow_limit", "team", "rotate_token", "max_priority", "run_as"},
+        )
         with self.lock:
             old = self.engine.quotas.projects.get(name)
             highest = body.get("max_priority", old.max_priority if old else DEFAULT_MAX_PRIORITY)
@@ -275,7 +322,9 @@ class PoolService:
                 str(body.get("team", old.team if old else "default")),
                 old.token_hash if old else "",
                 parse_priority(highest),
+                str(body.get("run_as", old.run_as if old else "")),
             ).check()
+            _check_account(project)
             token = ""
             if not project.token_hash or body.get("rotate_token"):
                 token = secrets.token_urlsafe(24)
@@ -379,6 +428,7 @@ class PoolService:
             "guaranteed": project.guaranteed,
             "borrow_limit": project.borrow_limit,
             "max_priority": priority_name(project.max_priority),
+            "run_as": project.run_as,
             "used": quotas.used[project.name],
             "borrowed": quotas.borrowed[project.name],
         }
@@ -453,6 +503,7 @@ class PoolService:
             self._projects.clear()
             self._jobs.clear()
             self._stops.clear()
+            self._keys.clear()
             if changed:
                 self._reload()
             raise
@@ -464,7 +515,9 @@ class PoolService:
         changed = {e.job: self.engine.jobs[e.job] for e in events if e.job is not None}
         changed.update(self._jobs)
         try:
-            self.store.persist(self.engine, changed.values(), events, self._projects.values())
+            self.store.persist(
+                self.engine, changed.values(), events, self._projects.values(), self._keys
+            )
         except Exception as exc:  # sqlite3, psycopg, an unencodable string: nothing was stored
             log.warning("pool store %s refused a write: %s", self.store.path, exc)
             raise StoreUnavailable(
@@ -474,6 +527,7 @@ class PoolService:
         self.engine.events.clear()
         self._projects.clear()
         self._jobs.clear()
+        self._keys.clear()
         return events
 
     def _notify(self, events: list[Event]) -> None:
@@ -488,10 +542,29 @@ class PoolService:
             if event.kind == "started" and job.state.value == "running":
                 nodes = sorted({self.engine.cluster.node_of(d).name for d in job.devices})
                 leaves = span(self.engine.cluster, job.devices)["leaves"]
-                self.executor.start(job, nodes, leaves)
+                self._start(job, nodes, leaves)
             elif event.kind == "preempted":
                 reason = event.detail.get("reason") or f"preempted by job {event.detail.get('by')}"
                 self.executor.stop(job, reason)
+
+    def _start(self, job: Job, nodes: list[str], leaves: int) -> None:
+        """Start a placed job and store its handle at once; an executor that refuses it (sbatch
+        fails) ends it failed at the next tick instead of stopping the service."""
+        account = self.engine.quotas.project(job.project).run_as
+        try:
+            if getattr(self.executor, "accounts", False) and not account:
+                raise PoolError(f"project '{job.project}' has no run_as account")
+            handle = self.executor.start(job, nodes, leaves, account)
+        except Exception as exc:
+            log.warning("pool: the executor could not start job %d: %s", job.id, exc)
+            self._ended.append((job.id, False))
+            return
+        if handle is None:
+            return
+        try:
+            self.store.save_handle(job.id, str(handle))
+        except Exception as exc:  # still polled from memory; a restart reports it lost
+            log.warning("pool: job %d's handle %s was not stored: %s", job.id, handle, exc)
 
 
 def describe(job: Job) -> dict[str, Any]:
@@ -515,6 +588,26 @@ def describe(job: Job) -> dict[str, Any]:
         "requeues": job.requeues,
         "payload": job.payload,
     }
+
+
+def _check_account(project: Project) -> Project:
+    """A project's ``run_as`` must be a user of this host, and not the pool service's own
+    (whose jobs could read the pool's store and the operator's token)."""
+    if not project.run_as:
+        return project
+    try:
+        uid = pwd.getpwnam(project.run_as).pw_uid
+    except KeyError:
+        raise PoolError(
+            f"project '{project.name}': run_as '{project.run_as}' is no user on this host; "
+            "create the account (useradd) or name another"
+        ) from None
+    if uid == os.geteuid():
+        raise PoolError(
+            f"project '{project.name}': run_as '{project.run_as}' is the pool service's own "
+            "user; its jobs could read the pool's store and tokens: name an account of its own"
+        )
+    return project
 
 
 def _hash(token: str) -> str:

@@ -36,7 +36,7 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS projects (
     name TEXT PRIMARY KEY, team TEXT NOT NULL, guaranteed INTEGER NOT NULL,
     borrow_limit INTEGER, token_hash TEXT NOT NULL DEFAULT '',
-    max_priority INTEGER NOT NULL DEFAULT 1);
+    max_priority INTEGER NOT NULL DEFAULT 1, run_as TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS nodes (
     name TEXT PRIMARY KEY, type TEXT NOT NULL, devices INTEGER NOT NULL, leaf TEXT NOT NULL,
     spine TEXT NOT NULL, domain_size INTEGER NOT NULL, healthy INTEGER NOT NULL,
@@ -62,6 +62,9 @@ CREATE TABLE IF NOT EXISTS usage (
     cards INTEGER NOT NULL,
     borrowed INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS usage_by_project ON usage(project, start);
+CREATE TABLE IF NOT EXISTS handles (job_id INTEGER PRIMARY KEY, handle TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS submit_keys (
+    project TEXT NOT NULL, key TEXT NOT NULL, job_id INTEGER NOT NULL, PRIMARY KEY (project, key));
 CREATE TABLE IF NOT EXISTS set_aside (
     kind TEXT NOT NULL, ref TEXT NOT NULL, reason TEXT NOT NULL, time DOUBLE PRECISION NOT NULL,
     PRIMARY KEY (kind, ref));
@@ -75,6 +78,7 @@ _JOB_COLUMNS = (
 _ADDED_COLUMNS = (
     ("jobs", "allow_mixing", "INTEGER NOT NULL DEFAULT 0"),
     ("projects", "max_priority", "INTEGER NOT NULL DEFAULT 1"),
+    ("projects", "run_as", "TEXT NOT NULL DEFAULT ''"),
 )
 #: the most time buckets one usage query may fill (a tiny bucket over a long range is a typo)
 MAX_BUCKETS = 100_000
@@ -95,7 +99,15 @@ _UPSERT_NODE = upsert(
     ("name", "type", "devices", "leaf", "spine", "domain_size", "healthy", "drain_reason"),
     "name",
 )
-_PROJECT_COLUMNS = ("name", "team", "guaranteed", "borrow_limit", "token_hash", "max_priority")
+_PROJECT_COLUMNS = (
+    "name",
+    "team",
+    "guaranteed",
+    "borrow_limit",
+    "token_hash",
+    "max_priority",
+    "run_as",
+)
 _UPSERT_PROJECT = upsert("projects", _PROJECT_COLUMNS, "name")
 #: the rows every reader skips: those a restart set aside
 _NOT_ASIDE = "WHERE CAST(id AS TEXT) NOT IN (SELECT ref FROM set_aside WHERE kind = 'job')"
@@ -106,6 +118,7 @@ _DEVICES_NOT_ASIDE = (
 )
 _UPSERT_JOB = upsert("jobs", tuple(c.strip() for c in _JOB_COLUMNS.split(",")), "id")
 _UPSERT_META = upsert("meta", ("key", "value"), "key")
+_UPSERT_HANDLE = upsert("handles", ("job_id", "handle"), "job_id")
 
 
 class PoolStore:
@@ -146,6 +159,23 @@ class PoolStore:
     def set_meta(self, key: str, value: str) -> None:
         self.db.execute(_UPSERT_META, (key, value))
 
+    def save_handle(self, job_id: int, handle: str) -> None:
+        """What the executor calls a started job (a Slurm job id), stored the moment it is
+        known, so a restarted pool finds the job on its cluster again."""
+        self.db.execute(_UPSERT_HANDLE, (job_id, handle))
+
+    def submitted_as(self, project: str, key: str) -> int | None:
+        """The job a project's earlier submission with idempotency ``key`` made, if any."""
+        row = self.db.execute(
+            "SELECT job_id FROM submit_keys WHERE project = ? AND key = ?", (project, key)
+        ).fetchone()
+        return None if row is None else int(row["job_id"])
+
+    def handles(self) -> dict[int, str]:
+        """The stored executor handle of every job, by job id."""
+        rows = self.db.execute("SELECT job_id, handle FROM handles").fetchall()
+        return {row["job_id"]: row["handle"] for row in rows}
+
     def save_cluster(self, cluster: Cluster, reasons: dict[str, str] | None = None) -> None:
         reasons = reasons or {}
         with self._tx():
@@ -182,10 +212,13 @@ class PoolStore:
         jobs: Iterable[Job],
         events: list[Event],
         projects: Iterable[Project] = (),
+        keys: Iterable[tuple[str, str, int]] = (),
     ) -> None:
-        """Write changed projects and jobs, new events, finished usage segments and device
-        ownership, in one transaction: all of it is stored, or (an exception) none of it."""
+        """Write changed projects and jobs, new events, finished usage segments, device
+        ownership and new submissions' idempotency ``keys`` (project, key, job id), in one
+        transaction: all of it is stored, or (an exception) none of it."""
         with self._tx():
+            self.db.executemany("INSERT INTO submit_keys VALUES (?,?,?)", list(keys))
             for project in projects:
                 self._save_project(project)
             for job in jobs:
@@ -578,5 +611,6 @@ def _project(row: Mapping[str, Any]) -> Project:
         str(row["team"]),
         str(row["token_hash"]),
         parse_priority(row["max_priority"]),
+        str(row["run_as"]),
     )
     return project.check()

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -277,14 +277,43 @@ def tick_until(service: PoolService, stop: threading.Event) -> None:
 
 
 @pytest.fixture
-def pool(slurm_multinode: MultiNodeSlurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def account(tmp_path: Path) -> Iterator[str]:
+    """The Unix account the pool runs the projects' jobs as (it never runs them as itself),
+    made for the test and removed after; its workers need the interpreter and the run folder."""
+    name = f"xrpool-{os.getpid()}"
+    subprocess.run(["useradd", "--create-home", name], check=True)
+    try:
+        tmp_path.chmod(0o1777)
+        probe = subprocess.run(
+            ["runuser", "-u", name, "--", sys.executable, "-c", f"open('{tmp_path}/probe', 'w')"],
+            capture_output=True,
+            text=True,
+        )
+        if probe.returncode != 0:  # a property of the machine, not a service CI can start
+            pytest.skip(f"account {name} cannot run {sys.executable} in {tmp_path}: {probe.stderr}")
+        yield name
+    finally:
+        subprocess.run(["userdel", "--remove", name], capture_output=True)
+
+
+@pytest.fixture
+def pool(
+    slurm_multinode: MultiNodeSlurm,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    account: str,
+):
     """The pool service with the Slurm executor over the two nodes (one device of each, so a
     2-card job spans both), ticking as ``xirang pool serve`` does, only faster. Project
-    ``batch`` has no guarantee (its jobs borrow); ``prod`` is guaranteed both cards."""
+    ``batch`` has no guarantee (its jobs borrow); ``prod`` is guaranteed both cards; both run
+    their jobs as ``account``."""
     monkeypatch.setenv("SLURM_CONF", str(slurm_multinode.conf))
     cluster = tmp_path / "cluster.yaml"
     nodes = [{**node, "devices": 1} for node in inventory.nodes()]
-    projects = [{"name": "batch", "guaranteed": 0}, {"name": "prod", "guaranteed": 2}]
+    projects = [
+        {"name": "batch", "guaranteed": 0, "run_as": account},
+        {"name": "prod", "guaranteed": 2, "run_as": account},
+    ]
     cluster.write_text(yaml.safe_dump({"nodes": nodes, "projects": projects}))
     executor = SlurmExecutor(tmp_path / "slurm")
     service = PoolService(PoolStore(tmp_path / "pool.db"), cluster, "priority", "op", executor)
