@@ -3,6 +3,7 @@ guard (stop and skip), and the figures each metrics record carries."""
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -14,8 +15,9 @@ import torch.distributed as dist
 from tests.conftest import QUICK, run_dirs
 from xirang_core.config import compose
 from xirang_core.errors import ConfigError
+from xirang_core.plugins import get_registry
 from xirang_core.train.loop import NonFiniteError
-from xirang_core.train.optim import implementation
+from xirang_core.train.optim import build_optimizer, implementation, kernels
 
 
 def test_an_unknown_optimizer_is_refused_when_the_config_is_composed() -> None:
@@ -25,22 +27,51 @@ def test_an_unknown_optimizer_is_refused_when_the_config_is_composed() -> None:
 
 FUSED = {"fused": True, "foreach": False}
 FOREACH = {"fused": False, "foreach": True}
+ADAMW = {"name": "adamw", "lr": 0.1, "beta1": 0.9, "beta2": 0.95, "weight_decay": 0.1}
+
+
 LOOP = {"fused": False, "foreach": False}
 
 
-def test_plain_parameters_take_fused_kernels_and_fsdp_shards_foreach() -> None:
+@pytest.mark.parametrize(
+    ("devices", "chosen"),
+    [({"cpu"}, FUSED), ({"cuda"}, FUSED), ({"npu"}, FOREACH), ({"cuda", "meta"}, FOREACH)],
+)
+def test_the_optimizer_fuses_where_the_device_has_fused_kernels(
+    devices: set[str], chosen: dict
+) -> None:
+    """Fused AdamW on CUDA (and the CPU), batched foreach ops elsewhere."""
+    assert kernels(devices) == chosen
+
+
+def test_fsdp_shards_take_fused_kernels_and_train_like_plain_tensors() -> None:
+    """FSDP2's DTensor shards get the fused AdamW (foreach before), with the single-process
+    update; plain tensors beside DTensors (tensor parallel) keep the loop."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard, distribute_tensor
 
-    assert implementation([torch.nn.Parameter(torch.ones(4))]) == FUSED
     plain = torch.nn.Parameter(torch.ones(4))
-    assert implementation([torch.nn.Parameter(torch.ones(4, device="meta"))]) == LOOP
+    assert implementation([plain]) == FUSED
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         mesh = init_device_mesh("cpu", (1,))
-        shard = torch.nn.Parameter(distribute_tensor(torch.ones(4, 4), mesh, [Shard(0)]))
-        assert implementation([shard]) == FOREACH
-        assert implementation([shard, plain]) == LOOP  # tensor parallel's mix
+        model, reference = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+        reference.load_state_dict(model.state_dict())
+        for name, param in list(model.named_parameters()):
+            shard = distribute_tensor(param.detach(), mesh, [Shard(0)])
+            setattr(model, name, torch.nn.Parameter(shard))
+        assert implementation([model.weight, plain]) == LOOP
+        built, single = build_optimizer(model, ADAMW), build_optimizer(reference, ADAMW)
+        assert built.defaults["fused"] is True
+        x = torch.ones(2, 4)
+        for _ in range(3):
+            for m, opt in ((model, built), (reference, single)):
+                w, b = (t.full_tensor() if hasattr(t, "full_tensor") else t for t in m.parameters())
+                (x @ w.T + b).square().sum().backward()
+                opt.step()
+                opt.zero_grad()
+        torch.testing.assert_close(model.weight.full_tensor(), reference.weight)
+        torch.testing.assert_close(model.bias.full_tensor(), reference.bias)
     finally:
         dist.destroy_process_group()
 
@@ -118,3 +149,33 @@ def test_a_diverging_run_stops_with_one_line_naming_step_and_checkpoint(
     assert line.startswith("xirang error: step 2: non-finite "), result.stderr[-2000:]
     assert "latest checkpoint: step 1; resume with checkpoint.resume=" in line
     assert "Traceback" not in result.stderr
+
+
+def test_the_collector_runs_every_n_steps_only_and_comes_back_after(
+    make_trainer: Callable,
+) -> None:
+    """torchtitan's policy: automatic collection off while training, generation-1
+    collections at the start and every ``gc_every`` steps, the collector on again after."""
+    trainer = make_trainer(max_steps=5, gc_every=2, log_every=10)
+    trainer.hook = get_registry().hook  # the observers a run's step records go to
+    steps = [0]  # the last step that ended
+    collected: list[tuple[int, int]] = []  # (last step ended, generation) while disabled
+    automatic_during_steps: list[int] = []
+
+    def on_collect(phase: str, info: dict) -> None:
+        if phase == "start" and not gc.isenabled():
+            collected.append((steps[0], info["generation"]))
+
+    def on_step_end(step: int) -> None:
+        steps[0] = step
+        if gc.isenabled():
+            automatic_during_steps.append(step)
+
+    gc.callbacks.append(on_collect)
+    try:
+        trainer.fit(on_step_end=on_step_end)
+    finally:
+        gc.callbacks.remove(on_collect)
+    assert gc.isenabled()
+    assert automatic_during_steps == []
+    assert collected == [(0, 1), (2, 1), (4, 1)]

@@ -12,6 +12,7 @@ or skipping at the very step that went bad.
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import resource
 import sys
@@ -52,6 +53,7 @@ class LoopSettings:
     compile: bool = False
     eval_every: int = 0
     nonfinite: str = "stop"
+    gc_every: int = 50  # Python's garbage collector runs every N steps only (:class:`GcPolicy`)
     #: the run's :class:`~xirang_core.specs.LRSchedule` (``schedule=``)
     schedule: Any = field(default_factory=build_schedule)
 
@@ -217,13 +219,14 @@ class Trainer:
         records: list[dict[str, Any]] = []
         started = mark = time.perf_counter()
         mark_step, compiling = start_step - 1, (0.0, 0)  # compile time and steps since mark
-        with self._progress() as advance:
+        with self._progress() as advance, collect_every(s.gc_every) as collect:
             for step in range(start_step, s.max_steps + 1):
                 with self.profiler(step):
                     loss, spent = self._timed_step(step)
                 compiling = (compiling[0] + spent, compiling[1] + (spent > 0))
                 if on_step_end is not None:
                     on_step_end(step)
+                collect(step)
                 evaluating = s.eval_every and step % s.eval_every == 0 and step != s.max_steps
                 if not evaluating and step % s.log_every and step not in (1, s.max_steps):
                     advance(step, None)
@@ -348,6 +351,24 @@ class Trainer:
                 progress.update(task, completed=step, **fields)
 
             yield advance
+
+
+@contextlib.contextmanager
+def collect_every(every: int) -> Iterator[Callable[[int], None]]:
+    """torchtitan's garbage-collection policy while training: Python's automatic collector
+    off, one collection of the young generations at the start and then every ``every``
+    steps (``collect(step)``). Left automatic, it runs whenever allocations pass its
+    threshold, at a different step on each worker, and a collective then waits for the
+    slowest; a step allocates thousands of Python objects (tensors, autograd nodes). The
+    collector's own state comes back at the end (an in-process worker shares the process)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    gc.collect(1)
+    try:
+        yield lambda step: None if step % every else gc.collect(1)
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _number(value: Any) -> float | None:
