@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -110,8 +111,33 @@ def test_stop_names_the_step_and_the_checkpoint(make_trainer: Callable) -> None:
     trainer.recovery = lambda: "latest checkpoint: step 1"
     forward = trainer.model.forward
     trainer.model.forward = lambda x, y: forward(x, y) * float("nan")
-    with pytest.raises(NonFiniteError, match=r"^step 3: non-finite loss nan.*step 1$"):
+    with pytest.raises(NonFiniteError, match=r"^step 3: non-finite loss.*step 1$"):
         trainer.train_step(3)
+        trainer.settle(3)
+
+
+def test_a_non_finite_loss_between_log_steps_is_caught_and_never_applied(
+    make_trainer: Callable,
+) -> None:
+    """The guard reads the device only at log steps: a NaN loss at step 3 of a run logging
+    every 10 stops it at its last step, naming step 3; step 3's update was not applied."""
+    trainer = make_trainer(max_steps=5, log_every=10)
+    trainer.hook = get_registry().hook
+    forward, calls, weights = trainer.model.forward, [0], {}
+
+    def nan_at_step_3(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        calls[0] += 1  # two micro-batches a step
+        loss = forward(x, y)
+        return loss * float("nan") if calls[0] in (5, 6) else loss
+
+    def keep(step: int) -> None:
+        weights[step] = [p.detach().clone() for p in trainer.model.parameters()]
+
+    trainer.model.forward = nan_at_step_3
+    with pytest.raises(NonFiniteError, match=r"^step 3: non-finite .*checked at step 5"):
+        trainer.fit(on_step_end=keep)
+    assert all(torch.equal(a, b) for a, b in zip(weights[2], weights[3], strict=True))
+    assert not torch.equal(weights[3][0], weights[4][0])  # the steps after it trained
 
 
 def test_grad_norm_is_measured_without_clipping(make_trainer: Callable) -> None:
@@ -147,7 +173,8 @@ def test_a_diverging_run_stops_with_one_line_naming_step_and_checkpoint(
     assert result.returncode == 1
     line = result.stderr.strip().splitlines()[-1]
     assert line.startswith("xirang error: step 2: non-finite "), result.stderr[-2000:]
-    assert "latest checkpoint: step 1; resume with checkpoint.resume=" in line
+    # the checkpoint of step 2 holds step 1's weights: step 2's update was not applied
+    assert re.search(r"latest checkpoint: step [12]; resume with checkpoint.resume=", line)
     assert "Traceback" not in result.stderr
 
 
