@@ -1,12 +1,13 @@
 """The training loop: forward, backward, gradient sync, optimizer step; figures at log steps.
 
 The loop reads a loss value only at logging steps, so its cost over a hand-written PyTorch loop
-stays within a few percent (``benchmarks/overhead.py`` measures it). Its one read per step is the
-non-finite guard's: whether the gradient norm (and, with one worker, the loss) is finite, a
-single boolean, read before the optimizer step so a bad step never reaches the weights or a
-checkpoint. On the CPU that read costs nothing (there is no queue to drain); on an accelerator
-it stops the host from queueing the next step's kernels ahead, which is the price of stopping
-or skipping at the very step that went bad.
+stays within a few percent (``benchmarks/overhead.py`` measures it). The non-finite guard reads
+nothing per step either where the optimizer is torch's fused AdamW or SGD (CUDA and the CPU):
+it hands the optimizer a ``found_inf`` flag on the device, which drops a bad step's update
+there, so a bad step never reaches the weights or a checkpoint, and the guard's count is read
+at the next log step. Other optimizers (and fp16's scaler) keep one read per step, before the
+optimizer step: on an accelerator it stops the host from queueing the next step's kernels
+ahead, the price of skipping at the very step that went bad.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class LoopSettings:
     compile: bool = False
     eval_every: int = 0
     nonfinite: str = "stop"
-    gc_every: int = 50  # Python's garbage collector runs every N steps only (:class:`GcPolicy`)
+    gc_every: int = 50  # Python's garbage collector runs every N steps only (:func:`collect_every`)
     #: the run's :class:`~xirang_core.specs.LRSchedule` (``schedule=``)
     schedule: Any = field(default_factory=build_schedule)
 
