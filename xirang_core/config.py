@@ -82,6 +82,8 @@ class TrainerConfig:
     compile: bool = False
     eval_every: int = 0
     nonfinite: str = "stop"
+    comm_timeout_s: int = 600
+    gc_every: int = 50
     profile: ProfileConfig = field(default_factory=ProfileConfig)
 
 
@@ -345,7 +347,7 @@ def _check_pretrained(model: dict[str, Any], registry: Registry) -> None:
 
 
 #: trainer settings that count something and must be at least 1
-CHECKED_COUNTS = ("max_steps", "nproc", "global_batch", "log_every")
+CHECKED_COUNTS = ("max_steps", "nproc", "global_batch", "log_every", "comm_timeout_s", "gc_every")
 
 
 def _check_batch(data: dict[str, Any]) -> None:

@@ -96,6 +96,47 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + rotated * sin
 
 
+def takes_grouped_heads(device: torch.device, dtype: torch.dtype, masked: bool) -> bool:
+    """Whether ``scaled_dot_product_attention``'s fast kernel for these inputs takes fewer
+    key/value heads than query heads (``enable_gqa``). With ``enable_gqa`` on CUDA only the
+    flash and cuDNN kernels run (fp16/bf16; flash takes no mask), and anything else (fp32,
+    the default precision; a document mask) falls to the math kernel, which materialises
+    the whole score matrix (torch's ``scaled_dot_product_attention`` notes; ``sdp_utils.cpp``).
+    The CPU's flash kernel takes grouped heads in every dtype, with or without a mask.
+    Other devices (ROCm, Ascend) are not assumed to: their heads are expanded."""
+    if device.type == "cpu":
+        return True
+    if device.type == "cuda" and torch.version.hip is None:
+        return dtype in (torch.float16, torch.bfloat16) and not masked
+    return False
+
+
+def repeat_kv(t: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """Each key/value head of ``t`` (``[batch, heads, seq, head_dim]``) repeated ``n_rep`` times
+    in place, the layout ``enable_gqa`` reads (query head ``i`` uses key head ``i // n_rep``);
+    torchtitan's ``repeat_kv``."""
+    if n_rep == 1:
+        return t
+    batch, heads, seq, dim = t.shape
+    return t[:, :, None].expand(batch, heads, n_rep, seq, dim).reshape(batch, -1, seq, dim)
+
+
+def attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
+) -> torch.Tensor:
+    """Scaled dot-product attention, causal or within ``mask``, with grouped key/value heads
+    handed to the kernel as they are where it takes them (:func:`takes_grouped_heads`) and
+    expanded to one per query head elsewhere, so the flash, cuDNN or memory-efficient kernel
+    runs rather than the math one."""
+    n_rep = q.shape[1] // k.shape[1]
+    grouped = n_rep > 1 and takes_grouped_heads(q.device, q.dtype, mask is not None)
+    if not grouped:
+        k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=grouped
+    )
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
@@ -105,29 +146,19 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(cfg.dim, kv_width, bias=False)
         self.v_proj = nn.Linear(cfg.dim, kv_width, bias=False)
         self.o_proj = nn.Linear(cfg.dim, cfg.dim, bias=False)
-        self.register_buffer(
-            "rope", torch.empty(2, cfg.max_seq_len, cfg.head_dim), persistent=False
-        )
-        self.init_rope()
-
-    def init_rope(self) -> None:
-        """Fill the ``rope`` buffer: cos and sin of positions up to ``max_seq_len``, computed
-        once, not per forward. Under ``torch.compile`` a table computed in the block is fused
-        into the kernels that rotate q and k, so cos and sin ran once per element of every head
-        and batch row, forward and backward: 7% of a llama_small step (bf16, batch 8 x 512,
-        inductor's kernel profile). Not in the state dict; a meta-device build fills it in
-        :meth:`Llama.init_buffers`."""
-        if not self.rope.is_meta:
-            self.rope.copy_(torch.stack(rope_tables(*self.rope.shape[1:], self.theta, "cpu")))
 
     def forward(
         self,
         x: torch.Tensor,
         positions: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
+        *,
+        rope: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Causal attention, or with ``mask`` (``[batch, 1, seq, seq]``) only where it is true,
-        RoPE then rotating by ``positions`` (``[batch, seq]``) instead of the index."""
+        RoPE then rotating by ``positions`` (``[batch, seq]``) instead of the index. ``rope``
+        is the model's one cos/sin table (:meth:`Llama.init_buffers`); a layer run alone (the
+        planner's probes) computes the rotation here."""
         batch, seq = x.shape[:2]
         # heads are counted from the projections' widths: under tensor parallel a worker holds
         # only its share of the query and of the key/value heads
@@ -135,18 +166,16 @@ class Attention(nn.Module):
             t.view(batch, seq, -1, self.head_dim)
             for t in project(x, self.q_proj, self.k_proj, self.v_proj)
         )
-        if seq <= self.rope.shape[1]:
-            cos, sin = self.rope[:, :seq]
-        else:  # longer than max_seq_len: the same rotation, computed here
+        if rope is not None and seq <= rope.shape[1]:
+            cos, sin = rope[:, :seq]
+        else:  # no table, or longer than max_seq_len: the same rotation, computed here
             cos, sin = rope_tables(seq, self.head_dim, self.theta, x.device)
         if positions is not None:
             cos, sin = cos[positions], sin[positions]
         # rotated in the [batch, seq, heads, dim] layout, so attention's output comes back in it
         # and the reshape for o_proj is a view, not a copy
         q, k, v = (t.transpose(1, 2) for t in (apply_rope(q, cos, sin), apply_rope(k, cos, sin), v))
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=True
-        )
+        y = attend(q, k, v, mask)
         return self.o_proj(y.transpose(1, 2).reshape(batch, seq, -1))
 
 
@@ -172,9 +201,12 @@ class Layer(nn.Module):
         self.post_attention_layernorm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor, *documents: torch.Tensor) -> torch.Tensor:
-        """``documents``: (positions, mask) of a document-masked batch, or nothing."""
-        x = x + self.self_attn(self.input_layernorm(x), *documents)
+    def forward(
+        self, x: torch.Tensor, *documents: torch.Tensor, rope: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``documents``: (positions, mask) of a document-masked batch, or nothing; ``rope``
+        (a keyword, so tensor parallel's input layouts see only ``x``): the cos/sin table."""
+        x = x + self.self_attn(self.input_layernorm(x), *documents, rope=rope)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -197,7 +229,11 @@ class Llama(nn.Module):
         self.lm_head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
+        self.register_buffer(
+            "rope", torch.empty(2, cfg.max_seq_len, cfg.head_dim), persistent=False
+        )
         init_parameters(self)
+        self.init_buffers()
 
     @classmethod
     def from_config(cls, settings: dict) -> Llama:
@@ -242,7 +278,7 @@ class Llama(nn.Module):
         x = idx if torch.is_floating_point(idx) else self.embed_tokens(idx)
         masked = () if documents is None else document_mask.attention_mask(documents)
         for layer in self.layers.values():
-            x = layer(x, *masked)
+            x = layer(x, *masked, rope=self.rope)
         if self.lm_head is None:
             return x
         return self.head_loss(x, targets)
@@ -259,10 +295,17 @@ class Llama(nn.Module):
 
     @torch.no_grad()
     def init_buffers(self) -> None:
-        """The RoPE tables of every attention, after a meta-device model is materialised."""
-        for module in self.modules():
-            if isinstance(module, Attention):
-                module.init_rope()
+        """Fill the ``rope`` buffer: cos and sin of positions up to ``max_seq_len``, at build
+        and after a meta-device model is materialised. One table for the model, handed to
+        every layer: one per layer cost ``n_layers`` copies (640 MiB per GPU at 70B, 80 layers
+        x 8192 positions x 128 x fp32 x 2). Computed once, not per forward: under
+        ``torch.compile`` a table computed in the block is fused into the kernels that rotate
+        q and k, so cos and sin ran once per element of every head and batch row, forward and
+        backward (7% of a llama_small step, bf16, batch 8 x 512, inductor's kernel profile).
+        Not in the state dict."""
+        if not self.rope.is_meta:
+            tables = rope_tables(*self.rope.shape[1:], self.cfg.rope_theta, "cpu")
+            self.rope.copy_(torch.stack(tables))
 
     def num_params(self, non_embedding: bool = True) -> int:
         """Parameters; the token embedding table excluded by default (a lookup, no FLOPs), an

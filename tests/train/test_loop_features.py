@@ -3,7 +3,9 @@ guard (stop and skip), and the figures each metrics record carries."""
 
 from __future__ import annotations
 
+import gc
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,8 +16,9 @@ import torch.distributed as dist
 from tests.conftest import QUICK, run_dirs
 from xirang_core.config import compose
 from xirang_core.errors import ConfigError
+from xirang_core.plugins import get_registry
 from xirang_core.train.loop import NonFiniteError
-from xirang_core.train.optim import implementation
+from xirang_core.train.optim import build_optimizer, implementation, kernels
 
 
 def test_an_unknown_optimizer_is_refused_when_the_config_is_composed() -> None:
@@ -25,22 +28,51 @@ def test_an_unknown_optimizer_is_refused_when_the_config_is_composed() -> None:
 
 FUSED = {"fused": True, "foreach": False}
 FOREACH = {"fused": False, "foreach": True}
+ADAMW = {"name": "adamw", "lr": 0.1, "beta1": 0.9, "beta2": 0.95, "weight_decay": 0.1}
+
+
 LOOP = {"fused": False, "foreach": False}
 
 
-def test_plain_parameters_take_fused_kernels_and_fsdp_shards_foreach() -> None:
+@pytest.mark.parametrize(
+    ("devices", "chosen"),
+    [({"cpu"}, FUSED), ({"cuda"}, FUSED), ({"npu"}, FOREACH), ({"cuda", "meta"}, FOREACH)],
+)
+def test_the_optimizer_fuses_where_the_device_has_fused_kernels(
+    devices: set[str], chosen: dict
+) -> None:
+    """Fused AdamW on CUDA (and the CPU), batched foreach ops elsewhere."""
+    assert kernels(devices) == chosen
+
+
+def test_fsdp_shards_take_fused_kernels_and_train_like_plain_tensors() -> None:
+    """FSDP2's DTensor shards get the fused AdamW (foreach before), with the single-process
+    update; plain tensors beside DTensors (tensor parallel) keep the loop."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard, distribute_tensor
 
-    assert implementation([torch.nn.Parameter(torch.ones(4))]) == FUSED
     plain = torch.nn.Parameter(torch.ones(4))
-    assert implementation([torch.nn.Parameter(torch.ones(4, device="meta"))]) == LOOP
+    assert implementation([plain]) == FUSED
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         mesh = init_device_mesh("cpu", (1,))
-        shard = torch.nn.Parameter(distribute_tensor(torch.ones(4, 4), mesh, [Shard(0)]))
-        assert implementation([shard]) == FOREACH
-        assert implementation([shard, plain]) == LOOP  # tensor parallel's mix
+        model, reference = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+        reference.load_state_dict(model.state_dict())
+        for name, param in list(model.named_parameters()):
+            shard = distribute_tensor(param.detach(), mesh, [Shard(0)])
+            setattr(model, name, torch.nn.Parameter(shard))
+        assert implementation([model.weight, plain]) == LOOP
+        built, single = build_optimizer(model, ADAMW), build_optimizer(reference, ADAMW)
+        assert built.defaults["fused"] is True
+        x = torch.ones(2, 4)
+        for _ in range(3):
+            for m, opt in ((model, built), (reference, single)):
+                w, b = (t.full_tensor() if hasattr(t, "full_tensor") else t for t in m.parameters())
+                (x @ w.T + b).square().sum().backward()
+                opt.step()
+                opt.zero_grad()
+        torch.testing.assert_close(model.weight.full_tensor(), reference.weight)
+        torch.testing.assert_close(model.bias.full_tensor(), reference.bias)
     finally:
         dist.destroy_process_group()
 
@@ -79,8 +111,33 @@ def test_stop_names_the_step_and_the_checkpoint(make_trainer: Callable) -> None:
     trainer.recovery = lambda: "latest checkpoint: step 1"
     forward = trainer.model.forward
     trainer.model.forward = lambda x, y: forward(x, y) * float("nan")
-    with pytest.raises(NonFiniteError, match=r"^step 3: non-finite loss nan.*step 1$"):
+    with pytest.raises(NonFiniteError, match=r"^step 3: non-finite loss.*step 1$"):
         trainer.train_step(3)
+        trainer.settle(3)
+
+
+def test_a_non_finite_loss_between_log_steps_is_caught_and_never_applied(
+    make_trainer: Callable,
+) -> None:
+    """The guard reads the device only at log steps: a NaN loss at step 3 of a run logging
+    every 10 stops it at its last step, naming step 3; step 3's update was not applied."""
+    trainer = make_trainer(max_steps=5, log_every=10)
+    trainer.hook = get_registry().hook
+    forward, calls, weights = trainer.model.forward, [0], {}
+
+    def nan_at_step_3(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        calls[0] += 1  # two micro-batches a step
+        loss = forward(x, y)
+        return loss * float("nan") if calls[0] in (5, 6) else loss
+
+    def keep(step: int) -> None:
+        weights[step] = [p.detach().clone() for p in trainer.model.parameters()]
+
+    trainer.model.forward = nan_at_step_3
+    with pytest.raises(NonFiniteError, match=r"^step 3: non-finite .*checked at step 5"):
+        trainer.fit(on_step_end=keep)
+    assert all(torch.equal(a, b) for a, b in zip(weights[2], weights[3], strict=True))
+    assert not torch.equal(weights[3][0], weights[4][0])  # the steps after it trained
 
 
 def test_grad_norm_is_measured_without_clipping(make_trainer: Callable) -> None:
@@ -116,5 +173,36 @@ def test_a_diverging_run_stops_with_one_line_naming_step_and_checkpoint(
     assert result.returncode == 1
     line = result.stderr.strip().splitlines()[-1]
     assert line.startswith("xirang error: step 2: non-finite "), result.stderr[-2000:]
-    assert "latest checkpoint: step 1; resume with checkpoint.resume=" in line
+    # the checkpoint of step 2 holds step 1's weights: step 2's update was not applied
+    assert re.search(r"latest checkpoint: step [12]; resume with checkpoint.resume=", line)
     assert "Traceback" not in result.stderr
+
+
+def test_the_collector_runs_every_n_steps_only_and_comes_back_after(
+    make_trainer: Callable,
+) -> None:
+    """torchtitan's policy: automatic collection off while training, generation-1
+    collections at the start and every ``gc_every`` steps, the collector on again after."""
+    trainer = make_trainer(max_steps=5, gc_every=2, log_every=10)
+    trainer.hook = get_registry().hook  # the observers a run's step records go to
+    steps = [0]  # the last step that ended
+    collected: list[tuple[int, int]] = []  # (last step ended, generation) while disabled
+    automatic_during_steps: list[int] = []
+
+    def on_collect(phase: str, info: dict) -> None:
+        if phase == "start" and not gc.isenabled():
+            collected.append((steps[0], info["generation"]))
+
+    def on_step_end(step: int) -> None:
+        steps[0] = step
+        if gc.isenabled():
+            automatic_during_steps.append(step)
+
+    gc.callbacks.append(on_collect)
+    try:
+        trainer.fit(on_step_end=on_step_end)
+    finally:
+        gc.callbacks.remove(on_collect)
+    assert gc.isenabled()
+    assert automatic_during_steps == []
+    assert collected == [(0, 1), (2, 1), (4, 1)]

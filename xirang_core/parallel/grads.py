@@ -8,6 +8,7 @@ compute over the whole model, so clipping does not change with the plan.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from typing import Any
 
@@ -15,35 +16,38 @@ import torch
 import torch.distributed as dist
 
 
-def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float, mesh: Any) -> float:
-    """Scale gradients so their global L2 norm is at most ``max_norm``; returns the norm."""
+def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float, mesh: Any) -> torch.Tensor:
+    """Scale gradients so their global L2 norm is at most ``max_norm`` (``inf``: measure
+    only); returns the norm, a tensor on the gradients' device. Nothing is read to the host
+    (torchtitan's way): the scale is clamped on the device (``clip_grads_with_norm_``), and
+    the loop reads the norm only at log steps."""
     grads = [p.grad for p in params if p.grad is not None and not _duplicate(p)]
     total_sq = _squared_norm(grads)
     if "pp" in (mesh.mesh_dim_names or ()) and mesh["pp"].size() > 1:
         dist.all_reduce(total_sq, group=mesh["pp"].get_group())  # stages hold disjoint layers
-    norm = float(total_sq.sqrt())
-    coef = max_norm / (norm + 1e-6)
-    if coef < 1.0:
-        for p in params:
-            if p.grad is not None:
-                p.grad.mul_(coef)
+    norm = total_sq.sqrt()
+    if math.isfinite(max_norm):
+        with_grads = [p for p in params if p.grad is not None]
+        torch.nn.utils.clip_grads_with_norm_(with_grads, max_norm, norm, foreach=False)
     return norm
 
 
 def _squared_norm(grads: list[torch.Tensor]) -> torch.Tensor:
-    """Sum of squares: plain tensors locally (they are replicas), DTensors over their mesh."""
+    """Sum of squares, on the gradients' device: plain tensors locally (they are replicas),
+    DTensors over their mesh."""
     from torch.distributed.tensor import DTensor
 
+    device = grads[0].device if grads else torch.device("cpu")
     plain = [g for g in grads if not isinstance(g, DTensor)]
-    total = sum((g.detach().float().pow(2).sum() for g in plain), torch.zeros(()))
+    total = sum((g.detach().float().pow(2).sum() for g in plain), torch.zeros((), device=device))
     by_layout: dict[Any, list[DTensor]] = defaultdict(list)
     for g in grads:
         if isinstance(g, DTensor):
             by_layout[(g.device_mesh, g.placements)].append(g)
     for group in by_layout.values():
         norm = torch.nn.utils.get_total_norm(group, norm_type=2.0)
-        total = total + norm.full_tensor().float().pow(2).cpu()
-    return total.to(grads[0].device if grads else "cpu")
+        total = total + norm.full_tensor().float().pow(2)
+    return total
 
 
 def _duplicate(param: torch.nn.Parameter) -> bool:

@@ -1,17 +1,19 @@
 """The training loop: forward, backward, gradient sync, optimizer step; figures at log steps.
 
 The loop reads a loss value only at logging steps, so its cost over a hand-written PyTorch loop
-stays within a few percent (``benchmarks/overhead.py`` measures it). Its one read per step is the
-non-finite guard's: whether the gradient norm (and, with one worker, the loss) is finite, a
-single boolean, read before the optimizer step so a bad step never reaches the weights or a
-checkpoint. On the CPU that read costs nothing (there is no queue to drain); on an accelerator
-it stops the host from queueing the next step's kernels ahead, which is the price of stopping
-or skipping at the very step that went bad.
+stays within a few percent (``benchmarks/overhead.py`` measures it). The non-finite guard reads
+nothing per step either where the optimizer is torch's fused AdamW or SGD (CUDA and the CPU):
+it hands the optimizer a ``found_inf`` flag on the device, which drops a bad step's update
+there, so a bad step never reaches the weights or a checkpoint, and the guard's count is read
+at the next log step. Other optimizers (and fp16's scaler) keep one read per step, before the
+optimizer step: on an accelerator it stops the host from queueing the next step's kernels
+ahead, the price of skipping at the very step that went bad.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import resource
 import sys
@@ -52,6 +54,7 @@ class LoopSettings:
     compile: bool = False
     eval_every: int = 0
     nonfinite: str = "stop"
+    gc_every: int = 50  # Python's garbage collector runs every N steps only (:func:`collect_every`)
     #: the run's :class:`~xirang_core.specs.LRSchedule` (``schedule=``)
     schedule: Any = field(default_factory=build_schedule)
 
@@ -92,7 +95,9 @@ class Trainer:
         #: names the last good checkpoint in the non-finite guard's message
         self.recovery: Callable[[], str] = lambda: f"see the run directory {ctx.run_dir}"
         self.grad_norm: Any = None  # the last step's, pre-clip (a device tensor or a float)
-        self.skipped_steps = 0
+        self._skipped = 0
+        #: the device-side guard's (count, first step) of non-finite steps not yet read
+        self._pending: tuple[torch.Tensor, torch.Tensor] | None = None
         self.compile_s, self.compile_steps = 0.0, 0
         self.data_wait_s = 0.0  # waiting for batches since the last record
         #: more figures for the next record (the guard's: the newest checkpoint's save times)
@@ -117,7 +122,10 @@ class Trainer:
         if scaler is not None:
             scaler.unscale_(self.optimizer)  # clip and guard the true gradients
         self.grad_norm = self._clip(s.grad_clip if s.grad_clip > 0 else math.inf)
-        if self._finite(step, total, self.grad_norm):
+        if self._skips_on_device():
+            self._mark_nonfinite(step, total, self.grad_norm)
+            self.optimizer.step()
+        elif self._finite(step, total, self.grad_norm):
             if scaler is None:
                 self.optimizer.step()
             else:
@@ -126,16 +134,64 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return total
 
-    def _finite(self, step: int, loss: torch.Tensor, norm: Any) -> bool:
-        """The non-finite guard: True to take the optimizer step. A bad loss or gradient norm
-        stops the run (``trainer.nonfinite=stop``) or skips the step (``skip``); under fp16 an
-        overflowed gradient is the scaler's to skip, with a lower scale. With several workers
-        only the gradient norm decides: it is the same on every worker (the gradients were
-        reduced), so all stop or skip together, and a bad loss anywhere makes it non-finite."""
+    @property
+    def skipped_steps(self) -> int:
+        """Steps whose update was not applied (``trainer.nonfinite=skip``), read from the
+        device when the device-side guard has some pending."""
+        self.settle()
+        return self._skipped
+
+    def _skips_on_device(self) -> bool:
+        """Whether the optimizer can drop a non-finite step's update itself: torch's fused
+        AdamW and SGD take a ``found_inf`` flag on the device and leave parameters, moments
+        and step counts as they were where it is set (the means ``GradScaler`` uses; torch
+        marks such optimizers ``_step_supports_amp_scaling``). Then no step waits for the
+        device to tell the host its loss; fp16's scaler keeps its own guard."""
+        return self.precision.scaler is None and bool(
+            getattr(self.optimizer, "_step_supports_amp_scaling", False)
+        )
+
+    def _mark_nonfinite(self, step: int, loss: torch.Tensor, norm: Any) -> None:
+        """The non-finite guard without a host read (torchtitan reads its figures only at log
+        steps): the optimizer skips a bad step's update on the device, and the count and
+        first bad step wait on the device until :meth:`settle` reads them."""
+        bad = ~self._finite_flags(loss, norm).all()
+        self.optimizer.found_inf = bad.float()
+        count, first = self._pending or (torch.zeros((), dtype=torch.long, device=bad.device),) * 2
+        self._pending = (count + bad, torch.where(bad & (first == 0), step, first))
+
+    def settle(self, step: int | None = None) -> None:
+        """Read the device-side guard (at log steps, whose loss is read anyway, and the last):
+        skipped steps are counted (``trainer.nonfinite=skip``) or the run stops naming the
+        first bad step (``stop``); parameters never took a bad step's update either way."""
+        if self._pending is None:
+            return
+        count, first = torch.stack(self._pending).tolist()
+        self._pending = None
+        if count and self.settings.nonfinite == "stop":
+            raise NonFiniteError(
+                f"step {first}: non-finite loss or gradient norm; its update was not applied "
+                f"(checked at step {step or first}: every trainer.log_every steps; "
+                f"trainer.nonfinite=stop). Lower optim.lr, or set trainer.nonfinite=skip. "
+                f"Last good checkpoint: {self.recovery()}"
+            )
+        self._skipped += count
+
+    def _finite_flags(self, loss: torch.Tensor, norm: Any) -> torch.Tensor:
+        """(gradient norm finite, loss finite) on the device. With several workers only the
+        gradient norm decides: it is the same on every worker (the gradients were reduced),
+        so all stop or skip together, and a bad loss anywhere makes it non-finite."""
         ok = torch.ones((), dtype=torch.bool, device=loss.device)
         norm_ok = torch.as_tensor(norm, device=loss.device).isfinite() if norm is not None else ok
         loss_ok = loss.isfinite() if self.ctx.world_size == 1 else ok
-        norm_ok, loss_ok = torch.stack([norm_ok, loss_ok]).tolist()  # the one read per step
+        return torch.stack([norm_ok, loss_ok])
+
+    def _finite(self, step: int, loss: torch.Tensor, norm: Any) -> bool:
+        """The non-finite guard of an optimizer that cannot skip on the device: True to take
+        the optimizer step. A bad loss or gradient norm stops the run
+        (``trainer.nonfinite=stop``) or skips the step (``skip``); under fp16 an overflowed
+        gradient is the scaler's to skip, with a lower scale."""
+        norm_ok, loss_ok = self._finite_flags(loss, norm).tolist()  # the one read per step
         if norm_ok and loss_ok:
             return True
         scaler = self.precision.scaler
@@ -148,7 +204,7 @@ class Trainer:
                 f"(trainer.nonfinite=stop). Lower optim.lr, or set trainer.nonfinite=skip. "
                 f"Last good checkpoint: {self.recovery()}"
             )
-        self.skipped_steps += 1
+        self._skipped += 1
         return False
 
     def _accumulate(self, step: int) -> torch.Tensor:
@@ -217,17 +273,19 @@ class Trainer:
         records: list[dict[str, Any]] = []
         started = mark = time.perf_counter()
         mark_step, compiling = start_step - 1, (0.0, 0)  # compile time and steps since mark
-        with self._progress() as advance:
+        with self._progress() as advance, collect_every(s.gc_every) as collect:
             for step in range(start_step, s.max_steps + 1):
                 with self.profiler(step):
                     loss, spent = self._timed_step(step)
                 compiling = (compiling[0] + spent, compiling[1] + (spent > 0))
                 if on_step_end is not None:
                     on_step_end(step)
+                collect(step)
                 evaluating = s.eval_every and step % s.eval_every == 0 and step != s.max_steps
                 if not evaluating and step % s.log_every and step not in (1, s.max_steps):
                     advance(step, None)
                     continue
+                self.settle(step)
                 now = time.perf_counter()
                 interval, steps = now - mark - compiling[0], step - mark_step - compiling[1]
                 if steps == 0:  # every step since the last record compiled: time them all
@@ -348,6 +406,24 @@ class Trainer:
                 progress.update(task, completed=step, **fields)
 
             yield advance
+
+
+@contextlib.contextmanager
+def collect_every(every: int) -> Iterator[Callable[[int], None]]:
+    """torchtitan's garbage-collection policy while training: Python's automatic collector
+    off, one collection of the young generations at the start and then every ``every``
+    steps (``collect(step)``). Left automatic, it runs whenever allocations pass its
+    threshold, at a different step on each worker, and a collective then waits for the
+    slowest; a step allocates thousands of Python objects (tensors, autograd nodes). The
+    collector's own state comes back at the end (an in-process worker shares the process)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    gc.collect(1)
+    try:
+        yield lambda step: None if step % every else gc.collect(1)
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _number(value: Any) -> float | None:

@@ -5,6 +5,7 @@ kernel choice and how a checkpoint's groups are brought to this run's."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import torch
@@ -46,25 +47,27 @@ FUSED_DEVICES = ("cuda", "cpu")
 
 
 def implementation(params: list[torch.Tensor]) -> dict[str, bool]:
-    """How the optimizer's update runs, by what the parameters are:
+    """How the optimizer's update runs: the device's kernels (:func:`kernels`) where every
+    parameter is a plain tensor, or every one a DTensor of one device mesh (FSDP2 shards:
+    DTensor runs the fused op on each shard, as torchtitan's default ``fused`` does);
+    ``foreach=False`` (a loop over tensors) for plain tensors beside DTensors (tensor
+    parallel keeps embeddings whole) or DTensors of several meshes, which one fused or
+    batched call cannot take ("got mixed torch.Tensor and DTensor"). Splitting the groups by
+    kind would avoid the loop, but checkpoints key optimizer groups by index, so a run could
+    no longer resume another strategy's. Each computes the single-process update's
+    arithmetic, so a split run still trains like one process
+    (tests/parallel/test_equivalence.py)."""
+    if len({getattr(p, "device_mesh", None) for p in params}) > 1:
+        return {"fused": False, "foreach": False}
+    return kernels({p.device.type for p in params})
 
-    - ``fused=True`` (one kernel over all parameters) where every one is a plain tensor on a
-      device with fused kernels (CUDA, the CPU);
-    - ``foreach=True`` (batched ops) where every one is a DTensor of one device mesh (FSDP2
-      shards, as torchtitan runs them);
-    - ``foreach=False`` (a loop over tensors) for a mix of DTensors and plain tensors (tensor
-      parallel keeps embeddings whole), which batched ops cannot take in one list.
 
-    Each computes the single-process update's arithmetic, so a split run still trains like one
-    process (tests/parallel/test_equivalence.py)."""
-    from torch.distributed.tensor import DTensor
-
-    split = [p for p in params if isinstance(p, DTensor)]
-    if params and not split and all(p.device.type in FUSED_DEVICES for p in params):
+def kernels(device_types: Collection[str]) -> dict[str, bool]:
+    """``fused=True`` (one kernel per group and device) on devices with fused kernels (CUDA,
+    the CPU), ``foreach=True`` (batched ops) elsewhere."""
+    if device_types and set(device_types) <= set(FUSED_DEVICES):
         return {"fused": True, "foreach": False}
-    if params and len(split) == len(params) and len({p.device_mesh for p in split}) == 1:
-        return {"fused": False, "foreach": True}
-    return {"fused": False, "foreach": False}
+    return {"fused": False, "foreach": True}
 
 
 def build_schedule(settings: dict[str, Any] | None = None) -> LRSchedule:

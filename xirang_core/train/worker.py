@@ -10,7 +10,9 @@ import contextlib
 import math
 import os
 import time
+from collections.abc import MutableMapping
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ import yaml
 from xirang_core.data.step_loader import loop_batches
 from xirang_core.data.tokens import TokenBatches
 from xirang_core.data.training import run_batches
+from xirang_core.devices.accelerator import AcceleratorBackend
 from xirang_core.errors import ConfigError, peer_lost
 from xirang_core.faults import RunGuard
 from xirang_core.faults.health import local_device
@@ -91,22 +94,59 @@ def open_worker(config: dict[str, Any], run_dir: str, registry: Registry) -> Wor
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))  # this node's workers
     torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // local_world))
     backend = registry.create("device", config["device"])
+    torch_type = backend.torch_type if isinstance(backend, AcceleratorBackend) else "cpu"
+    allocator_defaults(torch_type, os.environ)  # before the device's first use reads it
     device = backend.torch_device(local_device(local_rank))  # healthy ones, as placed
     ctx = WorkerContext(rank, local_rank, world_size, device, run_dir, config)
     backend_name = config["runtime"]["collective_backend"]
+    options = group_options(config, device)
     # under the elastic agent even one worker gets a group: a multi-process strategy (DDP)
     # needs one when a restart shrank the run to a single healthy device
     if world_size > 1 or "TORCHELASTIC_RUN_ID" in os.environ:
         store = restart_store(world_size)
         if store is None:
-            dist.init_process_group(backend=backend_name)
+            dist.init_process_group(backend=backend_name, **options)
         else:
-            dist.init_process_group(backend_name, store=store, rank=rank, world_size=world_size)
+            dist.init_process_group(
+                backend_name, store=store, rank=rank, world_size=world_size, **options
+            )
     elif registry.spec("parallel", config["parallel"]["name"]).multi_process:
         # one in-process worker of a multi-process strategy (parallel=ddp, trainer.nproc=1):
         # a group of one, as torchrun --nproc-per-node=1 would give it, with no rendezvous
-        dist.init_process_group(backend_name, store=dist.HashStore(), rank=0, world_size=1)
+        dist.init_process_group(
+            backend_name, store=dist.HashStore(), rank=0, world_size=1, **options
+        )
     return ctx
+
+
+#: the CUDA caching allocator's setting xirang's workers start with, unless the user set one
+CUDA_ALLOC_CONF = "expandable_segments:True"
+
+
+def allocator_defaults(torch_type: str, environ: MutableMapping[str, str]) -> None:
+    """Expandable segments for a CUDA worker (torchtitan's default too): the allocator grows
+    one mapping instead of caching fixed blocks, so changing activation sizes (a last
+    partial batch, evaluation, checkpoint staging) do not fragment memory into
+    out-of-memory errors with gigabytes reserved but free. Read when CUDA starts in the
+    process, so set before the worker's first device call; a setting of the user's in
+    either variable (``PYTORCH_CUDA_ALLOC_CONF``, or torch's newer ``PYTORCH_ALLOC_CONF``)
+    stays as it is. ROCm builds are left alone."""
+    if torch_type != "cuda" or torch.version.hip is not None:
+        return
+    if "PYTORCH_CUDA_ALLOC_CONF" in environ or "PYTORCH_ALLOC_CONF" in environ:
+        return
+    environ["PYTORCH_CUDA_ALLOC_CONF"] = CUDA_ALLOC_CONF
+
+
+def group_options(config: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    """``init_process_group``'s timeout (``trainer.comm_timeout_s``: a collective stuck on a
+    lost peer fails the run after it, not torch's 30 minutes) and, for a CUDA worker, its
+    ``device_id``: NCCL then forms the communicator at once, on that device (not at the
+    first collective, on whichever device is current), and splits sub-groups from it."""
+    options: dict[str, Any] = {"timeout": timedelta(seconds=config["trainer"]["comm_timeout_s"])}
+    if device.type == "cuda":
+        options["device_id"] = device
+    return options
 
 
 def restart_store(world_size: int) -> Any:
@@ -158,6 +198,7 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
         micro_batch=micro,
         seq_len=seq_len,
         log_every=trainer["log_every"],
+        gc_every=trainer["gc_every"],
         grad_clip=trainer["grad_clip"],
         optim=config["optim"],
         flops_per_token=flops_per_token,

@@ -9,9 +9,10 @@ import torch
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from xirang_llama.model import Llama, LlamaConfig, project
+from xirang_llama.model import Llama, LlamaConfig, attend, project, repeat_kv, takes_grouped_heads
 from xirang_llama.parallelize import LlamaParallelize
 
+from xirang_core.data.document_mask import attention_mask
 from xirang_core.train.init import materialize
 
 ZOO = Path(__file__).parents[3] / "plugins" / "xirang_llama" / "conf" / "model"
@@ -170,3 +171,63 @@ def test_rope_tables_are_kept_out_of_the_state_dict_and_cover_longer_inputs() ->
     long.load_state_dict(short.state_dict())
     x = torch.randint(0, TINY.vocab_size, (1, TINY.max_seq_len + 3))
     torch.testing.assert_close(short(x), long(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    ("device", "dtype", "masked", "grouped"),
+    [
+        ("cuda", torch.float32, False, False),  # fp32: the memory-efficient kernel, expanded
+        ("cuda", torch.bfloat16, True, False),  # a document mask: flash cannot take it
+        ("cuda", torch.bfloat16, False, True),  # flash and cuDNN take grouped heads
+        ("cuda", torch.float16, False, True),
+        ("cpu", torch.float32, True, True),  # the CPU's flash kernel takes them in any case
+        ("privateuseone", torch.bfloat16, False, False),  # Ascend registers as this
+    ],
+)
+def test_grouped_heads_reach_only_the_kernels_that_take_them(
+    device: str, dtype: torch.dtype, masked: bool, grouped: bool
+) -> None:
+    """``enable_gqa`` on CUDA leaves only flash, cuDNN and math: an fp32 or masked attention
+    there gets its key/value heads expanded instead of the math kernel."""
+    assert takes_grouped_heads(torch.device(device), dtype, masked) is grouped
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("masked", [False, True])
+def test_expanded_key_value_heads_attend_like_grouped_ones(
+    dtype: torch.dtype, masked: bool
+) -> None:
+    """The expansion (what CUDA fp32 and masked runs now take) gives the output of the
+    grouped kernel (what every run took before), causal and within documents."""
+    torch.manual_seed(0)
+    q = torch.randn(2, 8, 16, 8, dtype=dtype)
+    k, v = (torch.randn(2, 2, 16, 8, dtype=dtype) for _ in range(2))
+    documents = torch.tensor([[0] * 5 + [1] * 11, [0] * 16])
+    mask = attention_mask(documents)[1] if masked else None
+    grouped = attend(q, k, v, mask)
+    expanded = torch.nn.functional.scaled_dot_product_attention(
+        q, repeat_kv(k, 4), repeat_kv(v, 4), attn_mask=mask, is_causal=mask is None
+    )
+    tolerance = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {}
+    torch.testing.assert_close(expanded, grouped, **tolerance)
+    head = 5  # query head 5 reads key/value head 5 // 4 = 1
+    alone = torch.nn.functional.scaled_dot_product_attention(
+        q[:, head : head + 1], k[:, 1:2], v[:, 1:2], attn_mask=mask, is_causal=mask is None
+    )
+    torch.testing.assert_close(expanded[:, head : head + 1], alone, **tolerance)
+
+
+def test_one_rope_table_serves_every_layer() -> None:
+    """The cos/sin table is one buffer of the model, not one per layer (n_layers copies:
+    640 MiB per GPU at 70B), also after a meta-device build is materialised; layers given
+    it rotate as they would computing the rotation themselves."""
+    cfg = LlamaConfig(**{**TINY.__dict__, "n_layers": 4})
+    with torch.device("meta"):
+        lazy = Llama(cfg)
+    materialize(lazy, "cpu", seed=0)
+    for model in (Llama(cfg), lazy):
+        tables = [name for name, _ in model.named_buffers() if "rope" in name]
+        assert tables == ["rope"]
+        x = torch.randn(1, 8, cfg.dim)
+        layer = model.layers["2"]
+        torch.testing.assert_close(layer(x, rope=model.rope), layer(x), rtol=0, atol=1e-6)
