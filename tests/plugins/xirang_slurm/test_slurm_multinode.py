@@ -10,9 +10,11 @@ limit and requeued, lost a node, or were preempted by the pool and placed again.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -276,6 +278,25 @@ def tick_until(service: PoolService, stop: threading.Event) -> None:
         service.tick()
 
 
+@contextlib.contextmanager
+def traversable(*paths: str | Path) -> Iterator[None]:
+    """Every folder above ``paths`` that others cannot pass through (a private ``/root``
+    holding the interpreter, pytest's 0700 temporary folders) made passable (``o+x``: no
+    listing, no reading), and put back as it was afterwards."""
+    changed: dict[Path, int] = {}
+    for path in paths:
+        for folder in Path(path).resolve().parents:
+            mode = stat.S_IMODE(folder.stat().st_mode)
+            if folder not in changed and not mode & stat.S_IXOTH:
+                changed[folder] = mode
+                folder.chmod(mode | stat.S_IXOTH)
+    try:
+        yield
+    finally:
+        for folder, mode in changed.items():
+            folder.chmod(mode)
+
+
 @pytest.fixture
 def account(tmp_path: Path) -> Iterator[str]:
     """The Unix account the pool runs the projects' jobs as (it never runs them as itself),
@@ -284,14 +305,22 @@ def account(tmp_path: Path) -> Iterator[str]:
     subprocess.run(["useradd", "--create-home", name], check=True)
     try:
         tmp_path.chmod(0o1777)
-        probe = subprocess.run(
-            ["runuser", "-u", name, "--", sys.executable, "-c", f"open('{tmp_path}/probe', 'w')"],
-            capture_output=True,
-            text=True,
-        )
-        if probe.returncode != 0:  # a property of the machine, not a service CI can start
-            pytest.skip(f"account {name} cannot run {sys.executable} in {tmp_path}: {probe.stderr}")
-        yield name
+        with traversable(tmp_path / "probe", os.path.realpath(sys.executable)):
+            probe = subprocess.run(
+                [
+                    "runuser",
+                    "-u",
+                    name,
+                    "--",
+                    sys.executable,
+                    "-c",
+                    f"open('{tmp_path}/probe', 'w')",
+                ],
+                capture_output=True,
+                text=True,
+            )
+            assert probe.returncode == 0, f"{name} cannot run {sys.executable}: {probe.stderr}"
+            yield name
     finally:
         subprocess.run(["userdel", "--remove", name], capture_output=True)
 
