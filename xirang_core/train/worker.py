@@ -149,7 +149,7 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
     max_len = model_settings.get("max_seq_len", seq_len)
     if seq_len > max_len:
         raise ConfigError(f"data.seq_len={seq_len} exceeds model.max_seq_len={max_len}")
-    accum = trainer["global_batch"] // ctx.data_world // micro
+    accum = micro_batches(trainer["global_batch"], ctx.data_world, micro)
     train, val = run_batches(config, ctx.data_rank, ctx.data_world, micro, accum)
     train = loop_batches(train, trainer["max_steps"], data.get("num_workers", 0))
     settings = LoopSettings(
@@ -182,6 +182,21 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
         strategy=strategy,
         params=params,
     )
+
+
+def micro_batches(global_batch: int, data_world: int, micro: int) -> int:
+    """Micro-batches each data-parallel rank runs per step; at least one, or the run would
+    log a loss of 0 over 0 tokens at every step (a config composed for fewer workers than
+    joined the group, as every process under torchrun once did)."""
+    accum = global_batch // data_world // micro
+    if accum < 1:
+        raise ConfigError(
+            f"trainer.global_batch={global_batch} over {data_world} data-parallel ranks of "
+            f"trainer.micro_batch={micro} leaves no micro-batch per step for this worker; "
+            f"the config was resolved for a different worker count than joined the group. "
+            f"Use a global_batch that is a multiple of {data_world * micro}."
+        )
+    return accum
 
 
 def starts_sharded(config: dict[str, Any], ctx: WorkerContext, strategy: Any) -> bool:
