@@ -47,6 +47,8 @@ def check_pretrained(spec: Any, settings: dict[str, Any]) -> dict[str, Any]:
     settings = {**settings, "pretrained": str(folder)}
     hf_config, tensors = read_hf_dir(folder, meta=True)
     hf_settings, state = _from_hf(spec, folder, hf_config, tensors)
+    # a mapping the run leaves empty ({}: Llama's rope_scaling) is the folder's to fill
+    settings |= {k: v for k, v in hf_settings.items() if settings.get(k) == {} and v}
     differing = {k: v for k, v in hf_settings.items() if k in settings and settings[k] != v}
     if differing:
         listed = ", ".join(f"{k} (run {settings[k]!r}, dir {v!r})" for k, v in differing.items())
