@@ -79,3 +79,18 @@ def test_another_rope_type_is_refused(tmp_path: Path) -> None:
     save_llama(tmp_path, {"rope_type": "dynamic", "factor": 2.0})
     with pytest.raises(ConfigError, match=r"rope_type='dynamic'.*'llama3'"):
         compose(["model=llama_tiny", "tokenizer=bytes", *SHAPE, f"model.pretrained={tmp_path}"])
+
+
+def test_pretrained_takes_the_folders_shape_unless_given(tmp_path: Path) -> None:
+    """``model=llama_tiny model.pretrained=DIR`` builds the folder's shape, not llama_tiny's;
+    a setting given on the command line must match the folder, or it is one error."""
+    save_llama(tmp_path, None)
+    model = compose(["model=llama_tiny", "tokenizer=bytes", f"model.pretrained={tmp_path}"])[
+        "model"
+    ]
+    shape = {"dim": 64, "n_layers": 2, "n_kv_heads": 2, "ffn_dim": 96, "tie_embeddings": False}
+    assert {k: model[k] for k in shape} == shape and model["rope_scaling"] == {}
+    with pytest.raises(ConfigError, match=r"dim \(run 32, dir 64\).*model\.dim=64"):
+        compose(
+            ["model=llama_tiny", "tokenizer=bytes", "model.dim=32", f"model.pretrained={tmp_path}"]
+        )
