@@ -96,7 +96,14 @@ def _train(args: list[str]) -> int:
 
     from xirang_core.config import check_overrides, register_with_hydra
     from xirang_core.plugins import get_registry
+    from xirang_core.train import torchrun
 
+    found = torchrun.world()
+    if found and found.rank != 0:  # rank 0 composes the run; this rank trains in it
+        torchrun.follow(found)
+        return 0
+    if found:
+        args = torchrun.adopt(args, found)
     registry = get_registry()
     check_overrides(args, registry)
     register_with_hydra(registry)

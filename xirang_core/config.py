@@ -187,7 +187,7 @@ def compose(
     GlobalHydra.instance().clear()
     with initialize_config_module(config_module="xirang_conf", version_base="1.3"):
         cfg = hydra_compose(config_name="config", overrides=list(overrides))
-    return validate(cfg, registry)
+    return validate(cfg, registry, list(overrides))
 
 
 def group_options(registry: Registry) -> dict[str, set[str]]:
@@ -247,8 +247,11 @@ def _no_option(
     return f"{group}={value}: no such option. {did_you_mean(value, valid)}{listed}"
 
 
-def validate(cfg: DictConfig, registry: Registry) -> dict[str, Any]:
-    """The composed config as plain data, checked; ``auto`` choices are resolved to names."""
+def validate(
+    cfg: DictConfig, registry: Registry, overrides: list[str] | None = None
+) -> dict[str, Any]:
+    """The composed config as plain data, checked; ``auto`` choices are resolved to names.
+    ``overrides``: the command line's (None: Hydra's, when it composed ``cfg``)."""
     data = _to_container(cfg)
     for section, schema in CORE_SCHEMAS.items():
         data[section] = _check_schema(section, data.get(section) or {}, schema)
@@ -262,7 +265,9 @@ def validate(cfg: DictConfig, registry: Registry) -> dict[str, Any]:
     data["tracker"] = check_trackers(data.get("tracker"), registry, _check_schema)
     data["model"] = _check_model(data.get("model"), registry)
     settle_vocab(data, registry)  # model.vocab_size: 0 -> the tokenizer's; too small -> error
-    _check_pretrained(data["model"], registry)  # against the settled shape, vocabulary included
+    given = model_overrides(_hydra_overrides() if overrides is None else overrides)
+    if _check_pretrained(data["model"], registry, given):  # took the folder's shape
+        settle_vocab(data, registry)  # the folder's vocabulary must hold the tokenizer's ids
     _check_batch(data)
     _check_choices(data["trainer"], data["optim"], registry)
     _check_strategy(data, registry)
@@ -337,13 +342,35 @@ def _check_model(values: Any, registry: Registry) -> dict[str, Any]:
     return {"family": values["family"], "name": values.get("name", values["family"]), **checked}
 
 
-def _check_pretrained(model: dict[str, Any], registry: Registry) -> None:
-    """``model.pretrained=<dir>``: the directory's shape must be the run's (read from headers)."""
-    if model.get("pretrained"):
-        from xirang_core.train.pretrained import check_pretrained
+def _check_pretrained(model: dict[str, Any], registry: Registry, given: set[str]) -> bool:
+    """``model.pretrained=<dir>``: the run takes the directory's shape (read from headers)
+    except the settings in ``given`` (the command line's), which must match it; whether it
+    changed any setting."""
+    if not model.get("pretrained"):
+        return False
+    from xirang_core.train.pretrained import check_pretrained
 
-        settings = {k: v for k, v in model.items() if k not in ("family", "name")}
-        model.update(check_pretrained(registry.spec("model", model["family"]), settings))
+    settings = {k: v for k, v in model.items() if k not in ("family", "name")}
+    checked = check_pretrained(registry.spec("model", model["family"]), settings, given)
+    changed = any(model.get(k) != v for k, v in checked.items())
+    model.update(checked)
+    return changed
+
+
+def model_overrides(overrides: list[str]) -> set[str]:
+    """The ``model.*`` settings a command line gives (``model.dim=64`` -> ``dim``)."""
+    keys = (o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o)
+    return {k.removeprefix("model.") for k in keys if k.startswith("model.")}
+
+
+def _hydra_overrides() -> list[str]:
+    """The overrides of the run Hydra is composing, or none outside one."""
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        return list(HydraConfig.get().overrides.task)
+    except ValueError:  # no Hydra run: nothing was given on a command line
+        return []
 
 
 #: trainer settings that count something and must be at least 1

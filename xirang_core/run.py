@@ -26,7 +26,7 @@ from xirang_core.parallel.resolve import resolve_parallel
 from xirang_core.plugins import Registry, get_registry
 from xirang_core.specs import DeviceBackend, JobSpec
 from xirang_core.sweep.prune import join_trial
-from xirang_core.train import report, resume, worker
+from xirang_core.train import report, resume, torchrun, worker
 from xirang_core.train.peak import concurrent_workers
 from xirang_core.train.profile import print_top_operators
 
@@ -50,7 +50,11 @@ def launch(cfg: DictConfig) -> dict[str, Any]:
         config["runtime"] = resolve_runtime(config, registry)
     resolve_dataset(config["data"], config["storage"])  # pin the snapshot once, not per worker
     resolve_tokenizer(config, registry)  # bpe trains here (once per snapshot), never in a worker
-    summary = train_in(config, run_dir, registry, key)
+    found = torchrun.world()
+    if found:  # torchrun is the scheduler: this process is rank 0's worker
+        summary = train_as_rank_zero(config, run_dir, found, key)
+    else:
+        summary = train_in(config, run_dir, registry, key)
     if not summary:  # a detached scheduler: the job runs elsewhere
         return summary
     report.print_summary(summary)
@@ -64,11 +68,7 @@ def train_in(
     """Train a resolved config in ``run_dir`` through its scheduler; returns the summary (the
     plugin test kit calls this with :func:`compose_config`'s result). With the config's ``key``
     (:func:`resume.config_key`) a stop leaves the run for the same command to resume."""
-    # atomically: with trainer.nnodes>1 every node's launcher writes it into the shared run
-    # directory while another node's workers may be reading it
-    tmp = run_dir / f".{worker.CONFIG_FILE}.{socket.gethostname()}.{os.getpid()}"
-    tmp.write_text(yaml.safe_dump(config, sort_keys=False))
-    tmp.replace(run_dir / worker.CONFIG_FILE)
+    write_config(config, run_dir)
     trainer = config["trainer"]
     nodes = {k: trainer[k] for k in ("nnodes", "node_rank", "rdzv_endpoint")}
     job = JobSpec(
@@ -81,6 +81,27 @@ def train_in(
     if getattr(scheduler, "detached", False):  # submitted elsewhere; it said how to follow it
         return {}
     return report.read_summary(run_dir)
+
+
+def train_as_rank_zero(
+    config: dict[str, Any], run_dir: Path, found: torchrun.World, key: str
+) -> dict[str, Any]:
+    """Under torchrun: write the run's config, name its directory to the other ranks, train
+    as rank 0's worker in this process; returns the summary."""
+    write_config(config, run_dir)
+    torchrun.announce(found, run_dir)
+    with resume.resumable(run_dir, key):
+        worker.main(str(run_dir))
+    return report.read_summary(run_dir)
+
+
+def write_config(config: dict[str, Any], run_dir: Path) -> None:
+    """The run's ``config.yaml``, which every worker reads. Atomically: with trainer.nnodes>1
+    every node's launcher writes it into the shared run directory while another node's
+    workers may be reading it."""
+    tmp = run_dir / f".{worker.CONFIG_FILE}.{socket.gethostname()}.{os.getpid()}"
+    tmp.write_text(yaml.safe_dump(config, sort_keys=False))
+    tmp.replace(run_dir / worker.CONFIG_FILE)
 
 
 def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:

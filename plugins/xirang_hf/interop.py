@@ -1,9 +1,11 @@
 """The ``hf`` family's Hugging Face layout: its state is the transformers model's own, under
 the wrapper's ``hf.`` prefix, so the mapping only renames (and leaves out tied copies, as
-``save_pretrained`` does)."""
+``save_pretrained`` does). On the way in, the renames transformers itself applies when it
+loads a folder of that model type (GPT-NeoX/Pythia's ``embed_out`` -> ``lm_head``) apply too."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -34,5 +36,24 @@ class HFLayout:
     def from_hf(
         self, hf_config: dict[str, Any], tensors: dict[str, torch.Tensor]
     ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-        """No settings to compare (the run builds from a config.json); tensors prefixed."""
-        return {}, {PREFIX + name: t for name, t in tensors.items()}
+        """No settings to compare (the run builds from a config.json); tensors renamed as
+        transformers renames them on load, and prefixed."""
+        rename = checkpoint_renames(hf_config)
+        return {}, {PREFIX + rename(name): t for name, t in tensors.items()}
+
+
+def checkpoint_renames(hf_config: dict[str, Any]) -> Callable[[str], str]:
+    """transformers' own key renames for a checkpoint of ``hf_config``'s causal-LM class (by
+    class name, else model type, as ``from_pretrained`` looks them up); only renames, since
+    a tensor conversion (a merge, a split) needs the loader that owns it."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+    from transformers.core_model_loading import WeightRenaming, apply_renamings
+
+    settings = {k: v for k, v in hf_config.items() if k != "model_type"}
+    config = AutoConfig.for_model(hf_config["model_type"], **settings)
+    model_class = AutoModelForCausalLM._model_mapping[type(config)]
+    found = get_checkpoint_conversion_mapping(model_class.__name__)
+    found = found or get_checkpoint_conversion_mapping(config.model_type) or []
+    renamings = [t for t in found if isinstance(t, WeightRenaming)]
+    return lambda name: apply_renamings(name, renamings)

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from xirang_core.errors import ConfigError
+from xirang_llama.model import LLAMA3_SCALING
 
 #: (xirang setting, Hugging Face key) pairs that carry the same value
 _SAME = (
@@ -51,6 +52,7 @@ class LlamaHF:
             **_FIXED,
             "head_dim": cfg.head_dim,
             "rope_theta": cfg.rope_theta,
+            **({"rope_scaling": dict(cfg.rope_scaling)} if cfg.rope_scaling else {}),
             "torch_dtype": str(dtype).removeprefix("torch."),
         }
         tensors = {
@@ -72,6 +74,7 @@ class LlamaHF:
             raise ConfigError(f"config.json: missing {', '.join(missing)} (a Llama needs them)")
         settings.setdefault("tie_embeddings", False)
         settings["rope_theta"] = float(_rope_theta(hf_config))
+        settings["rope_scaling"] = _rope_scaling(hf_config)
         state = {name.removeprefix(_PREFIX): tensor for name, tensor in tensors.items()}
         if settings["tie_embeddings"]:
             state[_HEAD] = state["embed_tokens.weight"]
@@ -98,13 +101,30 @@ def _check_compatible(hf_config: dict[str, Any]) -> None:
         )
 
 
+def _rope(hf_config: dict[str, Any]) -> dict[str, Any]:
+    """RoPE's settings from a transformers 4 (``rope_theta``, ``rope_scaling``) or 5
+    (``rope_parameters``) config."""
+    return dict(hf_config.get("rope_parameters") or hf_config.get("rope_scaling") or {})
+
+
 def _rope_theta(hf_config: dict[str, Any]) -> float:
-    """RoPE's base from a transformers 4 (``rope_theta``, ``rope_scaling``) or 5
-    (``rope_parameters``) config; only plain RoPE is computed here."""
-    rope = dict(hf_config.get("rope_parameters") or hf_config.get("rope_scaling") or {})
+    """RoPE's base; plain RoPE and Llama 3.1's scaling (``rope_type: llama3``) are computed
+    here, anything else is refused."""
+    rope = _rope(hf_config)
     kind = rope.get("rope_type", rope.get("type", "default"))
-    if kind != "default":
+    if kind not in ("default", "llama3"):
         raise ConfigError(
-            f"config.json: rope_type={kind!r}; xirang's Llama computes only 'default' RoPE"
+            f"config.json: rope_type={kind!r}; xirang's Llama computes 'default' and 'llama3' RoPE"
         )
     return rope.get("rope_theta", hf_config.get("rope_theta", 10000.0))
+
+
+def _rope_scaling(hf_config: dict[str, Any]) -> dict[str, Any]:
+    """The model's ``rope_scaling`` setting: {} for plain RoPE, else Llama 3.1's factors."""
+    rope = _rope(hf_config)
+    if rope.get("rope_type", rope.get("type", "default")) == "default":
+        return {}
+    try:
+        return {"rope_type": "llama3", **{k: rope[k] for k in LLAMA3_SCALING}}
+    except KeyError as exc:
+        raise ConfigError(f"config.json: rope_type 'llama3' needs {exc.args[0]}") from None

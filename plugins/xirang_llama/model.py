@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -35,6 +36,10 @@ class LlamaConfig:
     rope_theta: float = 500000.0
     norm_eps: float = 1e-5
     tie_embeddings: bool = False
+    #: RoPE frequency scaling as transformers names it: {} for none, or Llama 3.1's
+    #: {rope_type: llama3, factor, low_freq_factor, high_freq_factor,
+    #: original_max_position_embeddings}
+    rope_scaling: dict[str, Any] = field(default_factory=dict)
     #: a Hugging Face Llama directory to start from (xirang ckpt export --format hf)
     pretrained: str = ""
 
@@ -59,19 +64,63 @@ class LlamaConfig:
                 f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads} (grouped "
                 "queries share a key/value head)"
             )
+        if self.rope_scaling:
+            check_rope_scaling(self.rope_scaling)
         if min(self.dim, self.ffn_dim, self.max_seq_len) < 1 or self.n_layers < 0:
             raise ValueError("dim, ffn_dim and max_seq_len must be >= 1, n_layers >= 0")
 
 
-def rope_tables(seq_len: int, head_dim: int, theta: float, device: torch.device) -> tuple:
+#: the keys of Llama 3.1's RoPE scaling (``rope_type: llama3``)
+LLAMA3_SCALING = (
+    "factor",
+    "low_freq_factor",
+    "high_freq_factor",
+    "original_max_position_embeddings",
+)
+
+
+def check_rope_scaling(scaling: dict[str, Any]) -> None:
+    """Raise ValueError unless ``scaling`` is a RoPE scaling this model computes."""
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind != "llama3":
+        raise ValueError(f"rope_scaling: rope_type={kind!r}; computed here: 'llama3' (or {{}})")
+    missing = [k for k in LLAMA3_SCALING if k not in scaling]
+    if missing:
+        raise ValueError(f"rope_scaling: rope_type 'llama3' needs {', '.join(missing)}")
+
+
+def rope_tables(
+    seq_len: int,
+    head_dim: int,
+    theta: float,
+    device: torch.device,
+    scaling: dict[str, Any] | None = None,
+) -> tuple:
     """cos and sin ``[seq, head_dim]`` of each position's rotation, both halves of a head
-    repeating the same frequencies (Hugging Face's layout), in fp32."""
+    repeating the same frequencies (Hugging Face's layout), in fp32; ``scaling`` as
+    :attr:`LlamaConfig.rope_scaling`."""
     inv_freq = 1.0 / theta ** (
         torch.arange(0, head_dim, 2, device=device, dtype=torch.int64).float() / head_dim
     )
+    if scaling:
+        inv_freq = llama3_frequencies(inv_freq, scaling)
     angles = torch.outer(torch.arange(seq_len, device=device).float(), inv_freq)
     angles = torch.cat((angles, angles), dim=-1)
     return angles.cos(), angles.sin()
+
+
+def llama3_frequencies(inv_freq: torch.Tensor, scaling: dict[str, Any]) -> torch.Tensor:
+    """Llama 3.1's long-context RoPE, as transformers computes it: wavelengths longer than the
+    original context / low_freq_factor slow down by ``factor``, those shorter than the context /
+    high_freq_factor stay, and the band between blends the two."""
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    context = scaling["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > context / low, inv_freq / factor, inv_freq)
+    smooth = (context / wavelen - low) / (high - low)
+    blended = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= context / high) & (wavelen <= context / low)
+    return torch.where(medium, blended, scaled)
 
 
 def project(x: torch.Tensor, *projections: nn.Linear) -> tuple[torch.Tensor, ...]:
@@ -141,6 +190,7 @@ class Attention(nn.Module):
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
         self.head_dim, self.theta = cfg.head_dim, cfg.rope_theta
+        self.rope_scaling = cfg.rope_scaling
         kv_width = cfg.n_kv_heads * cfg.head_dim
         self.q_proj = nn.Linear(cfg.dim, cfg.dim, bias=False)
         self.k_proj = nn.Linear(cfg.dim, kv_width, bias=False)
@@ -169,7 +219,7 @@ class Attention(nn.Module):
         if rope is not None and seq <= rope.shape[1]:
             cos, sin = rope[:, :seq]
         else:  # no table, or longer than max_seq_len: the same rotation, computed here
-            cos, sin = rope_tables(seq, self.head_dim, self.theta, x.device)
+            cos, sin = rope_tables(seq, self.head_dim, self.theta, x.device, self.rope_scaling)
         if positions is not None:
             cos, sin = cos[positions], sin[positions]
         # rotated in the [batch, seq, heads, dim] layout, so attention's output comes back in it
@@ -304,7 +354,9 @@ class Llama(nn.Module):
         backward (7% of a llama_small step, bf16, batch 8 x 512, inductor's kernel profile).
         Not in the state dict."""
         if not self.rope.is_meta:
-            tables = rope_tables(*self.rope.shape[1:], self.cfg.rope_theta, "cpu")
+            tables = rope_tables(
+                *self.rope.shape[1:], self.cfg.rope_theta, "cpu", self.cfg.rope_scaling
+            )
             self.rope.copy_(torch.stack(tables))
 
     def num_params(self, non_embedding: bool = True) -> int:

@@ -18,6 +18,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 PROGRAMS = re.compile(
     r"(python -m xirang|xirang(?! error:)|pytest)(\s|$)|python (benchmarks/|-c )|pip |export "
+    r"|torchrun "
 )
 SKIP_MARK = re.compile(r"<!--\s*docs-test:\s*skip\s*\((?P<why>[^)]*)\)\s*-->")
 FIGURES_MARK = re.compile(r"<!--\s*docs-test:\s*figures\s*-->")

@@ -265,6 +265,9 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
         ("xirang ckpt export --format hf {run} my-model",)
     ),
     # docs/parallel.md
+    "torchrun --nproc-per-node=2 -m xirang parallel=ddp": Slow(
+        _MULTI + "; tests/parallel/test_torchrun.py runs it short against trainer.nproc=2"
+    ),
     "python -m xirang trainer.nproc=4 parallel=fsdp": Slow(_MULTI),
     "python -m xirang trainer.nproc=4 parallel=fsdp parallel.zero=2": Slow(_MULTI),
     "python -m xirang trainer.nproc=2 parallel=tp": Slow(_MULTI),

@@ -167,8 +167,8 @@ def cmd_export(store: CheckpointStore, args: argparse.Namespace) -> int:
     if args.format == "hf":
         config = _run_config(args.run, "--format hf")
         out = out or Path(args.run) / f"hf-step{manifest.step}"
-        count = export_hf(store, manifest, out, config.get("model") or {}, _registry())
-        export_tokenizer(config, out)
+        special = export_tokenizer(config, out)
+        count = export_hf(store, manifest, out, config.get("model") or {}, _registry(), special)
     else:
         out = out or Path(args.run) / f"model-step{manifest.step}.safetensors"
         count = export_safetensors(store, manifest, out)

@@ -21,6 +21,7 @@ from xirang_core.checkpoint.store import CheckpointStore
 from xirang_core.errors import ConfigError
 
 MODEL_PREFIX = "model."
+TOKENIZER_CONFIG = "tokenizer_config.json"
 
 
 def model_tensors(store: CheckpointStore, manifest: Manifest) -> dict[str, torch.Tensor]:
@@ -54,11 +55,18 @@ def export_safetensors(store: CheckpointStore, manifest: Manifest, out: Path) ->
 
 
 def export_hf(
-    store: CheckpointStore, manifest: Manifest, out: Path, model: dict[str, Any], registry: Any
+    store: CheckpointStore,
+    manifest: Manifest,
+    out: Path,
+    model: dict[str, Any],
+    registry: Any,
+    special: dict[str, int] | None = None,
 ) -> int:
     """Write a directory ``transformers`` loads (``from_pretrained(out)``): ``config.json`` and
     ``model.safetensors`` from the family's Hugging Face mapping, and ``generation_config.json``
-    with xirang's sampling defaults. ``model`` is the run's ``model`` config section."""
+    with xirang's sampling defaults. ``model`` is the run's ``model`` config section;
+    ``special`` the tokenizer's bos/eos/pad ids (:func:`special_token_ids`), which take the
+    place of the mapping's."""
     from safetensors.torch import save_file
 
     spec = registry.spec("model", model["family"])
@@ -70,6 +78,7 @@ def export_hf(
         )
     settings = {k: v for k, v in model.items() if k not in ("family", "name")}
     hf_config, tensors = interop.to_hf(settings, model_tensors(store, manifest))
+    hf_config.update(special or {})
     out.mkdir(parents=True, exist_ok=True)
     save_file(
         {k: v.contiguous() for k, v in tensors.items()},
@@ -81,14 +90,39 @@ def export_hf(
     return len(tensors)
 
 
-def export_tokenizer(config: dict[str, Any], out: Path) -> None:
+def export_tokenizer(config: dict[str, Any], out: Path) -> dict[str, int]:
     """The run's tokenizer beside the weights (``tokenizer.json``, ``tokenizer_config.json``),
-    so ``AutoTokenizer.from_pretrained(out)`` encodes as the run did. Runs from before the
+    so ``AutoTokenizer.from_pretrained(out)`` encodes as the run did; returns its
+    :func:`special_token_ids`, named in ``tokenizer_config.json`` too. Runs from before the
     tokenizer group trained on bytes, which is what their config then gets."""
     from xirang_core.data.tokenizer import open_tokenizer
 
     config = {**config, "tokenizer": config.get("tokenizer") or {"name": "bytes"}}
-    open_tokenizer(config).save(out)
+    tokenizer = open_tokenizer(config)
+    tokenizer.save(out)
+    eos = getattr(tokenizer, "eos_token", "")
+    if not eos:
+        return {}
+    path = out / TOKENIZER_CONFIG
+    settings = json.loads(path.read_text()) if path.is_file() else {}
+    for key in ("bos_token", "eos_token", "pad_token"):
+        settings[key] = settings.get(key) or eos  # the source folder's own names stay
+    path.write_text(json.dumps(settings, indent=2) + "\n")
+    return special_token_ids(tokenizer.backend, settings)
+
+
+def special_token_ids(backend: Any, settings: dict[str, Any]) -> dict[str, int]:
+    """``bos/eos/pad_token_id`` of the tokens ``settings`` (a tokenizer_config) names: the run
+    ends every document with its eos token, so generation stops there, and a batch pads with
+    it (GPT-2's and Pythia's convention) unless the tokenizer names its own pad token."""
+    ids = {}
+    for key in ("bos_token", "eos_token", "pad_token"):
+        token = settings[key]
+        token = token.get("content") if isinstance(token, dict) else token  # an AddedToken
+        found = backend.token_to_id(token)
+        if found is not None:
+            ids[f"{key}_id"] = found
+    return ids
 
 
 def generation_config(hf_config: dict[str, Any]) -> dict[str, Any]:

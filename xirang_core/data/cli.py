@@ -25,7 +25,7 @@ from rich.table import Table
 from xirang_core.data.prepare import PrepareSettings, prepare
 from xirang_core.data.quality import Report, Rules
 from xirang_core.data.snapshot import list_ids, load
-from xirang_core.data.sources import FORMATS, iter_samples
+from xirang_core.data.sources import ERRORS, FORMATS, Decoding, iter_samples
 from xirang_core.data.sync import sync, verify
 from xirang_core.storage.locate import origin_errors, tier_for
 from xirang_core.terminal import help_text
@@ -52,6 +52,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("dst")
     p.add_argument("--format", default="auto", choices=FORMATS)
     p.add_argument("--field", default="text", help="the text field samples are checked on")
+    p.add_argument("--encoding", default="utf-8", help="of text files (utf-16, latin-1, ...)")
+    p.add_argument(
+        "--errors",
+        default="strict",
+        choices=ERRORS,
+        help="a byte that does not decode: strict quarantines its sample, replace makes it "
+        "U+FFFD, ignore drops it",
+    )
     p.add_argument("--min-chars", type=int, default=1)
     p.add_argument("--max-chars", type=int, default=0, help="0 = no limit")
     p.add_argument("--no-dedup", action="store_true", help="keep duplicate samples")
@@ -95,8 +103,11 @@ def _prepare(args: argparse.Namespace) -> int:
         shard_bytes=int(args.shard_mb * 2**20), workers=args.workers, progress=not args.json
     )
     started = time.perf_counter()
-    samples = iter_samples(args.src, args.format, args.field)
+    decoding = Decoding(args.encoding, args.errors)
+    samples = iter_samples(args.src, args.format, args.field, decoding=decoding)
     meta = {"source": _public(args.src), "format": args.format}
+    if decoding != Decoding():
+        meta |= {"encoding": decoding.encoding, "errors": decoding.errors}
     snap, report = prepare(samples, tier_for(args.dst), rules, settings, meta)
     if args.json:
         print(json.dumps({"snapshot": snap.id, "shards": len(snap.shards), **report.as_dict()}))

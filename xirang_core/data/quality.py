@@ -1,9 +1,12 @@
 """The quality gate: every sample passes the rules or goes to quarantine with its reason.
 
 Rules run in the order listed here, and the first that fails names the reason: ``not_json``,
-``missing_field``, ``not_utf8``, ``empty``, ``too_short``, ``too_long``, ``duplicate`` (same
-content hash as an earlier sample), then the user rule (``module:function`` taking the sample
-and returning ``None`` or a reason). A sample that fails never reaches a training shard.
+``missing_field``, ``not_utf8`` (its bytes did not decode), ``nul_bytes`` (a NUL in the text:
+UTF-16 read as UTF-8, a binary file), ``control_chars`` (more than ``CONTROL_SHARE`` of it
+control characters other than whitespace), ``empty``, ``too_short``, ``too_long``,
+``duplicate`` (same content hash as an earlier sample), then the user rule
+(``module:function`` taking the sample and returning ``None`` or a reason). A sample that
+fails never reaches a training shard.
 """
 
 from __future__ import annotations
@@ -18,6 +21,10 @@ from xirang_core.errors import DataError
 from xirang_core.specs import import_target
 
 EXAMPLES_PER_REASON = 3
+#: the share of a text's characters that may be control characters (escape codes, form feeds)
+CONTROL_SHARE = 0.01
+#: C0 controls other than tab, newline, vertical tab, form feed and carriage return, and DEL
+_CONTROLS = dict.fromkeys([*range(0, 9), *range(14, 32), 127])
 EXAMPLE_CHARS = 80
 
 
@@ -81,6 +88,8 @@ class Gate:
             return "missing_field"
         if isinstance(value, bytes):
             return "not_utf8"
+        if isinstance(value, str) and (problem := control_problem(value)):
+            return problem
         size = len(value)
         if size == 0 or (isinstance(value, str) and not value.strip()):
             return "empty"
@@ -99,6 +108,14 @@ class Gate:
             return True
         self.seen.add(digest)
         return False
+
+
+def control_problem(text: str) -> str | None:
+    """``nul_bytes`` or ``control_chars`` when ``text`` is not text a model should learn."""
+    if "\x00" in text:
+        return "nul_bytes"
+    controls = len(text) - len(text.translate(_CONTROLS))
+    return "control_chars" if controls > CONTROL_SHARE * len(text) else None
 
 
 def content_bytes(value: Any) -> bytes:

@@ -26,6 +26,9 @@ from xirang_core.paths import xirang_home
 from xirang_core.storage.locate import tier_for
 
 SHARD_SAMPLES = 256
+#: how the files become samples; a change prepares the corpus afresh rather than reusing a
+#: folder prepared the old way ("bom": a leading byte-order mark is dropped, as prepare does)
+RECIPE = "bom"
 
 
 def stdlib_sources() -> list[Path]:
@@ -36,7 +39,7 @@ def stdlib_sources() -> list[Path]:
 def ensure_prepared(home: Path | None = None) -> Path:
     """The dataset folder of the stdlib corpus, preparing it first when it does not exist yet."""
     sources = stdlib_sources()
-    fingerprint = hashlib.sha256()
+    fingerprint = hashlib.sha256(RECIPE.encode())
     for path in sources:
         fingerprint.update(f"{path}:{path.stat().st_size}\n".encode())
     version = "{}.{}.{}".format(*sys.version_info[:3])

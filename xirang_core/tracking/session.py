@@ -28,6 +28,9 @@ STATE_DIR = "trackers"
 #: run waits less (its launcher may be about to kill it)
 FINISH_TIMEOUT_S, FAULT_TIMEOUT_S = 120.0, 10.0
 
+#: the summary's figures measured after the last step, sent to trackers at that step
+FINAL_FIGURES = ("val_loss", "val_bpb")
+
 
 class TrackerSession:
     def __init__(self, name: str, tracker: Any, run_dir: Path) -> None:
@@ -37,6 +40,7 @@ class TrackerSession:
         self.run_id: str | None = state.get("run_id")
         self.last_step: int = state.get("last_step", 0)
         self.queued_step = self.last_step
+        self.evaluated: set[int] = set()  # steps whose figures this session sent a val_loss in
         self.failed = False
         self.work: queue.SimpleQueue[tuple[Callable[..., None], tuple] | None] = queue.SimpleQueue()
         self.thread = threading.Thread(target=self._serve, name=f"xirang-{name}", daemon=True)
@@ -55,10 +59,19 @@ class TrackerSession:
         if step <= self.queued_step:
             return
         self.queued_step = step
+        if "val_loss" in metrics:
+            self.evaluated.add(step)
         self.work.put((self._log, (step, numbers(metrics))))
 
     def finish(self, summary: Mapping[str, Any] | None) -> None:
-        """Send the end (``summary`` None: the run failed) and wait for the thread."""
+        """Send the end (``summary`` None: the run failed) and wait for the thread. The final
+        validation loss is measured after the last step was logged, so it goes as a figure of
+        that step (unless that step's record held it): a tracker that ranks runs on
+        ``val_loss`` ranks on the final one."""
+        if summary is not None and summary.get("steps") not in self.evaluated:
+            final = numbers({k: summary[k] for k in FINAL_FIGURES if k in summary})
+            if final:
+                self.work.put((self._log, (summary["steps"], final)))
         self.work.put((self.tracker.finish, (summary, self.run_dir)))
         self.work.put(None)
         timeout = FINISH_TIMEOUT_S if summary is not None else FAULT_TIMEOUT_S

@@ -39,14 +39,18 @@ DTYPES = {
 SHOWN = 4
 
 
-def check_pretrained(spec: Any, settings: dict[str, Any]) -> dict[str, Any]:
-    """``settings`` with ``pretrained`` made absolute, once the directory fits the run's model."""
+def check_pretrained(
+    spec: Any, settings: dict[str, Any], given: set[str] = frozenset()
+) -> dict[str, Any]:
+    """``settings`` with ``pretrained`` made absolute and the directory's shape taken, except
+    the settings in ``given`` (the user's), once the directory fits the run's model."""
     import torch
 
     folder = Path(settings["pretrained"]).expanduser().resolve()
     settings = {**settings, "pretrained": str(folder)}
     hf_config, tensors = read_hf_dir(folder, meta=True)
     hf_settings, state = _from_hf(spec, folder, hf_config, tensors)
+    settings |= {k: v for k, v in hf_settings.items() if k in settings and k not in given}
     differing = {k: v for k, v in hf_settings.items() if k in settings and settings[k] != v}
     if differing:
         listed = ", ".join(f"{k} (run {settings[k]!r}, dir {v!r})" for k, v in differing.items())

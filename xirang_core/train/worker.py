@@ -189,7 +189,7 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
     max_len = model_settings.get("max_seq_len", seq_len)
     if seq_len > max_len:
         raise ConfigError(f"data.seq_len={seq_len} exceeds model.max_seq_len={max_len}")
-    accum = trainer["global_batch"] // ctx.data_world // micro
+    accum = micro_batches(trainer["global_batch"], ctx.data_world, micro)
     train, val = run_batches(config, ctx.data_rank, ctx.data_world, micro, accum)
     train = loop_batches(train, trainer["max_steps"], data.get("num_workers", 0))
     settings = LoopSettings(
@@ -223,6 +223,21 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
         strategy=strategy,
         params=params,
     )
+
+
+def micro_batches(global_batch: int, data_world: int, micro: int) -> int:
+    """Micro-batches each data-parallel rank runs per step; at least one, or the run would
+    log a loss of 0 over 0 tokens at every step (a config composed for fewer workers than
+    joined the group, as every process under torchrun once did)."""
+    accum = global_batch // data_world // micro
+    if accum < 1:
+        raise ConfigError(
+            f"trainer.global_batch={global_batch} over {data_world} data-parallel ranks of "
+            f"trainer.micro_batch={micro} leaves no micro-batch per step for this worker; "
+            f"the config was resolved for a different worker count than joined the group. "
+            f"Use a global_batch that is a multiple of {data_world * micro}."
+        )
+    return accum
 
 
 def starts_sharded(config: dict[str, Any], ctx: WorkerContext, strategy: Any) -> bool:
@@ -271,12 +286,12 @@ def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry
     last_step = trainer.pruned_at or parts.settings.max_steps  # a pruned trial ends early
     guard.finish(last_step)
     wall = time.perf_counter() - started
-    if not ctx.is_main and not split_model(parts):
-        return
     with trainer.precision.autocast():
-        val_loss = held_out_loss(parts)
-        # a model the guard could not save (weights already non-finite) has nothing to say
-        sample = final_sample(config, parts) if math.isfinite(val_loss) else ""
+        val_loss = held_out_loss(parts)  # every worker scores its stride of the rows
+        # a model the guard could not save (weights already non-finite) has nothing to say;
+        # a replicated model samples on the main worker only
+        samples = math.isfinite(val_loss) and (ctx.is_main or split_model(parts))
+        sample = final_sample(config, parts) if samples else ""
     if not ctx.is_main:
         return
     figures = loop_figures(trainer)
@@ -290,14 +305,28 @@ def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry
     notify(registry.hook, "xirang_on_run_end", ctx=ctx, summary=summary)
 
 
-def held_out_loss(parts: Assembly) -> float | None:
-    """The validation loss. A split model evaluates on every worker together (their forwards
-    exchange shards); a replicated one only on the main worker (None on the others)."""
+def held_out_loss(parts: Assembly) -> float:
+    """The validation loss over the same held-out rows whatever the worker count: the first
+    ``EVAL_BATCHES`` global batches, each data-parallel rank scoring its stride of them (its
+    slice of every batch, as it trains), the means averaged over every worker. A split model
+    evaluates on every worker together (their forwards exchange shards)."""
     ctx = parts.ctx
-    if not split_model(parts) and not ctx.is_main:
-        return None
     evaluated = parts.wrapped if split_model(parts) else trained_model(parts)
-    return evaluate(evaluated, parts.val, ctx.device, EVAL_BATCHES)
+    # a pipeline's evaluation runs a whole step's micro-batches per schedule run
+    pipelined = hasattr(evaluated, "xirang_eval")
+    batches = EVAL_BATCHES if pipelined else EVAL_BATCHES * parts.settings.accum_steps
+    return mean_over_workers(evaluate(evaluated, parts.val, ctx.device, batches), ctx)
+
+
+def mean_over_workers(value: float, ctx: WorkerContext) -> float:
+    """``value`` averaged over every worker. Each scored as many equal batches, so this is the
+    mean over all of them; workers holding the same rows (a tensor-parallel group, a
+    pipeline's stages) count alike, which leaves the mean over the data ranks unchanged."""
+    if ctx.world_size == 1 or not dist.is_initialized():
+        return value
+    total = torch.tensor([value], dtype=torch.float32, device=ctx.device)
+    dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    return total.item() / ctx.world_size
 
 
 def split_model(parts: Assembly) -> bool:
