@@ -55,12 +55,16 @@ TWO_NODES = ("scheduler=slurm", "scheduler.nodes=2", "trainer.nproc=1", *RUN)
 DDP = "parallel=ddp"
 
 
-def xirang(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """``python -m xirang ARGS`` in ``root``, its runs under ``root/runs``."""
+def xirang(
+    root: Path, *args: str, env: dict[str, str] | None = None, user: str = ""
+) -> subprocess.Popen:
+    """``python -m xirang ARGS`` in ``root``, its runs under ``root/runs``; as ``user`` when
+    given (a pool job runs as its project's account, which must own its run folder)."""
     root.mkdir(parents=True, exist_ok=True)
     env = {"XIRANG_RUNS": str(root / "runs"), "OMP_NUM_THREADS": "1", **(env or {})}
+    as_user = ["runuser", "-u", user, "--"] if user else []
     return subprocess.Popen(
-        [sys.executable, "-m", "xirang", *args],
+        [*as_user, sys.executable, "-m", "xirang", *args],
         cwd=root,
         env={**os.environ, **env},
         stdout=subprocess.PIPE,
@@ -360,7 +364,7 @@ def pool(
 @pytest.mark.service
 @pytest.mark.slow
 def test_the_pool_places_a_two_node_job_preempts_it_and_it_resumes(
-    pool, reference: Path, tmp_path: Path
+    pool, reference: Path, tmp_path: Path, account: str
 ) -> None:
     """``scheduler=pool`` with the service's Slurm executor: the borrowed 2-card job runs on
     both nodes (``--nodelist``); ``prod``'s high-priority job takes the cards back, so the run
@@ -369,11 +373,13 @@ def test_the_pool_places_a_two_node_job_preempts_it_and_it_resumes(
     service, operator, executor = pool
     token = operator.call("PUT", "/v1/projects/batch", {})["token"]
     operator.call("PUT", "/v1/projects/prod", {})
-    env = {"XIRANG_POOL_URL": operator.url, "XIRANG_POOL_TOKEN": token}
+    home = tmp_path / "account-home"  # the submitter is the account its jobs run as
+    home.mkdir(mode=0o777)
+    home.chmod(0o777)
+    env = {"XIRANG_POOL_URL": operator.url, "XIRANG_POOL_TOKEN": token, "XIRANG_HOME": str(home)}
     pool_run = ("scheduler=pool", "project=batch", "pool.cards=2", "scheduler.poll_s=0.3")
-    proc = xirang(
-        tmp_path, *pool_run, "trainer.nproc=2", DDP, *RUN, "checkpoint.resume=auto", env=env
-    )
+    run = ("trainer.nproc=2", DDP, *RUN, "checkpoint.resume=auto")
+    proc = xirang(tmp_path, *pool_run, *run, env=env, user=account)
     run_dir = wait_for_step(tmp_path, 1)
     urgent = operator.submit(
         project="prod", cards=2, priority="high", payload={"command": ["true"]}
