@@ -95,3 +95,41 @@ def test_a_part_runs_in_the_cpu_rehearsal(part: str, tmp_path: Path) -> None:
     assert result[figure] > 0
     if part == "checkpoint":
         assert result["bitwise"] is True
+
+
+def test_the_fetch_downloads_for_the_images_python_and_builds_xirang_offline(
+    tmp_path: Path,
+) -> None:
+    """The wheels an air-gapped image lacks: the downloads target the image's Python (not this
+    machine's) as pure wheels; xirang's own wheel builds here without an index."""
+    import gpu_wheels
+
+    download, antlr, xirang = gpu_wheels.fetch_commands(tmp_path, "3.12")
+    assert download[3:5] == ["download", "--no-deps"] and "--only-binary=:all:" in download
+    assert download[download.index("--python-version") + 1] == "3.12"
+    assert {arg.split("==")[0] for arg in download[-3:]} == {
+        "hydra-core",
+        "omegaconf",
+        "nvidia-ml-py",
+    }
+    assert antlr[3] == "wheel" and antlr[-1].startswith("antlr4-python3-runtime==")
+    assert subprocess.run(xirang, capture_output=True).returncode == 0
+    assert [p.name.split("-")[0] for p in tmp_path.glob("*.whl")] == ["xirang"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the path of a machine with no GPU")
+def test_the_check_runs_from_installed_wheels_and_writes_its_figures(tmp_path: Path) -> None:
+    """``--wheels``: installed without an index and used (not the checkout's install);
+    ``--out``: the figures land in summary.json."""
+    import gpu_wheels
+
+    wheels, out = tmp_path / "whl", tmp_path / "out"
+    subprocess.run(gpu_wheels.xirang_wheel_command(wheels), check=True, capture_output=True)
+    env = {**os.environ, "XIRANG_HOME": str(tmp_path / "home"), "TMPDIR": str(tmp_path)}
+    command = [sys.executable, str(BENCH / "gpu_check.py"), "--wheels", str(wheels)]
+    done = subprocess.run([*command, "--out", str(out)], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["last_line"] == NA_LINE
+    site = Path(summary["detection"]["preflight"]["xirang"])
+    assert site.name.startswith("xirang-gpu-site-") and (site / "xirang_core").is_dir()
