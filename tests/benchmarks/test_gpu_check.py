@@ -133,3 +133,26 @@ def test_the_check_runs_from_installed_wheels_and_writes_its_figures(tmp_path: P
     assert summary["last_line"] == NA_LINE
     site = Path(summary["detection"]["preflight"]["xirang"])
     assert site.name.startswith("xirang-gpu-site-") and (site / "xirang_core").is_dir()
+
+
+@pytest.mark.slow
+def test_the_whole_rehearsal_runs_every_part_and_writes_the_out_folder(tmp_path: Path) -> None:
+    """The proof's own command on the CPU (``--rehearse``), as CI runs it: every part runs in
+    its order within the budget, FSDP2 wraps for real on one rank, and the output folder holds
+    the figures and each part's log (at most eight files, two folders deep)."""
+    out = tmp_path / "out"
+    env = {**os.environ, "XIRANG_HOME": str(tmp_path / "home"), "OUT": str(out)}
+    command = [sys.executable, str(BENCH / "gpu_check.py"), "--rehearse"]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    parts = [line.split(":")[0][3:] for line in done.stdout.splitlines() if line.startswith("==")]
+    assert parts[1:-1] == list(gpu_check.GPU_PARTS)
+    assert summary["last_line"] == done.stdout.strip().splitlines()[-1]
+    for part in ("calibration", "checkpoint", "default_run", "ddp", "fsdp"):
+        assert summary[part]["ok"], (part, summary[part])
+    assert summary["mfu"]["tokens_per_s"] > 0
+    assert summary["fsdp"]["parameter_type"]["types"] == ["DTensor"]
+    files = [path for path in out.rglob("*") if path.is_file()]
+    assert len(files) <= 8 and all(len(p.relative_to(out).parts) <= 2 for p in files)
+    assert (out / "parts" / "default_run.log").read_text().count("trainer.compile=true") >= 1
