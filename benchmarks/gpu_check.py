@@ -84,11 +84,14 @@ def main() -> None:
     if args.part:
         print(json.dumps(PARTS[args.part]()))  # one part, in this child process
         return
+    if args.wheels:
+        install_wheels(args.wheels, Path(tempfile.mkdtemp(prefix="xirang-gpu-site-")))
+    out = prepare_out(args.out)
     own_home = "XIRANG_HOME" not in os.environ  # runs share one cache (the BPE, once)
     if own_home:
         os.environ["XIRANG_HOME"] = tempfile.mkdtemp(prefix="xirang-gpu-check-")
     results: dict[str, dict[str, Any]] = {}
-    found = detect()
+    found = {**detect(), "preflight": preflight()}
     show("detection", found)
     if not (found["usable"] or args.rehearse):
         print(f"needs a GPU (not run here): {', '.join(GPU_PARTS)}")
@@ -103,13 +106,70 @@ def main() -> None:
                 results[part] = {"ok": False, "error": f"not run: the {budget} s budget is spent"}
             else:
                 with power.during(part in ("default_run", "mfu")):
-                    results[part] = run_part(part, left)
+                    results[part] = run_part(part, left, out)
             show(part, results[part])
         results["power"] = power.summary()
         show("power", results["power"])
     if own_home:
         shutil.rmtree(os.environ["XIRANG_HOME"], ignore_errors=True)
-    print(last_line(results))
+    line = last_line(results)
+    if out:
+        summary = {"detection": found, **results, "last_line": line}
+        (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    print(line)
+
+
+def install_wheels(wheels: Path, site: Path) -> None:
+    """Install the wheels ``benchmarks/gpu_wheels.py`` fetched (no index: the machine may be
+    air-gapped) into ``site``, first on the path of this process and of every part's."""
+    found = sorted(str(path) for path in wheels.glob("*.whl"))
+    if not found:
+        sys.exit(f"xirang error: --wheels {wheels}: no .whl files there; make them with "
+                 "python benchmarks/gpu_wheels.py on a machine with network")  # fmt: skip
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps"]
+    command = [*pip, "--no-compile", "--upgrade", "--target", str(site), *found]
+    if subprocess.run(command).returncode != 0:
+        sys.exit(f"xirang error: --wheels {wheels}: pip could not install them (above)")
+    sys.path.insert(0, str(site))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(site), os.environ.get("PYTHONPATH", "")])
+    )
+    print(f"== wheels: {len(found)} installed into {site}", flush=True)
+
+
+def prepare_out(given: Path | None) -> Path | None:
+    """``--out``, else ``$OUT`` when set: summary.json and parts/<part>.log go there."""
+    out = given or (Path(os.environ["OUT"]) if os.environ.get("OUT") else None)
+    if out:
+        (out / "parts").mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def preflight() -> dict[str, Any]:
+    """What the parts need besides torch: the driver's own view (nvidia-smi, with power.draw),
+    a C compiler (inductor and triton build their launchers with one), the visible devices."""
+    import torch
+
+    import xirang_core
+
+    smi = shutil.which("nvidia-smi")
+    found: dict[str, Any] = {
+        "xirang": str(Path(xirang_core.__file__).parent.parent),  # the installed wheels'?
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "device_count": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+        "c_compiler": next(
+            filter(None, map(shutil.which, (os.environ.get("CC") or "cc", "gcc"))), None
+        ),
+        "nvidia_smi": smi,
+    }
+    if smi:
+        fields = "name,driver_version,memory.total,power.draw,temperature.gpu"
+        query = [smi, f"--query-gpu={fields}", "--format=csv,noheader"]
+        done = subprocess.run(query, capture_output=True, text=True, timeout=60)
+        found["nvidia_smi_query"] = (done.stdout or done.stderr).strip().splitlines()
+    return found
 
 
 def detect() -> dict[str, Any]:
@@ -127,8 +187,9 @@ def detect() -> dict[str, Any]:
     return report
 
 
-def run_part(part: str, timeout: float) -> dict[str, Any]:
-    """``part`` in a child process: its JSON, or what went wrong."""
+def run_part(part: str, timeout: float, out: Path | None = None) -> dict[str, Any]:
+    """``part`` in a child process: its JSON, or what went wrong; its whole output goes to
+    ``out/parts/<part>.log`` when ``out`` is given."""
     command = [sys.executable, __file__, "--part", part, *(["--rehearse"] if rehearsing() else [])]
     started = time.perf_counter()
     # a session of its own: on a timeout its training runs go too, not only the part's process
@@ -137,17 +198,25 @@ def run_part(part: str, timeout: float) -> dict[str, Any]:
         start_new_session=True,
     )  # fmt: skip
     try:
-        out, err = child.communicate(timeout=timeout)
+        stdout, stderr = child.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(child.pid, signal.SIGKILL)
-        child.communicate()
+        keep_log(out, part, *child.communicate())
         return {"ok": False, "error": f"timed out after {timeout:.0f} s"}
+    keep_log(out, part, stdout, stderr)
     seconds = round(time.perf_counter() - started, 1)
-    lines = out.strip().splitlines()
+    lines = stdout.strip().splitlines()
     if child.returncode != 0 or not lines:
-        tail = (err or out).strip().splitlines()[-3:]
+        tail = (stderr or stdout).strip().splitlines()[-3:]
         return {"ok": False, "error": " | ".join(tail), "seconds": seconds}
     return {**json.loads(lines[-1]), "seconds": seconds}
+
+
+def keep_log(out: Path | None, part: str, stdout: str | None, stderr: str | None) -> None:
+    """The part's whole output (its training runs' logs included) in ``out/parts``."""
+    if out:
+        text = f"{stdout or ''}\n--- stderr ---\n{stderr or ''}"
+        (out / "parts" / f"{part}.log").write_text(text)
 
 
 class PowerSampler:
@@ -270,6 +339,8 @@ def xirang_run(*overrides: str) -> dict[str, Any]:
         done = subprocess.run(
             [*command, *overrides], capture_output=True, text=True, env=env, cwd=ROOT
         )
+        # into the part's log
+        sys.stderr.write(f"--- {' '.join(overrides)}\n{done.stdout}{done.stderr}\n")
         records = [
             json.loads(line)
             for path in Path(runs).rglob("metrics.jsonl")
@@ -300,7 +371,32 @@ def strategy_runs(name: str) -> dict[str, Any]:
     runs = {"world_1": xirang_run(*base)}
     if not rehearsing() and torch.cuda.device_count() >= 2:
         runs["nccl_2"] = xirang_run(*base, "trainer.nproc=2")
-    return {"ok": all(r["ok"] for r in runs.values()), **runs}
+    ok = all(r["ok"] for r in runs.values())
+    if name == "fsdp":  # on one device too, FSDP2 must shard for real: DTensor parameters
+        runs["parameter_type"] = {"ok": True, "types": wrapped_parameter_types()}
+        ok = ok and runs["parameter_type"]["types"] == ["DTensor"]
+    return {"ok": ok, **runs}
+
+
+def wrapped_parameter_types() -> list[str]:
+    """The parameter types of ``parallel=fsdp``'s model on one rank, as a run wraps it."""
+    import torch.distributed as dist
+
+    from xirang_core.config import compose
+    from xirang_core.plugins import get_registry
+    from xirang_core.run import resolve_runtime
+    from xirang_core.train.worker import assemble, open_worker
+
+    config = compose([f"device={DEVICE}", "parallel=fsdp", "tokenizer=bytes"])
+    registry = get_registry()
+    config["runtime"] = resolve_runtime(config, registry)
+    with tempfile.TemporaryDirectory(prefix="xirang-gpu-fsdp-") as run_dir:
+        ctx = open_worker(config, run_dir, registry)
+        try:
+            model = assemble(config, ctx, registry).model
+            return sorted({type(p).__name__ for p in model.parameters()})
+        finally:
+            dist.destroy_process_group()
 
 
 def checkpoint() -> dict[str, Any]:
@@ -421,6 +517,14 @@ def parse_args() -> argparse.Namespace:
         "--rehearse",
         action="store_true",
         help="run every part on the CPU, small, to check this script (figures mean nothing)",
+    )
+    parser.add_argument(
+        "--wheels",
+        type=Path,
+        help="install these wheels first, without an index (from benchmarks/gpu_wheels.py)",
+    )
+    parser.add_argument(
+        "--out", type=Path, help="write summary.json and each part's log here (default: $OUT)"
     )
     return parser.parse_args()
 

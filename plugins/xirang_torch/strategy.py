@@ -47,8 +47,7 @@ class MeshStrategy:
     def shards_parameters(self, ctx: Any) -> bool:
         """Whether :meth:`wrap` shards parameters over data parallel (FSDP2, zero >= 1): the
         worker then builds the model on the meta device and materialises it once wrapped."""
-        plan = self.plan(ctx.world_size, ctx.config["trainer"]["micro_batch"])
-        return plan.dp > 1 and plan.zero >= 1
+        return _shards(self.plan(ctx.world_size, ctx.config["trainer"]["micro_batch"]))
 
     def build_mesh(self, ctx: Any) -> Any:
         """The (pp, dp, tp) mesh; the worker puts it in the context before wrapping."""
@@ -83,9 +82,9 @@ class MeshStrategy:
     def _data_parallel(
         model: nn.Module, fns: Any, mesh: Any, plan: ParallelPlan, precision: str
     ) -> nn.Module:
-        if degree(mesh, "dp") == 1:
-            return model
-        if plan.zero == 0:
+        if not _shards(plan):
+            if degree(mesh, "dp") == 1:
+                return model
             return sharding.replicate_model(model, mesh["dp"], pipeline=plan.pp > 1)
         policy = fsdp_policy(precision)
         return sharding.shard_model(model, fns.layers(model), mesh["dp"], plan.zero, policy)
@@ -107,6 +106,15 @@ class MeshStrategy:
         runner.tie(fns.tied(model))
         wrapped.xirang_step = runner.step
         wrapped.xirang_eval = runner.evaluate
+
+
+def _shards(plan: ParallelPlan) -> bool:
+    """Whether data parallel is sharded with FSDP2: zero >= 1 over several ranks, and also on
+    one rank when nothing else splits the model, so a one-device ``parallel=fsdp`` run holds
+    DTensor parameters, the mixed-precision policy and a sharded checkpoint as at scale."""
+    if plan.zero < 1:
+        return False
+    return plan.dp > 1 or (plan.tp == 1 and plan.pp == 1)
 
 
 def _parallelize(spec: Any) -> Any:
