@@ -4,9 +4,7 @@ only their own shards, with the same weights as a model built whole, bit for bit
 from __future__ import annotations
 
 import math
-import threading
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 import torch
@@ -18,7 +16,7 @@ from xirang_core.comm.launch import run_group
 from xirang_core.config import compose
 from xirang_core.parallel.plan import ParallelPlan
 from xirang_core.parallel.smoke import plan_config
-from xirang_core.train.init import full_parameter, materialize
+from xirang_core.train.init import materialize
 
 #: the family and tokenizer these settings are for (the embedded default is a Llama on BPE)
 GPT_BYTES = ("model=gpt_tiny", "tokenizer=bytes")
@@ -151,30 +149,3 @@ def test_each_fsdp_worker_starts_below_the_models_size(tmp_path: Path) -> None:
         # rise was 1.03x the model's bytes then, 0.48x now)
         assert result["rise"] < 0.75 * model_bytes, (rank, result["rise"], model_bytes)
         assert math.isfinite(result["loss"])
-
-
-class ThreadRecordingGPT(GPT):
-    """The GPT, noting which thread draws each parameter."""
-
-    threads: ClassVar[set[int]] = set()
-
-    def param_init(self, name: str, tensor: torch.Tensor, generator: torch.Generator) -> None:
-        self.threads.add(threading.get_ident())
-        super().param_init(name, tensor, generator)
-
-
-@pytest.mark.parametrize("meta", [False, True])
-def test_parameters_are_drawn_on_worker_threads_and_equal_serial_draws(meta: bool) -> None:
-    """Draws run on a pool of threads (a generator draws serially, so threads are what
-    runs them in parallel), and each parameter still equals its own serial draw."""
-    ThreadRecordingGPT.threads = set()
-    torch.manual_seed(SEED)
-    if meta:
-        with torch.device("meta"):
-            model = ThreadRecordingGPT(ODD)
-        materialize(model, "cpu", SEED)
-    else:
-        model = ThreadRecordingGPT(ODD)
-    assert ThreadRecordingGPT.threads and threading.get_ident() not in ThreadRecordingGPT.threads
-    for name, param in model.named_parameters():
-        torch.testing.assert_close(param, full_parameter(model, name, param, SEED), rtol=0, atol=0)

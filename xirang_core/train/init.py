@@ -9,9 +9,7 @@ equivalence tests rely on it, and a resumed or resharded run never depends on bu
 from __future__ import annotations
 
 import hashlib
-from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 from torch import nn
@@ -50,42 +48,15 @@ def _parameters(model: nn.Module) -> Iterator[tuple[str, nn.Parameter]]:
         yield model_name(name), param
 
 
-#: parameters drawn at once, each on a thread of its own: a generator draws serially, so
-#: the threads are what runs draws in parallel (1.75x on this 2-core machine for llama_small's
-#: 58M parameters, 7.4 s against 4.3 s), and each holds one whole parameter meanwhile
-INIT_THREADS = 8
-
-
-def drawn(
-    model: nn.Module, named: list[tuple[str, nn.Parameter]], seed: int | None
-) -> Iterator[tuple[nn.Parameter, torch.Tensor]]:
-    """``(parameter, its whole initial value)`` for each of ``named``, in order, drawn up to
-    :data:`INIT_THREADS` (at most torch's thread count) at a time. Each parameter has its own
-    generator, so the values do not depend on which thread draws them or when; the caller
-    copies each into place on its own thread (DTensor slicing stays on one thread)."""
-    seed = torch.initial_seed() if seed is None else seed
-    workers = max(1, min(INIT_THREADS, torch.get_num_threads()))
-    with ThreadPoolExecutor(workers) as pool:
-        window: deque[tuple[nn.Parameter, Future[torch.Tensor]]] = deque()
-        for name, param in named:
-            window.append((param, pool.submit(full_parameter, model, name, param, seed)))
-            if len(window) >= workers:
-                done, future = window.popleft()
-                yield done, future.result()
-        while window:
-            done, future = window.popleft()
-            yield done, future.result()
-
-
 @torch.no_grad()
 def init_parameters(model: nn.Module, seed: int | None = None) -> None:
     """Initialise every parameter of a materialised, unsplit ``model`` in place through its
     family's ``param_init(name, tensor, generator)``; ``seed`` defaults to torch's initial seed
     (the worker seeds torch with ``config.seed`` before building the model). Parameters on the
     meta device are left alone: :func:`materialize` draws them once they have storage."""
-    materialised = [(n, p) for n, p in _parameters(model) if not p.is_meta]
-    for param, full in drawn(model, materialised, seed):
-        param.copy_(full)
+    for name, param in _parameters(model):
+        if not param.is_meta:
+            param.copy_(full_parameter(model, name, param, seed))
 
 
 @torch.no_grad()
@@ -94,9 +65,9 @@ def materialize(model: nn.Module, device: torch.device | str, seed: int | None =
     since) storage on ``device``, then fill each parameter's local part with the matching part
     of the value :func:`init_parameters` would give it.
 
-    A few parameters' whole values exist at a time (:data:`INIT_THREADS`, drawn on the CPU; a
-    sharded one is split on its mesh's device): a worker's peak is its own shards plus that
-    many of the largest parameters, never the whole model. A DTensor parameter (FSDP2's
+    One parameter's whole value exists at a time (drawn on the CPU; a sharded one is split on
+    its mesh's device): a worker's peak is its own shards plus the largest parameter, never
+    the whole model. A DTensor parameter (FSDP2's
     ``Shard(0)``, padded when uneven; tensor parallel's shards; both at once) receives the
     slice its placements give this rank, so the weights equal the single-process ones bit for
     bit at any world size. Buffers come from the family's optional ``init_buffers()``.
@@ -105,7 +76,8 @@ def materialize(model: nn.Module, device: torch.device | str, seed: int | None =
     model.to_empty(device=device)
     for holder, attr, owner, owner_attr in ties:  # plain tensors come back one per holder
         setattr(holder, attr, getattr(owner, owner_attr))
-    for param, full in drawn(model, list(_parameters(model)), seed):
+    for name, param in _parameters(model):
+        full = full_parameter(model, name, param, seed)
         _local(param).copy_(_local_part(full, param))
     if hasattr(model, "init_buffers"):
         model.init_buffers()
