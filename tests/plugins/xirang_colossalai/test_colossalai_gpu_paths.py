@@ -188,7 +188,7 @@ def test_hybrid_parallel_evaluates_and_samples_the_twin_it_trained(made) -> None
         optimizer=strategy.optimizer,
         train=types.SimpleNamespace(tokenizer=tokenizer),
         val=val,
-        settings=None,
+        settings=types.SimpleNamespace(accum_steps=1),  # one micro-batch per step
         strategy=strategy,
     )
     trained, untrained = (evaluate(m, val, cpu, EVAL_BATCHES) for m in (twin, model))
