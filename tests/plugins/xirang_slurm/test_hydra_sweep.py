@@ -68,7 +68,7 @@ def test_a_pruned_optuna_sweep_runs_its_trials_as_slurm_jobs(
     """Trials in Slurm jobs (other processes) report to the study file in the sweep folder,
     two at a time; the second pair's pruner compares them with the first pair's reports."""
     import optuna
-        from xirang_optuna.trial import open_storage
+    from xirang_optuna.trial import open_storage
 
     runs = tmp_path / "runs"
     done = run_xirang(
