@@ -1,10 +1,12 @@
 """The pool service: one engine, its store (SQLite or PostgreSQL), project tokens and the executors.
 
-Every request runs under one lock: validate, change the engine, run a scheduling pass, write
-the changed jobs and the events in one transaction, then hand ``started``/``preempted`` events
-to the executor. A restart rebuilds the engine from the store, so no queued or running job is
-lost. Tokens are stored only as SHA-256 hashes; a project token sees and cancels only its own
-project's jobs, the operator token sees and does everything.
+Every change runs under one lock: validate, change the engine, run a scheduling pass, write
+the changed jobs and the events in one transaction, publish the new :class:`View`, then hand
+``started``/``preempted`` events to the executor. Reads answer from the published view, without
+the lock: a tenant hammering reads neither waits for nor delays another's submit, and nobody
+sees a change the store refused. A restart rebuilds the engine from the store, so no queued
+or running job is lost. Tokens are stored only as SHA-256 hashes; a project token sees and
+cancels only its own project's jobs, the operator token sees and does everything.
 
 Budgets (xirang_service.cost.budgets) act here: a submission is admitted, demoted or refused (402)
 by the governor, and each tick meters the pool's usage and ends the jobs a budget stops.
@@ -23,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -84,6 +86,23 @@ class RecordingExecutor:
         return []
 
 
+@dataclass(frozen=True)
+class View:
+    """What the read routes answer, as of the last stored change. Published whole (one
+    attribute assignment) and never changed after, so readers need no lock."""
+
+    #: every job as the API shows it, by id
+    jobs: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: queued job ids in scheduling order
+    queue: tuple[int, ...] = ()
+    #: each project's quota row, by name
+    quotas: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: each project's token hash (projects without a token left out)
+    tokens: dict[str, str] = field(default_factory=dict)
+    #: the pool summary of ``GET /v1/status``, less what depends on who asks
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
 class PoolService:
     def __init__(
         self,
@@ -109,6 +128,7 @@ class PoolService:
         self._ended: list[tuple[int, bool]] = []  # polled ends not yet stored
         self._keys: list[tuple[str, str, int]] = []  # submissions' idempotency keys, likewise
         self._stale = False  # memory may differ from the store: reload before the next change
+        self.view = View()
         self.restored = self._load()
         self._adopt()
         self.budgets.check_types(self.engine.cluster.types)
@@ -127,7 +147,35 @@ class PoolService:
         )
         restored = self.store.load_into(engine, self.clock())
         self.engine, self._stale = engine, False
+        self._publish(engine.jobs.values(), everything=True)
         return restored
+
+    def _publish(self, changed: Any, everything: bool = False) -> None:
+        """A new :class:`View` from the engine, which the store now matches: the ``changed``
+        jobs described again, the others' rows kept (or, ``everything``, all rebuilt)."""
+        engine, cluster = self.engine, self.engine.cluster
+        jobs = {} if everything else dict(self.view.jobs)
+        jobs.update((job.id, describe(job)) for job in changed)
+        projects = engine.quotas.projects.values()
+        self.view = View(
+            jobs=jobs,
+            queue=tuple(job_id for _, job_id in engine.queue),
+            quotas={p.name: self._quota_row(p) for p in projects},
+            tokens={p.name: p.token_hash for p in projects if p.token_hash},
+            summary={
+                "policy": engine.policy.name,
+                "executor": getattr(self.executor, "name", "local"),
+                "types": {
+                    t: {"capacity": cluster.capacity(t), "free": cluster.type_free[t]}
+                    for t in cluster.types
+                },
+                "drained": [n.name for n in cluster.nodes if not n.healthy],
+                "running": len(engine.running),
+                "queued": len(engine.queue),
+                "fragmentation": round(cluster.fragmentation(), 4),
+                "budgets_metered": self.budgets.metered,
+            },
+        )
 
     def _adopt(self) -> None:
         """Give an executor that runs jobs on a cluster the stored handles of the jobs still
@@ -181,14 +229,21 @@ class PoolService:
         digest = _hash(token)
         if self.operator_hash and hmac.compare_digest(digest, self.operator_hash):
             return OPERATOR
-        for project in self.engine.quotas.projects.values():
-            if project.token_hash and hmac.compare_digest(digest, project.token_hash):
-                return project.name
+        for name, token_hash in self.view.tokens.items():
+            if hmac.compare_digest(digest, token_hash):
+                return name
         raise PoolError(f"invalid token: {TOKEN_HELP}", 401)
 
     def _visible(self, who: str, job: Job) -> None:
         if who not in (OPERATOR, job.project):
             raise PoolError(f"no job {job.id}", 404)  # other projects' jobs do not exist
+
+    def _seen(self, who: str, job_id: int) -> dict[str, Any]:
+        """A job's row in the view, if ``who`` may see it; else 404, as for no job at all."""
+        row = self.view.jobs.get(job_id)
+        if row is None or who not in (OPERATOR, row["project"]):
+            raise PoolError(f"no job {job_id}", 404)
+        return row
 
     @staticmethod
     def _operator(who: str) -> None:
@@ -342,10 +397,7 @@ class PoolService:
     # --- views ------------------------------------------------------------------------------
 
     def job(self, who: str, job_id: int) -> dict[str, Any]:
-        with self.lock:
-            job = self.engine.job(job_id)
-            self._visible(who, job)
-            return describe(job)
+        return self._seen(who, job_id)
 
     def job_charge(self, who: str, job_id: int) -> dict[str, Any] | None:
         """The job's charge so far, as the pool's metering prices it (None: not metered)."""
@@ -358,57 +410,39 @@ class PoolService:
         return self.budgets.job_charge(state, job_id, now)
 
     def jobs(self, who: str, state: str = "") -> list[dict[str, Any]]:
-        with self.lock:
-            jobs = self.engine.jobs.values()
-            return [
-                describe(j)
-                for j in jobs
-                if who in (OPERATOR, j.project) and (not state or j.state.value == state)
-            ]
+        return [
+            row
+            for row in self.view.jobs.values()
+            if who in (OPERATOR, row["project"]) and (not state or row["state"] == state)
+        ]
 
     def queue(self, who: str) -> list[dict[str, Any]]:
-        with self.lock:
-            rows = [describe(j) for j in self.engine.queued_jobs()]
-        for position, row in enumerate(rows, 1):
-            row["position"] = position
+        view = self.view
+        rows = ({**view.jobs[job_id], "position": n} for n, job_id in enumerate(view.queue, 1))
         return [r for r in rows if who in (OPERATOR, r["project"])]
 
     def quotas(self, who: str) -> list[dict[str, Any]]:
-        with self.lock:
-            projects = self.engine.quotas.projects.values()
-            return [self._quota_row(p) for p in projects if who in (OPERATOR, p.name)]
+        return [row for name, row in self.view.quotas.items() if who in (OPERATOR, name)]
 
     def status(self, who: str) -> dict[str, Any]:
-        with self.lock:
-            cluster = self.engine.cluster
-            return {
-                "you": "operator" if who == OPERATOR else who,
-                "policy": self.engine.policy.name,
-                "executor": getattr(self.executor, "name", "local"),
-                "types": {
-                    t: {"capacity": cluster.capacity(t), "free": cluster.type_free[t]}
-                    for t in cluster.types
-                },
-                "drained": [n.name for n in cluster.nodes if not n.healthy],
-                "running": len(self.engine.running),
-                "queued": len(self.engine.queue),
-                "fragmentation": round(cluster.fragmentation(), 4),
-                "budgets_metered": self.budgets.metered,
-                "projects": self.quotas(who),
-                "set_aside": self.store.set_aside() if who == OPERATOR else [],
-            }
+        return {
+            "you": "operator" if who == OPERATOR else who,
+            **self.view.summary,
+            "projects": self.quotas(who),
+            "set_aside": self.store.set_aside() if who == OPERATOR else [],
+        }
 
     def devices(self, who: str) -> list[dict[str, Any]]:
         """Every device and whether it is in use; a project token sees only its own jobs' ids
         (another project's job is just ``used``)."""
-        with self.lock:
-            rows = self.store.devices()
-            for row in rows:
-                holder = self.engine.jobs.get(row["job_id"]) if row["job_id"] is not None else None
-                row["used"] = row["job_id"] is not None
-                if who != OPERATOR and (holder is None or holder.project != who):
-                    row["job_id"] = None
-            return rows
+        jobs = self.view.jobs
+        rows = self.store.devices()
+        for row in rows:
+            holder = jobs.get(row["job_id"]) if row["job_id"] is not None else None
+            row["used"] = row["job_id"] is not None
+            if who != OPERATOR and (holder is None or holder["project"] != who):
+                row["job_id"] = None
+        return rows
 
     def usage(
         self, who: str, since: float = 0.0, until: float = float("inf"), bucket: float = 3600.0
@@ -490,13 +524,16 @@ class PoolService:
         if self._stale:
             try:
                 self._load()
+            except StoreUnavailable:
+                raise
             except Exception as exc:
                 raise StoreUnavailable(f"the pool store {self.store.path} cannot be read") from exc
         try:
             yield
             if schedule:
                 self.engine.schedule(now)
-            events = self._commit()
+            events, changed = self._commit()
+            self._publish(changed)
         except BaseException:
             changed = bool(self.engine.events or self._projects or self._jobs or self._stops)
             self.engine.events.clear()
@@ -509,8 +546,9 @@ class PoolService:
             raise
         self._notify(events)
 
-    def _commit(self) -> list[Event]:
-        """Store every event since the last commit, with the jobs and projects they changed."""
+    def _commit(self) -> tuple[list[Event], list[Job]]:
+        """Store every event since the last commit, with the jobs and projects they changed;
+        those events and jobs."""
         events = list(self.engine.events)
         changed = {e.job: self.engine.jobs[e.job] for e in events if e.job is not None}
         changed.update(self._jobs)
@@ -518,6 +556,9 @@ class PoolService:
             self.store.persist(
                 self.engine, changed.values(), events, self._projects.values(), self._keys
             )
+        except StoreUnavailable as exc:  # the database is away: its own message, Retry-After
+            log.warning("pool store %s: %s", self.store.path, exc)
+            raise
         except Exception as exc:  # sqlite3, psycopg, an unencodable string: nothing was stored
             log.warning("pool store %s refused a write: %s", self.store.path, exc)
             raise StoreUnavailable(
@@ -528,7 +569,7 @@ class PoolService:
         self._projects.clear()
         self._jobs.clear()
         self._keys.clear()
-        return events
+        return events, list(changed.values())
 
     def _notify(self, events: list[Event]) -> None:
         """Tell the executor what the stored change means: stops first, then starts."""
@@ -586,7 +627,7 @@ def describe(job: Job) -> dict[str, Any]:
         "borrowed": job.borrowed,
         "preemptions": job.preemptions,
         "requeues": job.requeues,
-        "payload": job.payload,
+        "payload": dict(job.payload),  # a copy: views keep it while the job's may change
     }
 
 
