@@ -68,7 +68,9 @@ class Executor(Protocol):
 
         ``start`` may return a handle (a Slurm job id): the service stores it at once, and an
         executor that offers ``adopt(handles)`` is given, at a restart, the stored handle of
-        every running job (None where none was stored) to poll again."""
+        every running job (None where none was stored) to poll again. One that offers
+        ``intent(job)`` (the name it will submit the job under) has that stored as the
+        handle before ``start``, so a restart finds a job whose handle was never stored."""
 
 
 class RecordingExecutor:
@@ -357,6 +359,11 @@ class PoolService:
             raise PoolError(str(exc), 402) from None
 
     def cancel(self, who: str, job_id: int) -> dict[str, Any]:
+        """Cancel a job; cancelling a cancelled one (a retry after a lost answer) answers the
+        same again, changing nothing. One that ended otherwise is a 409 naming its state."""
+        row = self._seen(who, job_id)
+        if row["state"] == "cancelled":
+            return row
         with self.lock:
             job = self.engine.job(job_id)
             self._visible(who, job)
@@ -671,6 +678,7 @@ class PoolService:
         try:
             if getattr(self.executor, "accounts", False) and not account:
                 raise PoolError(f"project '{job.project}' has no run_as account")
+            self._intend(job)
             handle = self.executor.start(job, nodes, leaves, account)
         except Exception as exc:
             log.warning("pool: the executor could not start job %d: %s", job.id, exc)
@@ -680,8 +688,17 @@ class PoolService:
             return
         try:
             self.store.save_handle(job.id, str(handle))
-        except Exception as exc:  # still polled from memory; a restart reports it lost
+        except Exception as exc:  # still polled from memory; a restart finds it by its intent
             log.warning("pool: job %d's handle %s was not stored: %s", job.id, handle, exc)
+
+    def _intend(self, job: Job) -> None:
+        """Store the name an executor is about to submit ``job`` under (its ``intent``), before
+        it submits: a pool that dies between the submission and storing its handle finds the
+        job by that name after a restart, so none runs that the pool does not know of. A store
+        that cannot take it stops the start (an error, handled as a refused start)."""
+        intent = getattr(self.executor, "intent", None)
+        if intent is not None:
+            self.store.save_handle(job.id, str(intent(job)))
 
 
 #: a project's caps: in its ``/v1/projects`` row, not in the status' project table
