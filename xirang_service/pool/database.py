@@ -199,7 +199,9 @@ class PostgresDatabase:
         import psycopg
         from psycopg.rows import dict_row
 
-        timeout = {} if "connect_timeout" in self._url else {"connect_timeout": CONNECT_TIMEOUT_S}
+        timeout: dict[str, Any] = {}
+        if "connect_timeout" not in self._url:
+            timeout["connect_timeout"] = CONNECT_TIMEOUT_S
         try:
             return psycopg.connect(self._url, autocommit=True, row_factory=dict_row, **timeout)
         except psycopg.Error as exc:

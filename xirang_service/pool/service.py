@@ -618,13 +618,13 @@ class PoolService:
             events, changed = self._commit()
             self._publish(changed)
         except BaseException:
-            changed = bool(self.engine.events or self._projects or self._jobs or self._stops)
+            dirty = bool(self.engine.events or self._projects or self._jobs or self._stops)
             self.engine.events.clear()
             self._projects.clear()
             self._jobs.clear()
             self._stops.clear()
             self._keys.clear()
-            if changed:
+            if dirty:
                 self._reload()
             raise
         self._notify(events)
