@@ -30,10 +30,15 @@ def restartable_postgres() -> Iterator[str]:
 
 
 def request(
-    pool: Served, method: str, path: str, body: dict[str, Any] | None = None, key: str = ""
+    pool: Served,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None = None,
+    key: str = "",
+    who: str = "nlp",
 ) -> tuple[int, dict[str, str], Any]:
-    """Status, headers and JSON answer of one request as project nlp."""
-    headers = {"Authorization": f"Bearer {pool.tokens['nlp']}"}
+    """Status, headers and JSON answer of one request as ``who`` (project nlp)."""
+    headers = {"Authorization": f"Bearer {pool.tokens[who]}"}
     if key:
         headers["Idempotency-Key"] = key
     data = json.dumps(body).encode() if body is not None else None
@@ -83,6 +88,8 @@ def test_a_postgresql_restart_is_503_while_away_and_writes_resume_without_a_rest
         refused_while_away(pool, "GET", "/v1/usage")  # a read of the store itself
         status, _, seen = request(pool, "GET", "/v1/jobs")  # answered from memory
         assert status == 200 and {j["id"] for j in seen} == {j["id"] for j in acked}
+        status, _, summary = request(pool, "GET", "/v1/status", who="operator")
+        assert status == 200 and summary["running"] == 3 and summary["set_aside"] == []
         pool.service.tick()  # the tick loop logs the outage and carries on
         postgres.start(url)
         after = until_accepted(pool, {"cards": 1, "name": "after"}, "after-restart")

@@ -108,6 +108,8 @@ class View:
     tokens: dict[str, str] = field(default_factory=dict)
     #: the pool summary of ``GET /v1/status``, less what depends on who asks
     summary: dict[str, Any] = field(default_factory=dict)
+    #: the stored rows the last load could not use (the operator's status shows them)
+    set_aside: list[dict[str, Any]] = field(default_factory=list)
 
 
 class PoolService:
@@ -163,6 +165,7 @@ class PoolService:
         jobs described again, the others' rows kept (or, ``everything``, all rebuilt)."""
         engine, cluster = self.engine, self.engine.cluster
         jobs = {} if everything else dict(self.view.jobs)
+        aside = self.store.set_aside() if everything else self.view.set_aside
         for job in changed:
             jobs[job.id] = describe(job)
             if job.state.finished:  # no longer counts towards its project's payload cap
@@ -186,6 +189,7 @@ class PoolService:
                 "fragmentation": round(cluster.fragmentation(), 4),
                 "budgets_metered": self.budgets.metered,
             },
+            set_aside=aside,
         )
 
     def _adopt(self) -> None:
@@ -510,7 +514,7 @@ class PoolService:
             "projects": [
                 {k: v for k, v in row.items() if k not in _CAPS} for row in self.quotas(who)
             ],
-            "set_aside": self.store.set_aside() if who == OPERATOR else [],
+            "set_aside": self.view.set_aside if who == OPERATOR else [],
         }
 
     def devices(self, who: str) -> list[dict[str, Any]]:
