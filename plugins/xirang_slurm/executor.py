@@ -13,6 +13,12 @@ answers, and a restarted pool hands them back (:meth:`SlurmExecutor.adopt`), so 
 ran on meanwhile are polled again: one Slurm finished is ``done``, one that failed or that
 Slurm no longer knows (or whose id was never stored) is ``failed``.
 
+Before sbatch, the service stores the job's *intent*: the unique Slurm job name it is about to
+be submitted under (``xirang-<job>-<random>``, :meth:`SlurmExecutor.intent`). A pool that died
+between sbatch and storing the id finds the job by that name (``squeue --name``) after its
+restart and tracks it, cancelling any older submission of the same name: no Slurm job runs
+that the pool does not know of. Only a name Slurm has no job under is reported ``failed``.
+
 Each job runs as its project's account (``run_as``): the service, as root, submits it with
 ``runuser -u ACCOUNT -- sbatch`` and a clean environment (none of the service's variables, its
 tokens and database URL among them, reach the job), from the account's home (a run from its run
@@ -21,9 +27,11 @@ directory), where Slurm writes its output, ``xirang-pool-<job>.out``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import pwd
+import secrets
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,6 +41,8 @@ from xirang_slurm import commands
 from xirang_slurm.script import BatchJob, render
 
 log = logging.getLogger("xirang.pool")
+#: how an intent (a job name stored before sbatch) starts; Slurm's own ids are digits
+INTENT = "xirang-"
 TERMINAL = {
     "COMPLETED",
     "FAILED",
@@ -67,15 +77,45 @@ class SlurmExecutor:
         self.slurm_ids: dict[int, str] = {}
         self.ended_at: dict[int, float] = {}
         self.lost: set[int] = set()  # running in the pool's store, with no Slurm job id
+        self.names: dict[int, str] = {}  # intents: the name the next start submits under
+        self.unresolved: dict[int, str] = {}  # adopted intents not yet found in Slurm
+
+    def intent(self, job: Any) -> str:
+        """The unique Slurm job name ``job``'s next start will be submitted under; the service
+        stores it before :meth:`start`, so a restart finds the job even without its id."""
+        self.names[job.id] = name = f"{INTENT}{job.id}-{secrets.token_hex(4)}"
+        return name
 
     def adopt(self, handles: Mapping[int, str | None]) -> None:
-        """Track the running jobs a restarted pool stored, by their Slurm ids; one without an
-        id is reported failed at the next poll (nothing to poll, its devices are freed)."""
-        for job_id, slurm_id in handles.items():
-            if slurm_id:
-                self.slurm_ids[job_id] = slurm_id
+        """Track the running jobs a restarted pool stored, by their Slurm ids, or by the name
+        of an intent whose id was never stored (found at the next poll); one with neither is
+        reported failed at the next poll (nothing to poll, its devices are freed)."""
+        for job_id, handle in handles.items():
+            if handle and handle.startswith(INTENT):
+                self.unresolved[job_id] = handle
+            elif handle:
+                self.slurm_ids[job_id] = handle
             else:
                 self.lost.add(job_id)
+
+    def _resolve(self) -> None:
+        """Find each adopted intent's Slurm job by name: the newest is tracked, older ones
+        (an earlier submission under the same name) cancelled; a name Slurm has no job under
+        is lost. Slurm not answering is retried at the next poll."""
+        for job_id, name in list(self.unresolved.items()):
+            try:
+                found = _jobs_named(name)
+            except commands.SlurmError as exc:
+                log.warning("pool: cannot look up Slurm job %s (job %d): %s", name, job_id, exc)
+                continue
+            del self.unresolved[job_id]
+            if not found:
+                self.lost.add(job_id)
+                continue
+            *older, self.slurm_ids[job_id] = found
+            for slurm_id in older:
+                commands.cancel(slurm_id)
+            log.info("pool: job %d adopted by its name %s: Slurm job %s", job_id, name, found[-1])
 
     def start(self, job: Any, nodes: list[str], leaves: int = 1, account: str = "") -> str:
         """sbatch the job on ``nodes`` (as ``account`` when given); returns Slurm's job id."""
@@ -83,7 +123,7 @@ class SlurmExecutor:
         run_dir = "" if "command" in payload else str(payload.get("run_dir", "."))
         per_node = workers_per_node(payload, len(job.devices), len(nodes))
         batch = BatchJob(
-            name=f"xirang-{job.id}",
+            name=self.names.pop(job.id, f"{INTENT}{job.id}"),
             command=payload.get("command") or (),
             run_dir=run_dir,
             nodes=nodes,
@@ -106,7 +146,12 @@ class SlurmExecutor:
         return f"xirang-pool-{job_id}.out" if account else str(self.workdir / f"job-{job_id}.out")
 
     def stop(self, job: Any, reason: str) -> None:
-        """Tell the job (TERM: checkpoint now), then cancel it; it is no longer tracked."""
+        """Tell the job (TERM: checkpoint now), then cancel it; it is no longer tracked. One
+        adopted by a name not yet looked up is cancelled by that name."""
+        name = self.unresolved.pop(job.id, None)
+        if name is not None:
+            with contextlib.suppress(commands.SlurmError):
+                commands.run("scancel", f"--name={name}")
         slurm_id = self.slurm_ids.pop(job.id, None)
         if slurm_id is None:
             return
@@ -116,6 +161,7 @@ class SlurmExecutor:
     def poll(self) -> list[tuple[int, bool]]:
         """Jobs that ended since the last poll and whether they succeeded; a job Slurm no
         longer knows has vanished (failed). Slurm not answering is retried at the next poll."""
+        self._resolve()
         ended = [(job_id, False) for job_id in sorted(self.lost)]
         self.lost.clear()
         for job_id, slurm_id in list(self.slurm_ids.items()):
@@ -146,6 +192,13 @@ class SlurmExecutor:
 
     def drain(self, node: str, reason: str) -> None:
         commands.drain(node, reason)
+
+
+def _jobs_named(name: str) -> list[str]:
+    """The ids of the Slurm jobs named ``name`` (any user, any state Slurm still holds),
+    oldest first."""
+    out = commands.run("squeue", "--noheader", "--states=all", f"--name={name}", "--format=%i")
+    return sorted(out.split(), key=lambda slurm_id: int(slurm_id) if slurm_id.isdigit() else 0)
 
 
 def _sbatch(script: str, account: str, run_dir: str) -> str:

@@ -54,7 +54,7 @@ def cluster() -> Iterator[str]:
     try:
         if run_as:
             os.chown(folder, run_as.pw_uid, run_as.pw_gid)
-        data, log = folder / "data", folder / "server.log"
+        data = folder / "data"
         _run(
             run_as,
             binaries / "initdb",
@@ -68,27 +68,37 @@ def cluster() -> Iterator[str]:
             "UTF8",
             "--no-sync",
         )
-        options = f"-c listen_addresses='' -k {folder} -c fsync=off -c full_page_writes=off"
-        _run(
-            run_as,
-            binaries / "pg_ctl",
-            "-D",
-            data,
-            "-l",
-            log,
-            "-w",
-            "-t",
-            "120",
-            "-o",
-            options,
-            "start",
-        )
+        url = f"postgresql://postgres@/postgres?host={folder}"
+        start(url)
         try:
-            yield f"postgresql://postgres@/postgres?host={folder}"
+            yield url
         finally:
-            _run(run_as, binaries / "pg_ctl", "-D", data, "-m", "immediate", "-w", "stop")
+            stop(url, "immediate")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def start(url: str) -> None:
+    """Start (again) the server of :func:`cluster`'s ``url``."""
+    folder = Path(url.rpartition("host=")[2])
+    options = f"-c listen_addresses='' -k {folder} -c fsync=off -c full_page_writes=off"
+    data, log = folder / "data", folder / "server.log"
+    pg_ctl = _pg_ctl()
+    _run(_server_user(), pg_ctl, "-D", data, "-l", log, "-w", "-t", "120", "-o", options, "start")
+
+
+def stop(url: str, mode: str = "fast") -> None:
+    """Stop the server of ``url`` (``fast``: its clients are told and disconnected, as in a
+    restart or a failover; ``immediate``: as in a crash)."""
+    data = Path(url.rpartition("host=")[2]) / "data"
+    if (data / "postmaster.pid").exists():  # a test that stopped it and failed leaves it so
+        _run(_server_user(), _pg_ctl(), "-D", data, "-m", mode, "-w", "stop")
+
+
+def _pg_ctl() -> Path:
+    binaries = bin_dir()
+    assert binaries is not None
+    return binaries / "pg_ctl"
 
 
 def _server_user() -> pwd.struct_passwd | None:

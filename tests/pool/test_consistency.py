@@ -180,7 +180,8 @@ def test_a_restart_sets_aside_rows_it_cannot_use_and_the_rest_serves(tmp_path, c
         f"WHERE id = {ids[5]}",  # a device held twice: the job restored first keeps it
         "INSERT INTO jobs SELECT 99, name, 'nobody', job_class, cards, priority, 'queued', "
         "submitted, NULL, NULL, attained, '', '[]', 0, 0, 0, '{}', 0 FROM jobs LIMIT 1",
-        "INSERT INTO projects VALUES ('broken', 'default', 'many', NULL, '', 1, '')",
+        "INSERT INTO projects (name, team, guaranteed, borrow_limit, token_hash, max_priority, "
+        "run_as) VALUES ('broken', 'default', 'many', NULL, '', 1, '')",
     )
     service = made.start()
     aside = {(r["kind"], r["ref"]): r["reason"] for r in service.status(OPERATOR)["set_aside"]}

@@ -15,6 +15,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 
 from xirang_service.cost.usage import check_report
 from xirang_service.pool.jobs import MAX_CARDS, PRIORITIES, check_cards, parse_priority
+from xirang_service.pool.quota import MAX_JOBS_CAP, MAX_PAYLOAD_CAP
 from xirang_service.web.fields import StrictModel, Text, check_json, text, via
 
 #: project and node names, as the paths have always matched them
@@ -89,6 +90,10 @@ class QuotaIn(StrictModel):
     max_priority: Literal[tuple(PRIORITIES)] | None = None
     #: the Unix account the project's jobs run as on a cluster executor (Slurm)
     run_as: text(32, pattern=r"^[a-z_][a-z0-9_-]*$") | None = None
+    #: the project's jobs queued or running at once (more: 429)
+    max_jobs: Annotated[int, Field(ge=1, le=MAX_JOBS_CAP)] | None = None
+    #: the JSON bytes of those jobs' payloads together (more: 413)
+    max_payload_bytes: Annotated[int, Field(ge=1, le=MAX_PAYLOAD_CAP)] | None = None
 
 
 class Answer(BaseModel):
@@ -136,7 +141,15 @@ class QuotaOut(Answer):
     borrowed: int
 
 
-class QuotaSetOut(QuotaOut):
+class ProjectOut(QuotaOut):
+    """A project as ``/v1/projects`` shows it: its quota, use and caps (the status' project
+    table leaves the caps out, to fit a terminal)."""
+
+    max_jobs: int
+    max_payload_bytes: int
+
+
+class QuotaSetOut(ProjectOut):
     token: str = Field("", description="the project's new token: only when created or rotated")
 
 

@@ -30,7 +30,9 @@ class StoreUnavailable(PoolError):
 
     The service answers 503 for that request alone (the HTTP layer maps ``status``) and keeps
     serving; the message names the store and the database's reason, never a password.
+    ``headers`` tell the client when to try again (``Retry-After``, whole seconds).
     """
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, retry_after: int = 1) -> None:
         super().__init__(message, 503)
+        self.headers = {"Retry-After": str(max(1, retry_after))}

@@ -20,6 +20,12 @@ from xirang_service.pool.jobs import PRIORITIES, Job, allowed_priorities, priori
 DEFAULT_MAX_PRIORITY = PRIORITIES["normal"]
 #: a Unix account name (useradd's default rule), the account a project's jobs run as
 ACCOUNT = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+#: a project's jobs queued or running at once, and the bytes of their payloads, unless the
+#: operator sets others: one tenant cannot fill the pool's memory, store and scheduling passes
+DEFAULT_MAX_JOBS = 2_000
+DEFAULT_MAX_PAYLOAD_BYTES = 32 * 1024 * 1024
+#: the largest of either the operator may set
+MAX_JOBS_CAP, MAX_PAYLOAD_CAP = 1_000_000, 2**40
 
 
 @dataclass
@@ -27,7 +33,8 @@ class Project:
     """A project's share of the pool; ``max_priority`` is the highest priority class its jobs
     may ask for (operator-set, like Kueue's WorkloadPriorityClass with an admission policy);
     ``run_as`` the Unix account its jobs run as on a cluster (Slurm runs a job as its
-    submitter), never the pool service's own."""
+    submitter), never the pool service's own. ``max_jobs`` and ``max_payload_bytes`` cap its
+    queued and running jobs and their payloads' JSON bytes (Slurm's ``MaxSubmitJobs``)."""
 
     name: str
     guaranteed: int = 0
@@ -36,6 +43,8 @@ class Project:
     token_hash: str = ""
     max_priority: int = DEFAULT_MAX_PRIORITY
     run_as: str = ""
+    max_jobs: int = DEFAULT_MAX_JOBS
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
 
     def check(self) -> Project:
         if not self.name or not self.name.replace("-", "").replace("_", "").isalnum():
@@ -44,6 +53,12 @@ class Project:
             raise PoolError(f"project '{self.name}': quotas must be zero or positive")
         if self.max_priority not in PRIORITIES.values():
             raise PoolError(f"project '{self.name}': max_priority {self.max_priority!r} is unknown")
+        for cap, value, most in (
+            ("max_jobs", self.max_jobs, MAX_JOBS_CAP),
+            ("max_payload_bytes", self.max_payload_bytes, MAX_PAYLOAD_CAP),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+                raise PoolError(f"project '{self.name}': {cap} must be 1..{most}, got {value!r}")
         if self.run_as and not ACCOUNT.match(self.run_as):
             raise PoolError(
                 f"project '{self.name}': run_as {self.run_as!r} is not a Unix account name "

@@ -94,7 +94,11 @@ def _routes(pool: PoolService) -> APIRouter:
         "/jobs",
         status_code=201,
         response_model=m.JobOut,
-        responses={402: {"model": ErrorOut, "description": "the project's budget refuses"}},
+        responses={
+            402: {"model": ErrorOut, "description": "the project's budget refuses"},
+            413: {"model": ErrorOut, "description": "over the body limit or max_payload_bytes"},
+            429: {"model": ErrorOut, "description": "the project has max_jobs queued or running"},
+        },
     )
     def submit(you: Who, body: m.SubmitIn, key: IdempotencyKey = None) -> Any:
         return JSONAnswer(pool.submit(you, body.model_dump(exclude_unset=True), key or ""), 201)
@@ -121,7 +125,7 @@ def _routes(pool: PoolService) -> APIRouter:
     def queue(you: Who) -> Any:
         return JSONAnswer(pool.queue(you))
 
-    @router.get("/projects", response_model=list[m.QuotaOut])
+    @router.get("/projects", response_model=list[m.ProjectOut])
     def projects(you: Who) -> Any:
         return JSONAnswer(pool.quotas(you))
 

@@ -23,7 +23,7 @@ from xirang_service.pool.database import Database, connect
 from xirang_service.pool.engine import Event, PoolEngine, Segment
 from xirang_service.pool.errors import PoolError
 from xirang_service.pool.jobs import Job, JobState, check_payload, parse_priority
-from xirang_service.pool.quota import Project
+from xirang_service.pool.quota import DEFAULT_MAX_JOBS, DEFAULT_MAX_PAYLOAD_BYTES, Project
 
 SCHEMA_VERSION = 1
 log = logging.getLogger("xirang.pool")
@@ -36,7 +36,9 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS projects (
     name TEXT PRIMARY KEY, team TEXT NOT NULL, guaranteed INTEGER NOT NULL,
     borrow_limit INTEGER, token_hash TEXT NOT NULL DEFAULT '',
-    max_priority INTEGER NOT NULL DEFAULT 1, run_as TEXT NOT NULL DEFAULT '');
+    max_priority INTEGER NOT NULL DEFAULT 1, run_as TEXT NOT NULL DEFAULT '',
+    max_jobs INTEGER NOT NULL DEFAULT {max_jobs},
+    max_payload_bytes BIGINT NOT NULL DEFAULT {max_payload});
 CREATE TABLE IF NOT EXISTS nodes (
     name TEXT PRIMARY KEY, type TEXT NOT NULL, devices INTEGER NOT NULL, leaf TEXT NOT NULL,
     spine TEXT NOT NULL, domain_size INTEGER NOT NULL, healthy INTEGER NOT NULL,
@@ -62,6 +64,7 @@ CREATE TABLE IF NOT EXISTS usage (
     cards INTEGER NOT NULL,
     borrowed INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS usage_by_project ON usage(project, start);
+CREATE INDEX IF NOT EXISTS usage_by_job ON usage(job_id);
 CREATE TABLE IF NOT EXISTS handles (job_id INTEGER PRIMARY KEY, handle TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS submit_keys (
     project TEXT NOT NULL, key TEXT NOT NULL, job_id INTEGER NOT NULL, PRIMARY KEY (project, key));
@@ -79,6 +82,8 @@ _ADDED_COLUMNS = (
     ("jobs", "allow_mixing", "INTEGER NOT NULL DEFAULT 0"),
     ("projects", "max_priority", "INTEGER NOT NULL DEFAULT 1"),
     ("projects", "run_as", "TEXT NOT NULL DEFAULT ''"),
+    ("projects", "max_jobs", f"INTEGER NOT NULL DEFAULT {DEFAULT_MAX_JOBS}"),
+    ("projects", "max_payload_bytes", f"BIGINT NOT NULL DEFAULT {DEFAULT_MAX_PAYLOAD_BYTES}"),
 )
 #: the most time buckets one usage query may fill (a tiny bucket over a long range is a typo)
 MAX_BUCKETS = 100_000
@@ -107,6 +112,8 @@ _PROJECT_COLUMNS = (
     "token_hash",
     "max_priority",
     "run_as",
+    "max_jobs",
+    "max_payload_bytes",
 )
 _UPSERT_PROJECT = upsert("projects", _PROJECT_COLUMNS, "name")
 #: the rows every reader skips: those a restart set aside
@@ -130,7 +137,13 @@ class PoolStore:
         self.path = self.db.location  # no password in it: safe to print
         #: rows read so far that the pool cannot use: (kind, ref) -> why
         self.unusable: dict[tuple[str, str], str] = {}
-        self.db.script(SCHEMA.format(serial=self.db.serial_key))
+        self.db.script(
+            SCHEMA.format(
+                serial=self.db.serial_key,
+                max_jobs=DEFAULT_MAX_JOBS,
+                max_payload=DEFAULT_MAX_PAYLOAD_BYTES,
+            )
+        )
         self._add_columns()
         self.db.execute(
             "INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING",
@@ -437,6 +450,11 @@ class PoolStore:
             for (p, t, b), v in sorted(totals.items(), key=lambda kv: (kv[0][2], kv[0][:2]))
         ]
 
+    def job_segments(self, job_id: int) -> list[dict[str, Any]]:
+        """One job's usage rows, oldest first: what its charge is priced from."""
+        sql = "SELECT * FROM usage WHERE job_id = ? ORDER BY start"
+        return [dict(r) for r in self.db.execute(sql, (job_id,))]
+
     def segments(self) -> list[dict[str, Any]]:
         """The raw usage rows, one per stretch a job held devices, oldest first."""
         return [dict(r) for r in self.db.execute("SELECT * FROM usage ORDER BY start, job_id")]
@@ -598,7 +616,7 @@ def _no_node(row: Mapping[str, Any]) -> None:
 
 def _project(row: Mapping[str, Any]) -> Project:
     """A stored project row, checked as an operator's edit is."""
-    for column in ("guaranteed", "max_priority"):
+    for column in ("guaranteed", "max_priority", "max_jobs", "max_payload_bytes"):
         if isinstance(row[column], bool) or not isinstance(row[column], int):
             raise ValueError(f"column {column} holds {row[column]!r}")
     limit = row["borrow_limit"]
@@ -612,5 +630,7 @@ def _project(row: Mapping[str, Any]) -> Project:
         str(row["token_hash"]),
         parse_priority(row["max_priority"]),
         str(row["run_as"]),
+        row["max_jobs"],
+        row["max_payload_bytes"],
     )
     return project.check()

@@ -114,7 +114,7 @@ def install_errors(app: FastAPI, user_errors: tuple[type[Exception], ...]) -> No
     """JSON error answers on ``app``: ``user_errors`` carry their ``status`` (or 400)."""
 
     async def user_error(_: Request, exc: Exception) -> JSONResponse:
-        return _error(getattr(exc, "status", 400), str(exc))
+        return _error(getattr(exc, "status", 400), str(exc), getattr(exc, "headers", None))
 
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         return _error(400, validation_message(exc.errors()))

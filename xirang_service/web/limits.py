@@ -1,7 +1,9 @@
 """Request-body limits, enforced before routing (so before any token is checked or any body is
-parsed): a body needs a Content-Length (no chunked uploads) of at most ``max_body_bytes``, and
-each chunk of it must arrive within ``read_timeout_s``. Refusals are the APIs' usual
-``{"error": message}`` JSON: 411, 413, 408."""
+parsed): a body needs a Content-Length (no chunked uploads) of at most ``max_body_bytes``, each
+chunk of it must arrive within ``read_timeout_s`` and all of it within ``body_timeout_s`` of
+the head's end (a client dripping a byte per chunk timeout is cut there, not after its whole
+Content-Length). Refusals are the APIs' usual ``{"error": message}`` JSON: 411, 413, 408 (which
+closes the connection)."""
 
 from __future__ import annotations
 
@@ -47,13 +49,23 @@ class BodyLimit:
         return None
 
     def _timed(self, receive: Any, send: Any) -> Any:
-        timeout = self.limits.read_timeout_s
+        chunk, whole = self.limits.read_timeout_s, self.limits.body_timeout_s
+        loop = asyncio.get_running_loop()
+        deadline, done = loop.time() + whole, False
 
         async def receive_in_time() -> dict[str, Any]:
+            nonlocal done
+            if done:  # the body is in: what follows (a disconnect) is not the body's time
+                return await receive()
             try:
-                return await asyncio.wait_for(receive(), timeout)
+                message = await asyncio.wait_for(receive(), min(chunk, deadline - loop.time()))
             except asyncio.TimeoutError:
-                raise BodyTimeout(f"the request body did not arrive within {timeout:g} s") from None
+                raise BodyTimeout(
+                    f"the request body did not arrive in time (each part within {chunk:g} s, "
+                    f"all of it within {whole:g} s)"
+                ) from None
+            done = message["type"] != "http.request" or not message.get("more_body", False)
+            return message
 
         return receive_in_time
 
@@ -63,7 +75,7 @@ class BodyTimeout(HTTPException):
     reader passes it on instead of calling it a parse error)."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(408, message)
+        super().__init__(408, message, headers={"Connection": "close"})
 
 
 async def _answer(send: Any, status: int, message: str) -> None:

@@ -12,17 +12,24 @@ sees it; :class:`_Protocol` adds what h11 did and llhttp does not: a request hea
 ``max_header_bytes`` is refused (400). Idle keep-alive connections close after
 ``keep_alive_s``; a connection that has not sent a whole request head within
 ``read_timeout_s`` is closed, so idle or slow clients hold a file descriptor for seconds,
-never a worker thread.
+never a worker thread; the body has ``body_timeout_s`` in all (:mod:`.limits`).
+
+One client address holds at most ``max_per_client`` connections: more are answered 503 at
+once and closed, so one host dripping a thousand bodies (each byte within the chunk timeout)
+cannot fill ``max_connections`` and turn everyone else's requests into 503s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import json
+import resource
 import socket
 import threading
+from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -35,11 +42,15 @@ class Limits:
     max_body_bytes: int = 64 * 1024
     max_header_bytes: int = 16 * 1024
     #: connections (and requests in progress) served at once; more are answered 503
-    max_connections: int = 1024
+    max_connections: int = 4096
+    #: connections one client address may hold at once; more are answered 503
+    max_per_client: int = 256
     backlog: int = 2048
     keep_alive_s: float = 5.0
     #: to send a request's head, and then each chunk of its body
     read_timeout_s: float = 10.0
+    #: to send a request's whole body, from the end of its head
+    body_timeout_s: float = 10.0
 
 
 class WebServer:
@@ -49,7 +60,13 @@ class WebServer:
     def __init__(self, app: Any, host: str, port: int, limits: Limits = Limits()) -> None:
         self.limits = limits
         self._socket = _listen(host, port, limits.backlog)
-        bounds = {"read_timeout_s": limits.read_timeout_s, "max_head": limits.max_header_bytes}
+        _allow_files(limits.max_connections + 256)  # the connections, the store, the logs
+        bounds = {
+            "read_timeout_s": limits.read_timeout_s,
+            "max_head": limits.max_header_bytes,
+            "max_per_client": limits.max_per_client,
+            "clients": Counter(),  # this server's open connections by client address
+        }
         config = uvicorn.Config(
             app,
             http=type("Protocol", (_Protocol,), bounds),
@@ -99,6 +116,15 @@ def settle_heap() -> None:
     gc.freeze()
 
 
+def _allow_files(wanted: int) -> None:
+    """Raise this process's open-file limit towards ``wanted`` (as far as its hard limit
+    lets): a default soft limit of 1024 would fail accepts below ``max_connections``."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    ceiling = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < ceiling:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, hard))
+
+
 def _listen(host: str, port: int, backlog: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -123,6 +149,9 @@ class _Protocol(HttpToolsProtocol):
     read_timeout_s = 10.0
     #: bytes of request line and headers (each header counted with its ": " and CRLF)
     max_head = 16 * 1024
+    max_per_client = 256
+    clients: ClassVar[Counter[str]] = Counter()  # replaced by each server's own
+    _client: str | None = None  # the address this connection counts against
     _deadline: asyncio.TimerHandle | None = None
     _head = 0  # bytes of the open head that the parser has handed over
     _raw = 0  # bytes of the open head received in chunks that held nothing else
@@ -131,7 +160,27 @@ class _Protocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        peer = transport.get_extra_info("peername")
+        client = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        if self.clients[client] >= self.max_per_client:
+            return self._refuse(transport, client)
+        self.clients[client] += 1
+        self._client = client
         self._arm()
+
+    def _refuse(self, transport: asyncio.Transport, client: str) -> None:
+        """A 503 naming the limit, then close: the client's address holds its share."""
+        message = (
+            f"too many connections from {client or 'this client'} "
+            f"({self.max_per_client} at most per client address); close some and try again"
+        )
+        body = json.dumps({"error": message}).encode()
+        head = (
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\nretry-after: 1\r\nconnection: close\r\n\r\n"
+        )
+        transport.write(head.encode() + body)
+        transport.close()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -140,6 +189,11 @@ class _Protocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self._deadline is not None:
             self._deadline.cancel()
+        if self._client is not None:
+            self.clients[self._client] -= 1
+            if not self.clients[self._client]:
+                del self.clients[self._client]
+            self._client = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:

@@ -1,0 +1,299 @@
+"""The pool under chaos, on loopback, bounded in time: ``xirang pool serve`` on a throwaway
+PostgreSQL (its own cluster, in a temporary folder, as tests/pool/postgres.py makes it), with
+
+- ``--clients`` client threads submitting (each with an idempotency key, retried with it after
+  a lost answer, a refused connection or a 503, until acknowledged) and cancelling what they
+  submitted, spread over ten projects;
+- one tenant hammering reads (``/v1/jobs/<id>/charge``, ``/v1/jobs``) from 8 threads;
+- ``--kills`` kill -9s of the service, each restarted at once (as a supervisor would; there is
+  no standby replica yet, so ``failover_s`` is the restart's time to serve again);
+- ``--db-restarts`` PostgreSQL restarts (stopped 3 s, then started; the service is not);
+- a slow-body attacker: another process holding ``--attack`` connections from 127.0.0.2, each a
+  valid POST head and then one body byte every 5 s, reconnecting whatever the server cuts (by
+  default more than the server's 4096 connections, so only the per-address limit and the
+  whole-body deadline keep the others served).
+
+One after the other, a third of ``--duration`` each (kills, then database restarts, then the
+attack, which gets at least its third however long the restarts took), then every
+acknowledged job is looked up in the store.
+
+    python benchmarks/pool_chaos.py [--duration 60] [--clients 200] [--attack 5000]
+
+Last line: ``acked=<jobs acknowledged> lost=<acknowledged, not in the store>
+duplicated=<jobs beyond the first for one idempotency key> phantom=<jobs in the store no client
+saw acknowledged> p99_submit_ms=<p99 of acknowledged submit requests> failover_s=<longest time
+from a kill -9 to serving again> db_outage_503_s=<longest time writes still failed after the
+database was back> slow_attack_ok_ratio=<share of legitimate requests answered during the
+attack>``. Answers of 500 are counted on the line before.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# the pool tests' throwaway PostgreSQL (initdb in a temporary folder), from the checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.pool import postgres
+from xirang_service.pool.client import PoolClient
+from xirang_service.pool.errors import PoolError
+from xirang_service.pool.store import PoolStore
+
+OPERATOR = "chaos-operator"
+PROJECTS = [f"p{i}" for i in range(10)]
+ATTACKER = r"""
+import socket, sys, time
+port, count, seconds = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+head = (b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 10000\r\n\r\n")
+def one():
+    try:
+        s = socket.create_connection(("127.0.0.1", port), 2, ("127.0.0.2", 0))
+        s.sendall(head)
+        return s
+    except OSError:
+        return None
+socks = [one() for _ in range(count)]
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    time.sleep(5)
+    for i, s in enumerate(socks):
+        try:
+            s.sendall(b" ")
+        except (OSError, AttributeError):
+            if s is not None:
+                s.close()
+            socks[i] = one()
+"""
+
+
+@dataclass
+class Tally:
+    """What the clients saw, shared by their threads (list appends are atomic)."""
+
+    acked: list[tuple[str, int]] = field(default_factory=list)  # (key, job id)
+    submit_ms: list[float] = field(default_factory=list)
+    requests: list[tuple[float, bool]] = field(default_factory=list)  # (start, answered)
+    errors_500: list[str] = field(default_factory=list)
+    writes_ok: list[float] = field(default_factory=list)  # times of acknowledged submits
+
+
+class Service:
+    """``xirang pool serve`` in its own process on one port, killed and restarted."""
+
+    def __init__(self, folder: Path, store: str, cluster: Path) -> None:
+        self.folder, self.store, self.cluster = folder, store, cluster
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> float:
+        """Start it; seconds until it answers."""
+        env = {**os.environ, "XIRANG_HOME": str(self.folder)}
+        env["XIRANG_POOL_OPERATOR_TOKEN"] = OPERATOR
+        command = [sys.executable, "-m", "xirang", "pool", "serve", "--store", self.store]
+        command += ["--cluster", str(self.cluster), "--port", str(self.port)]
+        log = (self.folder / "serve.log").open("ab")
+        started = time.monotonic()
+        self.process = subprocess.Popen(command, env=env, stdout=log, stderr=log)
+        while True:
+            try:
+                PoolClient(self.url, OPERATOR, timeout=5).call("GET", "/v1/status")
+                return time.monotonic() - started
+            except (PoolError, OSError):
+                if self.process.poll() is not None:
+                    raise SystemExit((self.folder / "serve.log").read_text()[-3000:]) from None
+                time.sleep(0.05)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+
+def client(url: str, token: str, stop: threading.Event, tally: Tally) -> None:
+    """Submit, retrying with the same key until acknowledged, then cancel; repeat."""
+    pool = PoolClient(url, token, timeout=30)
+    while not stop.is_set():
+        key = uuid.uuid4().hex
+        job_id = submit(pool, key, stop, tally)
+        if job_id is not None:
+            answered(pool, tally, lambda job_id=job_id: pool.cancel(job_id))
+
+
+def submit(pool: PoolClient, key: str, stop: threading.Event, tally: Tally) -> int | None:
+    """The job made under ``key``, once the pool acknowledges it (None: stopped first)."""
+    while True:
+        started = time.monotonic()
+        try:
+            job = pool.call("POST", "/v1/jobs", {"cards": 1, "name": key}, {"Idempotency-Key": key})
+        except PoolError as exc:
+            note(tally, started, exc)
+            if stop.is_set():
+                return None
+            time.sleep(0.2)
+            continue
+        now = time.monotonic()
+        tally.requests.append((started, True))
+        tally.submit_ms.append((now - started) * 1000)
+        tally.writes_ok.append(now)
+        tally.acked.append((key, job["id"]))
+        return job["id"]
+
+
+def note(tally: Tally, started: float, exc: PoolError) -> None:
+    """A failed request: answered (a 4xx) or not (a 503, a lost answer, no connection)."""
+    unanswered = exc.status in (500, 503) or str(exc).startswith(("lost the", "cannot reach"))
+    tally.requests.append((started, not unanswered))
+    if exc.status == 500:
+        tally.errors_500.append(str(exc))
+
+
+def answered(pool: PoolClient, tally: Tally, call) -> None:  # type: ignore[no-untyped-def]
+    started = time.monotonic()
+    try:
+        call()
+        tally.requests.append((started, True))
+    except PoolError as exc:
+        note(tally, started, exc)
+
+
+def reader(url: str, token: str, stop: threading.Event, tally: Tally) -> None:
+    """A tenant hammering the read routes: the queue, and the charge of a job of its own."""
+    pool = PoolClient(url, token, timeout=30)
+    job_id = submit(pool, uuid.uuid4().hex, stop, tally)
+    while not stop.is_set():
+        answered(pool, tally, lambda: pool.call("GET", "/v1/jobs?state=queued"))
+        answered(pool, tally, lambda: pool.charge(job_id))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=60.0)
+    parser.add_argument("--clients", type=int, default=200)
+    parser.add_argument("--attack", type=int, default=5000)
+    parser.add_argument("--kills", type=int, default=3)
+    parser.add_argument("--db-restarts", type=int, default=2)
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="xirang-chaos-"))
+    cluster = folder / "cluster.json"
+    projects = [{"name": p, "guaranteed": 4} for p in PROJECTS]
+    nodes = {"type": "gpu", "nodes": 10, "devices": 4}
+    cluster.write_text(json.dumps({"groups": [nodes], "projects": projects}))
+    with postgres.cluster() as server:
+        store = postgres.fresh_database(server, "chaos")
+        run(args, folder, store, server, cluster)
+
+
+def run(args: argparse.Namespace, folder: Path, store: str, server: str, cluster: Path) -> None:
+    service = Service(folder, store, cluster)
+    service.start()
+    operator = PoolClient(service.url, OPERATOR)
+    tokens = [operator.call("PUT", f"/v1/projects/{p}", {})["token"] for p in PROJECTS]
+    tally, stop = Tally(), threading.Event()
+    threads = [
+        threading.Thread(target=client, args=(service.url, tokens[i % 9], stop, tally))
+        for i in range(args.clients)
+    ] + [
+        threading.Thread(target=reader, args=(service.url, tokens[9], stop, tally))
+        for _ in range(8)
+    ]
+    for thread in threads:
+        thread.start()
+    began, third = time.monotonic(), args.duration / 3
+    failover = [kill_and_restart(service) for _ in pause_each(args.kills, third)]
+    outage = [restart_database(server, tally) for _ in pause_each(args.db_restarts, third)]
+    left = began + args.duration - time.monotonic()  # restarts may have overrun their third
+    window = attack(service.port, args.attack, max(third, left))
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=120)
+    report(tally, store, failover, outage, window)
+    service.kill()
+
+
+def pause_each(times: int, seconds: float):  # type: ignore[no-untyped-def]
+    """``times`` evenly spread over ``seconds``: sleep, then yield."""
+    for _ in range(times):
+        time.sleep(seconds / (times + 1))
+        yield
+    time.sleep(seconds / (times + 1))
+
+
+def kill_and_restart(service: Service) -> float:
+    killed = time.monotonic()
+    service.kill()
+    service.start()
+    return time.monotonic() - killed
+
+
+def restart_database(server: str, tally: Tally) -> float:
+    """Stop PostgreSQL for 3 s; seconds from its return to the next acknowledged submit."""
+    postgres.stop(server)
+    time.sleep(3)
+    postgres.start(server)
+    back = time.monotonic()
+    while not any(t > back for t in tally.writes_ok[-50:]):
+        time.sleep(0.05)
+    return min(t for t in tally.writes_ok if t > back) - back
+
+
+def attack(port: int, connections: int, seconds: float) -> tuple[float, float]:
+    """The slow-body attacker for ``seconds``; the window legitimate requests were timed in
+    (from when its connections are open)."""
+    attacker = subprocess.Popen(
+        [sys.executable, "-c", ATTACKER, str(port), str(connections), str(seconds)]
+    )
+    start = time.monotonic() + min(3.0, seconds / 4)  # its connections are open
+    attacker.wait()
+    return start, time.monotonic()
+
+
+def report(
+    tally: Tally,
+    location: str,
+    failover: list[float],
+    outage: list[float],
+    window: tuple[float, float],
+) -> None:
+    store = PoolStore(location)
+    jobs = store.jobs()
+    store.close()
+    names = Counter(job.name for job in jobs)
+    acked_keys = {key for key, _ in tally.acked}
+    stored_ids = {job.id for job in jobs}
+    lost = sum(job_id not in stored_ids for _, job_id in tally.acked)
+    duplicated = sum(n - 1 for n in names.values() if n > 1)
+    phantom = sum(name not in acked_keys for name in names)
+    during = [ok for started, ok in tally.requests if window[0] <= started <= window[1]]
+    ms = sorted(tally.submit_ms)
+    p99 = ms[min(len(ms) - 1, int(0.99 * len(ms)))] if ms else float("nan")
+    print(
+        f"requests={len(tally.requests)} errors_500={len(tally.errors_500)} "
+        f"attack_requests={len(during)} failovers={[round(f, 2) for f in failover]} "
+        f"db_returns={[round(o, 2) for o in outage]}"
+    )
+    print(
+        f"acked={len(tally.acked)} lost={lost} duplicated={duplicated} phantom={phantom} "
+        f"p99_submit_ms={p99:.1f} failover_s={max(failover, default=0):.2f} "
+        f"db_outage_503_s={max(outage, default=0):.2f} "
+        f"slow_attack_ok_ratio={sum(during) / max(1, len(during)):.4f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""One tenant cannot crowd out the others: a project's queued and running jobs and their
+payload bytes are capped (429 and 413, naming the cap and how to raise it; the operator sets
+them, they survive a restart), reads answer without the service's lock, and a job's charge is
+priced from that job's rows, the same as from the whole pool's state."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.pool.web import OPERATOR, served
+from xirang_service.console.state import read_state
+from xirang_service.cost.governor import Governor, PoolBudgets
+from xirang_service.cost.meter import Meter
+from xirang_service.cost.pricebook import PriceBook
+from xirang_service.cost.store import CostStore
+from xirang_service.pool.errors import PoolError
+from xirang_service.pool.quota import DEFAULT_MAX_JOBS, DEFAULT_MAX_PAYLOAD_BYTES
+from xirang_service.pool.service import OPERATOR as OPERATOR_WHO
+from xirang_service.pool.service import PoolService
+from xirang_service.pool.store import PoolStore
+
+
+def refused(call: Callable[[], Any]) -> PoolError:
+    with pytest.raises(PoolError) as err:
+        call()
+    return err.value
+
+
+def test_a_project_at_its_job_cap_is_429_and_others_still_submit(
+    store_location: str, cluster_file: Path
+) -> None:
+    with served(store_location, cluster_file) as pool:
+        operator, nlp = pool.client("operator"), pool.client("nlp")
+        row = operator.call("PUT", "/v1/projects/nlp", {"max_jobs": 3})
+        assert row["max_jobs"] == 3 and row["max_payload_bytes"] == DEFAULT_MAX_PAYLOAD_BYTES
+        jobs = [nlp.submit(cards=1) for _ in range(3)]
+        error = refused(lambda: nlp.submit(cards=1))
+        assert error.status == 429 and "max_jobs 3" in str(error) and "3 jobs queued" in str(error)
+        assert pool.client("cv").submit(cards=1)["state"] == "running"  # another tenant
+        nlp.cancel(jobs[0]["id"])
+        assert nlp.submit(cards=1)["project"] == "nlp"  # back under the cap
+    restarted = PoolService(PoolStore(store_location), None, "priority", OPERATOR)
+    try:
+        (row,) = restarted.quotas("nlp")
+        assert row["max_jobs"] == 3
+        assert refused(lambda: restarted.submit("nlp", {"cards": 1})).status == 429
+    finally:
+        restarted.store.close()
+
+
+def test_a_project_past_its_payload_bytes_is_413_naming_the_limit(
+    tmp_path: Path, cluster_file: Path
+) -> None:
+    with served(str(tmp_path / "pool.db"), cluster_file) as pool:
+        operator, nlp = pool.client("operator"), pool.client("nlp")
+        assert operator.call("GET", "/v1/projects")[0]["max_jobs"] == DEFAULT_MAX_JOBS
+        operator.call("PUT", "/v1/projects/nlp", {"max_payload_bytes": 300})
+        first = nlp.submit(cards=1, payload={"note": "x" * 200})
+        error = refused(lambda: nlp.submit(cards=1, payload={"note": "y" * 200}))
+        assert error.status == 413 and "max_payload_bytes 300" in str(error)
+        nlp.complete(first["id"], True)  # an ended job's payload no longer counts
+        assert nlp.submit(cards=1, payload={"note": "y" * 200})["project"] == "nlp"
+        for bad in ({"max_jobs": 0}, {"max_payload_bytes": -1}, {"max_jobs": "9"}):
+            error = refused(lambda bad=bad: operator.call("PUT", "/v1/projects/nlp", bad))
+            assert error.status == 400 and next(iter(bad)) in str(error)
+
+
+def test_reads_answer_while_the_service_lock_is_held(tmp_path: Path, cluster_file: Path) -> None:
+    """A long change (or a tenant's slow request) holds the lock; reads do not wait for it."""
+    with served(str(tmp_path / "pool.db"), cluster_file) as pool:
+        job = pool.client("nlp").submit(cards=1)
+        held, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with pool.service.lock:
+                held.set()
+                release.wait(60)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        held.wait(10)
+        answers: list[Any] = []
+        reader = threading.Thread(
+            target=lambda: answers.extend(
+                [
+                    pool.client("nlp").job(job["id"])["state"],
+                    len(pool.client("nlp").call("GET", "/v1/jobs")),
+                    pool.client("nlp").call("GET", "/v1/status")["running"],
+                    pool.client("nlp").call("GET", "/v1/queue"),
+                    pool.client("nlp").charge(job["id"]),
+                ]
+            )
+        )
+        reader.start()
+        reader.join(20)
+        release.set()
+        holder.join()
+        assert answers == ["running", 1, 1, [], None]
+
+
+def test_a_charge_priced_from_its_own_rows_equals_the_whole_state_price(
+    tmp_path: Path, cluster_file: Path
+) -> None:
+    clock = [1000.0]
+    budgets = PoolBudgets(Governor(CostStore(tmp_path / "cost.db")), Meter(PriceBook({"gpu": 1})))
+    pool = PoolService(
+        PoolStore(str(tmp_path / "pool.db")),
+        cluster_file,
+        "priority",
+        OPERATOR,
+        clock=lambda: clock[0],
+        budgets=budgets,
+    )
+    try:
+        ids = [pool.submit("nlp", {"cards": 2})["id"] for _ in range(2)]
+        ids += [pool.submit("cv", {"cards": 4})["id"], pool.submit("nlp", {"cards": 4})["id"]]
+        clock[0] += 100
+        pool.complete(OPERATOR_WHO, ids[0], True)
+        clock[0] += 50
+        pool.cancel(OPERATOR_WHO, ids[1])  # the queued 4-card job starts in the freed cards
+        clock[0] += 30
+        now = clock[0]
+        whole = read_state(pool.store, now, usage=True)
+        for job_id in ids:
+            assert pool.job_charge(OPERATOR_WHO, job_id) == budgets.job_charge(whole, job_id, now)
+        charges = [pool.job_charge(OPERATOR_WHO, job_id) for job_id in ids]
+        assert [c["device_s"] for c in charges] == [200.0, 300.0, 720.0, 120.0]
+        with pytest.raises(PoolError, match="no job"):
+            pool.job_charge("cv", ids[0])  # another project's job does not exist for cv
+    finally:
+        pool.store.close()
