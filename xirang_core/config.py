@@ -321,8 +321,9 @@ def _check_plugin_group(group: str, kind: str, values: Any, registry: Registry) 
     schema = spec.load_schema() if spec.schema else None
     if schema is None:
         return values
-    settings = {k: v for k, v in values.items() if k != "name"}
-    return {"name": name, **_check_schema(group, settings, schema)}
+    settings = _check_schema(group, {k: v for k, v in values.items() if k != "name"}, schema)
+    # as a model family's: what types cannot say (a range), through ``resolve(settings)``
+    return {"name": name, **getattr(schema, "resolve", lambda checked: checked)(settings)}
 
 
 def _check_model(values: Any, registry: Registry) -> dict[str, Any]:

@@ -139,6 +139,9 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
     "python -m xirang trainer.compile=true": Slow(_TRAINS + ", compiled"),
     "python -m xirang trainer.eval_every=50": Slow(_TRAINS),
     "python -m xirang trainer.nonfinite=skip": Slow(_TRAINS),
+    "python -m xirang schedule=wsd schedule.decay_fraction=0.1 optim.warmup_steps=30": Slow(
+        _TRAINS
+    ),
     "xirang data prepare ./corpus /data/corpus": As(("xirang data prepare ./corpus data/corpus",)),
     "xirang data snapshots /data/corpus": As(("xirang data snapshots data/corpus",)),
     "xirang data sync /data/corpus s3://bucket/corpus": S3(
