@@ -72,6 +72,7 @@ class TrainerConfig:
     rdzv_endpoint: str = ""
     global_batch: int = 16
     micro_batch: int = 0
+    grad_accum: int = 0
     log_every: int = 10
     grad_clip: float = 1.0
     max_restarts: int = 0
@@ -392,19 +393,45 @@ def _check_batch(data: dict[str, Any]) -> None:
             f"workers). Use a worker count in {fits} or a global_batch that is a multiple of "
             f"{workers}."
         )
-    micro = trainer["micro_batch"] or global_batch // workers
     # per data-parallel rank, as the planner and the scheduler count (a pipeline's stages share
     # their rank's sequences); degrees that do not fit the workers are the plan check's to name
     degrees = degrees_on(workers, parallel) if parallel.get("name") != AUTO else None
     ranks = degrees[0] if degrees else workers
     per_rank = global_batch // ranks
+    micro = _micro_batch(trainer, per_rank, ranks) or global_batch // workers
     if micro < 1 or per_rank % micro:
         raise ConfigError(
             f"trainer.micro_batch={micro} does not divide the {per_rank} sequences each "
             f"data-parallel rank takes per step (global_batch / {ranks} ranks). Use a divisor "
             f"of {per_rank}, or 0."
         )
-    trainer["micro_batch"] = micro
+    trainer["micro_batch"], trainer["grad_accum"] = micro, per_rank // micro
+
+
+def _micro_batch(trainer: dict[str, Any], per_rank: int, ranks: int) -> int:
+    """The micro-batch ``trainer.grad_accum`` (gradient accumulation steps, the HF Trainer's
+    ``gradient_accumulation_steps``) implies: each data-parallel rank's share of the global
+    batch split into that many forward passes; else ``trainer.micro_batch`` (0: not set).
+    The two name one thing, so both given must agree."""
+    accum, micro = trainer["grad_accum"], trainer["micro_batch"]
+    if accum == 0:
+        return micro
+    if accum < 0 or per_rank % accum:
+        fits = [n for n in range(1, per_rank + 1) if per_rank % n == 0]
+        raise ConfigError(
+            f"trainer.grad_accum={accum} does not divide the {per_rank} sequences each "
+            f"data-parallel rank takes per step (global_batch / {ranks} ranks). Use one of "
+            f"{fits}, or 0 (as trainer.micro_batch implies)."
+        )
+    if micro and micro * accum != per_rank:
+        raise ConfigError(
+            f"trainer.grad_accum={accum} and trainer.micro_batch={micro} disagree: "
+            f"{accum} micro-batches of {micro} are {accum * micro} sequences, but each "
+            f"data-parallel rank takes {per_rank} per step (global_batch / {ranks} ranks). "
+            f"Set only one of them (trainer.micro_batch={per_rank // accum} is "
+            f"trainer.grad_accum={accum})."
+        )
+    return per_rank // accum
 
 
 def run_workers(data: dict[str, Any]) -> tuple[int, str]:
