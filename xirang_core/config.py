@@ -82,6 +82,7 @@ class TrainerConfig:
     precision: str = "fp32"
     compile: bool = False
     eval_every: int = 0
+    eval_batches: int = 8
     nonfinite: str = "stop"
     comm_timeout_s: int = 600
     gc_every: int = 50
@@ -376,7 +377,15 @@ def _hydra_overrides() -> list[str]:
 
 
 #: trainer settings that count something and must be at least 1
-CHECKED_COUNTS = ("max_steps", "nproc", "global_batch", "log_every", "comm_timeout_s", "gc_every")
+CHECKED_COUNTS = (
+    "max_steps",
+    "nproc",
+    "global_batch",
+    "log_every",
+    "comm_timeout_s",
+    "gc_every",
+    "eval_batches",
+)
 
 
 def _check_batch(data: dict[str, Any]) -> None:

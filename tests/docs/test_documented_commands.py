@@ -140,6 +140,7 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
     "python -m xirang trainer.eval_every=50": Slow(_TRAINS),
     "python -m xirang trainer.nonfinite=skip": Slow(_TRAINS),
     "python -m xirang trainer.global_batch=16 trainer.grad_accum=4": Slow(_TRAINS),
+    "python -m xirang trainer.eval_every=25 trainer.eval_batches=16": Slow(_TRAINS),
     "python -m xirang schedule=wsd schedule.decay_fraction=0.1 optim.warmup_steps=30": Slow(
         _TRAINS
     ),

@@ -8,15 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from tests.conftest import ONE_LAYER_GPT
+from tests.train.conftest import assembled
 from xirang_core.config import compose
 from xirang_core.errors import ConfigError
 from xirang_core.plugins import get_registry
-from xirang_core.run import resolve_runtime
 from xirang_core.train.loop import Trainer
-from xirang_core.train.worker import assemble, open_worker
 
 RUN = (*ONE_LAYER_GPT, "device=cpu", "trainer.global_batch=8", "trainer.max_steps=3")
 
@@ -62,22 +60,13 @@ def test_the_cli_names_the_conflict_in_one_line(run_xirang: Callable) -> None:
 
 def trained(overrides: list[str], run_dir: Path) -> tuple[int, dict[str, torch.Tensor]]:
     """(micro-batches per step, weights) after training ``RUN`` with ``overrides`` here."""
-    config = compose([*RUN, *overrides])
-    registry = get_registry()
-    config["runtime"] = resolve_runtime(config, registry)
-    run_dir.mkdir()
-    ctx = open_worker(config, str(run_dir), registry)
-    try:
-        parts = assemble(config, ctx, registry)
+    with assembled([*RUN, *overrides], run_dir) as parts:
+        hook = get_registry().hook
         Trainer(
-            parts.wrapped, parts.optimizer, parts.train, parts.settings, ctx, registry.hook, None
+            parts.wrapped, parts.optimizer, parts.train, parts.settings, parts.ctx, hook, None
         ).fit()
-        return parts.settings.accum_steps, {
-            k: v.clone() for k, v in parts.model.state_dict().items()
-        }
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        weights = {k: v.clone() for k, v in parts.model.state_dict().items()}
+        return parts.settings.accum_steps, weights
 
 
 def test_grad_accum_trains_the_same_weights_as_its_micro_batch(tmp_path: Path) -> None:
