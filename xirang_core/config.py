@@ -266,8 +266,10 @@ def validate(
         data[group] = _check_plugin_group(group, kind, data.get(group), registry)
     data["tracker"] = check_trackers(data.get("tracker"), registry, _check_schema)
     data["model"] = _check_model(data.get("model"), registry)
+    command_line = _hydra_overrides() if overrides is None else overrides
+    _take_folder_tokenizer(data, registry, command_line)
     settle_vocab(data, registry)  # model.vocab_size: 0 -> the tokenizer's; too small -> error
-    given = model_overrides(_hydra_overrides() if overrides is None else overrides)
+    given = model_overrides(command_line)
     if _check_pretrained(data["model"], registry, given):  # took the folder's shape
         settle_vocab(data, registry)  # the folder's vocabulary must hold the tokenizer's ids
     _check_batch(data)
@@ -343,6 +345,16 @@ def _check_model(values: Any, registry: Registry) -> dict[str, Any]:
     if resolve is not None:
         checked = resolve(checked)
     return {"family": values["family"], "name": values.get("name", values["family"]), **checked}
+
+
+def _take_folder_tokenizer(data: dict[str, Any], registry: Registry, overrides: list[str]) -> None:
+    """``model.pretrained=<dir>`` with a tokenizer.json: the run reads its data with that
+    tokenizer unless the command line names one."""
+    from xirang_core.train.pretrained import folder_tokenizer
+
+    tokenizer = folder_tokenizer(data["model"], overrides)
+    if tokenizer is not None:
+        data["tokenizer"] = _check_plugin_group("tokenizer", "tokenizer", tokenizer, registry)
 
 
 def _check_pretrained(model: dict[str, Any], registry: Registry, given: set[str]) -> bool:

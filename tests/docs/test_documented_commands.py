@@ -265,6 +265,7 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
     "python -m xirang model=hf model.config=path/to/dir": Skip(_HF),
     "python -m xirang model=hf model.config=path/to/config.json model.vocab_size=256": Skip(_HF),
     "python -m xirang model=hf model.pretrained=path/to/dir": Skip(_HF),
+    "python -m xirang model=llama_tiny model.pretrained=path/to/dir": Skip(_HF),
     "python -m xirang model=hf model.config=dir parallel=fsdp trainer.nproc=2": Skip(_HF),
     "xirang ckpt export --format hf outputs/2026-12-01/10-00-00-abc123 my-model": As(
         ("xirang ckpt export --format hf {run} my-model",)
