@@ -45,12 +45,15 @@ def test_a_separate_dataset_is_what_evaluation_scores(tmp_path: Path) -> None:
     assert all("zebra" not in text(train, step) for step in range(1, 30))
     assert train.sources[0].source.n_val == 0  # the training data keeps every document
     assert run["data"]["val_snapshot"]  # pinned, as config.yaml records it
+    assert run["data"]["val_fraction"] == 0.0  # and that nothing of the training data is held out
 
 
 def test_a_share_holds_out_the_tail_of_each_source(tmp_path: Path) -> None:
     root = dataset(tmp_path / "train", "quokka", 60)
-    train, _ = run_batches(config(root, val=0.5, val_fraction=0.01), 0, 1, 4, 1)
+    run = config(root, val=0.5, val_fraction=0.01)
+    train, _ = run_batches(run, 0, 1, 4, 1)
     assert (train.sources[0].source.n_train, train.sources[0].source.n_val) == (30, 30)
+    assert run["data"]["val_fraction"] == 0.5
 
 
 @pytest.mark.parametrize(

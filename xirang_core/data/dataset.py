@@ -156,6 +156,7 @@ def resolve(data: dict[str, Any], storage: dict[str, Any] | None) -> tuple[Fsspe
     from xirang_core.storage.locate import origin_errors, tier_for
 
     cfg = check(data)
+    data["val_fraction"] = cfg.val_fraction  # as held out: config.yaml says what was
     _pin_held_out(data, storage)
     if cfg.name == "mixture":
         return _resolve_mixture(data, storage)
