@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,10 @@ def test_a_run_prints_and_logs_its_eval_loss(run_xirang: Callable, tmp_path: Pat
             line.startswith(f"step {step} ") and f"eval_loss {loss:.4f}" in line for line in printed
         ), printed
     assert not any("eval_loss" in line for line in printed if line.startswith("step 3 "))
+    # the progress bar keeps the latest evaluation in view (rich draws it on the way out)
+    assert re.search(
+        rf"loss \d\.\d{{3}} eval loss {evaluated[4]:.3f}", result.stdout + result.stderr
+    )
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["val_loss"] > 0
     assert (summary["global_batch"], summary["micro_batch"], summary["grad_accum"]) == (4, 4, 1)
