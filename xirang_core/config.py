@@ -72,6 +72,7 @@ class TrainerConfig:
     rdzv_endpoint: str = ""
     global_batch: int = 16
     micro_batch: int = 0
+    grad_accum: int = 0
     log_every: int = 10
     grad_clip: float = 1.0
     max_restarts: int = 0
@@ -81,6 +82,7 @@ class TrainerConfig:
     precision: str = "fp32"
     compile: bool = False
     eval_every: int = 0
+    eval_batches: int = 8
     nonfinite: str = "stop"
     comm_timeout_s: int = 600
     gc_every: int = 50
@@ -264,8 +266,10 @@ def validate(
         data[group] = _check_plugin_group(group, kind, data.get(group), registry)
     data["tracker"] = check_trackers(data.get("tracker"), registry, _check_schema)
     data["model"] = _check_model(data.get("model"), registry)
+    command_line = _hydra_overrides() if overrides is None else overrides
+    _take_folder_tokenizer(data, registry, command_line)
     settle_vocab(data, registry)  # model.vocab_size: 0 -> the tokenizer's; too small -> error
-    given = model_overrides(_hydra_overrides() if overrides is None else overrides)
+    given = model_overrides(command_line)
     if _check_pretrained(data["model"], registry, given):  # took the folder's shape
         settle_vocab(data, registry)  # the folder's vocabulary must hold the tokenizer's ids
     _check_batch(data)
@@ -321,8 +325,9 @@ def _check_plugin_group(group: str, kind: str, values: Any, registry: Registry) 
     schema = spec.load_schema() if spec.schema else None
     if schema is None:
         return values
-    settings = {k: v for k, v in values.items() if k != "name"}
-    return {"name": name, **_check_schema(group, settings, schema)}
+    settings = _check_schema(group, {k: v for k, v in values.items() if k != "name"}, schema)
+    # as a model family's: what types cannot say (a range), through ``resolve(settings)``
+    return {"name": name, **getattr(schema, "resolve", lambda checked: checked)(settings)}
 
 
 def _check_model(values: Any, registry: Registry) -> dict[str, Any]:
@@ -340,6 +345,16 @@ def _check_model(values: Any, registry: Registry) -> dict[str, Any]:
     if resolve is not None:
         checked = resolve(checked)
     return {"family": values["family"], "name": values.get("name", values["family"]), **checked}
+
+
+def _take_folder_tokenizer(data: dict[str, Any], registry: Registry, overrides: list[str]) -> None:
+    """``model.pretrained=<dir>`` with a tokenizer.json: the run reads its data with that
+    tokenizer unless the command line names one."""
+    from xirang_core.train.pretrained import folder_tokenizer
+
+    tokenizer = folder_tokenizer(data["model"], overrides)
+    if tokenizer is not None:
+        data["tokenizer"] = _check_plugin_group("tokenizer", "tokenizer", tokenizer, registry)
 
 
 def _check_pretrained(model: dict[str, Any], registry: Registry, given: set[str]) -> bool:
@@ -374,7 +389,15 @@ def _hydra_overrides() -> list[str]:
 
 
 #: trainer settings that count something and must be at least 1
-CHECKED_COUNTS = ("max_steps", "nproc", "global_batch", "log_every", "comm_timeout_s", "gc_every")
+CHECKED_COUNTS = (
+    "max_steps",
+    "nproc",
+    "global_batch",
+    "log_every",
+    "comm_timeout_s",
+    "gc_every",
+    "eval_batches",
+)
 
 
 def _check_batch(data: dict[str, Any]) -> None:
@@ -391,19 +414,45 @@ def _check_batch(data: dict[str, Any]) -> None:
             f"workers). Use a worker count in {fits} or a global_batch that is a multiple of "
             f"{workers}."
         )
-    micro = trainer["micro_batch"] or global_batch // workers
     # per data-parallel rank, as the planner and the scheduler count (a pipeline's stages share
     # their rank's sequences); degrees that do not fit the workers are the plan check's to name
     degrees = degrees_on(workers, parallel) if parallel.get("name") != AUTO else None
     ranks = degrees[0] if degrees else workers
     per_rank = global_batch // ranks
+    micro = _micro_batch(trainer, per_rank, ranks) or global_batch // workers
     if micro < 1 or per_rank % micro:
         raise ConfigError(
             f"trainer.micro_batch={micro} does not divide the {per_rank} sequences each "
             f"data-parallel rank takes per step (global_batch / {ranks} ranks). Use a divisor "
             f"of {per_rank}, or 0."
         )
-    trainer["micro_batch"] = micro
+    trainer["micro_batch"], trainer["grad_accum"] = micro, per_rank // micro
+
+
+def _micro_batch(trainer: dict[str, Any], per_rank: int, ranks: int) -> int:
+    """The micro-batch ``trainer.grad_accum`` (gradient accumulation steps, the HF Trainer's
+    ``gradient_accumulation_steps``) implies: each data-parallel rank's share of the global
+    batch split into that many forward passes; else ``trainer.micro_batch`` (0: not set).
+    The two name one thing, so both given must agree."""
+    accum, micro = trainer["grad_accum"], trainer["micro_batch"]
+    if accum == 0:
+        return micro
+    if accum < 0 or per_rank % accum:
+        fits = [n for n in range(1, per_rank + 1) if per_rank % n == 0]
+        raise ConfigError(
+            f"trainer.grad_accum={accum} does not divide the {per_rank} sequences each "
+            f"data-parallel rank takes per step (global_batch / {ranks} ranks). Use one of "
+            f"{fits}, or 0 (as trainer.micro_batch implies)."
+        )
+    if micro and micro * accum != per_rank:
+        raise ConfigError(
+            f"trainer.grad_accum={accum} and trainer.micro_batch={micro} disagree: "
+            f"{accum} micro-batches of {micro} are {accum * micro} sequences, but each "
+            f"data-parallel rank takes {per_rank} per step (global_batch / {ranks} ranks). "
+            f"Set only one of them (trainer.micro_batch={per_rank // accum} is "
+            f"trainer.grad_accum={accum})."
+        )
+    return per_rank // accum
 
 
 def run_workers(data: dict[str, Any]) -> tuple[int, str]:

@@ -1,5 +1,6 @@
-"""The built-in optimizers (``optim.name=adamw|sgd``) and learning-rate schedule
-(``schedule=cosine``), registered through the same hooks a third-party plugin uses."""
+"""The built-in optimizers (``optim.name=adamw|sgd``) and learning-rate schedules
+(``schedule=cosine|linear|constant|wsd``), registered through the same hooks a third-party
+plugin uses."""
 
 from xirang import conf_folder, hookimpl
 from xirang.specs import LRScheduleSpec, OptimizerSpec
@@ -28,7 +29,24 @@ def xirang_lr_schedules() -> list[LRScheduleSpec]:
             name="cosine",
             target="xirang_optim.schedules:WarmupCosine",
             description="linear warm-up over optim.warmup_steps, cosine decay to optim.min_lr",
-        )
+        ),
+        LRScheduleSpec(
+            name="linear",
+            target="xirang_optim.schedules:WarmupLinear",
+            description="linear warm-up over optim.warmup_steps, linear decay to optim.min_lr",
+        ),
+        LRScheduleSpec(
+            name="constant",
+            target="xirang_optim.schedules:WarmupConstant",
+            description="linear warm-up over optim.warmup_steps, then optim.lr throughout",
+        ),
+        LRScheduleSpec(
+            name="wsd",
+            target="xirang_optim.schedules:WarmupStableDecay",
+            schema="xirang_optim.schedules:WSDConfig",
+            description="warm-up, optim.lr, then linear decay to optim.min_lr over the last "
+            "schedule.decay_fraction of the steps",
+        ),
     ]
 
 

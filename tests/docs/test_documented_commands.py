@@ -139,6 +139,11 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
     "python -m xirang trainer.compile=true": Slow(_TRAINS + ", compiled"),
     "python -m xirang trainer.eval_every=50": Slow(_TRAINS),
     "python -m xirang trainer.nonfinite=skip": Slow(_TRAINS),
+    "python -m xirang trainer.global_batch=16 trainer.grad_accum=4": Slow(_TRAINS),
+    "python -m xirang trainer.eval_every=25 trainer.eval_batches=16": Slow(_TRAINS),
+    "python -m xirang schedule=wsd schedule.decay_fraction=0.1 optim.warmup_steps=30": Slow(
+        _TRAINS
+    ),
     "xirang data prepare ./corpus /data/corpus": As(("xirang data prepare ./corpus data/corpus",)),
     "xirang data snapshots /data/corpus": As(("xirang data snapshots data/corpus",)),
     "xirang data sync /data/corpus s3://bucket/corpus": S3(
@@ -260,6 +265,7 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
     "python -m xirang model=hf model.config=path/to/dir": Skip(_HF),
     "python -m xirang model=hf model.config=path/to/config.json model.vocab_size=256": Skip(_HF),
     "python -m xirang model=hf model.pretrained=path/to/dir": Skip(_HF),
+    "python -m xirang model=llama_tiny model.pretrained=path/to/dir": Skip(_HF),
     "python -m xirang model=hf model.config=dir parallel=fsdp trainer.nproc=2": Skip(_HF),
     "xirang ckpt export --format hf outputs/2026-12-01/10-00-00-abc123 my-model": As(
         ("xirang ckpt export --format hf {run} my-model",)

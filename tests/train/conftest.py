@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+import torch.distributed as dist
 
 from tests.parallel.conftest import TINY
 from xirang_core.config import compose
 from xirang_core.parallel.smoke import SyntheticBatches
 from xirang_core.plugins import get_registry
+from xirang_core.run import resolve_runtime
 from xirang_core.specs import WorkerContext
 from xirang_core.train.loop import LoopSettings, Trainer
 from xirang_core.train.optim import build_optimizer
+from xirang_core.train.worker import Assembly, assemble, open_worker
 
 
 @pytest.fixture(scope="session")
@@ -39,3 +44,19 @@ def make_trainer(tiny: dict[str, Any]) -> Callable[..., Trainer]:
         return Trainer(model, optimizer, batches, LoopSettings(**fields), ctx, None, None)
 
     return make
+
+
+@contextlib.contextmanager
+def assembled(overrides: list[str], run_dir: Path) -> Iterator[Assembly]:
+    """One worker's parts for the run ``overrides`` compose, in this process, as a worker
+    builds them from its config.yaml (runtime resolved, process group open)."""
+    config = compose(overrides)
+    registry = get_registry()
+    config["runtime"] = resolve_runtime(config, registry)
+    run_dir.mkdir()
+    ctx = open_worker(config, str(run_dir), registry)
+    try:
+        yield assemble(config, ctx, registry)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -25,6 +25,11 @@ class DataConfig:
     snapshot: str = ""
     seq_len: int = 128
     val_fraction: float = 0.01
+    #: held-out data: "" (the tail ``val_fraction`` of each source), a share ("0.05"), or a
+    #: separate prepared dataset root whose documents are all held out
+    val: str = ""
+    #: the pinned snapshot of a ``val`` root ("" = its latest; config.yaml records the one used)
+    val_snapshot: str = ""
     shuffle: bool = True
     shuffle_block: int = 4
     cache_dir: str = ""
@@ -63,6 +68,7 @@ def check(data: dict[str, Any]) -> DataConfig:
     cfg = DataConfig(**data)
     if not 0 <= cfg.val_fraction < 1:
         raise ConfigError(f"data.val_fraction={cfg.val_fraction}: must be in [0, 1)")
+    cfg.val_fraction = _held_out_share(cfg)
     if not isinstance(cfg.num_workers, int) or cfg.num_workers < 0:
         raise ConfigError(
             f"data.num_workers={cfg.num_workers}: must be a whole number >= 0 (0 reads in the "
@@ -73,6 +79,51 @@ def check(data: dict[str, Any]) -> DataConfig:
     elif cfg.name != "stdlib" and not cfg.uri:
         raise ConfigError(f"data={cfg.name} needs data.uri=<dataset root, folder or s3://...>")
     return cfg
+
+
+#: ``data.val_fraction``'s default, which a ``data.val`` may replace without a conflict
+VAL_FRACTION = DataConfig.val_fraction
+
+
+def _held_out_share(cfg: DataConfig) -> float:
+    """The share of each training source held out: ``data.val_fraction``, the share
+    ``data.val`` names, or none when ``data.val`` is a separate dataset. Two different
+    shares, or a share beside a separate dataset, name two held-out sets: refused."""
+    val = str(cfg.val).strip()
+    if not val:
+        return cfg.val_fraction
+    share = _as_share(val)
+    wanted = share if share is not None else 0.0
+    if cfg.val_fraction not in (VAL_FRACTION, wanted):
+        raise ConfigError(
+            f"data.val={val} and data.val_fraction={cfg.val_fraction} name two held-out sets; "
+            f"set only data.val (a share in (0, 1) of each source's documents, or a separate "
+            f"prepared dataset root)"
+        )
+    return wanted
+
+
+def _as_share(val: str) -> float | None:
+    """``data.val`` as a share of documents, or None where it names a dataset root."""
+    try:
+        share = float(val)
+    except ValueError:
+        return None
+    if not 0 < share < 1:
+        raise ConfigError(
+            f"data.val={val}: a share of documents must be in (0, 1) (e.g. data.val=0.05); "
+            f"or name a prepared dataset root (xirang data prepare SRC DST; data.val=DST)"
+        )
+    return share
+
+
+def held_out_source(data: dict[str, Any]) -> Source | None:
+    """The separate dataset ``data.val`` names (all its documents held out), or None when
+    the held-out rows are each training source's tail."""
+    val = str(data.get("val") or "").strip()
+    if not val or _as_share(val) is not None:
+        return None
+    return Source(val, data.get("val_snapshot", ""))
 
 
 def _check_sources(sources: Any) -> None:
@@ -105,6 +156,8 @@ def resolve(data: dict[str, Any], storage: dict[str, Any] | None) -> tuple[Fsspe
     from xirang_core.storage.locate import origin_errors, tier_for
 
     cfg = check(data)
+    data["val_fraction"] = cfg.val_fraction  # as held out: config.yaml says what was
+    _pin_held_out(data, storage)
     if cfg.name == "mixture":
         return _resolve_mixture(data, storage)
     if cfg.name == "stdlib" and cfg.uri:
@@ -117,6 +170,17 @@ def resolve(data: dict[str, Any], storage: dict[str, Any] | None) -> tuple[Fsspe
         snap = load(tier, cfg.snapshot)
     data.update(uri=uri, snapshot=snap.id)
     return tier, snap
+
+
+def _pin_held_out(data: dict[str, Any], storage: dict[str, Any] | None) -> None:
+    """Pin the snapshot of a separate held-out dataset (``data.val_snapshot``)."""
+    from xirang_core.storage.locate import origin_errors, tier_for
+
+    source = held_out_source(data)
+    if source is None:
+        return
+    with origin_errors(source.uri):
+        data["val_snapshot"] = load(tier_for(source.uri, storage), source.snapshot).id
 
 
 def _resolve_mixture(

@@ -43,6 +43,10 @@ BLOCKS_KEPT = 1
 DOC_ENDS_KEPT = 8
 
 
+#: ``SourceRead.val_fraction`` of a separate held-out dataset: every document held out
+HELD_OUT_ALL = 1.0
+
+
 @dataclass(frozen=True)
 class SourceRead:
     """How one rank reads a token snapshot (``data.*`` settings and the run's seed)."""
@@ -104,7 +108,8 @@ class TokenSource(ProcessFetcher):
         n = int(self.counts.sum())
         self.n_val = round(n * read.val_fraction) if read.val_fraction else 0
         self.n_train = n - self.n_val
-        if self.n_train < 1:
+        held_out_only = read.val_fraction == HELD_OUT_ALL  # a separate dataset (data.val)
+        if self.n_train < 1 and not held_out_only:
             raise DataError(f"snapshot {snap.lineage['source']} has {n} samples; none for training")
         self._fetcher: ShardFetcher | None = None
         self._pid = os.getpid()
@@ -114,7 +119,12 @@ class TokenSource(ProcessFetcher):
         self._doc_ends: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
         # the device prefetcher's thread reads training rows while evaluation reads held-out ones
         self._lock = threading.RLock()
-        if self.rows_per_epoch < 1:
+        if held_out_only and int(self.shard_tokens.sum()) < read.span:
+            raise DataError(
+                f"the held-out dataset {snap.lineage['source']} holds fewer than {read.span} "
+                f"tokens (data.val); lower data.seq_len or hold out more documents"
+            )
+        if self.rows_per_epoch < 1 and not held_out_only:
             raise DataError(
                 f"the corpus holds fewer than {read.span} training tokens; lower data.seq_len"
             )

@@ -39,6 +39,14 @@ def check_vocab(config: dict[str, Any], vocab: int) -> None:
     size = model["vocab_size"]
     if size == 0:
         model["vocab_size"] = vocab
+    elif size < vocab and model.get("pretrained"):  # the weights fix the vocabulary
+        from xirang_core.train.pretrained import tokenizer_fix
+
+        raise ConfigError(
+            f"tokenizer={name} has {vocab} ids, more than the {size} rows of the weights in "
+            f"model.pretrained={model['pretrained']}: they were trained with another "
+            f"tokenizer. Use theirs: {tokenizer_fix(model['pretrained'])}"
+        )
     elif size < vocab:
         raise ConfigError(
             f"model.vocab_size={size} is smaller than the vocabulary of tokenizer={name} "

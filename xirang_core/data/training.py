@@ -3,12 +3,13 @@ the token batches of one rank streamed from them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from xirang_core.data import dataset, token_shards
 from xirang_core.data.order import Partition
 from xirang_core.data.snapshot import load
-from xirang_core.data.stream import SourceRead, TokenSource
+from xirang_core.data.stream import HELD_OUT_ALL, SourceRead, TokenSource
 from xirang_core.data.tokenizer import open_tokenizer
 from xirang_core.data.tokens import NamedSource, TokenBatches
 from xirang_core.errors import ConfigError
@@ -33,8 +34,9 @@ def pin_tokens(config: dict[str, Any], tokenizer: Tokenizer) -> list[str]:
     dataset.resolve(data, storage)
     runtime = config.setdefault("runtime", {})
     recipe = {"tokenizer": config["tokenizer"], "runtime": {"tokenizer": runtime.get("tokenizer")}}
+    held_out = dataset.held_out_source(data)
     ids = []
-    for source in dataset.sources(data):
+    for source in [*dataset.sources(data), *([held_out] if held_out else [])]:
         tier = tier_for(source.uri, storage)
         snap = load(tier, source.snapshot)
         found = token_shards.find(tier, snap, tokenizer)
@@ -49,6 +51,8 @@ def pin_tokens(config: dict[str, Any], tokenizer: Tokenizer) -> list[str]:
                 )
             found = token_shards.tokenize_snapshot(tier, snap, tokenizer, recipe)
         ids.append(found.id)
+    if held_out is not None:  # the separate held-out dataset's tokens, after the sources'
+        runtime["val_tokens"] = ids.pop()
     runtime["tokens"] = ids
     return ids
 
@@ -61,29 +65,47 @@ def run_batches(
     cfg = dataset.check(data)
     tokenizer = open_tokenizer(config)
     pinned = (config.get("runtime") or {}).get("tokens") or pin_tokens(config, tokenizer)
+    runtime = config["runtime"]  # pin_tokens recorded the held-out dataset's tokens there too
+    read = SourceRead(
+        cfg.seq_len + 1,
+        seed,
+        cfg.shuffle,
+        cfg.shuffle_block,
+        cfg.val_fraction,
+        tokenizer.vocab_size,
+    )
     named = []
     for source, token_id in zip(dataset.sources(data), pinned, strict=True):
-        tier = tier_for(source.uri, storage)
-        snap = token_shards.open_tokens(tier, token_id, tokenizer, source.uri)
-        rebuild = token_shards.rebuild_command(source.uri, source.snapshot, tokenizer.name)
-        read = SourceRead(
-            cfg.seq_len + 1,
-            seed,
-            cfg.shuffle,
-            cfg.shuffle_block,
-            cfg.val_fraction,
-            tokenizer.vocab_size,
-            rebuild,
-        )
-        origin = token_shards.tokens_tier(tier)
-        settings = dataset.tier_settings(cfg, origin.root)
-        stream = TokenSource(snap, origin, settings, read)
         name = source.uri.rstrip("/").rsplit("/", 1)[-1]
         if any(n.name == name for n in named):  # two roots of one name: say which is which
             name = f"{name}#{len(named)}"
+        stream = _stream(source, token_id, cfg, read, tokenizer, storage)
         named.append(NamedSource(name, stream, source.weight))
     part = Partition(micro, world, rank)
-    return (
-        TokenBatches(named, part, accum, seed, "train", tokenizer, cfg.document_mask),
-        TokenBatches(named, part, 1, seed, "val", tokenizer, cfg.document_mask),
-    )
+    held_out = dataset.held_out_source(data)
+    if held_out is None:
+        val = TokenBatches(named, part, 1, seed, "val", tokenizer, cfg.document_mask)
+    else:  # every document of the separate dataset is held out
+        whole = replace(read, val_fraction=HELD_OUT_ALL)
+        stream = _stream(held_out, runtime["val_tokens"], cfg, whole, tokenizer, storage)
+        val_source = NamedSource(held_out.uri.rstrip("/").rsplit("/", 1)[-1], stream)
+        val = TokenBatches([val_source], part, 1, seed, "val", tokenizer, cfg.document_mask)
+    train = TokenBatches(named, part, accum, seed, "train", tokenizer, cfg.document_mask)
+    return train, val
+
+
+def _stream(
+    source: dataset.Source,
+    token_id: str,
+    cfg: dataset.DataConfig,
+    read: SourceRead,
+    tokenizer: Tokenizer,
+    storage: dict[str, Any] | None,
+) -> TokenSource:
+    """The token rows of one pinned source, read as ``read`` says."""
+    tier = tier_for(source.uri, storage)
+    snap = token_shards.open_tokens(tier, token_id, tokenizer, source.uri)
+    rebuild = token_shards.rebuild_command(source.uri, source.snapshot, tokenizer.name)
+    origin = token_shards.tokens_tier(tier)
+    settings = dataset.tier_settings(cfg, origin.root)
+    return TokenSource(snap, origin, settings, replace(read, rebuild=rebuild))

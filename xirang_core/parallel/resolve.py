@@ -26,12 +26,14 @@ def model_shape(config: dict[str, Any], registry: Registry) -> ModelShape | None
 
 
 def resolve_parallel(config: dict[str, Any], registry: Registry) -> None:
-    """Settle ``config['parallel']`` (and ``trainer.micro_batch``) for the run's workers."""
+    """Settle ``config['parallel']`` (and ``trainer.micro_batch``, ``grad_accum``) for the
+    run's workers."""
     trainer = config["trainer"]
     if config["parallel"]["name"] == "auto":
         plan = choose_plan(config, registry)
         config["parallel"] = plan.settings()
         trainer["micro_batch"] = plan.micro_batch
+        trainer["grad_accum"] = trainer["global_batch"] // plan.dp // plan.micro_batch
         log.warning("parallel=auto chose %s (%s)", plan.label(), plan.strategy())
     else:
         strategy = registry.create("parallel", config["parallel"])

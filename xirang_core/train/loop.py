@@ -37,6 +37,9 @@ from xirang_core.train.optim import build_schedule
 from xirang_core.train.precision import Precision
 from xirang_core.train.report import MetricsLog, bits_per_byte
 
+#: held-out batches each evaluation scores (``trainer.eval_batches``'s default)
+EVAL_BATCHES = 8
+
 
 @dataclass
 class LoopSettings:
@@ -53,6 +56,8 @@ class LoopSettings:
     precision: str = "fp32"
     compile: bool = False
     eval_every: int = 0
+    #: global batches each evaluation scores (``trainer.eval_batches``)
+    eval_batches: int = EVAL_BATCHES
     nonfinite: str = "stop"
     gc_every: int = 50  # Python's garbage collector runs every N steps only (:func:`collect_every`)
     #: the run's :class:`~xirang_core.specs.LRSchedule` (``schedule=``)
@@ -357,11 +362,7 @@ class Trainer:
             self.metrics.write(record)
         if not sys.stdout.isatty() and self.ctx.is_main:  # a plain line per log step, printed:
             # the workers of a multi-worker run have no logging set up (only Hydra's process has)
-            print(
-                f"step {record['step']} loss {record['loss']:.4f} "
-                f"tokens/s {record['tokens_per_s']:.0f}",
-                flush=True,
-            )
+            print(progress_line(record), flush=True)
         notify(self.hook, "xirang_on_step_end", ctx=self.ctx, step=record["step"], metrics=record)
 
     @contextlib.contextmanager
@@ -384,6 +385,7 @@ class Trainer:
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("loss {task.fields[loss]}"),
+            TextColumn("{task.fields[val]}"),
             TextColumn("{task.fields[tps]} tok/s"),
             TimeElapsedColumn(),
             TextColumn("ETA"),
@@ -394,7 +396,9 @@ class Trainer:
         with Progress(
             *columns, refresh_per_second=2, redirect_stdout=False, redirect_stderr=False
         ) as progress:
-            task = progress.add_task("train", total=self.settings.max_steps, loss="-", tps="-")
+            task = progress.add_task(
+                "train", total=self.settings.max_steps, loss="-", tps="-", val=""
+            )
 
             def advance(step: int, record: dict[str, Any] | None) -> None:
                 fields = {}
@@ -403,9 +407,20 @@ class Trainer:
                         "loss": f"{record['loss']:.3f}",
                         "tps": f"{record['tokens_per_s']:,.0f}",
                     }
+                    if "val_loss" in record:  # the latest evaluation stays until the next
+                        fields["val"] = f"eval loss {record['val_loss']:.3f}"
                 progress.update(task, completed=step, **fields)
 
             yield advance
+
+
+def progress_line(record: dict[str, Any]) -> str:
+    """The plain progress line of a log step (output that is not a terminal), with the
+    evaluation loss when the step evaluated."""
+    line = f"step {record['step']} loss {record['loss']:.4f}"
+    if "val_loss" in record:
+        line += f" eval_loss {record['val_loss']:.4f}"
+    return line + f" tokens/s {record['tokens_per_s']:.0f}"
 
 
 @contextlib.contextmanager

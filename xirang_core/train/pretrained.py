@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from torch import nn
 
 CONFIG_FILE = "config.json"
+#: the tokenizer a pretrained folder may carry (``save_pretrained``, ``ckpt export --format hf``)
+TOKENIZER_FILE = "tokenizer.json"
 #: safetensors dtype codes and the torch dtypes they hold
 DTYPES = {
     "F64": "float64",
@@ -37,6 +39,35 @@ DTYPES = {
 }
 #: at most this many names per kind of problem in an error
 SHOWN = 4
+
+
+def folder_tokenizer(model: dict[str, Any], overrides: list[str]) -> dict[str, str] | None:
+    """``tokenizer=hf tokenizer.path=<folder>`` for a ``model.pretrained`` folder that holds
+    its tokenizer, unless the command line (``overrides``) chose one: the weights' embedding
+    rows stand for that tokenizer's ids, and another tokenizer's ids would index the wrong
+    rows (silently, when its vocabulary is no larger)."""
+    folder = model.get("pretrained")
+    if not folder or any(_names_tokenizer(o) for o in overrides):
+        return None
+    path = Path(folder).expanduser().resolve()
+    return {"name": "hf", "path": str(path)} if (path / TOKENIZER_FILE).is_file() else None
+
+
+def _names_tokenizer(override: str) -> bool:
+    """Whether a command-line override sets the tokenizer (``tokenizer=``, ``tokenizer.*=``)."""
+    key = override.split("=", 1)[0].lstrip("+~")
+    return key == "tokenizer" or key.startswith("tokenizer.")
+
+
+def tokenizer_fix(folder: str) -> str:
+    """The settings that give a run ``folder``'s weights their own tokenizer's ids."""
+    path = Path(folder).expanduser().resolve()
+    if (path / TOKENIZER_FILE).is_file():
+        return f"tokenizer=hf tokenizer.path={path}"
+    return (
+        f"tokenizer=hf tokenizer.path=<the folder of the tokenizer.json the weights were "
+        f"trained with> ({path} holds no {TOKENIZER_FILE})"
+    )
 
 
 def check_pretrained(

@@ -41,6 +41,20 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+#: the curves of ``loss_curve.png``, by their legend
+TRAIN_SERIES, EVAL_SERIES = "train loss", "eval loss (held-out data)"
+
+
+def loss_series(records: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:
+    """The (step, loss) points ``loss_curve.png`` draws: the training loss of every record,
+    and the evaluation loss where one was taken (``trainer.eval_every``, and the end), side
+    by side so over-fitting or a held-out set unlike the training data shows."""
+    return {
+        TRAIN_SERIES: [(r["step"], r["loss"]) for r in records],
+        EVAL_SERIES: [(r["step"], r["val_loss"]) for r in records if "val_loss" in r],
+    }
+
+
 def plot_loss(records: list[dict[str, Any]], path: Path, title: str) -> None:
     """Draw the loss curve to ``path``; without matplotlib (a lean GPU image), say so in one
     line and go on: the run trained and its figures are in metrics.jsonl and summary.json."""
@@ -56,16 +70,15 @@ def plot_loss(records: list[dict[str, Any]], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
-    steps = [r["step"] for r in records]
-    ax.plot(steps, [r["loss"] for r in records], label="train loss", color="#1f77b4")
+    series = loss_series(records)
+    ax.plot(*zip(*series[TRAIN_SERIES], strict=True), label=TRAIN_SERIES, color="#1f77b4")
     resumed = [
         b["step"] for a, b in itertools.pairwise(records) if a.get("segment") != b.get("segment")
     ]
     for i, step in enumerate(resumed):  # where a resumed or restarted segment took over
         ax.axvline(step, color="#7f7f7f", ls="--", lw=0.8, label="resumed" if i == 0 else None)
-    if any("val_loss" in r for r in records):
-        val = [(r["step"], r["val_loss"]) for r in records if "val_loss" in r]
-        ax.plot(*zip(*val, strict=True), "o", label="validation loss", color="#d62728")
+    if series[EVAL_SERIES]:
+        ax.plot(*zip(*series[EVAL_SERIES], strict=True), "o-", label=EVAL_SERIES, color="#d62728")
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy (nats per token)")
     ax.set_title(title)

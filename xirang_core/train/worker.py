@@ -42,7 +42,6 @@ from xirang_core.train.pretrained import load_pretrained
 from xirang_core.train.segments import SegmentLog, WholeRun
 
 CONFIG_FILE = "config.yaml"
-EVAL_BATCHES = 8
 #: how long a worker whose collective broke waits before failing (its peer fails first)
 PEER_GRACE_S = 3.0
 
@@ -207,6 +206,7 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
         precision=trainer["precision"],
         compile=trainer["compile"],
         eval_every=trainer["eval_every"],
+        eval_batches=trainer["eval_batches"],
         nonfinite=trainer["nonfinite"],
         schedule=build_schedule(config.get("schedule")),
     )
@@ -307,14 +307,15 @@ def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry
 
 def held_out_loss(parts: Assembly) -> float:
     """The validation loss over the same held-out rows whatever the worker count: the first
-    ``EVAL_BATCHES`` global batches, each data-parallel rank scoring its stride of them (its
+    ``trainer.eval_batches`` global batches, each data-parallel rank scoring its stride of them (its
     slice of every batch, as it trains), the means averaged over every worker. A split model
     evaluates on every worker together (their forwards exchange shards)."""
     ctx = parts.ctx
     evaluated = parts.wrapped if split_model(parts) else trained_model(parts)
     # a pipeline's evaluation runs a whole step's micro-batches per schedule run
     pipelined = hasattr(evaluated, "xirang_eval")
-    batches = EVAL_BATCHES if pipelined else EVAL_BATCHES * parts.settings.accum_steps
+    count = parts.settings.eval_batches
+    batches = count if pipelined else count * parts.settings.accum_steps
     return mean_over_workers(evaluate(evaluated, parts.val, ctx.device, batches), ctx)
 
 
@@ -392,6 +393,9 @@ def summarize(
         "params": parts.params or parts.model.num_params(),
         "steps": last["step"],
         "tokens": tokens,
+        "global_batch": config["trainer"]["global_batch"],
+        "micro_batch": parts.settings.micro_batch,
+        "grad_accum": parts.settings.accum_steps,
         "first_loss": first["loss"],
         "final_loss": last["loss"],
         "val_loss": last["val_loss"],

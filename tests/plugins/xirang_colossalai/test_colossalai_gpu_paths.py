@@ -162,9 +162,8 @@ def test_hybrid_parallel_evaluates_and_samples_the_twin_it_trained(made) -> None
     loss and sample must come from it, not from the Llama it was copied from."""
     from xirang_tokenizers.bytes import ByteTokenizer
 
-    from xirang_core.train.loop import evaluate
+    from xirang_core.train.loop import EVAL_BATCHES, evaluate
     from xirang_core.train.worker import (
-        EVAL_BATCHES,
         Assembly,
         final_sample,
         held_out_loss,
