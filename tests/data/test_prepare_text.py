@@ -42,6 +42,11 @@ def test_text_files_as_they_come(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["reasons"] == {"control_chars": 1, "not_utf8": 1, "nul_bytes": 1}
+    assert report["files"] == {
+        "control_chars": ["escapes.txt"],
+        "not_utf8": ["stray.txt"],
+        "nul_bytes": ["utf16.txt"],
+    }
     trained, held = texts(tmp_path / "strict")
     assert sorted(trained) == ["plain text", "starts with a byte-order mark"]
     assert held["read as UTF-8".encode("utf-16-le").decode()] == "nul_bytes"
@@ -72,3 +77,15 @@ def test_an_unknown_encoding_is_one_error(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert "xirang error: --encoding utf-9: not an encoding" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_printed_report_names_each_dropped_file(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "good.txt").write_text("fine")
+    (src / "broken.txt").write_bytes(STRAY)
+    command = [sys.executable, "-m", "xirang", "data", "prepare", str(src), str(tmp_path / "d")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    [row] = [line for line in done.stdout.splitlines() if "not_utf8" in line]
+    assert "broken.txt" in row and "good.txt" not in done.stdout

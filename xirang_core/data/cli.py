@@ -157,10 +157,13 @@ def _print_report(report: Report) -> None:
         console.print("quality gate: every sample passed")
         return
     table = Table(title=f"quarantined {report.quarantined:,} samples")
-    for column in ("reason", "count", "examples"):
-        table.add_column(column)
+    for column in ("reason", "count", "files", "examples"):
+        table.add_column(column, overflow="fold")
     for reason, count in sorted(report.reasons.items()):
-        table.add_row(reason, f"{count:,}", " | ".join(map(repr, report.examples[reason])))
+        files = report.files.get(reason, [])
+        more = count - len(files) if files else 0
+        named = ", ".join(files) + (f" (+{more} more)" if more else "")
+        table.add_row(reason, f"{count:,}", named, " | ".join(map(repr, report.examples[reason])))
     console.print(table)
 
 

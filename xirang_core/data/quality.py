@@ -26,6 +26,8 @@ CONTROL_SHARE = 0.01
 #: C0 controls other than tab, newline, vertical tab, form feed and carriage return, and DEL
 _CONTROLS = dict.fromkeys([*range(0, 9), *range(14, 32), 127])
 EXAMPLE_CHARS = 80
+#: files named per reason in the report (every one is in the quarantine shard's ``source``)
+FILES_PER_REASON = 20
 
 
 @dataclass(frozen=True)
@@ -46,12 +48,17 @@ class Report:
     accepted: int = 0
     reasons: Counter = field(default_factory=Counter)
     examples: dict[str, list[str]] = field(default_factory=dict)
+    #: the files whole-file samples came from, per reason: what a user looks for to fix them
+    files: dict[str, list[str]] = field(default_factory=dict)
 
     def add(self, reason: str, sample: dict[str, Any], key: str) -> None:
         self.reasons[reason] += 1
         shown = self.examples.setdefault(reason, [])
         if len(shown) < EXAMPLES_PER_REASON:
             shown.append(_preview(sample.get(key)))
+        named = self.files.setdefault(reason, [])
+        if sample.get("source") and len(named) < FILES_PER_REASON:
+            named.append(str(sample["source"]))
 
     @property
     def quarantined(self) -> int:
@@ -63,6 +70,7 @@ class Report:
             "quarantined": self.quarantined,
             "reasons": dict(sorted(self.reasons.items())),
             "examples": self.examples,
+            "files": {reason: names for reason, names in self.files.items() if names},
         }
 
 
@@ -130,11 +138,13 @@ def content_bytes(value: Any) -> bytes:
 
 
 def quarantine_row(sample: dict[str, Any], reason: str, key: str) -> dict[str, Any]:
-    """The row a quarantine shard keeps: the sample's text (made printable) and the reason."""
+    """The row a quarantine shard keeps: the sample's text (made printable), the reason and the
+    file a whole-file sample came from (empty for a row of a JSONL, Parquet or lines file)."""
     value = sample.get(key)
     if isinstance(value, bytes):
         value = value.decode("utf-8", errors="replace")
-    return {"text": "" if value is None else str(value), "reason": reason}
+    text = "" if value is None else str(value)
+    return {"text": text, "reason": reason, "source": str(sample.get("source") or "")}
 
 
 def _preview(value: Any) -> str:
