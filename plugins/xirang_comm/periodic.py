@@ -58,9 +58,8 @@ class PeriodicSync(GradientSync):
             start_localSGD_iter=0,
             post_local_gradient_allreduce=False,
         )
-        self.averager = OuterAverager(self.settings, self.group, self.settings.every - 1)
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.averager.anchor_at(self.params)
+        self.averager = averager(self.settings, self.group, self.params)
         owned = {id(p) for p in self.params}
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -74,31 +73,39 @@ class PeriodicSync(GradientSync):
         return self.state
 
     def extra_report(self) -> dict[str, Any]:
-        return {"every": self.settings.every, "outer_syncs": self.averager.syncs()}
+        return {"every": self.settings.every, "outer_syncs": syncs(self.averager)}
 
 
-class OuterAverager(PeriodicModelAverager):
-    """torch's periodic averager, followed on each average by the outer step on the change
-    since the last one; with outer_lr 1 and no momentum that step keeps the average."""
+def averager(
+    settings: PeriodicSettings, group: Any, params: list[torch.Tensor]
+) -> PeriodicModelAverager:
+    """torch's averager, first after step H (a warm-up of H - 1 steps) and every H after; with
+    an outer step other than plain averaging, DiLoCo's on top."""
+    if settings.outer_lr == 1.0 and not settings.outer_momentum:
+        return PeriodicModelAverager(settings.every, settings.every - 1, group)
+    return OuterNesterov(settings, group, params)
 
-    def __init__(self, settings: PeriodicSettings, group: Any, warmup_steps: int) -> None:
-        super().__init__(settings.every, warmup_steps, group)
+
+def syncs(averager: PeriodicModelAverager) -> int:
+    """How many times torch's schedule has averaged so far."""
+    return len(range(averager.warmup_steps, averager.step, averager.period))
+
+
+class OuterNesterov(PeriodicModelAverager):
+    """torch's periodic averager, each average followed by DiLoCo's outer Nesterov step on the
+    change since the last sync."""
+
+    def __init__(self, settings: PeriodicSettings, group: Any, params: list[torch.Tensor]):
+        super().__init__(settings.every, settings.every - 1, group)
         self.outer_lr, self.outer_momentum = settings.outer_lr, settings.outer_momentum
-
-    def anchor_at(self, params: list[torch.Tensor]) -> None:
-        """Remember the starting point, and the outer momentum, for the first sync."""
         self.anchor = parameters_to_vector(params).detach().clone()
         self.momentum = torch.zeros_like(self.anchor)
 
-    def syncs(self) -> int:
-        """How many times torch's schedule has averaged so far."""
-        return len(range(self.warmup_steps, self.step, self.period))
-
     def average_parameters(self, params: Iterable[Any]) -> None:
         params = list(params)
-        before = self.syncs()
+        before = syncs(self)
         super().average_parameters(params)
-        if self.syncs() > before:
+        if syncs(self) > before:
             self.outer_step(params)
 
     @torch.no_grad()
