@@ -56,7 +56,7 @@ class GradientSync:
     #: device types this option may serve; empty = any
     device_types: ClassVar[tuple[str, ...]] = ()
     #: torch's DDP comm hook this option runs on each bucket
-    torch_hook: ClassVar[TorchHook] = staticmethod(default_hooks.allreduce_hook)
+    torch_hook: TorchHook = staticmethod(default_hooks.allreduce_hook)
 
     def __init__(self, **settings: Any) -> None:
         self.settings = self.settings_type(**settings)

@@ -77,7 +77,7 @@ class PeriodicSync(GradientSync):
 
 
 def averager(
-    settings: PeriodicSettings, group: Any, params: list[torch.Tensor]
+    settings: PeriodicSettings, group: Any, params: list[nn.Parameter]
 ) -> PeriodicModelAverager:
     """torch's averager, first after step H (a warm-up of H - 1 steps) and every H after; with
     an outer step other than plain averaging, DiLoCo's on top."""
@@ -95,7 +95,7 @@ class OuterNesterov(PeriodicModelAverager):
     """torch's periodic averager, each average followed by DiLoCo's outer Nesterov step on the
     change since the last sync."""
 
-    def __init__(self, settings: PeriodicSettings, group: Any, params: list[torch.Tensor]):
+    def __init__(self, settings: PeriodicSettings, group: Any, params: list[nn.Parameter]):
         super().__init__(settings.every, settings.every - 1, group)
         self.outer_lr, self.outer_momentum = settings.outer_lr, settings.outer_momentum
         self.anchor = parameters_to_vector(params).detach().clone()
