@@ -1,20 +1,26 @@
 """What every ``comm=`` option shares: the collective backend it opens, the DDP comm hook it
 installs (counted collectives, overlap measurement, sync windows) and its report.
 
+Where torch ships the exchange (``torch.distributed.algorithms.ddp_comm_hooks``), the option
+runs torch's hook on a :class:`CountedGroup`: torch does the arithmetic, xirang counts the bytes
+of each all-reduce it issues and times the bucket.
+
 This module avoids ``from __future__ import annotations``: DDP inspects the hook's ``bucket``
 annotation and accepts only the real ``dist.GradBucket`` class there.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 from xirang_core.comm.backends import check_available, collective_backend
-from xirang_core.comm.counting import Collectives, WireLedger
+from xirang_core.comm.counting import Collectives, CountedGroup, WireLedger
 from xirang_core.comm.overlap import OverlapMeter
 from xirang_core.comm.sync_window import SyncWindow
 from xirang_core.errors import ConfigError
@@ -36,14 +42,21 @@ class CommSettings:
     sync_slots: int = 1
 
 
+#: a DDP comm hook as torch defines them: (state, bucket) -> future of the reduced buffer
+TorchHook = Callable[[Any, dist.GradBucket], torch.futures.Future]
+
+
 class GradientSync:
-    """Plain all-reduce of each DDP bucket, averaged; subclasses change :meth:`sync`."""
+    """Each DDP bucket through torch's ``torch_hook``: averaged all-reduce unless a subclass
+    names another torch hook (and its state) or changes :meth:`sync`."""
 
     settings_type: ClassVar[type] = CommSettings
     #: a backend this option always uses (comm=nccl), or None to follow the device
     pinned_backend: ClassVar[str | None] = None
     #: device types this option may serve; empty = any
     device_types: ClassVar[tuple[str, ...]] = ()
+    #: torch's DDP comm hook this option runs on each bucket
+    torch_hook: TorchHook = staticmethod(default_hooks.allreduce_hook)
 
     def __init__(self, **settings: Any) -> None:
         self.settings = self.settings_type(**settings)
@@ -53,6 +66,7 @@ class GradientSync:
         self.window_wait_s = 0.0
         self.world_size = 1
         self.comm = Collectives(self.ledger)
+        self.group = CountedGroup(self.comm)
 
     # --- the CommBackend protocol -------------------------------------------------------------
 
@@ -83,6 +97,7 @@ class GradientSync:
         group = model.process_group
         self.world_size = dist.get_world_size(group)
         self.comm = Collectives(self.ledger, group)
+        self.group = CountedGroup(self.comm)
         self.overlap = OverlapMeter(self.comm.clock)  # device events on NCCL/RCCL/HCCL
         self.window = self.resolve_window(ctx)
         self.prepare(model, ctx)
@@ -93,10 +108,13 @@ class GradientSync:
     def prepare(self, model: nn.Module, ctx: WorkerContext) -> None:
         """Set up groups or state before the first backward; plain all-reduce needs none."""
 
+    def hook_state(self) -> Any:
+        """The state ``torch_hook`` takes; torch's stateless hooks take the process group."""
+        return self.group
+
     def sync(self, bucket: dist.GradBucket) -> torch.futures.Future:
         """Average one bucket over the workers; resolves to the averaged flat buffer."""
-        buffer = bucket.buffer()
-        return self.comm.all_reduce(buffer).then(lambda f: f.value().div_(self.world_size))
+        return self.torch_hook(self.hook_state(), bucket)
 
     def extra_report(self) -> dict[str, Any]:
         """Option-specific figures for the run summary."""
@@ -133,19 +151,3 @@ class GradientSync:
         if self.window is not None and bucket.index() == 0:
             self.window_wait_s += self.window.wait()
         return self.overlap.track(self.sync(bucket), bucket.is_last())
-
-
-def completed(value: torch.Tensor) -> torch.futures.Future:
-    """A future already holding ``value``: for buckets that are not communicated this step."""
-    fut: torch.futures.Future = torch.futures.Future()
-    fut.set_result(value)
-    return fut
-
-
-def param_views(bucket: dist.GradBucket) -> list[torch.Tensor]:
-    """Each parameter's gradient as a view into the bucket's flat buffer, in bucket order."""
-    buffer, views, offset = bucket.buffer(), [], 0
-    for param in bucket.parameters():
-        views.append(buffer[offset : offset + param.numel()].view_as(param))
-        offset += param.numel()
-    return views

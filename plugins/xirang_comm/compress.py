@@ -1,35 +1,22 @@
 """``comm=fp16|bf16``: gradients cross the wire in 16 bits, half the bytes of fp32.
 
-Each bucket is divided by the world size before the cast, so the sum cannot overflow fp16's
-range that the mean fits in; the result is cast back into the fp32 buffer.
+torch's ``fp16_compress_hook`` and ``bf16_compress_hook`` do the work: each bucket is cast and
+divided by the world size before the all-reduce (the sum cannot overflow fp16's range that the
+mean fits in), and the result is cast back into the fp32 buffer.
 """
 
 from __future__ import annotations
 
-import torch
-import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from xirang_comm.base import GradientSync
 
 
-class HalfPrecision(GradientSync):
-    wire_dtype: torch.dtype = torch.float16
-
-    def sync(self, bucket: dist.GradBucket) -> torch.futures.Future:
-        buffer = bucket.buffer()
-        wire = buffer.to(self.wire_dtype).div_(self.world_size)
-
-        def unpack(fut: torch.futures.Future) -> torch.Tensor:
-            return buffer.copy_(fut.value())
-
-        return self.comm.all_reduce(wire).then(unpack)
-
-
-class Fp16(HalfPrecision):
+class Fp16(GradientSync):
     name = "fp16"
-    wire_dtype = torch.float16
+    torch_hook = staticmethod(default_hooks.fp16_compress_hook)
 
 
-class Bf16(HalfPrecision):
+class Bf16(GradientSync):
     name = "bf16"
-    wire_dtype = torch.bfloat16
+    torch_hook = staticmethod(default_hooks.bf16_compress_hook)

@@ -137,7 +137,7 @@ def scaling_rows(workers: list[int], options: list[str], steps: int) -> list[dic
     base = run_group(train, 1, settings)[0]
     rows = [{**base, "efficiency": 1.0, "hidden_frac": None, "bottleneck": None}]
     for option in options:
-        extra = {"start_iter": settings.warmup_steps} if option == "powersgd" else {}
+        extra = {"start_iter": max(2, settings.warmup_steps)} if option == "powersgd" else {}
         for world in (p for p in workers if p > 1):
             run = TrainSettings(
                 option=option,

@@ -194,3 +194,42 @@ class Collectives:
             fut = torch.futures.Future()
             fut.set_result(result)
         return fut.then(done)
+
+
+class CountedGroup:
+    """The process group handed to torch's own DDP comm hooks and model averagers, so that
+    every all-reduce they issue is counted in xirang's ledger.
+
+    torch's hooks (``fp16_compress_hook``, ``powerSGD_hook``, ``post_localSGD_hook``, the
+    ``model_averaging`` utilities) reach the network only through
+    ``dist.all_reduce(tensor, group=g)``, which asks ``g`` for ``size()`` and calls
+    ``g.allreduce([tensor], opts)``. This object answers both, sending the all-reduce through
+    :meth:`Collectives.all_reduce` on the real group: the bytes are those of the tensors the
+    hook issued, and their time is the collective's, as for xirang's own hooks.
+    """
+
+    def __init__(self, collectives: Collectives) -> None:
+        self.collectives = collectives
+
+    def size(self) -> int:
+        return self.collectives.size
+
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> CountedWork:
+        """Sum ``tensors[0]`` in place over the group (the only reduction torch's hooks use)."""
+        if len(tensors) != 1 or opts.reduceOp != dist.ReduceOp.SUM:
+            raise ValueError("a counted group carries single-tensor SUM all-reduces only")
+        return CountedWork(self.collectives.all_reduce(tensors[0]).then(lambda f: [f.value()]))
+
+
+class CountedWork:
+    """What ``dist.all_reduce(..., async_op=True)`` returns for a :class:`CountedGroup`."""
+
+    def __init__(self, fut: torch.futures.Future) -> None:
+        self.fut = fut
+
+    def get_future(self) -> torch.futures.Future:
+        return self.fut
+
+    def wait(self) -> bool:
+        self.fut.wait()
+        return True

@@ -33,7 +33,7 @@ def two_workers() -> dict:
     options = [
         ("fp16", {}),
         ("bf16", {}),
-        ("powersgd", {"rank": 1, "start_iter": 0}),
+        ("powersgd", {"rank": 1, "start_iter": 2}),
         ("topk", {"ratio": 0.05}),
         ("hierarchical", {"group_size": 1}),
     ]
