@@ -104,9 +104,11 @@ class S3:
 @dataclass(frozen=True)
 class Export:
     """``export NAME=<token>``: NAME is set, for the commands after it, to the newest token a
-    pool command printed (``token: ...``)."""
+    pool command printed (``token: ...``), or to the content of ``file`` (in the working
+    folder) for ``export NAME=$(cat FILE)``."""
 
     name: str
+    file: str = ""
 
 
 _TRAINS = "a full training run (300 steps by default): minutes on two CPU cores"
@@ -286,6 +288,9 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
     # docs/pool.md
     "xirang pool serve --cluster cluster.yaml --store postgresql://pool@db.example/pool": Service(
         "xirang pool: http://", postgres=True
+    ),
+    "export XIRANG_POOL_OPERATOR_TOKEN=$(cat ~/.cache/xirang/pool.db.operator-token)": Export(
+        "XIRANG_POOL_OPERATOR_TOKEN", file="home/pool.db.operator-token"
     ),
     "xirang pool quota nlp --guaranteed 64 --borrow-limit 64 --team research": Pool(),
     "xirang pool quota nlp --max-priority high": Pool(),
@@ -555,6 +560,9 @@ def _run_pooled(entry: Pool, command: DocCommand, request: pytest.FixtureRequest
 
 def _export(entry: Export, request: pytest.FixtureRequest) -> None:
     service: PoolService = request.getfixturevalue("pool")
+    if entry.file:
+        _EXPORTED[entry.name] = (request.getfixturevalue("workspace") / entry.file).read_text()
+        return
     assert service.token, f"no pool command before `export {entry.name}` printed a token"
     _EXPORTED[entry.name] = service.token
 

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from xirang_service.cost.governor import PoolBudgets
 
 OPERATOR_TOKEN_ENV = "XIRANG_POOL_OPERATOR_TOKEN"
+#: beside the state: the generated operator token, and the URL its service last served at
+TOKEN_SUFFIX, URL_SUFFIX = ".operator-token", ".operator-url"
 #: ``--executor`` for jobs their submitters run (no cluster behind the pool)
 LOCAL_EXECUTOR = "local"
 
@@ -148,14 +150,32 @@ def _client(args: argparse.Namespace) -> PoolClient:
 
 
 def _operator_client(args: argparse.Namespace) -> PoolClient:
-    """For the operator's commands (setting a quota, drain, undrain): ``--token``, else
-    XIRANG_POOL_OPERATOR_TOKEN, else the token file ``xirang pool serve`` wrote beside its
-    default state on this machine, else XIRANG_POOL_TOKEN (a project's: the service then
-    answers that the operator's token is needed). A project's exported token never shadows
-    the operator's own."""
-    token_file = _beside_state(default_state(), ".operator-token")
-    kept = token_file.read_text().strip() if token_file.is_file() else ""
-    return PoolClient(args.url, args.token or os.environ.get(OPERATOR_TOKEN_ENV) or kept)
+    """For the operator's commands (setting a quota, drain, undrain): a token given wins,
+    ``--token``, then XIRANG_POOL_OPERATOR_TOKEN, then XIRANG_POOL_TOKEN; only without any
+    the token file ``xirang pool serve`` kept beside its default state, and only when that
+    service was last started at the URL this command targets (a file left by another pool,
+    or by one that never started, would be refused as "invalid token")."""
+    client = PoolClient(args.url, args.token)
+    if args.token:
+        return client
+    if os.environ.get(OPERATOR_TOKEN_ENV):
+        return PoolClient(args.url, os.environ[OPERATOR_TOKEN_ENV], source=OPERATOR_TOKEN_ENV)
+    if client.token:
+        return client
+    kept = kept_operator_token(default_state(), client.url)
+    return PoolClient(client.url, kept[0], source=f"the file {kept[1]}") if kept else client
+
+
+def kept_operator_token(state: str, url: str) -> tuple[str, Path] | None:
+    """The token ``xirang pool serve`` kept for ``state`` and the file holding it, when that
+    service last served at ``url``; None otherwise."""
+    token_file = beside_state(state, TOKEN_SUFFIX)
+    served_at = beside_state(state, URL_SUFFIX)
+    if not token_file.is_file() or not served_at.is_file():
+        return None
+    if served_at.read_text().strip().rstrip("/") != url.rstrip("/"):
+        return None
+    return token_file.read_text().strip(), token_file
 
 
 def _print(args: argparse.Namespace, answer: Any) -> int:
@@ -187,30 +207,18 @@ def _serve(args: argparse.Namespace) -> int:
     from xirang_service.web import require
 
     require("xirang pool serve")
-    from xirang_service.pool.rest import serve
-    from xirang_service.pool.service import PoolService
-    from xirang_service.pool.store import PoolStore
     from xirang_service.web.server import settle_heap
 
-    token, token_file = _operator_token(_beside_state(args.state, ".operator-token"))
-    store = PoolStore(args.state)
-    service = PoolService(
-        store,
-        args.cluster or _inventory_cluster_file(args, store),
-        args.policy,
-        token,
-        executor=_executor(args.executor),
-        budgets=_budgets(args.prices, args.cost_db),
-    )
-    server = serve(service, args.host, args.port)
+    service, server, token_file = _started(args)
     settle_heap()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     host, port = server.server_address[:2]
+    _record_url(args.state, token_file, str(host), int(port))
     print(
-        f"xirang pool: http://{host}:{port} (state {store.path}, policy {args.policy}, "
+        f"xirang pool: http://{host}:{port} (state {service.store.path}, policy {args.policy}, "
         f"{service.restored} job(s) restored)",
         flush=True,
     )
@@ -233,6 +241,65 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _started(args: argparse.Namespace) -> tuple[Any, Any, str]:
+    """The service over its store, and its server bound to the port; with the token file
+    it generated ('' when the token came from the environment). A start that fails (no
+    --cluster for a new pool, a bad cluster file or policy, a port in use) removes every
+    file it created, so no empty store or orphaned token is left to be found later."""
+    from xirang_service.pool.rest import serve
+    from xirang_service.pool.service import PoolService
+    from xirang_service.pool.store import PoolStore
+
+    paths = _state_files(args.state, args.cost_db)
+    created = [p for p in paths if not p.exists()]
+    folders = sorted({p.parent for p in created if not p.parent.exists()}, reverse=True)
+    store: PoolStore | None = None
+    budgets: PoolBudgets | None = None
+    try:
+        budgets = _budgets(args.prices, args.cost_db)
+        token, token_file = _operator_token(beside_state(args.state, TOKEN_SUFFIX))
+        store = PoolStore(args.state)
+        cluster = args.cluster or _inventory_cluster_file(args, store)
+        executor = _executor(args.executor)
+        service = PoolService(store, cluster, args.policy, token, executor, budgets=budgets)
+        return service, serve(service, args.host, args.port), token_file
+    except BaseException:
+        for opened in (store, budgets):
+            if opened is not None:
+                opened.close()
+        for path in created:
+            path.unlink(missing_ok=True)
+        for folder in folders:  # deepest first; only what this start made and left empty
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+        raise
+
+
+def _state_files(state: str, cost_db: str) -> list[Path]:
+    """Every file ``xirang pool serve`` may create for ``state`` and its cost store."""
+    from xirang_service.cost.store import default_path
+
+    kept = [beside_state(state, s) for s in (TOKEN_SUFFIX, URL_SUFFIX, ".cluster.yaml")]
+    sqlite = ("", "-wal", "-shm", "-journal")
+    cost = [Path(f"{cost_db or default_path()}{s}") for s in sqlite]
+    if "://" in state:
+        return kept + cost
+    return [Path(state + s) for s in sqlite] + kept + cost
+
+
+def _record_url(state: str, token_file: str, host: str, port: int) -> None:
+    """Beside the generated token, the URL this service answers at: the operator's commands
+    use the kept token only for that URL. A token from the environment removes the record,
+    so an older kept file is not taken for this service's."""
+    record = beside_state(state, URL_SUFFIX)
+    if not token_file:
+        record.unlink(missing_ok=True)
+        return
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    record.unlink(missing_ok=True)  # private_file leaves an existing file as it is
+    private_file(record, f"http://{f'[{host}]' if ':' in host else host}:{port}\n")
+
+
 def _budgets(prices: str, cost_db: str) -> PoolBudgets:
     """Budgets over the cost store; a price book also meters the pool's jobs and gives the
     scheduler its placement preferences (cheap windows, deadlines, efficient device types)."""
@@ -241,7 +308,7 @@ def _budgets(prices: str, cost_db: str) -> PoolBudgets:
     return PoolBudgets.from_file(prices or None, cost_db or None)
 
 
-def _beside_state(location: str, suffix: str) -> Path:
+def beside_state(location: str, suffix: str) -> Path:
     """A file kept with the state: beside an SQLite file, or in XIRANG_HOME for a database URL
     (named by a hash of the URL, so no password lands in a file name)."""
     if "://" not in location:
@@ -274,7 +341,7 @@ def _inventory_cluster_file(args: argparse.Namespace, store: Any) -> str | None:
     import yaml
 
     nodes = import_target(_scheduler(args.executor).inventory)
-    path = _beside_state(args.state, ".cluster.yaml")
+    path = beside_state(args.state, ".cluster.yaml")
     path.write_text(yaml.safe_dump({"nodes": nodes()}))
     return str(path)
 
