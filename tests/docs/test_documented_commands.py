@@ -304,6 +304,8 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
             "xirang pool cancel {job}",
         )
     ),
+    "xirang pool jobs --json": Pool(),
+    "xirang pool history 12": Pool(("xirang pool history {job}",)),
     'xirang pool drain gpu-0007 --reason "ECC errors"': Pool(),
     "python -m xirang -m hydra/launcher=submitit_slurm hydra.launcher.partition=debug "
     "hydra.launcher.cpus_per_task=4 hydra.launcher.timeout_min=60 optim.lr=1e-3,3e-3": Slow(

@@ -2,7 +2,8 @@
 
     xirang pool serve --cluster cluster.yaml [--store pool.db | postgresql://..]
                       [--policy ..] [--prices book.yaml] [--cost-db cost.db]
-    xirang pool status | queue | jobs [--state running]
+    xirang pool status | queue | jobs [--state running] [--json]
+    xirang pool history JOB
     xirang pool cancel JOB
     xirang pool quota [PROJECT --guaranteed N --borrow-limit N --team T
                                --max-priority CLASS --run-as USER]
@@ -21,6 +22,7 @@ import json
 import os
 import signal
 import threading
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,12 +60,14 @@ def _parser() -> argparse.ArgumentParser:
         description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--url", default="", help="pool service URL (XIRANG_POOL_URL)")
-    parser.add_argument("--token", default="", help="token (XIRANG_POOL_TOKEN)")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    _client_options(parser, after_command=False)
     sub = parser.add_subparsers(dest="command", required=True)
+    # the same options after the command too (`xirang pool jobs --json`), as its footer says
+    common = argparse.ArgumentParser(add_help=False)
+    _client_options(common, after_command=True)
+    add = partial(sub.add_parser, parents=[common])
 
-    serve = sub.add_parser("serve", help="run the pool service")
+    serve = add("serve", help="run the pool service")
     serve.add_argument("--cluster", help="cluster file (needed the first time)")
     serve.add_argument(
         "--store",
@@ -91,16 +95,20 @@ def _parser() -> argparse.ArgumentParser:
     serve.set_defaults(run=_serve)
 
     for name, helptext in (("status", "pool summary"), ("queue", "queued jobs in order")):
-        sub.add_parser(name, help=helptext).set_defaults(run=_view, path=f"/v1/{name}")
-    jobs = sub.add_parser("jobs", help="jobs you may see")
+        add(name, help=helptext).set_defaults(run=_view, path=f"/v1/{name}")
+    jobs = add("jobs", help="jobs you may see")
     jobs.add_argument("--state", default="")
     jobs.set_defaults(run=_view, path="/v1/jobs")
 
-    cancel = sub.add_parser("cancel", help="cancel a job")
+    history = add("history", help="what happened to a job, and why")
+    history.add_argument("job", type=int)
+    history.set_defaults(run=_history)
+
+    cancel = add("cancel", help="cancel a job")
     cancel.add_argument("job", type=int)
     cancel.set_defaults(run=lambda a: _print(a, _client(a).cancel(a.job)))
 
-    quota = sub.add_parser("quota", help="show quotas, or set one (operator)")
+    quota = add("quota", help="show quotas, or set one (operator)")
     quota.add_argument("project", nargs="?")
     quota.add_argument("--guaranteed", type=int)
     quota.add_argument("--borrow-limit", type=int)
@@ -118,7 +126,7 @@ def _parser() -> argparse.ArgumentParser:
     quota.add_argument("--rotate-token", action="store_true")
     quota.set_defaults(run=_quota)
 
-    drain = sub.add_parser("drain", help="take a node out of service; its jobs are requeued")
+    drain = add("drain", help="take a node out of service; its jobs are requeued")
     drain.add_argument("node")
     drain.add_argument("--reason", default="drained by operator")
     drain.set_defaults(
@@ -126,13 +134,13 @@ def _parser() -> argparse.ArgumentParser:
             a, _operator_client(a).call("POST", f"/v1/nodes/{a.node}/drain", {"reason": a.reason})
         )
     )
-    undrain = sub.add_parser("undrain", help="put a node back into service")
+    undrain = add("undrain", help="put a node back into service")
     undrain.add_argument("node")
     undrain.set_defaults(
         run=lambda a: _print(a, _operator_client(a).call("POST", f"/v1/nodes/{a.node}/undrain", {}))
     )
 
-    simulate = sub.add_parser("simulate", help="replay a job trace under policies")
+    simulate = add("simulate", help="replay a job trace under policies")
     simulate.add_argument("--trace", required=True)
     simulate.add_argument("--cluster", required=True)
     simulate.add_argument(
@@ -143,6 +151,27 @@ def _parser() -> argparse.ArgumentParser:
     simulate.add_argument("--out", default="", help="folder for results.json and plots")
     simulate.set_defaults(run=_simulate)
     return parser
+
+
+def _client_options(parser: argparse.ArgumentParser, after_command: bool) -> None:
+    """--url, --token and --json, before the command; after it as well, where they default
+    to nothing (SUPPRESS) so that an option given before the command is kept."""
+    unset = argparse.SUPPRESS if after_command else None
+    parser.add_argument("--url", default=unset or "", help="pool service URL (XIRANG_POOL_URL)")
+    parser.add_argument("--token", default=unset or "", help="token (XIRANG_POOL_TOKEN)")
+    parser.add_argument(
+        "--json", action="store_true", default=unset or False, help="machine-readable output"
+    )
+
+
+def _history(args: argparse.Namespace) -> int:
+    answer = _client(args).call("GET", f"/v1/jobs/{args.job}/history")
+    if args.json:
+        return _print(args, answer)
+    from xirang_service.pool.report import print_history
+
+    print_history(answer)
+    return 0
 
 
 def _client(args: argparse.Namespace) -> PoolClient:

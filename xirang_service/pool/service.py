@@ -35,6 +35,7 @@ from xirang_service.pool.cards import DEFAULT_CLASS, Throughputs
 from xirang_service.pool.cluster import Cluster
 from xirang_service.pool.engine import Event, PoolEngine
 from xirang_service.pool.errors import TOKEN_HELP, PoolError, StoreUnavailable
+from xirang_service.pool.history import job_history, priced
 from xirang_service.pool.jobs import Job, check_cards, check_payload, parse_priority, priority_name
 from xirang_service.pool.placement import span
 from xirang_service.pool.policy import load_policy
@@ -345,7 +346,7 @@ class PoolService:
         with self.lock:
             job = self.engine.job(job_id)
             self._visible(who, job)
-            return describe(job)
+            return priced([describe(job)], self.budgets.governor.store)[0]
 
     def job_charge(self, who: str, job_id: int) -> dict[str, Any] | None:
         """The job's charge so far, as the pool's metering prices it (None: not metered)."""
@@ -360,11 +361,21 @@ class PoolService:
     def jobs(self, who: str, state: str = "") -> list[dict[str, Any]]:
         with self.lock:
             jobs = self.engine.jobs.values()
-            return [
+            rows = [
                 describe(j)
                 for j in jobs
                 if who in (OPERATOR, j.project) and (not state or j.state.value == state)
             ]
+            return priced(rows, self.budgets.governor.store)
+
+    def job_history(self, who: str, job_id: int) -> dict[str, Any]:
+        """Job ``job_id``'s history (:mod:`xirang_service.pool.history`), read from the store
+        this service writes through; 404 for a job unknown or another project's."""
+        with self.lock:
+            found = job_history(self.store, job_id, self.budgets.governor.store)
+        if found is None or who not in (OPERATOR, found["project"]):
+            raise PoolError(f"no job {job_id}", 404)
+        return found
 
     def queue(self, who: str) -> list[dict[str, Any]]:
         with self.lock:
@@ -587,6 +598,7 @@ def describe(job: Job) -> dict[str, Any]:
         "preemptions": job.preemptions,
         "requeues": job.requeues,
         "payload": job.payload,
+        "tokens": job.payload.get("tokens"),
     }
 
 
