@@ -129,6 +129,9 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
     'pip install -e ".[dev]" torch==2.13.0': Skip(
         "CI runs it verbatim: test_ci_runs_the_readmes_install_and_test_commands checks .ci/run"
     ),
+    "pip install -e . torch==2.13.0": Skip(
+        "an install (network); tests/test_lean_install.py trains with only what it installs"
+    ),
     "python -m xirang": Slow(_TRAINS + "; README's sample and summary are its output"),
     "python -m xirang model=gpt_small trainer.max_steps=50 optim.lr=1e-3": Slow(_TRAINS),
     "python -m xirang trainer.nproc=2 parallel=ddp": Slow(_MULTI),
@@ -668,10 +671,12 @@ def test_ci_runs_the_readmes_install_and_test_commands() -> None:
     newcomer types (and the install need not run again here)."""
     readme = [c.text for c in COMMANDS if c.file == "README.md"]
     ci = [ln.strip() for ln in (REPO / ".ci" / "run").read_text().splitlines()]
-    install = next(c for c in readme if c.startswith("pip install -e"))
-    assert install in ci, f"README installs with `{install}`; .ci/run does not run that line"
-    assert [ln for ln in ci if ln.startswith("pip install")] == [install]
-    assert "pytest" in readme and "pytest" in ci
+    users, tests = [c for c in readme if c.startswith("pip install -e")]  # set-up, then Test's
+    assert "dev" not in users, f"the users' set-up `{users}` pulls in the development extras"
+    assert tests == 'pip install -e ".[dev]" torch==2.13.0'
+    assert readme.index("pytest") == readme.index(tests) + 1  # the test set-up, then pytest
+    assert [ln for ln in ci if ln.startswith("pip install")] == [tests], ".ci/run differs"
+    assert "pytest" in ci
 
 
 def _summary_rows(lines: list[str]) -> list[str]:
