@@ -81,7 +81,8 @@ class CostStore:
         """What the pool's metering charged each pool job (or job ``job_id``), summed over its
         placements (refs ``<job>@<start>``): micro-units and currency, for ``xirang pool jobs``
         and ``history``."""
-        sql, args = "SELECT ref, amount_micro, currency FROM charges WHERE source = 'pool'", []
+        sql = "SELECT ref, amount_micro, currency FROM charges WHERE source = 'pool'"
+        args: list[str] = []
         if job_id is not None:
             sql, args = sql + " AND ref LIKE ?", [f"{job_id}@%"]
         with self._tx() as db:
