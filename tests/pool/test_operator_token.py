@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -147,10 +148,19 @@ def test_a_refused_token_names_where_it_came_from(
 
 
 def test_a_serve_that_fails_for_a_bad_argument_creates_nothing(
-    home: Path, shell: dict[str, str], tmp_path: Path
+    home: Path, shell: dict[str, str], tmp_path: Path, cluster_file: Path
 ) -> None:
-    for argv in (["--cluster", str(tmp_path / "missing.yaml")], ["--policy", "nonesuch"]):
-        failed = xirang("pool", "serve", *argv, "--port", "0", env=shell)
-        assert failed.returncode != 0 and "Traceback" not in failed.stderr, failed.stderr
-        assert "xirang error:" in failed.stderr, failed.stderr
-        assert not list(home.glob("pool.db*"))
+    with socket.socket() as busy:  # a port another service holds
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        for argv in (
+            ["--cluster", str(tmp_path / "missing.yaml"), "--port", "0"],
+            ["--policy", "nonesuch", "--port", "0"],
+            ["--cluster", str(cluster_file), "--port", port],
+        ):
+            failed = xirang("pool", "serve", *argv, env=shell)
+            assert failed.returncode != 0 and "Traceback" not in failed.stderr, failed.stderr
+            assert "xirang error:" in failed.stderr, failed.stderr
+            assert not list(home.glob("pool.db*"))
+    assert f"cannot listen on 127.0.0.1:{port}" in failed.stderr and "--port" in failed.stderr

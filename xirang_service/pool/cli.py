@@ -31,6 +31,7 @@ from xirang_core.plugins import get_registry
 from xirang_core.specs import SchedulerSpec, import_target
 from xirang_core.terminal import help_text
 from xirang_service.pool.client import PoolClient
+from xirang_service.pool.errors import PoolError
 from xirang_service.pool.jobs import PRIORITIES
 
 if TYPE_CHECKING:
@@ -275,7 +276,6 @@ def _started(args: argparse.Namespace) -> tuple[Any, Any, str]:
     it generated ('' when the token came from the environment). A start that fails (no
     --cluster for a new pool, a bad cluster file or policy, a port in use) removes every
     file it created, so no empty store or orphaned token is left to be found later."""
-    from xirang_service.pool.rest import serve
     from xirang_service.pool.service import PoolService
     from xirang_service.pool.store import PoolStore
 
@@ -291,7 +291,7 @@ def _started(args: argparse.Namespace) -> tuple[Any, Any, str]:
         cluster = args.cluster or _inventory_cluster_file(args, store)
         executor = _executor(args.executor)
         service = PoolService(store, cluster, args.policy, token, executor, budgets=budgets)
-        return service, serve(service, args.host, args.port), token_file
+        return service, _listening(service, args), token_file
     except BaseException:
         for opened in (store, budgets):
             if opened is not None:
@@ -302,6 +302,19 @@ def _started(args: argparse.Namespace) -> tuple[Any, Any, str]:
             if folder.is_dir() and not any(folder.iterdir()):
                 folder.rmdir()
         raise
+
+
+def _listening(service: Any, args: argparse.Namespace) -> Any:
+    """The service's server, bound to ``--host``/``--port``; one clear error when it cannot be."""
+    from xirang_service.pool.rest import serve
+
+    try:
+        return serve(service, args.host, args.port)
+    except OSError as exc:
+        raise PoolError(
+            f"cannot listen on {args.host}:{args.port} ({exc.strerror or exc}); another service "
+            "may hold that port: choose another with --port (or --host)"
+        ) from None
 
 
 def _state_files(state: str, cost_db: str) -> list[Path]:
