@@ -12,6 +12,8 @@
                          --policy fifo,priority,hetero
 
 Clients read XIRANG_POOL_URL and XIRANG_POOL_TOKEN (a project's token, or the operator's).
+Operator commands send --token, else XIRANG_POOL_OPERATOR_TOKEN, else XIRANG_POOL_TOKEN, else
+the token pool serve kept beside its default state, if it serves at that URL.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _client_options(parser, after_command=False)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # the same options after the command too (`xirang pool jobs --json`), as its footer says
     common = argparse.ArgumentParser(add_help=False)
     _client_options(common, after_command=True)
