@@ -36,7 +36,8 @@ def job_costs(costs: CostStore | None, job_id: int | None = None) -> dict[int, d
 def priced(rows: Iterable[dict[str, Any]], costs: CostStore | None) -> list[dict[str, Any]]:
     """Jobs as the API shows them, each with its ``cost`` (None where not metered)."""
     rows = list(rows)
-    known = job_costs(costs) if rows else {}
+    one = rows[0]["id"] if len(rows) == 1 else None  # one job: read its charges only
+    known = job_costs(costs, one) if rows else {}
     return [{**row, "cost": known.get(row["id"])} for row in rows]
 
 

@@ -346,7 +346,8 @@ class PoolService:
         with self.lock:
             job = self.engine.job(job_id)
             self._visible(who, job)
-            return priced([describe(job)], self.budgets.governor.store)[0]
+            row = describe(job)
+        return priced([row], self.budgets.governor.store)[0]
 
     def job_charge(self, who: str, job_id: int) -> dict[str, Any] | None:
         """The job's charge so far, as the pool's metering prices it (None: not metered)."""
@@ -366,7 +367,7 @@ class PoolService:
                 for j in jobs
                 if who in (OPERATOR, j.project) and (not state or j.state.value == state)
             ]
-            return priced(rows, self.budgets.governor.store)
+        return priced(rows, self.budgets.governor.store)  # the cost store has its own lock
 
     def job_history(self, who: str, job_id: int) -> dict[str, Any]:
         """Job ``job_id``'s history (:mod:`xirang_service.pool.history`), read from the store
