@@ -114,6 +114,8 @@ def test_pool_jobs_json_as_the_footer_suggests_with_tokens_and_cost(
     assert jobs[story.pretrain]["tokens"] == 123456
     assert jobs[story.pretrain]["cost"]["amount"] > 0
     assert jobs[story.finetune]["tokens"] is None  # its executor reported none
+    one = PoolClient(story.url, story.cv_token).job(story.pretrain)
+    assert (one["tokens"], one["cost"]) == (123456, jobs[story.pretrain]["cost"])
     monkeypatch.setenv("COLUMNS", "160")
     assert main(["--url", story.url, "--token", OPERATOR, "jobs"]) == 0
     table = capsys.readouterr().out
