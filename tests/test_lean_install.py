@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 
 from tests.conftest import QUICK, Prepared, run_dirs
@@ -85,6 +86,7 @@ def test_the_core_closure_is_what_pyproject_says(tmp_path: Path) -> None:
     assert {"pytest", "fastapi", "transformers", "mlflow", "optuna"} <= blocked
 
 
+@pytest.mark.slow
 def test_the_default_run_trains_with_only_the_core_dependencies(
     tmp_path: Path, prepared_home: Prepared
 ) -> None:
