@@ -104,9 +104,11 @@ class S3:
 @dataclass(frozen=True)
 class Export:
     """``export NAME=<token>``: NAME is set, for the commands after it, to the newest token a
-    pool command printed (``token: ...``)."""
+    pool command printed (``token: ...``), or to the content of ``file`` (in the working
+    folder) for ``export NAME=$(cat FILE)``."""
 
     name: str
+    file: str = ""
 
 
 _TRAINS = "a full training run (300 steps by default): minutes on two CPU cores"
@@ -126,6 +128,9 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
     # README.md
     'pip install -e ".[dev]" torch==2.13.0': Skip(
         "CI runs it verbatim: test_ci_runs_the_readmes_install_and_test_commands checks .ci/run"
+    ),
+    "pip install -e . torch==2.13.0": Skip(
+        "an install (network); tests/test_lean_install.py trains with only what it installs"
     ),
     "python -m xirang": Slow(_TRAINS + "; README's sample and summary are its output"),
     "python -m xirang model=gpt_small trainer.max_steps=50 optim.lr=1e-3": Slow(_TRAINS),
@@ -293,6 +298,9 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
     "xirang pool serve --cluster cluster.yaml --store postgresql://pool@db.example/pool": Service(
         "xirang pool: http://", postgres=True
     ),
+    "export XIRANG_POOL_OPERATOR_TOKEN=$(cat ~/.cache/xirang/pool.db.operator-token)": Export(
+        "XIRANG_POOL_OPERATOR_TOKEN", file="home/pool.db.operator-token"
+    ),
     "xirang pool quota nlp --guaranteed 64 --borrow-limit 64 --team research": Pool(),
     "xirang pool quota nlp --max-priority high": Pool(),
     # the docs' account does not exist here; nobody does, on any Debian or Red Hat host
@@ -305,6 +313,8 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
             "xirang pool cancel {job}",
         )
     ),
+    "xirang pool jobs --json": Pool(),
+    "xirang pool history 12": Pool(("xirang pool history {job}",)),
     'xirang pool drain gpu-0007 --reason "ECC errors"': Pool(),
     "python -m xirang -m hydra/launcher=submitit_slurm hydra.launcher.partition=debug "
     "hydra.launcher.cpus_per_task=4 hydra.launcher.timeout_min=60 optim.lr=1e-3,3e-3": Slow(
@@ -561,6 +571,9 @@ def _run_pooled(entry: Pool, command: DocCommand, request: pytest.FixtureRequest
 
 def _export(entry: Export, request: pytest.FixtureRequest) -> None:
     service: PoolService = request.getfixturevalue("pool")
+    if entry.file:
+        _EXPORTED[entry.name] = (request.getfixturevalue("workspace") / entry.file).read_text()
+        return
     assert service.token, f"no pool command before `export {entry.name}` printed a token"
     _EXPORTED[entry.name] = service.token
 
@@ -664,10 +677,12 @@ def test_ci_runs_the_readmes_install_and_test_commands() -> None:
     newcomer types (and the install need not run again here)."""
     readme = [c.text for c in COMMANDS if c.file == "README.md"]
     ci = [ln.strip() for ln in (REPO / ".ci" / "run").read_text().splitlines()]
-    install = next(c for c in readme if c.startswith("pip install -e"))
-    assert install in ci, f"README installs with `{install}`; .ci/run does not run that line"
-    assert [ln for ln in ci if ln.startswith("pip install")] == [install]
-    assert "pytest" in readme and "pytest" in ci
+    users, tests = [c for c in readme if c.startswith("pip install -e")]  # set-up, then Test's
+    assert "dev" not in users, f"the users' set-up `{users}` pulls in the development extras"
+    assert tests == 'pip install -e ".[dev]" torch==2.13.0'
+    assert readme.index("pytest") == readme.index(tests) + 1  # the test set-up, then pytest
+    assert [ln for ln in ci if ln.startswith("pip install")] == [tests], ".ci/run differs"
+    assert "pytest" in ci
 
 
 def _summary_rows(lines: list[str]) -> list[str]:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from xirang_service.console.auth import OPERATOR
 from xirang_service.console.charts import line_chart
-from xirang_service.console.html import bar, page, pager, table
+from xirang_service.console.html import Raw, bar, page, pager, table
 from xirang_service.console.source import ConsoleSource
 
 PAGE_SIZE = 200
@@ -99,7 +100,7 @@ def jobs(source: ConsoleSource, who: str, page_no: int, csrf: str = "") -> str:
         [
             [
                 j["position"] or "",
-                j["id"],
+                Raw(f'<a href="/jobs/{int(j["id"])}">{int(j["id"])}</a>'),
                 j["name"],
                 j["project"],
                 j["state"],
@@ -121,6 +122,34 @@ def jobs(source: ConsoleSource, who: str, page_no: int, csrf: str = "") -> str:
         head + body + pager("/jobs", page_no, len(rows), PAGE_SIZE),
         csrf,
     )
+
+
+def job(history: dict[str, Any], who: str, csrf: str = "") -> str:
+    """One job's page: its history (queued, placed, preempted by whom and why, requeued,
+    resumed, finished), then its tokens and cost, as ``xirang pool history`` prints them."""
+    events = table(
+        ["time (UTC)", "event", "what happened"],
+        [
+            [time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e["time"])), e["event"], e["text"]]
+            for e in history["events"]
+        ],
+        "history",
+    )
+    tokens, cost = history["tokens"], history["cost"]
+    facts = table(
+        ["project", "state", "tokens", "cost"],
+        [
+            [
+                history["project"],
+                history["state"],
+                "unknown" if tokens is None else tokens,
+                f"{cost['amount']:.2f} {cost['currency']}" if cost else "not metered",
+            ]
+        ],
+        "job",
+    )
+    title = f"Job {history['id']} {history['name']}".strip()
+    return page(title, display_name(who), facts + events, csrf)
 
 
 def nodes(source: ConsoleSource, who: str, page_no: int, csrf: str = "") -> str:

@@ -3,6 +3,8 @@ background sampler.
 
     GET  /             overview: capacity, water level, utilisation charts, quota use
     GET  /jobs         queue and running jobs (a project sees its own)
+    GET  /jobs/<id>    one job's history: queued, placed, preempted (by whom, why), resumed,
+                       finished; tokens and cost (a project sees its own jobs)
     GET  /nodes        node health with drain reasons (operator)
     GET  /cost         cost by team, project and device type, budgets, findings
     GET  /api/overview | /api/jobs | /api/nodes | /api/cost      the same as JSON
@@ -22,7 +24,8 @@ from collections.abc import Callable
 from typing import Annotated, Any
 from urllib.parse import parse_qs
 
-from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi import APIRouter, FastAPI, HTTPException, Query, Request
+from fastapi import Path as FastPath
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from xirang_service.console import auth, pages, prometheus
@@ -149,6 +152,17 @@ def _pages(source: ConsoleSource, viewer: _Viewer, sessions: Sessions) -> APIRou
     router.get("/")(html(lambda w, p, c: pages.overview(source, w, c)))
     router.get("/jobs")(html(lambda w, p, c: pages.jobs(source, w, p, c)))
     router.get("/nodes")(html(lambda w, p, c: pages.nodes(source, w, p, c)))
+
+    @router.get("/jobs/{job_id}")
+    def job(request: Request, job_id: Annotated[int, FastPath(ge=0, le=2**53)]) -> Response:
+        def render(who: str, _: int, csrf: str) -> str:
+            history = source.job_history(who, job_id)
+            if history is None:  # unknown, or another project's: the same answer
+                raise HTTPException(404)
+            return pages.job(history, who, csrf)
+
+        return html(render)(request)
+
     router.get("/cost")(html(lambda w, p, c: pages.cost(source, w, c)))
 
     @router.get("/login")

@@ -114,6 +114,16 @@ class ConsoleSource:
     def jobs_for(self, who: str) -> list[dict[str, Any]]:
         return _mine(self.snapshot().jobs, who)
 
+    def job_history(self, who: str, job_id: int) -> dict[str, Any] | None:
+        """Job ``job_id``'s history (:mod:`xirang_service.pool.history`), read from the pool's
+        store now (not the snapshot, which holds only live jobs); None for a job unknown or,
+        for a project's viewer, another project's."""
+        from xirang_service.pool.history import job_history
+
+        with self._lock:
+            found = job_history(self.pool, job_id, self.costs)
+        return found if found is not None and who in (OPERATOR, found["project"]) else None
+
     def quotas_for(self, who: str) -> list[dict[str, Any]]:
         return _mine(self.snapshot().quotas, who)
 

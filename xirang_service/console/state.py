@@ -84,8 +84,11 @@ def usage_segments(store: PoolStore, since_end: float | None = None) -> list[dic
 
 def operator_token(state_path: str | Path) -> str:
     """The pool's operator token: its environment variable, else the file the service keeps
-    beside its state (read only; empty when neither exists)."""
+    beside that state (read only; empty when neither exists): an SQLite file's neighbour, or
+    the file named by a hash of a database URL."""
+    from xirang_service.pool.cli import TOKEN_SUFFIX, beside_state
+
     if os.environ.get(OPERATOR_TOKEN_ENV):
         return os.environ[OPERATOR_TOKEN_ENV]
-    path = Path(f"{state_path}.operator-token")
+    path = beside_state(str(state_path), TOKEN_SUFFIX)
     return path.read_text().strip() if path.exists() else ""

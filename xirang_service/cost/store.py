@@ -77,6 +77,22 @@ class CostStore:
             rows = db.execute(sql + " ORDER BY start, source, ref", args).fetchall()
         return [Charge(*row) for row in rows]
 
+    def pool_job_amounts(self, job_id: int | None = None) -> dict[int, tuple[int, str]]:
+        """What the pool's metering charged each pool job (or job ``job_id``), summed over its
+        placements (refs ``<job>@<start>``): micro-units and currency, for ``xirang pool jobs``
+        and ``history``."""
+        sql = "SELECT ref, amount_micro, currency FROM charges WHERE source = 'pool'"
+        args: list[str] = []
+        if job_id is not None:
+            sql, args = sql + " AND ref LIKE ?", [f"{job_id}@%"]
+        with self._tx() as db:
+            rows = db.execute(sql, args).fetchall()
+        amounts: dict[int, tuple[int, str]] = {}
+        for ref, micro, currency in rows:
+            job = int(ref.split("@", 1)[0])
+            amounts[job] = (amounts.get(job, (0, currency))[0] + micro, currency)
+        return amounts
+
     def spent_micro(self, scope: str, name: str) -> int:
         """Everything charged so far to a project (``scope='project'``) or one job: a run's
         directory, or a pool job id, whose allocations are charged as ``<id>@<start>``."""

@@ -8,6 +8,8 @@ allocation into busy and idle time (:mod:`xirang_service.cost.meter` reads it fr
   training loop's device-seconds (its wall time x its workers, from the run summary) over the
   device-seconds held (devices x time since the placement started). A run that waited long
   before training, or used two of eight devices it held, shows as low utilisation.
+* ``tokens`` - the training tokens the run's summary counts (``xirang pool jobs`` and
+  ``xirang pool history`` show them beside the job's cost).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from xirang_core.errors import XirangError
 from xirang_core.train.report import SUMMARY_FILE
 
 #: the payload keys an executor may report (and nothing else)
-KEYS = ("utilisation", "run_ended_at")
+KEYS = ("utilisation", "run_ended_at", "tokens")
 
 
 def run_usage(run_dir: str | Path, devices: int, started: float, ended: float) -> dict[str, float]:
@@ -34,6 +36,8 @@ def run_usage(run_dir: str | Path, devices: int, started: float, ended: float) -
     if summary is not None and held > 0:
         busy = float(summary.get("wall_time_s") or 0.0) * int(summary.get("world_size") or 1)
         report["utilisation"] = round(min(1.0, max(0.0, busy / held)), 6)
+    if summary is not None and summary.get("tokens"):
+        report["tokens"] = int(summary["tokens"])
     return report
 
 
@@ -48,7 +52,9 @@ def check_report(report: Mapping[str, Any]) -> dict[str, float]:
         number = _number(key, value)
         if key == "utilisation" and not 0.0 <= number <= 1.0:
             raise UsageError(f"utilisation must be between 0 and 1, got {value!r}")
-        checked[key] = number
+        if key == "tokens" and (number < 0 or number != int(number)):
+            raise UsageError(f"tokens must be a whole number >= 0, got {value!r}")
+        checked[key] = int(number) if key == "tokens" else number
     return checked
 
 

@@ -36,6 +36,7 @@ class UsageReport(StrictModel):
 
     utilisation: Annotated[float, Field(ge=0, le=1)] | None = None
     run_ended_at: Epoch | None = None
+    tokens: Annotated[int, Field(ge=0)] | None = None
 
 
 Usage = Annotated[UsageReport, BeforeValidator(via(check_report))]
@@ -55,6 +56,7 @@ class Payload(StrictModel):
 
     utilisation: Annotated[float, Field(ge=0, le=1)] | None = None
     run_ended_at: Epoch | None = None
+    tokens: Annotated[int, Field(ge=0)] | None = None
     interruptible: bool = False
     run_dir: text(4096) | None = None
     command: Command | None = None
@@ -107,6 +109,13 @@ class DrainIn(StrictModel):
     reason: Text = ""
 
 
+class JobCostOut(Answer):
+    """What the pool's metering has charged a job so far (its last tick)."""
+
+    amount: float
+    currency: str
+
+
 class JobOut(Answer):
     id: int
     name: str
@@ -125,6 +134,27 @@ class JobOut(Answer):
     preemptions: int
     requeues: int
     payload: dict[str, Any]
+    tokens: int | None = Field(None, description="training tokens, once the executor reported")
+    cost: JobCostOut | None = Field(None, description="what metering charged so far (metered)")
+
+
+class HistoryEventOut(Answer):
+    time: float
+    event: str = Field(description="queued, placed, preempted, requeued, resumed, finished, ...")
+    text: str = Field(description="what happened, where and why, in a sentence")
+    detail: dict[str, Any]
+
+
+class HistoryOut(Answer):
+    """A job's history (xirang_service/pool/history.py), oldest event first."""
+
+    id: int
+    name: str
+    project: str
+    state: States
+    tokens: int | None
+    cost: JobCostOut | None
+    events: list[HistoryEventOut]
 
 
 class QueuedOut(JobOut):

@@ -2,7 +2,8 @@
 
     xirang pool serve --cluster cluster.yaml [--store pool.db | postgresql://..]
                       [--policy ..] [--prices book.yaml] [--cost-db cost.db]
-    xirang pool status | queue | jobs [--state running]
+    xirang pool status | queue | jobs [--state running] [--json]
+    xirang pool history JOB
     xirang pool cancel JOB
     xirang pool quota [PROJECT --guaranteed N --borrow-limit N --team T
                                --max-priority CLASS --run-as USER]
@@ -11,6 +12,8 @@
                          --policy fifo,priority,hetero
 
 Clients read XIRANG_POOL_URL and XIRANG_POOL_TOKEN (a project's token, or the operator's).
+Operator commands send --token, else XIRANG_POOL_OPERATOR_TOKEN, else XIRANG_POOL_TOKEN, else
+the token pool serve kept beside its default state, if it serves at that URL.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import json
 import os
 import signal
 import threading
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,12 +33,15 @@ from xirang_core.plugins import get_registry
 from xirang_core.specs import SchedulerSpec, import_target
 from xirang_core.terminal import help_text
 from xirang_service.pool.client import PoolClient
+from xirang_service.pool.errors import PoolError
 from xirang_service.pool.jobs import PRIORITIES
 
 if TYPE_CHECKING:
     from xirang_service.cost.governor import PoolBudgets
 
 OPERATOR_TOKEN_ENV = "XIRANG_POOL_OPERATOR_TOKEN"
+#: beside the state: the generated operator token, and the URL its service last served at
+TOKEN_SUFFIX, URL_SUFFIX = ".operator-token", ".operator-url"
 #: ``--executor`` for jobs their submitters run (no cluster behind the pool)
 LOCAL_EXECUTOR = "local"
 
@@ -56,12 +63,14 @@ def _parser() -> argparse.ArgumentParser:
         description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--url", default="", help="pool service URL (XIRANG_POOL_URL)")
-    parser.add_argument("--token", default="", help="token (XIRANG_POOL_TOKEN)")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
-    sub = parser.add_subparsers(dest="command", required=True)
+    _client_options(parser, after_command=False)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # the same options after the command too (`xirang pool jobs --json`), as its footer says
+    common = argparse.ArgumentParser(add_help=False)
+    _client_options(common, after_command=True)
+    add = partial(sub.add_parser, parents=[common])
 
-    serve = sub.add_parser("serve", help="run the pool service")
+    serve = add("serve", help="run the pool service")
     serve.add_argument("--cluster", help="cluster file (needed the first time)")
     serve.add_argument(
         "--store",
@@ -89,16 +98,20 @@ def _parser() -> argparse.ArgumentParser:
     serve.set_defaults(run=_serve)
 
     for name, helptext in (("status", "pool summary"), ("queue", "queued jobs in order")):
-        sub.add_parser(name, help=helptext).set_defaults(run=_view, path=f"/v1/{name}")
-    jobs = sub.add_parser("jobs", help="jobs you may see")
+        add(name, help=helptext).set_defaults(run=_view, path=f"/v1/{name}")
+    jobs = add("jobs", help="jobs you may see")
     jobs.add_argument("--state", default="")
     jobs.set_defaults(run=_view, path="/v1/jobs")
 
-    cancel = sub.add_parser("cancel", help="cancel a job")
+    history = add("history", help="what happened to a job, and why")
+    history.add_argument("job", type=int)
+    history.set_defaults(run=_history)
+
+    cancel = add("cancel", help="cancel a job")
     cancel.add_argument("job", type=int)
     cancel.set_defaults(run=lambda a: _print(a, _client(a).cancel(a.job)))
 
-    quota = sub.add_parser("quota", help="show quotas, or set one (operator)")
+    quota = add("quota", help="show quotas, or set one (operator)")
     quota.add_argument("project", nargs="?")
     quota.add_argument("--guaranteed", type=int)
     quota.add_argument("--borrow-limit", type=int)
@@ -116,7 +129,7 @@ def _parser() -> argparse.ArgumentParser:
     quota.add_argument("--rotate-token", action="store_true")
     quota.set_defaults(run=_quota)
 
-    drain = sub.add_parser("drain", help="take a node out of service; its jobs are requeued")
+    drain = add("drain", help="take a node out of service; its jobs are requeued")
     drain.add_argument("node")
     drain.add_argument("--reason", default="drained by operator")
     drain.set_defaults(
@@ -124,13 +137,13 @@ def _parser() -> argparse.ArgumentParser:
             a, _operator_client(a).call("POST", f"/v1/nodes/{a.node}/drain", {"reason": a.reason})
         )
     )
-    undrain = sub.add_parser("undrain", help="put a node back into service")
+    undrain = add("undrain", help="put a node back into service")
     undrain.add_argument("node")
     undrain.set_defaults(
         run=lambda a: _print(a, _operator_client(a).call("POST", f"/v1/nodes/{a.node}/undrain", {}))
     )
 
-    simulate = sub.add_parser("simulate", help="replay a job trace under policies")
+    simulate = add("simulate", help="replay a job trace under policies")
     simulate.add_argument("--trace", required=True)
     simulate.add_argument("--cluster", required=True)
     simulate.add_argument(
@@ -149,19 +162,58 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _client_options(parser: argparse.ArgumentParser, after_command: bool) -> None:
+    """--url, --token and --json, before the command; after it as well, where they default
+    to nothing (SUPPRESS) so that an option given before the command is kept."""
+    unset = argparse.SUPPRESS if after_command else None
+    parser.add_argument("--url", default=unset or "", help="pool service URL (XIRANG_POOL_URL)")
+    parser.add_argument("--token", default=unset or "", help="token (XIRANG_POOL_TOKEN)")
+    parser.add_argument(
+        "--json", action="store_true", default=unset or False, help="machine-readable output"
+    )
+
+
+def _history(args: argparse.Namespace) -> int:
+    answer = _client(args).call("GET", f"/v1/jobs/{args.job}/history")
+    if args.json:
+        return _print(args, answer)
+    from xirang_service.pool.report import print_history
+
+    print_history(answer)
+    return 0
+
+
 def _client(args: argparse.Namespace) -> PoolClient:
     return PoolClient(args.url, args.token)
 
 
 def _operator_client(args: argparse.Namespace) -> PoolClient:
-    """For the operator's commands (setting a quota, drain, undrain): ``--token``, else
-    XIRANG_POOL_OPERATOR_TOKEN, else the token file ``xirang pool serve`` wrote beside its
-    default state on this machine, else XIRANG_POOL_TOKEN (a project's: the service then
-    answers that the operator's token is needed). A project's exported token never shadows
-    the operator's own."""
-    token_file = _beside_state(default_state(), ".operator-token")
-    kept = token_file.read_text().strip() if token_file.is_file() else ""
-    return PoolClient(args.url, args.token or os.environ.get(OPERATOR_TOKEN_ENV) or kept)
+    """For the operator's commands (setting a quota, drain, undrain): a token given wins,
+    ``--token``, then XIRANG_POOL_OPERATOR_TOKEN, then XIRANG_POOL_TOKEN; only without any
+    the token file ``xirang pool serve`` kept beside its default state, and only when that
+    service was last started at the URL this command targets (a file left by another pool,
+    or by one that never started, would be refused as "invalid token")."""
+    client = PoolClient(args.url, args.token)
+    if args.token:
+        return client
+    if os.environ.get(OPERATOR_TOKEN_ENV):
+        return PoolClient(args.url, os.environ[OPERATOR_TOKEN_ENV], source=OPERATOR_TOKEN_ENV)
+    if client.token:
+        return client
+    kept = kept_operator_token(default_state(), client.url)
+    return PoolClient(client.url, kept[0], source=f"the file {kept[1]}") if kept else client
+
+
+def kept_operator_token(state: str, url: str) -> tuple[str, Path] | None:
+    """The token ``xirang pool serve`` kept for ``state`` and the file holding it, when that
+    service last served at ``url``; None otherwise."""
+    token_file = beside_state(state, TOKEN_SUFFIX)
+    served_at = beside_state(state, URL_SUFFIX)
+    if not token_file.is_file() or not served_at.is_file():
+        return None
+    if served_at.read_text().strip().rstrip("/") != url.rstrip("/"):
+        return None
+    return token_file.read_text().strip(), token_file
 
 
 def _print(args: argparse.Namespace, answer: Any) -> int:
@@ -193,30 +245,18 @@ def _serve(args: argparse.Namespace) -> int:
     from xirang_service.web import require
 
     require("xirang pool serve")
-    from xirang_service.pool.rest import serve
-    from xirang_service.pool.service import PoolService
-    from xirang_service.pool.store import PoolStore
     from xirang_service.web.server import settle_heap
 
-    token, token_file = _operator_token(_beside_state(args.state, ".operator-token"))
-    store = PoolStore(args.state)
-    service = PoolService(
-        store,
-        args.cluster or _inventory_cluster_file(args, store),
-        args.policy,
-        token,
-        executor=_executor(args.executor),
-        budgets=_budgets(args.prices, args.cost_db),
-    )
-    server = serve(service, args.host, args.port)
+    service, server, token_file = _started(args)
     settle_heap()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     host, port = server.server_address[:2]
+    _record_url(args.state, token_file, str(host), int(port))
     print(
-        f"xirang pool: http://{host}:{port} (state {store.path}, policy {args.policy}, "
+        f"xirang pool: http://{host}:{port} (state {service.store.path}, policy {args.policy}, "
         f"{service.restored} job(s) restored)",
         flush=True,
     )
@@ -239,6 +279,77 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _started(args: argparse.Namespace) -> tuple[Any, Any, str]:
+    """The service over its store, and its server bound to the port; with the token file
+    it generated ('' when the token came from the environment). A start that fails (no
+    --cluster for a new pool, a bad cluster file or policy, a port in use) removes every
+    file it created, so no empty store or orphaned token is left to be found later."""
+    from xirang_service.pool.service import PoolService
+    from xirang_service.pool.store import PoolStore
+
+    paths = _state_files(args.state, args.cost_db)
+    created = [p for p in paths if not p.exists()]
+    folders = sorted({p.parent for p in created if not p.parent.exists()}, reverse=True)
+    store: PoolStore | None = None
+    budgets: PoolBudgets | None = None
+    try:
+        budgets = _budgets(args.prices, args.cost_db)
+        token, token_file = _operator_token(beside_state(args.state, TOKEN_SUFFIX))
+        store = PoolStore(args.state)
+        cluster = args.cluster or _inventory_cluster_file(args, store)
+        executor = _executor(args.executor)
+        service = PoolService(store, cluster, args.policy, token, executor, budgets=budgets)
+        return service, _listening(service, args), token_file
+    except BaseException:
+        for opened in (store, budgets):
+            if opened is not None:
+                opened.close()
+        for path in created:
+            path.unlink(missing_ok=True)
+        for folder in folders:  # deepest first; only what this start made and left empty
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+        raise
+
+
+def _listening(service: Any, args: argparse.Namespace) -> Any:
+    """The service's server, bound to ``--host``/``--port``; one clear error when it cannot be."""
+    from xirang_service.pool.rest import serve
+
+    try:
+        return serve(service, args.host, args.port)
+    except OSError as exc:
+        raise PoolError(
+            f"cannot listen on {args.host}:{args.port} ({exc.strerror or exc}); another service "
+            "may hold that port: choose another with --port (or --host)"
+        ) from None
+
+
+def _state_files(state: str, cost_db: str) -> list[Path]:
+    """Every file ``xirang pool serve`` may create for ``state`` and its cost store."""
+    from xirang_service.cost.store import default_path
+
+    kept = [beside_state(state, s) for s in (TOKEN_SUFFIX, URL_SUFFIX, ".cluster.yaml")]
+    sqlite = ("", "-wal", "-shm", "-journal")
+    cost = [Path(f"{cost_db or default_path()}{s}") for s in sqlite]
+    if "://" in state:
+        return kept + cost
+    return [Path(state + s) for s in sqlite] + kept + cost
+
+
+def _record_url(state: str, token_file: str, host: str, port: int) -> None:
+    """Beside the generated token, the URL this service answers at: the operator's commands
+    use the kept token only for that URL. A token from the environment removes the record,
+    so an older kept file is not taken for this service's."""
+    record = beside_state(state, URL_SUFFIX)
+    if not token_file:
+        record.unlink(missing_ok=True)
+        return
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    record.unlink(missing_ok=True)  # private_file leaves an existing file as it is
+    private_file(record, f"http://{f'[{host}]' if ':' in host else host}:{port}\n")
+
+
 def _budgets(prices: str, cost_db: str) -> PoolBudgets:
     """Budgets over the cost store; a price book also meters the pool's jobs and gives the
     scheduler its placement preferences (cheap windows, deadlines, efficient device types)."""
@@ -247,7 +358,7 @@ def _budgets(prices: str, cost_db: str) -> PoolBudgets:
     return PoolBudgets.from_file(prices or None, cost_db or None)
 
 
-def _beside_state(location: str, suffix: str) -> Path:
+def beside_state(location: str, suffix: str) -> Path:
     """A file kept with the state: beside an SQLite file, or in XIRANG_HOME for a database URL
     (named by a hash of the URL, so no password lands in a file name)."""
     if "://" not in location:
@@ -280,7 +391,7 @@ def _inventory_cluster_file(args: argparse.Namespace, store: Any) -> str | None:
     import yaml
 
     nodes = import_target(_scheduler(args.executor).inventory)
-    path = _beside_state(args.state, ".cluster.yaml")
+    path = beside_state(args.state, ".cluster.yaml")
     path.write_text(yaml.safe_dump({"nodes": nodes()}))
     return str(path)
 

@@ -18,7 +18,7 @@ import urllib.request
 import uuid
 from typing import Any
 
-from xirang_service.pool.errors import TOKEN_HELP, PoolError
+from xirang_service.pool.errors import OPERATOR_HELP, TOKEN_HELP, PoolError
 
 DEFAULT_URL = "http://127.0.0.1:8476"
 #: how many times a submission is sent when its answer is lost
@@ -26,10 +26,14 @@ SUBMIT_ATTEMPTS = 3
 
 
 class PoolClient:
-    def __init__(self, url: str = "", token: str = "", timeout: float = 30.0) -> None:
+    def __init__(
+        self, url: str = "", token: str = "", timeout: float = 30.0, source: str = ""
+    ) -> None:
         self.url = (url or os.environ.get("XIRANG_POOL_URL") or DEFAULT_URL).rstrip("/")
         self.token = token or os.environ.get("XIRANG_POOL_TOKEN", "")
         self.timeout = timeout
+        #: where the token came from, named when the service refuses it
+        self.source = source or ("--token" if token else "XIRANG_POOL_TOKEN")
 
     def call(
         self,
@@ -54,7 +58,7 @@ class PoolClient:
                 message = json.loads(exc.read()).get("error", exc.reason)
             except ValueError:
                 message = exc.reason
-            raise PoolError(f"pool service: {message}", exc.code) from None
+            raise PoolError(f"pool service: {message}{self._refused(exc.code)}", exc.code) from None
         except urllib.error.URLError as exc:
             raise PoolError(
                 f"cannot reach the pool service at {self.url} ({exc.reason}); start it with "
@@ -66,6 +70,21 @@ class PoolClient:
                 f"({type(exc).__name__}: {exc or 'no answer'}); the request may or may not "
                 "have taken effect"
             ) from None
+
+    def _refused(self, status: int) -> str:
+        """For a refused token (401) or one without the right (403): where the token sent came
+        from, so the user knows which setting to change."""
+        if status not in (401, 403):
+            return ""
+        said = f" (the token sent came from {self.source}"
+        if status == 403:
+            return f"{said}; an operator's command needs the operator's token: {OPERATOR_HELP})"
+        if self.source.startswith("the file"):
+            return (
+                f"{said}, kept by the `xirang pool serve` last started at {self.url}; the "
+                f"service there now has another operator token: {OPERATOR_HELP})"
+            )
+        return f"{said}: check or replace it there)"
 
     def submit(self, key: str = "", **job: Any) -> dict[str, Any]:
         """Queue a job under idempotency ``key`` (a fresh one if not given), sending it again

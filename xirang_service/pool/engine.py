@@ -33,7 +33,7 @@ from sortedcontainers import SortedList
 from xirang_service.pool.cards import DEFAULT_CLASS, Throughputs
 from xirang_service.pool.cluster import Cluster
 from xirang_service.pool.errors import PoolError
-from xirang_service.pool.jobs import MIX, Job, JobState, check_cards, parse_priority
+from xirang_service.pool.jobs import MIX, Job, JobState, check_cards, parse_priority, priority_name
 from xirang_service.pool.lazyindex import LazySortedIndex
 from xirang_service.pool.placement import place, place_mixed
 from xirang_service.pool.policy import Policy, Preferences
@@ -395,9 +395,10 @@ class PoolEngine:
             if victims is None:
                 continue
             for victim in victims:
+                why = _preempted_why(job, victim)  # before the stop clears its borrowing
                 self._stop(victim, now)
                 victim.preemptions += 1
-                self._emit(now, "preempted", victim, by=job.id)
+                self._emit(now, "preempted", victim, by=job.id, reason=why)
             devices = place(self.cluster, device_type, need)
             if devices:
                 self._start(job, device_type, devices, now)
@@ -643,3 +644,17 @@ class PoolEngine:
 
     def queued_jobs(self) -> Iterable[Job]:
         return (self.jobs[jid] for _, jid in self.queue)
+
+
+def _preempted_why(job: Job, victim: Job) -> str:
+    """Why ``job`` took ``victim``'s devices, as ``xirang pool history`` tells the victim's
+    owner: its project reclaimed a guarantee the victim borrowed, or it ranks ahead."""
+    if victim.borrowed and victim.project != job.project:
+        return (
+            f"project {job.project} reclaimed its guaranteed share, which this job "
+            f"(project {victim.project}) ran on as borrowed capacity"
+        )
+    return (
+        f"job {job.id} ({priority_name(job.priority)} priority) ranks ahead of this job "
+        f"({priority_name(victim.priority)} priority)"
+    )

@@ -24,6 +24,12 @@ TOKEN_HELP = (
     "<state>.operator-token that `xirang pool serve` writes at its first start and names"
 )
 
+#: how an operator's command gets the operator's token (a given token wins over the file)
+OPERATOR_HELP = (
+    "pass --token, or set XIRANG_POOL_OPERATOR_TOKEN (or XIRANG_POOL_TOKEN) to the content of "
+    "<state>.operator-token that `xirang pool serve` names at its start"
+)
+
 
 class StoreUnavailable(PoolError):
     """The pool's store refused a write: the request changed nothing, in memory or in the store.

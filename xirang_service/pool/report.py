@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 from rich.console import Console
@@ -22,8 +23,10 @@ _JOB_COLUMNS = (
     "device_type",
     "borrowed",
     "preemptions",
+    "tokens",
+    "cost",
 )
-_NARROW = ("position", "id", "project", "name", "cards", "priority", "state", "device_type")
+_NARROW = ("position", "id", "project", "name", "cards", "priority", "state", "device_type", "cost")
 WIDE = 120
 #: what a terminal acts on instead of showing: C0 and C1 controls, DEL, bidi overrides
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
@@ -45,10 +48,36 @@ def print_answer(answer: dict[str, Any] | list[Any], console: Console | None = N
     for column in columns:
         table.add_column(column, overflow="fold", no_wrap=column not in ("name", "project"))
     for row in answer:
-        table.add_row(*(_cell(row.get(c, "")) for c in columns))
+        cells = {**row, "cost": _cost(row.get("cost"))} if is_job else row
+        table.add_row(*(_cell(cells.get(c, "")) for c in columns))
     console.print(table)
     if is_job and len(columns) < len([c for c in _JOB_COLUMNS if c in answer[0]]):
-        console.print(f"(class, borrowed and preemptions from {WIDE} columns, or --json)")
+        console.print(f"(class, borrowed, preemptions and tokens from {WIDE} columns, or --json)")
+
+
+def print_history(history: dict[str, Any], console: Console | None = None) -> None:
+    """``xirang pool history JOB``: the job, then one line per event (local time, event,
+    what happened and why), then its tokens and cost."""
+    console = console or Console()
+    head = f"job {history['id']} {history['name'] or ''} (project {history['project']})"
+    console.print(Text.assemble((printable(head), "bold"), ": ", history["state"]))
+    table = Table("time", "event", "what happened", show_edge=False)
+    for event in history["events"]:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(event["time"]))
+        table.add_row(when, event["event"], _cell(event["text"]))
+    console.print(table)
+    tokens = history.get("tokens")
+    console.print(
+        Text.assemble(("tokens", "bold"), ": ", "unknown" if tokens is None else f"{tokens:,}")
+    )
+    console.print(
+        Text.assemble(("cost", "bold"), ": ", _cost(history.get("cost")) or "not metered")
+    )
+
+
+def _cost(cost: dict[str, Any] | None) -> str:
+    """A job's charge so far as ``12.34 USD``; empty where the pool does not meter it."""
+    return f"{cost['amount']:.2f} {cost['currency']}" if cost else ""
 
 
 def _print_status(status: dict[str, Any], console: Console) -> None:

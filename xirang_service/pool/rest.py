@@ -13,6 +13,8 @@ headers, connections, time) are :class:`~xirang_service.web.server.Limits`.
     POST   /v1/jobs/<id>/complete         {"ok": true, "usage": {...}}: the job's executor reports
                                           its end (usage: utilisation, run_ended_at)
     GET    /v1/jobs/<id>/charge           what the pool's metering charges the job so far
+    GET    /v1/jobs/<id>/history          queued, placed, preempted (by whom, why), requeued,
+                                          resumed, finished; tokens and cost
     GET    /v1/queue                      queued jobs in order, with positions
     GET    /v1/projects                   quotas and usage
     PUT    /v1/projects/<name>            create/edit quota (operator); returns a new token once
@@ -120,6 +122,10 @@ def _routes(pool: PoolService) -> APIRouter:
     @router.get("/jobs/{job_id}/charge", response_model=m.ChargeOut | None)
     def charge(you: Who, job_id: JobId) -> Any:
         return JSONAnswer(pool.job_charge(you, job_id))
+
+    @router.get("/jobs/{job_id}/history", response_model=m.HistoryOut)
+    def history(you: Who, job_id: JobId) -> Any:
+        return JSONAnswer(pool.job_history(you, job_id))
 
     @router.get("/queue", response_model=list[m.QueuedOut])
     def queue(you: Who) -> Any:

@@ -37,6 +37,7 @@ from xirang_service.pool.cards import DEFAULT_CLASS, Throughputs
 from xirang_service.pool.cluster import Cluster
 from xirang_service.pool.engine import Event, PoolEngine
 from xirang_service.pool.errors import TOKEN_HELP, PoolError, StoreUnavailable
+from xirang_service.pool.history import job_history, priced
 from xirang_service.pool.jobs import Job, check_cards, check_payload, parse_priority, priority_name
 from xirang_service.pool.placement import span
 from xirang_service.pool.policy import load_policy
@@ -466,7 +467,7 @@ class PoolService:
     # --- views ------------------------------------------------------------------------------
 
     def job(self, who: str, job_id: int) -> dict[str, Any]:
-        return self._seen(who, job_id)
+        return priced([self._seen(who, job_id)], self.budgets.governor.store)[0]
 
     def job_charge(self, who: str, job_id: int) -> dict[str, Any] | None:
         """The job's charge so far, as the pool's metering prices it (None: not metered),
@@ -493,11 +494,22 @@ class PoolService:
         return self.budgets.job_charge(state, job_id, now)
 
     def jobs(self, who: str, state: str = "") -> list[dict[str, Any]]:
-        return [
+        rows = [
             row
             for row in self.view.jobs.values()
             if who in (OPERATOR, row["project"]) and (not state or row["state"] == state)
         ]
+        return priced(rows, self.budgets.governor.store)  # the cost store has its own lock
+
+    def job_history(self, who: str, job_id: int) -> dict[str, Any]:
+        """Job ``job_id``'s history (:mod:`xirang_service.pool.history`), read from the store
+        without the service's lock, as the other read routes; 404 for a job unknown or
+        another project's."""
+        self._seen(who, job_id)
+        found = job_history(self.store, job_id, self.budgets.governor.store)
+        if found is None:
+            raise PoolError(f"no job {job_id}", 404)
+        return found
 
     def queue(self, who: str) -> list[dict[str, Any]]:
         view = self.view
@@ -729,6 +741,7 @@ def describe(job: Job) -> dict[str, Any]:
         "preemptions": job.preemptions,
         "requeues": job.requeues,
         "payload": dict(job.payload),  # a copy: views keep it while the job's may change
+        "tokens": job.payload.get("tokens"),
     }
 
 

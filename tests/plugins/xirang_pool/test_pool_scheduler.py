@@ -53,7 +53,8 @@ def test_run_is_admitted_by_the_pool_and_reported_done(run_xirang, pool_env) -> 
     (job,) = service.jobs(OPERATOR)
     assert (job["state"], job["priority"], job["project"]) == ("done", "high", "nlp")
     assert job["allow_mixing"] is True
-    assert job["payload"]["run_dir"]
+    summary = json.loads((Path(job["payload"]["run_dir"]) / "summary.json").read_text())
+    assert job["tokens"] == summary["tokens"] > 0  # what `xirang pool jobs` shows
 
 
 def test_bad_priority_is_refused_with_the_service_message(run_xirang, pool_env) -> None:
