@@ -49,25 +49,64 @@ def read(path: str | Path) -> dict[str, Any]:
     return data
 
 
+#: the sections a cluster file may have, each a list of mappings or one mapping
+SECTIONS = {"nodes": list, "groups": list, "projects": list, "throughputs": dict, "alibaba": str}
+HELP = "see docs/pool.md (Cluster files)"
+
+
 def build(data: dict[str, Any]) -> tuple[Cluster, Throughputs, QuotaBook]:
-    """The cluster, its throughput table and its projects from parsed cluster-file data."""
+    """The cluster, its throughput table and its projects from parsed cluster-file data; an
+    entry of the wrong shape is one error naming it, never a traceback."""
+    _check_sections(data)
     base = Path(data.get("_base", "."))
-    nodes = list(data.get("nodes") or [])
-    for group in data.get("groups") or []:
-        nodes.extend(generate(group, len(nodes)))
+    nodes = [_entry("nodes", i, node, dict) for i, node in enumerate(data.get("nodes") or [])]
+    for i, group in enumerate(data.get("groups") or []):
+        nodes.extend(_entry("groups", i, group, generate, len(nodes)))
     if data.get("alibaba"):
         nodes.extend(alibaba_nodes(base / data["alibaba"]))
-    cluster = Cluster(nodes)
+    cluster = _entry("nodes", None, nodes, Cluster)
     spec = dict(data.get("throughputs") or {})
     if spec.get("gavel"):
         spec.setdefault("classes", {}).update(gavel_table(base / spec["gavel"]))
-    throughputs = Throughputs.from_mapping(spec, cluster.types)
+    throughputs = _entry("throughputs", None, spec, Throughputs.from_mapping, cluster.types)
     quotas = QuotaBook()
-    for entry in data.get("projects") or []:
-        if "max_priority" in entry:  # a class name (normal, high, ...) in the file
-            entry = {**entry, "max_priority": parse_priority(entry["max_priority"])}
-        quotas.upsert(Project(**entry))
+    for i, entry in enumerate(data.get("projects") or []):
+        quotas.upsert(_entry("projects", i, entry, _project))
     return cluster, throughputs, quotas
+
+
+def _check_sections(data: dict[str, Any]) -> None:
+    unknown = sorted(set(data) - set(SECTIONS) - {"_base"})
+    if unknown:
+        raise PoolError(
+            f"cluster file: unknown section {unknown[0]!r}; sections: "
+            f"{', '.join(SECTIONS)} ({HELP})"
+        )
+    for key, kind in SECTIONS.items():
+        value = data.get(key)
+        if value is not None and not isinstance(value, kind):
+            shape = {list: "a list of mappings", dict: "a mapping", str: "a path"}[kind]
+            raise PoolError(f"cluster file: {key}: {value!r} is not {shape} ({HELP})")
+
+
+def _entry(section: str, index: int | None, value: Any, make: Any, *args: Any) -> Any:
+    """``make(value, *args)``, with a wrong shape or value refused as one line naming the
+    entry (``projects[2]``) and what it held."""
+    where = section if index is None else f"{section}[{index}]"
+    if index is not None and not isinstance(value, dict):
+        raise PoolError(f"cluster file: {where}: {value!r} is not a mapping ({HELP})")
+    try:
+        return make(value, *args)
+    except PoolError as exc:
+        raise PoolError(f"cluster file: {where}: {exc}") from None
+    except (TypeError, ValueError, KeyError) as exc:
+        raise PoolError(f"cluster file: {where}: {exc} ({HELP})") from None
+
+
+def _project(entry: dict[str, Any]) -> Project:
+    if "max_priority" in entry:  # a class name (normal, high, ...) in the file
+        entry = {**entry, "max_priority": parse_priority(entry["max_priority"])}
+    return Project(**entry)
 
 
 def load(path: str | Path) -> tuple[Cluster, Throughputs, QuotaBook]:
