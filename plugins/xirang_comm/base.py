@@ -13,12 +13,16 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from xirang_core.comm.backends import check_available, collective_backend
-from xirang_core.comm.counting import Collectives, WireLedger
-from xirang_core.comm.overlap import OverlapMeter
-from xirang_core.comm.sync_window import SyncWindow
-from xirang_core.errors import ConfigError
-from xirang_core.specs import WorkerContext
+from xirang import ConfigError
+from xirang.comm import (
+    Collectives,
+    OverlapMeter,
+    SyncWindow,
+    WireLedger,
+    check_available,
+    collective_backend,
+)
+from xirang.specs import WorkerContext
 
 
 @dataclass
@@ -116,7 +120,7 @@ class GradientSync:
 
     def resolve_window(self, ctx: WorkerContext) -> SyncWindow | None:
         """A scheduler's window (``xirang_comm_sync_window`` hook) wins over the config's."""
-        from xirang_core.plugins import get_registry
+        from xirang import get_registry
 
         assigned = get_registry().hook.xirang_comm_sync_window(ctx=ctx, config=ctx.config)
         if assigned is not None:

@@ -17,9 +17,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.utils import parameters_to_vector
 
+from xirang import ConfigError
+from xirang.specs import WorkerContext
 from xirang_comm.base import CommSettings, GradientSync, completed
-from xirang_core.errors import ConfigError
-from xirang_core.specs import WorkerContext
 
 
 @dataclass

@@ -17,9 +17,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from xirang import ConfigError
+from xirang.comm import SerialLane
 from xirang_comm.base import CommSettings, GradientSync, param_views
-from xirang_core.comm.serial import SerialLane
-from xirang_core.errors import ConfigError
 
 
 @dataclass

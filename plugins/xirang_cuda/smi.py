@@ -10,8 +10,7 @@ from __future__ import annotations
 import itertools
 import re
 
-from xirang_core.devices.reading import DeviceReading, NodeReading, bus_key, parse_float, parse_int
-from xirang_core.devices.tools import ToolRunner
+from xirang.devices import DeviceReading, NodeReading, ToolRunner, bus_key, parse_float, parse_int
 
 QUERY_FIELDS = (
     "index",
