@@ -1,6 +1,12 @@
 """xirang: one training service over a pool of heterogeneous accelerators.
 
-Plugins import what they need from here::
+This package is the stable surface for plugin authors: built-in plugins and examples import
+only ``xirang`` and its submodules, never ``xirang_core`` or ``xirang_service``. The names in
+``__all__`` here are the ones every plugin needs; the submodules group the rest by concept
+(``xirang.specs``, ``xirang.model``, ``xirang.parallel``, ``xirang.devices``, ``xirang.comm``,
+``xirang.data``, ``xirang.launch``, ``xirang.worker``, ``xirang.tracking``, ``xirang.sweep``,
+``xirang.pool``, ``xirang.cost``, ``xirang.testing``). Importing this package imports neither
+torch nor Hydra; the submodules that need torch say so::
 
     from xirang import hookimpl, specs
 """
@@ -8,10 +14,11 @@ Plugins import what they need from here::
 from importlib.metadata import PackageNotFoundError, version
 
 from xirang import specs
-from xirang_core.errors import ConfigError, DataError, PluginError, XirangError
+from xirang_core.errors import ConfigError, DataError, PluginError, XirangError, peer_lost
 from xirang_core.hookcall import optional
 from xirang_core.hookspecs import hookimpl, hookspec
-from xirang_core.plugins import conf_folder
+from xirang_core.paths import xirang_home
+from xirang_core.plugins import conf_folder, get_registry
 
 try:
     __version__ = version("xirang")
@@ -25,8 +32,11 @@ __all__ = [
     "XirangError",
     "__version__",
     "conf_folder",
+    "get_registry",
     "hookimpl",
     "hookspec",
     "optional",
+    "peer_lost",
     "specs",
+    "xirang_home",
 ]

@@ -24,9 +24,26 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from xirang_core.hookcall import notify
+
+if TYPE_CHECKING:  # loaded on first use, by __getattr__ below
+    from xirang_core.config import compose
+
+__all__ = [
+    "QUICK",
+    "Kit",
+    "Run",
+    "check_spec",
+    "compose",
+    "notify",
+    "protocol_methods",
+    "protocol_of",
+    "registry_with",
+]
 
 #: what every kit run adds before the caller's overrides: a few fast steps
 QUICK = (
@@ -36,6 +53,17 @@ QUICK = (
     "trainer.sample_tokens=0",
     "tokenizer=bytes",
 )
+
+
+def __getattr__(name: str) -> Any:
+    """``compose(overrides, registry)``, the validated config ``python -m xirang OVERRIDES``
+    would run, loads the config module (and OmegaConf) only when a test asks for it: pytest
+    loads this module in every session through ``pytest11``."""
+    if name == "compose":
+        from xirang_core.config import compose
+
+        return compose
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def protocol_of(kind: str, spec: Any) -> type:

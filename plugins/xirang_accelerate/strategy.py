@@ -16,7 +16,7 @@ from typing import Any
 import torch.distributed as dist
 from torch import nn
 
-from xirang_core.errors import ConfigError
+from xirang import ConfigError
 
 MODES = ("ddp", "fsdp")
 

@@ -11,14 +11,19 @@ import os
 import re
 from typing import TYPE_CHECKING
 
+from xirang.devices import (
+    DRAIN,
+    OK,
+    WARN,
+    AcceleratorBackend,
+    DeviceReading,
+    NodeReading,
+    VisibleDevices,
+    visible,
+)
+from xirang.devices import compat as shared
+from xirang.specs import HealthFinding, Topology
 from xirang_ascend import compat, smi, topo
-from xirang_core.devices import compat as shared
-from xirang_core.devices import visible
-from xirang_core.devices.accelerator import AcceleratorBackend
-from xirang_core.devices.health import DRAIN, OK, WARN
-from xirang_core.devices.reading import DeviceReading, NodeReading
-from xirang_core.devices.visible import VisibleDevices
-from xirang_core.specs import HealthFinding, Topology
 
 if TYPE_CHECKING:
     import torch

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import re
 
-from xirang_core.devices.reading import DeviceReading, NodeReading, parse_float
+from xirang.devices import DeviceReading, NodeReading, parse_float
 
 COMMAND = ("npu-smi", "info")
 MB = 2**20

@@ -7,8 +7,8 @@ PCIe switch, ``PHB`` a PCIe host bridge, ``SYS`` across NUMA nodes.
 
 from __future__ import annotations
 
-from xirang_core.devices.linkmatrix import Tier, build_topology, parse_link_table
-from xirang_core.specs import Topology
+from xirang.devices import Tier, build_topology, parse_link_table
+from xirang.specs import Topology
 
 COMMAND = ("npu-smi", "info", "-t", "topo")
 TIERS: tuple[Tier, ...] = (

@@ -19,7 +19,7 @@ from typing import Any
 
 from torch import nn
 
-from xirang_core.errors import ConfigError
+from xirang import ConfigError
 
 SHARDABLE = ("llama", "hf")
 
@@ -54,7 +54,7 @@ def hf_llama(model: nn.Module, config: dict[str, Any]) -> nn.Module:
         return model
     from xirang_hf.model import HFCausalLM
 
-    from xirang_core.plugins import get_registry
+    from xirang import get_registry
 
     settings = {k: v for k, v in config["model"].items() if k not in ("family", "name")}
     interop = get_registry().spec("model", "llama").load_hf()

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from xirang_core.errors import ConfigError
+from xirang import ConfigError
 
 PLUGINS = ("torch_ddp", "low_level_zero", "gemini", "hybrid_parallel")
 GPU_ONLY = ("low_level_zero", "gemini", "hybrid_parallel")
@@ -73,7 +73,7 @@ class ColossalStrategy:
         config = with_precision(self.config, ctx.device)
         from colossalai.booster import Booster
 
-        from xirang_core.train.optim import build_optimizer
+        from xirang.parallel import build_optimizer
 
         target = model
         if config.plugin == "hybrid_parallel":  # ShardFormer shards the Hugging Face Llama

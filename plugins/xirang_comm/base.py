@@ -19,12 +19,17 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-from xirang_core.comm.backends import check_available, collective_backend
-from xirang_core.comm.counting import Collectives, CountedGroup, WireLedger
-from xirang_core.comm.overlap import OverlapMeter
-from xirang_core.comm.sync_window import SyncWindow
-from xirang_core.errors import ConfigError
-from xirang_core.specs import WorkerContext
+from xirang import ConfigError
+from xirang.comm import (
+    Collectives,
+    CountedGroup,
+    OverlapMeter,
+    SyncWindow,
+    WireLedger,
+    check_available,
+    collective_backend,
+)
+from xirang.specs import WorkerContext
 
 
 @dataclass
@@ -134,7 +139,7 @@ class GradientSync:
 
     def resolve_window(self, ctx: WorkerContext) -> SyncWindow | None:
         """A scheduler's window (``xirang_comm_sync_window`` hook) wins over the config's."""
-        from xirang_core.plugins import get_registry
+        from xirang import get_registry
 
         assigned = get_registry().hook.xirang_comm_sync_window(ctx=ctx, config=ctx.config)
         if assigned is not None:

@@ -15,13 +15,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from xirang import ConfigError
+from xirang.comm import Collectives, Hierarchy, SerialLane, build_hierarchy, link_key
+from xirang.specs import WorkerContext
+from xirang.worker import local_device
 from xirang_comm.base import CommSettings, GradientSync
-from xirang_core.comm.counting import Collectives
-from xirang_core.comm.groups import Hierarchy, build_hierarchy, link_key
-from xirang_core.comm.serial import SerialLane
-from xirang_core.errors import ConfigError
-from xirang_core.faults.health import local_device
-from xirang_core.specs import WorkerContext
 
 
 @dataclass
@@ -36,7 +34,7 @@ class Hierarchical(GradientSync):
     settings_type = HierarchicalSettings
 
     def prepare(self, model: nn.Module, ctx: WorkerContext) -> None:
-        from xirang_core.plugins import get_registry
+        from xirang import get_registry
 
         if self.world_size != dist.get_world_size():
             raise ConfigError(

@@ -24,9 +24,9 @@ from torch.distributed.algorithms.ddp_comm_hooks.post_localSGD_hook import (
 from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
 from torch.nn.utils import parameters_to_vector
 
+from xirang import ConfigError
+from xirang.specs import WorkerContext
 from xirang_comm.base import CommSettings, GradientSync
-from xirang_core.errors import ConfigError
-from xirang_core.specs import WorkerContext
 
 
 @dataclass

@@ -22,10 +22,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState, powerSGD_hook
 
+from xirang import ConfigError
+from xirang.comm import SerialLane
+from xirang.specs import WorkerContext
 from xirang_comm.base import CommSettings, GradientSync
-from xirang_core.comm.serial import SerialLane
-from xirang_core.errors import ConfigError
-from xirang_core.specs import WorkerContext
 
 #: compress a matrix when (n + m) r < n m: any saving counts (torch's default asks for 2x)
 MIN_COMPRESSION_RATE = 1.0

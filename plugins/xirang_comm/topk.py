@@ -17,8 +17,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from xirang import ConfigError
 from xirang_comm.base import CommSettings, GradientSync
-from xirang_core.errors import ConfigError
 
 
 @dataclass

@@ -7,12 +7,8 @@ import platform
 import shutil
 from typing import TYPE_CHECKING
 
-from xirang_core.devices.calibration import (
-    cached_calibration,
-    measure_matmul_tflops,
-    measure_memory_bandwidth_gbps,
-)
-from xirang_core.specs import Calibration, DeviceInfo, HealthFinding, InterconnectGroup, Topology
+from xirang.devices import cached_calibration, measure_matmul_tflops, measure_memory_bandwidth_gbps
+from xirang.specs import Calibration, DeviceInfo, HealthFinding, InterconnectGroup, Topology
 
 if TYPE_CHECKING:  # torch is imported by the methods that use it: `xirang plugins` asks
     import torch  # present() of every device backend and must not wait for torch

@@ -6,12 +6,16 @@ import dataclasses
 import re
 from pathlib import Path
 
-from xirang_core.devices import compat as shared
-from xirang_core.devices.accelerator import AcceleratorBackend
-from xirang_core.devices.reading import NodeReading, bus_key
-from xirang_core.devices.tools import import_optional, kernel_log
-from xirang_core.devices.visible import VENDOR_INDEX
-from xirang_core.specs import DeviceInfo, HealthFinding, Topology
+from xirang.devices import (
+    VENDOR_INDEX,
+    AcceleratorBackend,
+    NodeReading,
+    bus_key,
+    import_optional,
+    kernel_log,
+)
+from xirang.devices import compat as shared
+from xirang.specs import DeviceInfo, HealthFinding, Topology
 from xirang_cuda import compat, fabric, nvml, smi, topo, xid
 
 #: the minor number in the driver's ``/proc/driver/nvidia/gpus/<bus>/information``

@@ -13,11 +13,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xirang_core.devices.compat import TorchBuild, blocker, caveat, short, version_tuple
-from xirang_core.devices.health import DRAIN, WARN
-from xirang_core.devices.reading import NodeReading
-from xirang_core.devices.visible import VisibleDevices, everything
-from xirang_core.specs import HealthFinding
+from xirang.devices import (
+    DRAIN,
+    WARN,
+    NodeReading,
+    TorchBuild,
+    VisibleDevices,
+    blocker,
+    caveat,
+    everything,
+    short,
+    version_tuple,
+)
+from xirang.specs import HealthFinding
 
 #: minimum Linux driver per CUDA major version (CUDA compatibility guide, table 2)
 MIN_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}

@@ -12,9 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from xirang_core.devices.health import DRAIN, WARN
-from xirang_core.devices.reading import bus_key
-from xirang_core.specs import HealthFinding
+from xirang.devices import DRAIN, WARN, bus_key
+from xirang.specs import HealthFinding
 
 COMMAND = ("nvidia-smi", "-q")
 _GPU = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s*$")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from xirang_core.devices.reading import DeviceReading, NodeReading
+from xirang.devices import DeviceReading, NodeReading
 from xirang_cuda.smi import THROTTLE_BITS
 
 

@@ -13,8 +13,15 @@ from __future__ import annotations
 import itertools
 import re
 
-from xirang_core.devices.reading import DeviceReading, NodeReading, bus_key, parse_float, parse_int
-from xirang_core.devices.tools import ToolOutput, ToolRunner
+from xirang.devices import (
+    DeviceReading,
+    NodeReading,
+    ToolOutput,
+    ToolRunner,
+    bus_key,
+    parse_float,
+    parse_int,
+)
 
 _INVENTORY = (
     "index",

@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from xirang_core.devices.linkmatrix import LinkTable, Tier, build_topology, parse_link_table
-from xirang_core.specs import Topology
+from xirang.devices import LinkTable, Tier, build_topology, parse_link_table
+from xirang.specs import Topology
 
 COMMAND = ("nvidia-smi", "topo", "-m")
 TIERS: tuple[Tier, ...] = (

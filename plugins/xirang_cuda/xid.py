@@ -11,9 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from xirang_core.devices.health import DRAIN, WARN
-from xirang_core.devices.reading import bus_key
-from xirang_core.specs import HealthFinding
+from xirang.devices import DRAIN, WARN, bus_key
+from xirang.specs import HealthFinding
 
 #: codes that mean the GPU (or its memory or links) is faulty until reset or repaired
 DRAIN_XIDS: Mapping[int, str] = {

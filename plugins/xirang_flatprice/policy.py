@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from xirang_core.errors import ConfigError
-from xirang_core.specs import CostQuote
+from xirang import ConfigError
+from xirang.specs import CostQuote
 
 
 @dataclass

@@ -10,8 +10,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from xirang_core.train.init import init_parameters
-from xirang_core.train.sample import sample
+from xirang.model import init_parameters, sample
 
 #: parameters of the residual projections, drawn with GPT-2's depth-scaled deviation
 RESIDUAL_PROJECTIONS = ("proj.weight", "down.weight")

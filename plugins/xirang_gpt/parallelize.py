@@ -11,8 +11,7 @@ from typing import Any
 
 from torch import nn
 
-from xirang_core.parallel.layers import keep_stage_layers, parallelize_blocks
-from xirang_core.parallel.plan import ModelShape
+from xirang.model import ModelShape, keep_stage_layers, parallelize_blocks
 
 
 class GPTParallelize:

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from xirang_core.train.sample import sample
+from xirang.model import sample
 from xirang_hf.source import load_config
 
 #: what transformers reads on a parameter to skip it in ``_init_weights``
@@ -39,7 +39,7 @@ class HFCausalLM(nn.Module):
         self.hf.tie_weights()  # transformers ties inside the init it was told to skip
         self.max_seq_len = int(self.config.max_position_embeddings)
         if torch.empty(()).device.type != "meta":  # on meta, the worker's materialise draws
-            from xirang_core.train.init import init_parameters
+            from xirang.model import init_parameters
 
             init_parameters(self)
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from torch import nn
 
-from xirang_core.errors import ConfigError
-from xirang_core.parallel.plan import ModelShape
+from xirang import ConfigError
+from xirang.model import ModelShape
 
 #: architectures whose decoder layers carry Llama's module names (q/k/v/o_proj, gate/up/down_proj,
 #: input_layernorm, post_attention_layernorm, a final ``norm``)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from xirang_core.errors import ConfigError
+from xirang import ConfigError
 
 
 @dataclass

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from xirang_core.errors import ConfigError
+from xirang import ConfigError
 
 # belt and braces: every call below also passes local_files_only=True
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-from xirang_core.errors import ConfigError, XirangError
-from xirang_core.specs import JobSpec
+from xirang import ConfigError, XirangError
+from xirang.specs import JobSpec
 from xirang_kubernetes.manifests import (
     CONFIG_MOUNT,
     RunManifest,

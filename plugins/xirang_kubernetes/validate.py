@@ -13,7 +13,7 @@ from typing import Any
 
 import jsonschema
 
-from xirang_core.errors import XirangError
+from xirang import XirangError
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 

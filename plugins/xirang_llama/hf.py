@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from xirang_core.errors import ConfigError
+from xirang import ConfigError
 from xirang_llama.model import LLAMA3_SCALING
 
 #: (xirang setting, Hugging Face key) pairs that carry the same value

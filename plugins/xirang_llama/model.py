@@ -18,9 +18,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.nn import functional as F
 
-from xirang_core.data import document_mask
-from xirang_core.train.init import init_parameters
-from xirang_core.train.sample import sample
+from xirang.model import document_mask, init_parameters, sample
 
 
 @dataclass

@@ -10,9 +10,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from xirang_core.errors import ConfigError
-from xirang_core.parallel.layers import keep_stage_layers, parallelize_blocks
-from xirang_core.parallel.plan import ModelShape
+from xirang import ConfigError
+from xirang.model import ModelShape, keep_stage_layers, parallelize_blocks
 
 
 class LlamaParallelize:

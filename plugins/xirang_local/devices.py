@@ -15,9 +15,8 @@ from typing import Any
 
 import yaml
 
-from xirang_core.checkpoint.events import read_events
-from xirang_core.faults.health import drained
-from xirang_core.parallel.plan import workers_problem
+from xirang.launch import read_events, workers_problem
+from xirang.worker import drained
 
 
 @dataclass
@@ -39,7 +38,7 @@ class LocalDevices:
     @classmethod
     def of_run(cls, run_dir: str, registry: Any) -> LocalDevices:
         """The devices of the backend a run directory's config names."""
-        from xirang_core.train.worker import CONFIG_FILE
+        from xirang.worker import CONFIG_FILE
 
         config = yaml.safe_load((Path(run_dir) / CONFIG_FILE).read_text())
         backend = registry.create("device", config["device"])

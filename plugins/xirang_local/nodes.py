@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xirang_core.errors import ConfigError, XirangError
-from xirang_core.specs import JobSpec
-from xirang_core.train import report, resume
+from xirang import ConfigError, XirangError
+from xirang.launch import report, resume
+from xirang.specs import JobSpec
 
 
 class NodeLost(XirangError):

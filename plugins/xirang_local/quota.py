@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from xirang import ConfigError
-from xirang_core.checkpoint.events import record_event
+from xirang.launch import record_event
 
 #: the cgroup v1 CPU controller's mount point
 CPU_CGROUP = Path("/sys/fs/cgroup/cpu")

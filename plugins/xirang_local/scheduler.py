@@ -29,14 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xirang_core.checkpoint.events import read_events, record_event, recovery_note
-from xirang_core.checkpoint.manager import RESTART_ENV
-from xirang_core.errors import ConfigError, XirangError, peer_lost
-from xirang_core.faults.health import DEVICES_ENV
-from xirang_core.parallel.plan import workers_problem
-from xirang_core.plugins import get_registry
-from xirang_core.specs import JobSpec
-from xirang_core.train.interrupt import RunInterrupted
+from xirang import ConfigError, XirangError, get_registry, peer_lost
+from xirang.launch import RunInterrupted, read_events, record_event, recovery_note, workers_problem
+from xirang.specs import JobSpec
+from xirang.worker import DEVICES_ENV, RESTART_ENV
 from xirang_local.devices import Eviction, LocalDevices
 from xirang_local.nodes import NodeLost, Nodes
 from xirang_local.quota import check_quota, in_own_cgroup, join, worker_cgroups

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import fsspec
 
-from xirang_core.storage.tier import FsspecTier
+from xirang.data import FsspecTier
 
 
 @dataclass

@@ -3,7 +3,7 @@ every logged figure per step, and the summary, loss curve and config as artifact
 
 from xirang import conf_folder, hookimpl
 from xirang.specs import TrackerSpec
-from xirang_core.tracking import run_event_hooks
+from xirang.tracking import run_event_hooks
 
 NAME = "mlflow"
 

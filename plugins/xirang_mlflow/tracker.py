@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xirang_core.paths import xirang_home
-from xirang_core.tracking import flatten
+from xirang import xirang_home
+from xirang.tracking import flatten
 
 #: MLflow's limits: parameters per batch call, characters of a parameter's value
 PARAMS_PER_CALL, PARAM_CHARS = 100, 6000
@@ -39,7 +39,7 @@ class MlflowConfig:
         of the message)."""
         from urllib.parse import urlsplit
 
-        from xirang_core.errors import ConfigError
+        from xirang import ConfigError
 
         parts = urlsplit(settings.get("tracking_uri") or "")
         if parts.username or parts.password:

@@ -19,7 +19,7 @@ def xirang_config_search_paths() -> list[str]:
 @hookimpl
 def xirang_should_prune(ctx: Any, step: int, metrics: dict[str, float]) -> bool | None:
     """Report this evaluation's objective to the run's trial; True if its pruner stops it."""
-    from xirang_core.sweep.objective import intermediate
+    from xirang.sweep import intermediate
 
     sweep = ctx.config["sweep"]
     value = intermediate(metrics, sweep["objective"])

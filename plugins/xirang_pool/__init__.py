@@ -2,8 +2,8 @@
 the ``xirang pool`` command. The pool's engine lives in :mod:`xirang_service.pool`."""
 
 from xirang import conf_folder, hookimpl
+from xirang.pool import PoolPolicySpec
 from xirang.specs import CommandSpec, SchedulerSpec
-from xirang_service.pool.policy import PoolPolicySpec
 
 
 @hookimpl

@@ -15,15 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xirang_core.errors import XirangError
-from xirang_core.specs import JobSpec
-from xirang_core.train.interrupt import stop_on
-from xirang_core.train.report import SUMMARY_FILE
+from xirang import XirangError
+from xirang.cost import charge_summary, run_usage
+from xirang.launch import SUMMARY_FILE, stop_on
+from xirang.pool import PoolClient, PoolError
+from xirang.specs import JobSpec
 from xirang_pool.watch import PoolWatch
-from xirang_service.cost.run_cost import charge_summary
-from xirang_service.cost.usage import run_usage
-from xirang_service.pool.client import PoolClient
-from xirang_service.pool.errors import PoolError
 
 
 @dataclass

@@ -17,8 +17,7 @@ import signal
 import threading
 from typing import Any
 
-from xirang_service.pool.client import PoolClient
-from xirang_service.pool.errors import PoolError
+from xirang.pool import PoolClient, PoolError
 
 
 def placement(state: dict[str, Any]) -> tuple[Any, ...]:

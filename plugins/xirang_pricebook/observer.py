@@ -20,9 +20,7 @@ import sys
 import time
 from typing import Any
 
-from xirang_service.cost.energy import MEASURED, PowerSampler, run_watts
-from xirang_service.cost.meter import run_charge
-from xirang_service.cost.store import CostStore
+from xirang.cost import MEASURED, CostStore, PowerSampler, run_charge, run_watts
 
 #: the scheduler whose jobs the pool meters itself
 POOL_SCHEDULER = "pool"
@@ -41,7 +39,7 @@ def sample_power(ctx: Any) -> None:
 
 def _sampler(ctx: Any) -> PowerSampler:
     """A sampler over the run's own device backend (one without a reading samples nothing)."""
-    from xirang_core.plugins import get_registry
+    from xirang import get_registry
 
     config = getattr(ctx, "config", None) or {}
     try:
@@ -82,7 +80,7 @@ def _energy(
     )
     if source != MEASURED or not device_type:
         return watts, None
-    from xirang_core.plugins import get_registry
+    from xirang import get_registry
 
     registry = get_registry()
     # only a policy that prices energy takes ``watts`` (the default flat price has none: a

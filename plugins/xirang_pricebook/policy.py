@@ -11,10 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from xirang_core.specs import CostQuote
-from xirang_service.cost.money import from_micro
-from xirang_service.cost.placement import cheap_start, rank_device_types
-from xirang_service.cost.pricebook import DEFAULT_CLASSES, PriceBook
+from xirang.cost import DEFAULT_CLASSES, PriceBook, cheap_start, from_micro, rank_device_types
+from xirang.specs import CostQuote
 
 
 @dataclass

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from xirang_core.devices.reading import DeviceReading, NodeReading, Sensor
+from xirang.devices import DeviceReading, NodeReading, Sensor
 
 
 def read(amdsmi: Any) -> NodeReading:

@@ -6,15 +6,21 @@ import dataclasses
 import os
 from pathlib import Path
 
-from xirang_core.devices import compat as shared
-from xirang_core.devices import visible
-from xirang_core.devices.accelerator import AcceleratorBackend
-from xirang_core.devices.health import HealthLimits
-from xirang_core.devices.pci import SYSFS_PCI
-from xirang_core.devices.reading import NodeReading, bus_key
-from xirang_core.devices.tools import ToolRunner, import_optional, kernel_log, run_tool
-from xirang_core.devices.visible import VisibleDevices
-from xirang_core.specs import HealthFinding, Topology
+from xirang.devices import (
+    SYSFS_PCI,
+    AcceleratorBackend,
+    HealthLimits,
+    NodeReading,
+    ToolRunner,
+    VisibleDevices,
+    bus_key,
+    import_optional,
+    kernel_log,
+    run_tool,
+    visible,
+)
+from xirang.devices import compat as shared
+from xirang.specs import HealthFinding, Topology
 from xirang_rocm import amdsmi_reader, compat, hwmon, ras, smi, topo
 
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xirang_core.devices.compat import TorchBuild, blocker, caveat, short, version_tuple
-from xirang_core.devices.reading import NodeReading
-from xirang_core.specs import HealthFinding
+from xirang.devices import NodeReading, TorchBuild, blocker, caveat, short, version_tuple
+from xirang.specs import HealthFinding
 
 WHEELS = "https://download.pytorch.org/whl"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xirang_core.devices.reading import Sensor
+from xirang.devices import Sensor
 
 #: the driver's labels as the health rules name the sensors
 NAMES = {"edge": "edge", "junction": "junction", "mem": "memory"}

@@ -10,9 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from xirang_core.devices.health import DRAIN, WARN
-from xirang_core.devices.reading import bus_key
-from xirang_core.specs import HealthFinding
+from xirang.devices import DRAIN, WARN, bus_key
+from xirang.specs import HealthFinding
 
 COMMAND = ("rocm-smi", "--showrasinfo", "all")
 _GPU = re.compile(r"^GPU\[(\d+)\]")

@@ -11,13 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from xirang_core.devices.reading import (
-    DeviceReading,
-    NodeReading,
-    Sensor,
-    parse_float,
-    parse_int,
-)
+from xirang.devices import DeviceReading, NodeReading, Sensor, parse_float, parse_int
 
 QUERY = (
     "rocm-smi",

@@ -6,8 +6,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from xirang_core.errors import ConfigError
-from xirang_core.storage.tier import FsspecTier
+from xirang import ConfigError
+from xirang.data import FsspecTier
 
 RETRY_MODES = ("standard", "adaptive", "legacy")
 #: the variables through which botocore takes an endpoint other than AWS's own

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from datetime import datetime
 
-from xirang_core.errors import XirangError
+from xirang import XirangError
 
 
 class SlurmError(XirangError):

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from xirang_core.paths import xirang_home
+from xirang import xirang_home
 from xirang_slurm import commands
 from xirang_slurm.script import BatchJob, render
 

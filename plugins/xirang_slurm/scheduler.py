@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
-from xirang_core.errors import ConfigError
-from xirang_core.specs import JobSpec
+from xirang import ConfigError
+from xirang.specs import JobSpec
 from xirang_slurm import commands
 from xirang_slurm.executor import TERMINAL
 from xirang_slurm.script import BatchJob, render

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from xirang_core.errors import XirangError
+from xirang import XirangError
 
 STOP_FILE = "slurm-stop-requested"
 
@@ -30,9 +30,8 @@ STOP_FILE = "slurm-stop-requested"
 def resolved(run_dir: str) -> dict[str, Any]:
     """The run's config with its runtime resolved on this node (every start again: a requeued
     job may land on other nodes); rank 0 writes it back into ``RUN_DIR/config.yaml``."""
-    from xirang_core.plugins import get_registry
-    from xirang_core.run import resolve_runtime
-    from xirang_core.train.worker import CONFIG_FILE
+    from xirang import get_registry
+    from xirang.worker import CONFIG_FILE, resolve_runtime
 
     path = Path(run_dir) / CONFIG_FILE
     config = yaml.safe_load(path.read_text())
@@ -62,8 +61,8 @@ def check_world(config: dict[str, Any], world: int) -> None:
     """The job's tasks must be the workers the run's batch arithmetic divided the global batch
     over: a pool that spread a run's devices unevenly over its nodes starts a whole number of
     tasks per node, which can be fewer, and each would train a wrong share of the batch."""
-    from xirang_core.config import run_workers
-    from xirang_core.errors import ConfigError
+    from xirang import ConfigError
+    from xirang.launch import run_workers
 
     workers, named = run_workers(config)
     if world != workers:
@@ -76,9 +75,9 @@ def check_world(config: dict[str, Any], world: int) -> None:
 
 def train(run_dir: str) -> None:
     """One worker of the run; a requested stop leaves :data:`STOP_FILE` and exits 143."""
-    from xirang_core.checkpoint.manager import RESTART_ENV
-    from xirang_core.train import worker
-    from xirang_core.train.interrupt import RunInterrupted
+    from xirang import worker
+    from xirang.launch import RunInterrupted
+    from xirang.worker import RESTART_ENV
 
     os.environ.update(task_env(dict(os.environ)))
     config = resolved(run_dir)

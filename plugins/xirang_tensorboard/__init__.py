@@ -3,7 +3,7 @@ the run directory; ``tensorboard --logdir <run dir>`` shows them (and the profil
 
 from xirang import conf_folder, hookimpl
 from xirang.specs import TrackerSpec
-from xirang_core.tracking import run_event_hooks
+from xirang.tracking import run_event_hooks
 
 NAME = "tensorboard"
 

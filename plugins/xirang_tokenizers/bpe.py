@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from xirang import ConfigError
+from xirang.data import publishing
 from xirang.specs import TextCorpus
-from xirang_core.errors import ConfigError
-from xirang_core.paths import publishing
 from xirang_tokenizers.hf import TOKENIZER_FILE, HFTokenizer, read_backend, write_config
 
 EOS = "<|endoftext|>"

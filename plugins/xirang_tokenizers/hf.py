@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from xirang import ConfigError, DataError
 from xirang.specs import TextCorpus
-from xirang_core.errors import ConfigError, DataError
 
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"

@@ -8,7 +8,7 @@ from typing import Any
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as TorchDDP
 
-from xirang_core.train.compile import compile_model
+from xirang.parallel import compile_model
 
 
 @dataclass

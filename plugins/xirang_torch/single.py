@@ -6,7 +6,7 @@ from typing import Any
 
 from torch import nn
 
-from xirang_core.train.compile import compile_model
+from xirang.parallel import compile_model
 
 
 class SingleProcess:

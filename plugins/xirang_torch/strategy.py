@@ -13,9 +13,7 @@ from typing import Any
 
 from torch import nn
 
-from xirang_core.parallel.plan import ParallelPlan, check_plan, resolve_degrees
-from xirang_core.train.compile import compile_model
-from xirang_core.train.precision import fsdp_policy
+from xirang.parallel import ParallelPlan, check_plan, compile_model, fsdp_policy, resolve_degrees
 from xirang_torch import recompute, sharding
 from xirang_torch.mesh import build_mesh, coordinate, degree
 
@@ -55,7 +53,7 @@ class MeshStrategy:
         return build_mesh(ctx.device.type, plan.dp, plan.tp, plan.pp)
 
     def wrap(self, model: nn.Module, ctx: Any) -> nn.Module:
-        from xirang_core.plugins import get_registry
+        from xirang import get_registry
 
         trainer = ctx.config["trainer"]
         plan = self.plan(ctx.world_size, trainer["micro_batch"])
@@ -118,7 +116,7 @@ def _shards(plan: ParallelPlan) -> bool:
 
 
 def _parallelize(spec: Any) -> Any:
-    from xirang_core.errors import ConfigError
+    from xirang import ConfigError
 
     target = getattr(spec, "parallelize", "")
     if not target:

@@ -3,7 +3,7 @@ and the summary; offline files in the run directory unless the user has logged i
 
 from xirang import conf_folder, hookimpl
 from xirang.specs import TrackerSpec
-from xirang_core.tracking import run_event_hooks
+from xirang.tracking import run_event_hooks
 
 NAME = "wandb"
 

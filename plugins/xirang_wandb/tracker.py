@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from xirang_core.tracking import flatten
+from xirang.tracking import flatten
 
 MODES = ("auto", "offline", "online", "disabled")
 
@@ -33,7 +33,7 @@ class WandbConfig:
     def resolve(settings: dict[str, Any]) -> dict[str, Any]:
         """Checked when the config is composed, before any worker starts."""
         if settings["mode"] not in MODES:
-            from xirang_core.errors import ConfigError
+            from xirang import ConfigError
 
             raise ConfigError(
                 f"tracker.wandb.mode={settings['mode']!r}: not one of {', '.join(MODES)}"

@@ -9,8 +9,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from xirang_core.train.init import init_parameters
-from xirang_core.train.sample import sample
+from xirang.model import init_parameters, sample
 
 
 @dataclass

@@ -21,11 +21,10 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from xirang_service.pool.policy import Policy
+from xirang.pool import Policy
 
 if TYPE_CHECKING:
-    from xirang_service.pool.jobs import Job
-    from xirang_service.pool.policy import PoolView
+    from xirang.pool import Job, PoolView
 
 
 @dataclass(frozen=True)

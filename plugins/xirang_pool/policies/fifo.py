@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from xirang_service.pool.policy import Policy
+from xirang.pool import Policy
 
 
 class Fifo(Policy):

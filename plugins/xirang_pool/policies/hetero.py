@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, ClassVar
 from xirang_pool.policies.priority import PriorityQuota
 
 if TYPE_CHECKING:
-    from xirang_service.pool.cards import Throughputs
-    from xirang_service.pool.policy import PoolView
+    from xirang.pool import PoolView, Throughputs
 
 
 class HeteroAware(PriorityQuota):

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from xirang_service.pool.policy import Policy
+from xirang.pool import Policy
 
 if TYPE_CHECKING:
-    from xirang_service.pool.jobs import Job
-    from xirang_service.pool.policy import PoolView
+    from xirang.pool import Job, PoolView
 
 
 class PriorityQuota(Policy):

@@ -1,0 +1,28 @@
+"""What a scheduler plugin uses to start a run's workers and follow them, on the launching
+side: the recovery events log, the worker count a config needs and why it may not fit, the
+interrupt a stop request raises, and the run-summary and resume modules.
+
+``report`` and ``resume`` are the kernel modules themselves. The names in ``__all__`` are the
+stable surface for scheduler plugins. Importing this module does not import torch; the worker
+side is :mod:`xirang.worker`.
+"""
+
+from xirang_core.checkpoint.events import read_events, record_event, recovery_note
+from xirang_core.config import run_workers
+from xirang_core.parallel.plan import workers_problem
+from xirang_core.train import report, resume
+from xirang_core.train.interrupt import RunInterrupted, stop_on
+from xirang_core.train.report import SUMMARY_FILE
+
+__all__ = [
+    "SUMMARY_FILE",
+    "RunInterrupted",
+    "read_events",
+    "record_event",
+    "recovery_note",
+    "report",
+    "resume",
+    "run_workers",
+    "stop_on",
+    "workers_problem",
+]

@@ -1,0 +1,21 @@
+"""What a model family's module uses: parameter init, sampling, document masks, block
+parallelisation helpers and the model shape the planner reads.
+
+The names in ``__all__`` are the stable surface for model plugins (see "Writing a model family"
+in CONTRIBUTING.md). Importing this module imports torch.
+"""
+
+from xirang_core.data import document_mask
+from xirang_core.parallel.layers import keep_stage_layers, parallelize_blocks
+from xirang_core.parallel.plan import ModelShape
+from xirang_core.train.init import init_parameters
+from xirang_core.train.sample import sample
+
+__all__ = [
+    "ModelShape",
+    "document_mask",
+    "init_parameters",
+    "keep_stage_layers",
+    "parallelize_blocks",
+    "sample",
+]

@@ -1,0 +1,21 @@
+"""What a parallel strategy plugin uses: the plan it is given, the checks and degree
+resolution of a plan, and the compile, mixed-precision and optimizer helpers every strategy
+shares.
+
+The names in ``__all__`` are the stable surface for strategy plugins. Importing this module
+imports torch.
+"""
+
+from xirang_core.parallel.plan import ParallelPlan, check_plan, resolve_degrees
+from xirang_core.train.compile import compile_model
+from xirang_core.train.optim import build_optimizer
+from xirang_core.train.precision import fsdp_policy
+
+__all__ = [
+    "ParallelPlan",
+    "build_optimizer",
+    "check_plan",
+    "compile_model",
+    "fsdp_policy",
+    "resolve_degrees",
+]

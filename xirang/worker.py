@@ -1,0 +1,22 @@
+"""The worker side of a run, for scheduler plugins that start workers themselves: the worker's
+entry point (``main(run_dir, config)``), the config file it reads, the variables a scheduler
+sets for it (restart count, placed devices), device health, and the runtime a node resolves.
+
+The names in ``__all__`` are the stable surface for scheduler plugins. Importing this module
+imports torch; the launching side is :mod:`xirang.launch`.
+"""
+
+from xirang_core.checkpoint.manager import RESTART_ENV
+from xirang_core.faults.health import DEVICES_ENV, drained, local_device
+from xirang_core.run import resolve_runtime
+from xirang_core.train.worker import CONFIG_FILE, main
+
+__all__ = [
+    "CONFIG_FILE",
+    "DEVICES_ENV",
+    "RESTART_ENV",
+    "drained",
+    "local_device",
+    "main",
+    "resolve_runtime",
+]
