@@ -16,11 +16,11 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
 from xirang_core.errors import ConfigError
-from xirang_core.parallel.cluster import Cluster, load_cluster, local_cluster
+from xirang_core.parallel.cluster import Cluster, cluster_names, load_cluster, local_cluster
 from xirang_core.parallel.plan import ModelShape
 from xirang_core.parallel.planner import Candidate, Ranking, rank_plans
 from xirang_core.terminal import help_text
@@ -47,9 +47,12 @@ def main(argv: list[str]) -> int:
     global_batch = int(kv.get("global_batch", config["trainer"]["global_batch"]))
     devices = int(kv["devices"]) if "devices" in kv else None
     cluster = cluster_from(kv, devices)
+    if not cluster.shared and "seq" not in kv:
+        shape = at_model_context(config, shape)
     host = runtime = None
     explicit_shape = bool((SHAPE_KEYS - {"seq", "params"}) & set(kv))
     if cluster.shared and not explicit_shape:
+        check_probe_fits(kv.get("model", ""), shape, cluster)
         from xirang_core.parallel.calibrate import measure_host
         from xirang_core.parallel.plan import MICRO_BATCHES
         from xirang_core.parallel.runtime import cached_runtime
@@ -67,6 +70,38 @@ def main(argv: list[str]) -> int:
     else:
         _print(report)
     return 0
+
+
+#: the share of a worker's memory the host measurement may take (the rest: runtime, allocator)
+PROBE_SHARE = 0.8
+
+
+def probe_bytes(shape: ModelShape) -> int:
+    """Memory one worker's host measurement takes: the model with one layer and without any
+    (embeddings and head twice), each parameter with its gradient, in fp32."""
+    rest = shape.params - shape.layers * shape.layer_size()
+    return 2 * shape.dtype_bytes * (2 * rest + 2 * shape.layer_size())
+
+
+def check_probe_fits(model: str, shape: ModelShape, cluster: Cluster) -> None:
+    """A model too large to measure on this host is refused before any worker starts (eight
+    workers measuring llama3_8b were killed by the host's OOM killer), naming what would do."""
+    need, have = probe_bytes(shape), cluster.memory_gb * 2**30 * PROBE_SHARE
+    if need > have:
+        clusters = ", ".join(cluster_names())
+        raise ConfigError(
+            f"model={model}: measuring it on this host takes about {need / 2**30:.1f} GiB per "
+            f"worker, and each of the {cluster.devices} worker(s) here has "
+            f"{cluster.memory_gb:.1f} GiB; plan it for the hardware it will train on instead, "
+            f"e.g. xirang plan model={model} cluster=dgx_h100 (clusters: {clusters})"
+        )
+
+
+def at_model_context(config: dict[str, Any], shape: ModelShape) -> ModelShape:
+    """Planned for a cluster, a model trains at its own context length (llama3_8b: 8192), not at
+    the 128 tokens of a run on this host; ``seq=N`` plans another."""
+    context = int(config["model"].get("max_seq_len") or 0)
+    return replace(shape, seq_len=context) if context > shape.seq_len else shape
 
 
 def parse_settings(items: list[str]) -> dict[str, str]:
