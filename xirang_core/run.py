@@ -21,6 +21,7 @@ from xirang_core.config import AUTO, PRECISIONS, compose, validate
 from xirang_core.data.tokenizer import resolve_tokenizer
 from xirang_core.data.training import resolve_dataset
 from xirang_core.devices.choice import collective_for, pick_device
+from xirang_core.devices.cores import available_cores, default_threads
 from xirang_core.errors import ConfigError
 from xirang_core.parallel.resolve import resolve_parallel
 from xirang_core.plugins import Registry, get_registry
@@ -146,7 +147,7 @@ def resolve_runtime(config: dict[str, Any], registry: Registry) -> dict[str, Any
         )
     collective = collective_for(config, registry, backend)
     registry.create("cost", config["cost"]).quote(backend.type, 1, 0.0)  # can it price us?
-    threads = config["trainer"]["threads"] or max(1, (os.cpu_count() or 1) // nproc)
+    threads = config["trainer"]["threads"] or default_threads(nproc)
     with _torch_threads(threads):
         calibration = backend.calibrate()
         resolve_parallel(config, registry)  # parallel=auto -> a plan; a bad plan stops here
@@ -162,7 +163,7 @@ def resolve_runtime(config: dict[str, Any], registry: Registry) -> dict[str, Any
         "peak_flops_per_worker": calibration.peak_flops(
             compute_dtype(config["trainer"]["precision"], backend.type, calibration)
         ),
-        "concurrent_workers": concurrent_workers(nproc, threads, os.cpu_count() or 1, shareable),
+        "concurrent_workers": concurrent_workers(nproc, threads, available_cores(), shareable),
     }
 
 

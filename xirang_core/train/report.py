@@ -107,6 +107,15 @@ def _validation(summary: dict[str, Any]) -> str:
     return text
 
 
+def _threads(summary: dict[str, Any]) -> str:
+    """Threads per worker, the cores the run had and the host's load: a slow run on a busy
+    host shows why."""
+    return (
+        f"{summary['threads']} per worker on {summary['cores']} cores; host load "
+        f"{summary['host_load_start']:.2f} at the start, {summary['host_load_end']:.2f} at the end"
+    )
+
+
 def print_summary(summary: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -138,6 +147,8 @@ def print_summary(summary: dict[str, Any]) -> None:
             f"{summary['device']}",
         ),
     ]
+    if "threads" in summary:
+        rows.append(("threads", _threads(summary)))
     if summary.get("compile_s"):
         rows.append(
             (
