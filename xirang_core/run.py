@@ -28,7 +28,7 @@ from xirang_core.plugins import Registry, get_registry
 from xirang_core.specs import DeviceBackend, JobSpec
 from xirang_core.sweep.prune import join_trial
 from xirang_core.train import report, resume, torchrun, worker
-from xirang_core.train.peak import concurrent_workers
+from xirang_core.train.peak import concurrent_workers, device_peak
 from xirang_core.train.profile import print_top_operators
 
 log = logging.getLogger("xirang.devices")
@@ -155,14 +155,16 @@ def resolve_runtime(config: dict[str, Any], registry: Registry) -> dict[str, Any
     slow = slower_precision(config["trainer"]["precision"], calibration.matmul_tflops)
     if slow:
         log.warning("device=%s: %s", backend.type, slow)
+    dtype = compute_dtype(config["trainer"]["precision"], backend.type, calibration)
+    peak = device_peak(calibration, dtype, inventory[0].model, accelerator=not shareable)
     return {
         "device_type": backend.type,
         "device_model": inventory[0].model,
         "devices": min(nproc, len(inventory)),
         "collective_backend": collective,
-        "peak_flops_per_worker": calibration.peak_flops(
-            compute_dtype(config["trainer"]["precision"], backend.type, calibration)
-        ),
+        "peak_flops_per_worker": peak.flops,
+        "peak_source": peak.source,  # a datasheet, or the best measurement and its load
+        "peak_dtype": dtype,
         "concurrent_workers": concurrent_workers(nproc, threads, available_cores(), shareable),
     }
 

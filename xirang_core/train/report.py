@@ -116,6 +116,11 @@ def _threads(summary: dict[str, Any]) -> str:
     )
 
 
+def _peak_kind(summary: dict[str, Any]) -> str:
+    """The word for the peak: datasheet (an accelerator's), else calibrated (measured)."""
+    return "datasheet" if "datasheet" in summary.get("peak_source", "") else "calibrated"
+
+
 def print_summary(summary: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -138,8 +143,9 @@ def print_summary(summary: dict[str, Any]) -> None:
         ("tokens/s", f"{summary['tokens_per_s']:,.0f}"),
         (
             "MFU",
-            f"{summary['mfu'] * 100:.1f}% of {summary['peak_tflops']:.3f} TFLOP/s calibrated"
-            f" ({summary.get('precision', 'fp32')})",
+            f"{summary['mfu'] * 100:.1f}% of {summary['peak_tflops']:.3f} TFLOP/s "
+            f"{_peak_kind(summary)} ({summary.get('precision', 'fp32')})"
+            + (f"; {summary['mfu_note']}" if summary.get("mfu_note") else ""),
         ),
         (
             "wall time",

@@ -45,7 +45,7 @@ from xirang_core.train.init import materialize
 from xirang_core.train.interrupt import StopAtStepEnd, stop_on
 from xirang_core.train.loop import LoopSettings, Trainer, evaluate
 from xirang_core.train.optim import build_optimizer, build_schedule
-from xirang_core.train.peak import run_peak_flops
+from xirang_core.train.peak import MfuFigure, Peak, device_peak, run_peak_flops, trusted_mfu
 from xirang_core.train.pretrained import load_pretrained
 from xirang_core.train.segments import SegmentLog, WholeRun
 
@@ -413,7 +413,9 @@ def summarize(
     tokens = last["tokens"]
     per_step = tokens / max(last["step"], 1)
     tokens_per_s = whole.tokens_per_s(per_step)
-    peak = parts.settings.peak_flops
+    checked = checked_mfu(config, whole.mfu(per_step, parts.settings.flops_per_token), registry)
+    peak = parts.settings.peak_flops * checked.peak_flops_per_worker
+    peak /= runtime["peak_flops_per_worker"] or 1.0
     policy = registry.create("cost", config["cost"])
     quote = whole.cost(lambda s: policy.quote(runtime["device_type"], runtime["devices"], s))
     wall = whole.wall_s
@@ -435,8 +437,10 @@ def summarize(
         "bytes_per_token": round(parts.settings.bytes_per_token, 5),
         "loss_drop_pct": round(100 * (1 - last["loss"] / first["loss"]), 2),
         "tokens_per_s": round(tokens_per_s, 1),
-        "mfu": round(whole.mfu(per_step, parts.settings.flops_per_token), 5),
+        "mfu": round(checked.mfu, 5),
         "peak_tflops": round(peak / 1e12, 4),
+        "peak_source": checked.source,
+        **({"mfu_note": checked.note} if checked.note else {}),
         "wall_time_s": round(wall, 3),
         "restarts": whole.restarts,
         **figures,
@@ -456,6 +460,21 @@ def summarize(
         ),
         **comm_report(parts, last["step"]),
     }
+
+
+def checked_mfu(config: dict[str, Any], mfu: float, registry: Registry) -> MfuFigure:
+    """The run's MFU against a peak it did not beat (:func:`trusted_mfu`): the device's peak
+    measured again, in this worker with its threads, when it did."""
+    runtime = config["runtime"]
+
+    def remeasure() -> Peak:
+        backend = registry.create("device", config["device"])
+        calibration = backend.calibrate(refresh=True)
+        accelerator = not getattr(backend, "shareable", False)
+        dtype = runtime.get("peak_dtype", "float32")
+        return device_peak(calibration, dtype, runtime["device_model"], accelerator)
+
+    return trusted_mfu(mfu, runtime, remeasure)
 
 
 def comm_report(parts: Assembly, steps: int) -> dict[str, Any]:
