@@ -15,7 +15,7 @@ import pytest
 from xirang_cpu.backend import calibration_key
 
 from tests.conftest import ONE_LAYER_GPT, run_dirs
-from xirang_core.devices.calibration import cache_path, cached_calibration
+from xirang_core.devices.calibration import BUSY_TRIES, cache_path, cached_calibration
 from xirang_core.devices.cores import default_threads
 from xirang_core.specs import Calibration
 from xirang_core.train.peak import Peak, device_peak, trusted_mfu
@@ -64,6 +64,14 @@ def test_a_peak_measured_under_load_is_measured_again_until_quiet() -> None:
     assert measure.taken == 2
     assert read("store-load").matmul_tflops["float32"] == 0.2  # quiet now: kept, not measured
     assert measure.taken == 2
+
+
+def test_a_host_that_is_never_quiet_stops_measuring_after_a_few_tries() -> None:
+    measure = Measurements(*[0.1 * n for n in range(1, 8)])
+    for _ in range(7):
+        best = cached_calibration("store-busy", measure, False, 1, lambda: 50.0)
+    assert measure.taken == BUSY_TRIES
+    assert best.matmul_tflops == {"float32": 0.1 * BUSY_TRIES}
 
 
 def test_a_store_of_the_older_form_is_measured_again_and_its_figure_kept() -> None:
