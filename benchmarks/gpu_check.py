@@ -42,28 +42,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: dense bf16 tensor TFLOP/s and memory GB/s from the vendors' datasheets, by a part of the
-#: device's name; the first match wins, so a name that contains another comes before it
-DATASHEET: tuple[tuple[str, float, float], ...] = (
-    ("GH200", 989.0, 4000.0),
-    ("H200 NVL", 835.0, 4800.0),
-    ("H200", 989.0, 4800.0),
-    ("H100 NVL", 835.0, 3900.0),
-    ("H100 PCIe", 756.0, 2000.0),
-    ("H100", 989.0, 3350.0),
-    ("B200", 2250.0, 8000.0),
-    ("A100-SXM4-80GB", 312.0, 2039.0),
-    ("A100 80GB PCIe", 312.0, 1935.0),
-    ("A100", 312.0, 1555.0),
-    ("L40S", 362.0, 864.0),
-    ("L40", 181.0, 864.0),
-    ("L4", 121.0, 300.0),
-    ("RTX 6000 Ada", 364.0, 960.0),
-    ("RTX 4090", 165.0, 1008.0),
-    ("A10", 125.0, 600.0),
-    ("A40", 150.0, 696.0),
-)
-
 #: the parts that need a GPU, in the order they run: the headline figures first, so slower
 #: parts cannot starve them of the time budget
 GPU_PARTS = ("calibration", "mfu", "checkpoint", "default_run", "ddp", "fsdp", "colossalai")
@@ -326,11 +304,11 @@ def device_name() -> str:
 
 
 def datasheet(model: str) -> tuple[float, float] | None:
-    """(dense bf16 TFLOP/s, memory GB/s) of the device named ``model``, if the table has it."""
-    for part, tflops, gbps in DATASHEET:
-        if part.lower() in model.lower():
-            return tflops, gbps
-    return None
+    """(dense bf16 TFLOP/s, memory GB/s) of the device named ``model``, if xirang's table has
+    it (imported here: the check runs before the wheels it installs are importable)."""
+    from xirang_core.devices.datasheet import datasheet as sheet
+
+    return sheet(model)
 
 
 def calibration() -> dict[str, Any]:

@@ -16,6 +16,7 @@ import sys
 import textwrap
 from typing import Any
 
+from xirang_core.devices.cores import omp_defaults
 from xirang_core.errors import XirangError
 from xirang_core.terminal import help_text, report_error
 
@@ -31,6 +32,7 @@ def main(argv: list[str] | None = None, bare_trains: bool = False) -> int:
     """The ``xirang`` command; ``python -m xirang`` passes ``bare_trains`` (a bare ``xirang``
     typed to see what it does lists the commands rather than starting a 300-step run)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    omp_defaults(os.environ)  # before anything loads torch: its OpenMP reads them once
     try:
         if args == ["--commands"] or (not args and not bare_trains):
             if not args:

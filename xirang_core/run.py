@@ -21,13 +21,14 @@ from xirang_core.config import AUTO, PRECISIONS, compose, validate
 from xirang_core.data.tokenizer import resolve_tokenizer
 from xirang_core.data.training import resolve_dataset
 from xirang_core.devices.choice import collective_for, pick_device
+from xirang_core.devices.cores import available_cores, default_threads
 from xirang_core.errors import ConfigError
 from xirang_core.parallel.resolve import resolve_parallel
 from xirang_core.plugins import Registry, get_registry
 from xirang_core.specs import DeviceBackend, JobSpec
 from xirang_core.sweep.prune import join_trial
 from xirang_core.train import report, resume, torchrun, worker
-from xirang_core.train.peak import concurrent_workers
+from xirang_core.train.peak import concurrent_workers, device_peak
 from xirang_core.train.profile import print_top_operators
 
 log = logging.getLogger("xirang.devices")
@@ -146,7 +147,7 @@ def resolve_runtime(config: dict[str, Any], registry: Registry) -> dict[str, Any
         )
     collective = collective_for(config, registry, backend)
     registry.create("cost", config["cost"]).quote(backend.type, 1, 0.0)  # can it price us?
-    threads = config["trainer"]["threads"] or max(1, (os.cpu_count() or 1) // nproc)
+    threads = config["trainer"]["threads"] or default_threads(nproc)
     with _torch_threads(threads):
         calibration = backend.calibrate()
         resolve_parallel(config, registry)  # parallel=auto -> a plan; a bad plan stops here
@@ -154,15 +155,17 @@ def resolve_runtime(config: dict[str, Any], registry: Registry) -> dict[str, Any
     slow = slower_precision(config["trainer"]["precision"], calibration.matmul_tflops)
     if slow:
         log.warning("device=%s: %s", backend.type, slow)
+    dtype = compute_dtype(config["trainer"]["precision"], backend.type, calibration)
+    peak = device_peak(calibration, dtype, inventory[0].model, accelerator=not shareable)
     return {
         "device_type": backend.type,
         "device_model": inventory[0].model,
         "devices": min(nproc, len(inventory)),
         "collective_backend": collective,
-        "peak_flops_per_worker": calibration.peak_flops(
-            compute_dtype(config["trainer"]["precision"], backend.type, calibration)
-        ),
-        "concurrent_workers": concurrent_workers(nproc, threads, os.cpu_count() or 1, shareable),
+        "peak_flops_per_worker": peak.flops,
+        "peak_source": peak.source,  # a datasheet, or the best measurement and its load
+        "peak_dtype": dtype,
+        "concurrent_workers": concurrent_workers(nproc, threads, available_cores(), shareable),
     }
 
 

@@ -293,6 +293,8 @@ class Calibration:
     link_bandwidth_gbps: float | None = None
     measured_at: str = ""
     key: str = ""
+    #: the host's load average when each dtype's matmul figure (the best kept) was measured
+    measured_load: Mapping[str, float] = field(default_factory=dict)
 
     def peak_flops(self, dtype: str = "float32") -> float:
         """Measured FLOP/s for ``dtype``; falls back to the best dtype measured."""

@@ -76,7 +76,9 @@ class CpuBackend:
         import torch
 
         threads = torch.get_num_threads()
-        return cached_calibration(calibration_key(threads), lambda: self._measure(threads), refresh)
+        return cached_calibration(
+            calibration_key(threads), lambda: self._measure(threads), refresh, cores=threads
+        )
 
     def _measure(self, threads: int) -> Calibration:
         import torch

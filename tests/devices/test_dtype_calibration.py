@@ -53,7 +53,9 @@ def test_a_cached_figure_is_not_read_on_a_cpu_with_other_matmul_instructions(
     assert "amx_bf16" in amx.key and "amx" not in ice_lake.key and "avx512f" in ice_lake.key
     assert "sse4_2" not in ice_lake.key  # flags that do not change matmul speed stay out
     assert len(list((tmp_path / "calibration").glob("cpu-*.json"))) == 2
-    assert CpuBackend().calibrate() == ice_lake  # the same CPU again reads its own entry
+    again = CpuBackend().calibrate()  # the same CPU again reads its own entry (the best kept)
+    assert again.key == ice_lake.key
+    assert all(again.matmul_tflops[d] >= v for d, v in ice_lake.matmul_tflops.items())
 
 
 def test_native_bf16_is_read_from_the_instruction_set(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -126,9 +126,11 @@ def test_bf16_ends_within_2_percent_of_fp32_and_saves_fp32_weights(
     # MFU is against the calibrated bf16 peak, fp32's against fp32's
     threads = os.cpu_count()  # one worker takes every core
     (cached,) = (Path(os.environ["XIRANG_HOME"]) / "calibration").glob(f"cpu-*-{threads}threads-*")
-    peaks = json.loads(cached.read_text())["matmul_tflops"]
+    peaks = json.loads(cached.read_text())["best"]["matmul_tflops"]
     assert bf16["peak_tflops"] == round(peaks["bfloat16"], 4)
-    assert fp32["peak_tflops"] == round(peaks["float32"], 4)
+    # the best figure is kept: a measurement after the fp32 run's start may have beaten it
+    assert fp32["peak_tflops"] <= round(peaks["float32"], 4)
+    assert fp32["peak_source"].startswith("float32 measured")
 
 
 @pytest.mark.slow

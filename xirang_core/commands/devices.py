@@ -7,6 +7,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+from xirang_core.devices.datasheet import datasheet
 from xirang_core.plugins import get_registry
 from xirang_core.terminal import help_text
 
@@ -103,10 +104,21 @@ def _print(report: list[dict[str, Any]]) -> None:
 
 
 def _print_calibration(console: Any, cal: dict[str, Any]) -> None:
-    flops = ", ".join(f"{k} {v:.3f} TFLOP/s" for k, v in cal["matmul_tflops"].items())
+    """The best figures kept, each with the host's load when it was measured (a figure taken
+    under load is below the device's peak, and is measured again until one was quiet)."""
+    loads = cal.get("measured_load") or {}
+    flops = ", ".join(
+        f"{k} {v:.3f} TFLOP/s" + (f" at load {loads[k]:.2f}" if k in loads else "")
+        for k, v in cal["matmul_tflops"].items()
+    )
     link = cal.get("link_bandwidth_gbps")
     between = f"; device-to-device {link} GB/s" if link else ""
     console.print(
-        f"  calibration: {flops}; memory {cal['memory_bandwidth_gbps']} GB/s{between} "
-        f"(measured {cal['measured_at']})"
+        f"  peak (best measured): {flops}; memory {cal['memory_bandwidth_gbps']} GB/s{between} "
+        f"(last measured {cal['measured_at']})"
     )
+    sheet = datasheet(cal["device_model"])
+    if sheet:
+        console.print(
+            f"  datasheet peak: bfloat16 {sheet[0]:g} TFLOP/s (dense), what MFU is reported against"
+        )

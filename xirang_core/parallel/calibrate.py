@@ -23,13 +23,13 @@ best is the figure that load disturbs least.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from xirang_core.comm.cost_model import Link, fit_link
+from xirang_core.devices.cores import available_cores
 from xirang_core.parallel.ondevice import RunDevice
 from xirang_core.parallel.together import time_together
 from xirang_core.parallel.wrappers import GROUP, WrapperCosts, derive, measure_wrappers
@@ -121,12 +121,6 @@ def compute_slots(world: int, alone_s: float, together_s: float, cores: int) -> 
     return min(float(min(world, cores)), max(1.0, world * alone_s / together_s))
 
 
-def _usable_cores() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 def measure_host(config: dict[str, Any], world: int, micro_batches: list[int]) -> HostProfile:
     """Measure in ``world`` fresh workers (see the module docstring), each on its device of
     the run's device type, over the run's collective backend."""
@@ -137,7 +131,7 @@ def measure_host(config: dict[str, Any], world: int, micro_batches: list[int]) -
     mbs = sorted(set(micro_batches))
     ranks = run_group(_probe, world, config, mbs, where, backend=where.collective)
     main = ranks[0]
-    slots = compute_slots(world, main["alone_s"], main["together_s"], _usable_cores())
+    slots = compute_slots(world, main["alone_s"], main["together_s"], available_cores())
     profile = HostProfile(
         world=world,
         slots=slots,

@@ -107,6 +107,20 @@ def _validation(summary: dict[str, Any]) -> str:
     return text
 
 
+def _threads(summary: dict[str, Any]) -> str:
+    """Threads per worker, the cores the run had and the host's load: a slow run on a busy
+    host shows why."""
+    return (
+        f"{summary['threads']} per worker on {summary['cores']} cores; host load "
+        f"{summary['host_load_start']:.2f} at the start, {summary['host_load_end']:.2f} at the end"
+    )
+
+
+def _peak_kind(summary: dict[str, Any]) -> str:
+    """The word for the peak: datasheet (an accelerator's), else calibrated (measured)."""
+    return "datasheet" if "datasheet" in summary.get("peak_source", "") else "calibrated"
+
+
 def print_summary(summary: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -129,8 +143,9 @@ def print_summary(summary: dict[str, Any]) -> None:
         ("tokens/s", f"{summary['tokens_per_s']:,.0f}"),
         (
             "MFU",
-            f"{summary['mfu'] * 100:.1f}% of {summary['peak_tflops']:.3f} TFLOP/s calibrated"
-            f" ({summary.get('precision', 'fp32')})",
+            f"{summary['mfu'] * 100:.1f}% of {summary['peak_tflops']:.3f} TFLOP/s "
+            f"{_peak_kind(summary)} ({summary.get('precision', 'fp32')})"
+            + (f"; {summary['mfu_note']}" if summary.get("mfu_note") else ""),
         ),
         (
             "wall time",
@@ -138,6 +153,8 @@ def print_summary(summary: dict[str, Any]) -> None:
             f"{summary['device']}",
         ),
     ]
+    if "threads" in summary:
+        rows.append(("threads", _threads(summary)))
     if summary.get("compile_s"):
         rows.append(
             (

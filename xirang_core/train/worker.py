@@ -7,11 +7,12 @@ directory that the launching process created and filled with ``config.yaml``.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import time
 from collections.abc import MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,13 @@ from xirang_core.data.step_loader import loop_batches
 from xirang_core.data.tokens import TokenBatches
 from xirang_core.data.training import run_batches
 from xirang_core.devices.accelerator import AcceleratorBackend
+from xirang_core.devices.cores import (
+    OMP_DEFAULTS,
+    available_cores,
+    busy_warning,
+    default_threads,
+    host_load,
+)
 from xirang_core.errors import ConfigError, peer_lost
 from xirang_core.faults import RunGuard
 from xirang_core.faults.health import local_device
@@ -37,9 +45,11 @@ from xirang_core.train.init import materialize
 from xirang_core.train.interrupt import StopAtStepEnd, stop_on
 from xirang_core.train.loop import LoopSettings, Trainer, evaluate
 from xirang_core.train.optim import build_optimizer, build_schedule
-from xirang_core.train.peak import run_peak_flops
+from xirang_core.train.peak import MfuFigure, Peak, device_peak, run_peak_flops, trusted_mfu
 from xirang_core.train.pretrained import load_pretrained
 from xirang_core.train.segments import SegmentLog, WholeRun
+
+log = logging.getLogger("xirang.devices")
 
 CONFIG_FILE = "config.yaml"
 #: how long a worker whose collective broke waits before failing (its peer fails first)
@@ -60,6 +70,8 @@ class Assembly:
     comm: Any = None  # the comm option's hooks, when one is installed: they report bytes/overlap
     strategy: Any = None  # the parallel strategy; it may say how its state is checkpointed
     params: int = 0  # the whole model's parameters, counted before a split keeps a stage's
+    #: threads per worker, the cores the run may use here and the host's load at the start
+    host: dict[str, Any] = field(default_factory=dict)
 
 
 def main(run_dir: str, config: dict[str, Any] | None = None) -> None:
@@ -89,9 +101,8 @@ def open_worker(config: dict[str, Any], run_dir: str, registry: Registry) -> Wor
     rank = int(os.environ.get("RANK", 0))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
-    threads = config["trainer"]["threads"]
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))  # this node's workers
-    torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // local_world))
+    torch.set_num_threads(config["trainer"]["threads"] or default_threads(local_world))
     backend = registry.create("device", config["device"])
     torch_type = backend.torch_type if isinstance(backend, AcceleratorBackend) else "cpu"
     allocator_defaults(torch_type, os.environ)  # before the device's first use reads it
@@ -211,6 +222,7 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
         schedule=build_schedule(config.get("schedule")),
     )
     return Assembly(
+        host=host_figures(ctx),
         ctx=ctx,
         model=model,
         wrapped=wrapped,
@@ -223,6 +235,25 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
         strategy=strategy,
         params=params,
     )
+
+
+def host_figures(ctx: WorkerContext) -> dict[str, Any]:
+    """The threads this worker computes with, the cores the run may use on this host, how its
+    OpenMP threads wait and the host's load average now; the main worker warns when other
+    work leaves the run fewer cores than it was given (steps then run slower and vary, which
+    nothing else would explain)."""
+    cores, load = available_cores(), host_load()
+    on_cpu = ctx.device.type == "cpu" and ctx.local_rank == 0
+    problem = busy_warning(load, cores) if on_cpu else None
+    if problem:
+        log.warning("device=cpu: %s", problem)
+    waits = {k: os.environ[k] for k in ("OMP_WAIT_POLICY", *OMP_DEFAULTS) if k in os.environ}
+    return {
+        "threads": torch.get_num_threads(),
+        "cores": cores,
+        "omp_wait": " ".join(f"{k}={v}" for k, v in waits.items()),
+        "host_load_start": load,
+    }
 
 
 def micro_batches(global_batch: int, data_world: int, micro: int) -> int:
@@ -382,7 +413,9 @@ def summarize(
     tokens = last["tokens"]
     per_step = tokens / max(last["step"], 1)
     tokens_per_s = whole.tokens_per_s(per_step)
-    peak = parts.settings.peak_flops
+    checked = checked_mfu(config, whole.mfu(per_step, parts.settings.flops_per_token), registry)
+    peak = parts.settings.peak_flops * checked.peak_flops_per_worker
+    peak /= runtime["peak_flops_per_worker"] or 1.0
     policy = registry.create("cost", config["cost"])
     quote = whole.cost(lambda s: policy.quote(runtime["device_type"], runtime["devices"], s))
     wall = whole.wall_s
@@ -404,8 +437,10 @@ def summarize(
         "bytes_per_token": round(parts.settings.bytes_per_token, 5),
         "loss_drop_pct": round(100 * (1 - last["loss"] / first["loss"]), 2),
         "tokens_per_s": round(tokens_per_s, 1),
-        "mfu": round(whole.mfu(per_step, parts.settings.flops_per_token), 5),
+        "mfu": round(checked.mfu, 5),
         "peak_tflops": round(peak / 1e12, 4),
+        "peak_source": checked.source,
+        **({"mfu_note": checked.note} if checked.note else {}),
         "wall_time_s": round(wall, 3),
         "restarts": whole.restarts,
         **figures,
@@ -414,6 +449,8 @@ def summarize(
         "data_snapshot": config["data"].get("snapshot", ""),
         "data_tokens": parts.train.tokens_seen(last["step"]),  # per source, inputs
         "device": runtime["device_model"],
+        **parts.host,
+        "host_load_end": host_load(),
         **cost_fields(
             tokens,
             first["loss"] - last["loss"],
@@ -423,6 +460,21 @@ def summarize(
         ),
         **comm_report(parts, last["step"]),
     }
+
+
+def checked_mfu(config: dict[str, Any], mfu: float, registry: Registry) -> MfuFigure:
+    """The run's MFU against a peak it did not beat (:func:`trusted_mfu`): the device's peak
+    measured again, in this worker with its threads, when it did."""
+    runtime = config["runtime"]
+
+    def remeasure() -> Peak:
+        backend = registry.create("device", config["device"])
+        calibration = backend.calibrate(refresh=True)
+        accelerator = not getattr(backend, "shareable", False)
+        dtype = runtime.get("peak_dtype", "float32")
+        return device_peak(calibration, dtype, runtime["device_model"], accelerator)
+
+    return trusted_mfu(mfu, runtime, remeasure)
 
 
 def comm_report(parts: Assembly, steps: int) -> dict[str, Any]:
