@@ -100,14 +100,17 @@ class ChunkStore:
     known: set[str] = field(default_factory=set)
 
     def put(
-        self, data: bytes, before_write: Callable[[int], None] | None = None
+        self, data: Any, before_write: Callable[[int], None] | None = None, whole: bool = False
     ) -> tuple[FileRecord, int]:
         """Store ``data``; returns its record and how many bytes were new to the store.
 
-        ``before_write`` (called with the index of each new chunk) lets fault drills fail a save
-        midway; it is None in normal runs."""
-        view = memoryview(data)
-        pieces = [view[i : i + self.chunk_bytes] for i in range(0, len(data), self.chunk_bytes)]
+        ``whole``: one chunk however large, so the chunk is the file itself (a DCP reader then
+        finds it by its name, ``chunks/ab/<digest>``, at offset 0). ``before_write`` (called
+        with the index of each new chunk) lets fault drills fail a save midway; it is None in
+        normal runs."""
+        view = memoryview(data).cast("B")
+        size = max(len(view), 1) if whole else self.chunk_bytes
+        pieces = [view[i : i + size] for i in range(0, len(view), size)]
         with ThreadPoolExecutor(self.threads) as pool:
             digests = list(pool.map(_sha256, pieces))
             checks = list(pool.map(_xxh3, pieces))
@@ -121,7 +124,7 @@ class ChunkStore:
 
             list(pool.map(write, range(len(todo))))
         new = sum(len(pieces[i]) for i, _ in todo)
-        return FileRecord(len(data), digest_of(digests), digests, checks), new
+        return FileRecord(len(view), digest_of(digests), digests, checks), new
 
     def _exists(self, digest: str) -> bool:
         if digest in self.known:
@@ -237,8 +240,8 @@ class ChunkedBytes:
     def __bytes__(self) -> bytes:
         return b"".join(self.pieces)
 
-    def stream(self) -> io.BufferedReader:
-        return io.BufferedReader(_ChunkStream(self), 1 << 20)
+    def stream(self, buffer: int = 1 << 20) -> io.BufferedReader:
+        return io.BufferedReader(_ChunkStream(self), buffer)
 
     def segments(self, offset: int, length: int) -> Iterator[memoryview]:
         """The bytes ``[offset, offset + length)`` as views into the chunks, in order: a

@@ -152,11 +152,10 @@ def cmd_verify(store: CheckpointStore, args: argparse.Namespace) -> int:
 def _check(store: CheckpointStore, manifest: Any) -> None:
     """Every chunk against the manifest, and the checkpoint loadable without a pickle (what
     export and resume will check again before they load it)."""
-    from xirang_core.checkpoint.snapshot import DCP_PREFIX, check_loadable
+    from xirang_core.checkpoint.snapshot import check_loadable, dcp_names
 
     store.verify(manifest)
-    dcp = [n for n in manifest.files if n.startswith(DCP_PREFIX)]
-    check_loadable(store.read_files(manifest, dcp), f"step {manifest.step}")
+    check_loadable(store.read_files(manifest, dcp_names(manifest.files)), f"step {manifest.step}")
 
 
 def cmd_export(store: CheckpointStore, args: argparse.Namespace) -> int:

@@ -2,8 +2,10 @@
 
 Layout under the checkpoint root (a folder or an object-store prefix)::
 
-    chunks/ab/ab12...        content-addressed chunks, shared by every checkpoint
+    chunks/ab/ab12...        content-addressed chunks, shared by every checkpoint; each DCP
+                             item (a tensor's torch.save archive) is one
     step-000000100/
+      .metadata              DCP's metadata (items at ../chunks/...), so torch reads the folder
       manifest.json          the commit marker, written last
       KEEP                   present when the checkpoint is marked to keep
 """
