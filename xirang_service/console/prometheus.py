@@ -1,7 +1,9 @@
 """The Prometheus ``/metrics`` exposition: the console's figures with standard names and labels.
 
-Gauges for capacity, allocation, water level, queue and quota; counters (``_total``) for cost in
-currency units. A project token gets its own project's series only; the operator gets all.
+Gauges for capacity, allocation, water level, queue and quota, and for the console's 30-day cost
+view (``xirang_cost_30d``: it drops as charges age out of the window); counters (``_total``)
+for all-time cost in currency units, which only grow, so ``rate()`` never sees a false reset.
+A project token gets its own project's series only; the operator gets all.
 The text is prometheus_client's own exposition of metric families, collected once per snapshot (a
 custom collector: the figures are read from the pool and cost stores, not kept in-process).
 """
@@ -16,6 +18,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
+from xirang_service.console.auth import OPERATOR
 from xirang_service.console.source import ConsoleSource
 from xirang_service.cost.money import from_micro
 
@@ -108,24 +111,39 @@ def _quota_family(quotas: list[dict[str, Any]]) -> tuple:
 def _cost_families(source: ConsoleSource, who: str) -> list[tuple]:
     amount: dict[tuple[str, ...], int] = defaultdict(int)
     idle: dict[tuple[str, ...], int] = defaultdict(int)
-    for c in source.charges_for(who):
+    for c in source.charges_for(who):  # the console's 30-day window
         key = (c.team, c.project, c.device_type, c.currency)
         amount[key] += c.amount_micro
         idle[key] += c.idle_micro
-    names = ("team", "project", "device_type", "currency")
-
-    def samples(table: dict[tuple[str, ...], int]) -> list[Sample]:
-        rows = sorted(table.items())
-        return [(dict(zip(names, k, strict=True)), float(from_micro(v))) for k, v in rows]
-
+    totals = source.costs.totals(None if who == OPERATOR else who)
+    all_amount = [(row[:4], row[4]) for row in totals]
+    all_idle = [(row[:4], row[5]) for row in totals]
     budgets = [
         ({"scope": b["scope"], "name": b["name"]}, b["used"]) for b in source.budgets_for(who)
     ]
     return [
-        ("xirang_cost", "counter", "Metered cost in currency units.", samples(amount)),
-        ("xirang_cost_idle", "counter", "Cost of idle time inside allocations.", samples(idle)),
+        (
+            "xirang_cost",
+            "counter",
+            "Metered cost, all time, in currency units.",
+            _money(all_amount),
+        ),
+        (
+            "xirang_cost_idle",
+            "counter",
+            "Idle cost inside allocations, all time.",
+            _money(all_idle),
+        ),
+        ("xirang_cost_30d", "gauge", "Metered cost of the last 30 days.", _money(amount.items())),
+        ("xirang_cost_idle_30d", "gauge", "Idle cost of the last 30 days.", _money(idle.items())),
         ("xirang_budget_used_ratio", "gauge", "Share of each budget spent.", budgets),
     ]
+
+
+def _money(rows: Iterable[tuple[tuple[str, ...], int]]) -> list[Sample]:
+    """Micro-units per (team, project, device_type, currency) as labelled currency units."""
+    names = ("team", "project", "device_type", "currency")
+    return [(dict(zip(names, k, strict=True)), float(from_micro(v))) for k, v in sorted(rows)]
 
 
 def _by(label: str, table: dict[str, int]) -> list[Sample]:
