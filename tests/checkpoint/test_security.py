@@ -10,6 +10,7 @@ import os
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -58,8 +59,11 @@ def forge(run: Path, edit: Callable[[CheckpointStore, dict[str, bytes]], None]) 
     manifest = store.manifest(1, signed=False)
     files = {n: bytes(d) for n, d in store.read_files(manifest).items()}
     edit(store, files)
-    objects = {n for n in files if n.startswith("../")}  # DCP's items: one chunk each
-    manifest.files = {n: store.chunks.put(d, whole=n in objects)[0] for n, d in files.items()}
+
+    def put(name: str, data: bytes) -> Any:  # DCP's items: one chunk each
+        return store.chunks.put_object([data]) if name.startswith("../") else store.chunks.put(data)
+
+    manifest.files = {n: put(n, d)[0] for n, d in files.items()}
     (run / "checkpoints/step-000000001/manifest.json").write_bytes(manifest.to_bytes())
 
 

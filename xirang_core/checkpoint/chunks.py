@@ -100,16 +100,14 @@ class ChunkStore:
     known: set[str] = field(default_factory=set)
 
     def put(
-        self, data: Any, before_write: Callable[[int], None] | None = None, whole: bool = False
+        self, data: Any, before_write: Callable[[int], None] | None = None
     ) -> tuple[FileRecord, int]:
         """Store ``data``; returns its record and how many bytes were new to the store.
 
-        ``whole``: one chunk however large, so the chunk is the file itself (a DCP reader then
-        finds it by its name, ``chunks/ab/<digest>``, at offset 0). ``before_write`` (called
-        with the index of each new chunk) lets fault drills fail a save midway; it is None in
-        normal runs."""
+        ``before_write`` (called with the index of each new chunk) lets fault drills fail a
+        save midway; it is None in normal runs."""
         view = memoryview(data).cast("B")
-        size = max(len(view), 1) if whole else self.chunk_bytes
+        size = self.chunk_bytes
         pieces = [view[i : i + size] for i in range(0, len(view), size)]
         with ThreadPoolExecutor(self.threads) as pool:
             digests = list(pool.map(_sha256, pieces))
@@ -125,6 +123,26 @@ class ChunkStore:
             list(pool.map(write, range(len(todo))))
         new = sum(len(pieces[i]) for i, _ in todo)
         return FileRecord(len(view), digest_of(digests), digests, checks), new
+
+    def put_object(
+        self, parts: list[Any], before_write: Callable[[int], None] | None = None
+    ) -> tuple[FileRecord, int]:
+        """Store the bytes of ``parts``, back to back, as one chunk however large: the chunk
+        is then the file itself, which a DCP reader finds by its name (``chunks/ab/<digest>``).
+        The parts are hashed as they are and joined only to be written (once, when new)."""
+        views = [memoryview(p).cast("B") for p in parts]
+        sha, check = hashlib.sha256(), xxhash.xxh3_128()
+        for view in views:
+            sha.update(view)
+            check.update(view)
+        digest, size = sha.hexdigest(), sum(len(v) for v in views)
+        new = 0
+        if not (self.dedupe and self._exists(digest)):
+            if before_write is not None:
+                before_write(0)
+            self._write(digest, memoryview(b"".join(views)))
+            new = size
+        return FileRecord(size, digest_of([digest]), [digest], [check.hexdigest()]), new
 
     def _exists(self, digest: str) -> bool:
         if digest in self.known:

@@ -70,8 +70,8 @@ class ObjectWriter(FileSystemWriter):
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
         def store(item: Any) -> WriteResult:
             data = planner.resolve_data(item)
-            blob = data.getbuffer() if isinstance(data, io.BytesIO) else _torch_bytes(data)
-            record, new = self.chunks.put(blob, self.before_write, whole=True)
+            parts = [data.getbuffer()] if isinstance(data, io.BytesIO) else _archive(data)
+            record, new = self.chunks.put_object(parts, self.before_write)
             name = OBJECT_PREFIX + chunk_key(record.chunks[0])
             with self.lock:  # equal items (two zero tensors) are one object, counted once
                 self.new += new if name not in self.records else 0
@@ -97,14 +97,59 @@ class ObjectWriter(FileSystemWriter):
                 stream.write(data)
 
 
-def _torch_bytes(tensor: torch.Tensor) -> memoryview:
-    """A CPU tensor as ``torch.save`` writes it, its storage exactly its elements in order
-    (a view into a larger buffer would save the whole buffer)."""
+def _archive(tensor: torch.Tensor) -> list[Any]:
+    """The ``torch.save`` archive of a CPU tensor, as its parts: the records torch writes,
+    and in its storage record the tensor's own bytes, uncopied (torch writes the archive
+    with ``skip_data``, leaving that record's place empty). The storage is exactly the
+    tensor's elements in order (a view into a larger buffer would save the whole buffer)."""
     flat = tensor.detach().cpu()
-    exact = flat.is_contiguous() and flat.untyped_storage().nbytes() == _nbytes(flat)
-    out = io.BytesIO()
-    torch.save(flat if exact else flat.contiguous().clone(), out)
-    return out.getbuffer()
+    if not (flat.is_contiguous() and flat.untyped_storage().nbytes() == _nbytes(flat)):
+        flat = flat.contiguous().clone()
+    layout = _Layout()
+    with torch.serialization.skip_data():
+        torch.save(flat, layout)
+    data = memoryview(flat.reshape(-1).view(torch.uint8).numpy()) if _nbytes(flat) else b""
+    return layout.parts(data)
+
+
+class _Layout(io.RawIOBase):
+    """A file that keeps what ``torch.save`` writes, and where it skips the storage bytes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pos = 0
+        self.pieces: list[tuple[int, bytes | int]] = []  # (offset, bytes written or hole size)
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def write(self, data: Any) -> int:
+        written = bytes(data)
+        self.pieces.append((self.pos, written))
+        self.pos += len(written)
+        return len(written)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        target = offset if whence == io.SEEK_SET else self.pos + offset
+        if whence not in (io.SEEK_SET, io.SEEK_CUR) or target < self.pos:
+            raise io.UnsupportedOperation("torch.save only skips forward here")
+        if target > self.pos:
+            self.pieces.append((self.pos, target - self.pos))
+        self.pos = target
+        return self.pos
+
+    def parts(self, data: Any) -> list[Any]:
+        """The archive's bytes in order, ``data`` in the one place torch skipped."""
+        holes = [size for _, size in self.pieces if isinstance(size, int)]
+        if holes != ([len(data)] if len(data) else []):
+            raise ValueError(f"torch.save skipped {holes} bytes, the tensor has {len(data)}")
+        return [data if isinstance(piece, int) else piece for _, piece in self.pieces]
 
 
 def _nbytes(tensor: torch.Tensor) -> int:
