@@ -66,6 +66,7 @@ class ObjectWriter(FileSystemWriter):
         self.chunks, self.before_write = chunks, before_write
         self.records: dict[str, FileRecord] = {}
         self.new = 0
+        self.lock = threading.Lock()
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
         def store(item: Any) -> WriteResult:
@@ -78,7 +79,6 @@ class ObjectWriter(FileSystemWriter):
                 self.records[name] = record
             return WriteResult(item.index, record.bytes, _StorageInfo(name, 0, record.bytes))
 
-        self.lock = threading.Lock()
         with ThreadPoolExecutor(self.chunks.threads) as pool:
             results = list(pool.map(store, plan.items))
         future: Future[list[WriteResult]] = Future()
