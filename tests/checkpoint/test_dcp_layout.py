@@ -56,6 +56,13 @@ def test_dcp_to_torch_save_converts_a_step_folder(tmp_path: Path) -> None:
     assert main(["verify", str(tmp_path / "checkpoints")]) == 0
 
 
+def test_verify_checks_the_metadata_torch_reads(tmp_path: Path, capsys) -> None:
+    _, folder = saved_step(tmp_path, async_save=False)
+    (folder / ".metadata").write_bytes(b"not the metadata")
+    assert main(["verify", str(tmp_path / "checkpoints")]) == 1
+    assert ".metadata in its folder is not the one its manifest lists" in capsys.readouterr().out
+
+
 def test_a_checkpoint_of_the_older_layout_resumes_bitwise(tmp_path: Path) -> None:
     """Saved by xirang before its step folders were DCP's (files under ``dcp/``, raw)."""
     root = tmp_path / "checkpoints"

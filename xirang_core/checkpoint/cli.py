@@ -166,6 +166,7 @@ def _check(store: CheckpointStore, manifest: Any) -> None:
 
     store.verify(manifest)
     check_loadable(store.read_files(manifest, dcp_names(manifest.files)), f"step {manifest.step}")
+    store.verify_dcp_folder(manifest)
 
 
 def cmd_export(store: CheckpointStore, args: argparse.Namespace) -> int:

@@ -138,6 +138,19 @@ class CheckpointStore:
         for name, record in manifest.files.items():
             self.chunks.verify(f"step {manifest.step} {name}", record)
 
+    def verify_dcp_folder(self, manifest: Manifest) -> None:
+        """The step folder's DCP metadata (what torch's tools read, xirang never does) is the
+        manifest's copy; raises CorruptCheckpoint."""
+        if PICKLE_METADATA in manifest.files:
+            key = f"{step_dir(manifest.step)}/{PICKLE_METADATA}"
+            plain = self.tier.read(key) if self.tier.exists(key) else None
+            if plain != bytes(self.read_files(manifest, [PICKLE_METADATA])[PICKLE_METADATA]):
+                raise CorruptCheckpoint(
+                    f"step {manifest.step}: {PICKLE_METADATA} in its folder is "
+                    f"{'missing' if plain is None else 'not the one its manifest lists'}: "
+                    f"torch's FileSystemReader would not read this checkpoint"
+                )
+
     def read_files(
         self, manifest: Manifest, names: list[str] | None = None
     ) -> dict[str, ChunkedBytes]:
