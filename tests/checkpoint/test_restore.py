@@ -3,6 +3,7 @@ checkpoint instead of a warm-up step. Each result must equal what was saved, exa
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -10,11 +11,13 @@ import fsspec
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.filesystem import _StorageInfo
 
 from tests.checkpoint.helpers import build, manager, train_step
 from xirang_core.checkpoint.chunks import ChunkStore, CorruptCheckpoint, chunk_key
 from xirang_core.checkpoint.manifest import MANIFEST_FILE, Manifest, step_dir
 from xirang_core.checkpoint.memfs import MemoryFileSystem, memory_reader, memory_writer
+from xirang_core.checkpoint.rawdcp import _archive, _storage_range, _Whole
 from xirang_core.checkpoint.store import CheckpointStore
 from xirang_core.storage.tier import FsspecTier
 
@@ -165,3 +168,19 @@ def test_a_failed_chunk_write_that_nobody_completed_still_fails(tmp_path: Path) 
     chunks = ChunkStore(LostTier(fsspec.filesystem("file"), str(tmp_path)), chunk_bytes=16)
     with pytest.raises(FileNotFoundError):
         chunks.put(b"never stored anywhere")
+
+
+@pytest.mark.parametrize(
+    "tensor",
+    [torch.randn(7, 5).to(torch.bfloat16), torch.arange(24).reshape(2, 3, 4), torch.tensor(3.5)],
+)
+def test_a_tensor_is_read_straight_from_its_archive(tensor: torch.Tensor) -> None:
+    """The restore path copies a tensor's bytes out of the archive torch.save wrote, found
+    through the zip's directory, without loading it; torch.load reads the same archive."""
+    blob = b"".join(bytes(part) for part in _archive(tensor))
+    found = _storage_range(_Whole(blob), _StorageInfo("item", 0, len(blob)))
+    assert found is not None
+    at, length = found
+    stored = torch.frombuffer(bytearray(blob[at : at + length]), dtype=tensor.dtype)
+    assert torch.equal(stored.view(tensor.shape), tensor)
+    assert torch.equal(torch.load(io.BytesIO(blob), weights_only=True), tensor)

@@ -167,14 +167,25 @@ class ChunkStore:
     def get(self, name: str, record: FileRecord) -> ChunkedBytes:
         """The file's bytes (as its chunks, not joined), every chunk checked against the
         manifest as it is read; raises CorruptCheckpoint."""
-        pieces = self._read_all(name, record, thorough=False)
-        return ChunkedBytes(pieces)
+        return self.get_all({name: record})[name]
+
+    def get_all(self, records: dict[str, FileRecord]) -> dict[str, ChunkedBytes]:
+        """:meth:`get` of many files on one thread pool (a checkpoint holds a file per
+        tensor: a pool per file would cost more than reading the small ones)."""
+        with ThreadPoolExecutor(self.threads) as pool:
+            reads = {n: self._read_all(n, r, False, pool) for n, r in records.items()}
+            return {name: ChunkedBytes(read()) for name, read in reads.items()}
 
     def verify(self, name: str, record: FileRecord) -> None:
         """Read every chunk of one file and check it by both digests, keeping no bytes."""
-        self._read_all(name, record, thorough=True)
+        with ThreadPoolExecutor(self.threads) as pool:
+            self._read_all(name, record, True, pool)()
 
-    def _read_all(self, name: str, record: FileRecord, thorough: bool) -> list[Any]:
+    def _read_all(
+        self, name: str, record: FileRecord, thorough: bool, pool: ThreadPoolExecutor
+    ) -> Callable[[], list[Any]]:
+        """Start reading every chunk of one file on ``pool``; the returned function waits for
+        them and gives them in order."""
         _check_record(name, record)
         checks: list[str | None] = [*record.checks] or [None] * len(record.chunks)
         if len(checks) != len(record.chunks):
@@ -183,11 +194,15 @@ class ChunkStore:
         def read(pair: tuple[str, str | None]) -> Any:
             return self._read_checked(name, pair[0], pair[1], thorough)
 
-        with ThreadPoolExecutor(self.threads) as pool:
-            pieces = list(pool.map(read, zip(record.chunks, checks, strict=True)))
-        size = sum(len(p) for p in pieces)
-        if size != record.bytes:
-            raise CorruptCheckpoint(f"{name}: {size} bytes, manifest says {record.bytes}")
+        futures = [pool.submit(read, pair) for pair in zip(record.chunks, checks, strict=True)]
+
+        def pieces() -> list[Any]:
+            found = [f.result() for f in futures]
+            size = sum(len(p) for p in found)
+            if size != record.bytes:
+                raise CorruptCheckpoint(f"{name}: {size} bytes, manifest says {record.bytes}")
+            return found
+
         return pieces
 
     def _read_checked(self, name: str, digest: str, check: str | None, thorough: bool) -> Any:

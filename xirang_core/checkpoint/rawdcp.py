@@ -19,7 +19,6 @@ import pickle
 import struct
 import threading
 import warnings
-import zipfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -52,6 +51,10 @@ from xirang_core.checkpoint.chunks import (
 RAW_SUFFIX = ".raw"
 #: where a step folder's DCP items are, relative to it: the chunk store's objects
 OBJECT_PREFIX = "../"
+#: a zip central directory entry's method (at 10), compressed size (20), name, extra and
+#: comment lengths (28, 30, 32) and its local header's offset (42)
+_CENTRAL = struct.Struct("<10xH8xI4xHHH8xI")
+ZIP64_SIZE = 0xFFFFFFFF
 
 
 class ObjectWriter(FileSystemWriter):
@@ -263,22 +266,52 @@ def _narrow(stored: torch.Tensor, req: ReadItem) -> torch.Tensor:
 
 
 def _storage_range(data: Any, info: _StorageInfo) -> tuple[int, int] | None:
-    """Where the tensor's bytes lie in a ``torch.save`` archive (one uncompressed storage
-    record), as (offset in ``data``, length); None when the archive is laid out otherwise."""
-    if info.offset != 0 or info.length != len(data):
+    """Where the tensor's bytes lie in a ``torch.save`` archive, as (offset in ``data``,
+    length): its uncompressed ``data/0`` record, found through the zip's central directory
+    (read from the archive's end, a few hundred bytes). None when the archive is laid out
+    otherwise; its reader then loads it whole."""
+    base, size = info.offset, info.length
+    directory = _central_directory(data, base, size)
+    if directory is None:
         return None
-    try:
-        with zipfile.ZipFile(data.stream(4096)) as archive:
-            records = [e for e in archive.infolist() if "/data/" in e.filename]
-    except zipfile.BadZipFile:
+    start, length = directory
+    table = data.read(base + start, length)
+    at = 0
+    while table[at : at + 4] == b"PK\x01\x02":
+        method, stored, name_len, extra_len, note_len, header = _CENTRAL.unpack_from(table, at)
+        name = table[at + 46 : at + 46 + name_len]
+        at += 46 + name_len + extra_len + note_len
+        if not name.endswith(b"/data/0"):
+            continue
+        if method != 0 or ZIP64_SIZE in (stored, header):
+            return None
+        local = data.read(base + header, 30)
+        if local[:4] != b"PK\x03\x04":
+            return None
+        skip = 30 + int.from_bytes(local[26:28], "little") + int.from_bytes(local[28:30], "little")
+        return base + header + skip, stored
+    return None
+
+
+def _central_directory(data: Any, base: int, size: int) -> tuple[int, int] | None:
+    """(offset, length) of a zip's central directory, from its end record (torch writes no
+    archive comment, so the record is the last 22 bytes), or its zip64 record when needed."""
+    if size < 22:
         return None
-    if len(records) != 1 or records[0].compress_type != zipfile.ZIP_STORED:
+    end = data.read(base + size - 22, 22)
+    if end[:4] != b"PK\x05\x06":
         return None
-    entry = records[0]
-    header = data.read(info.offset + entry.header_offset, 30)
-    name_len, extra_len = struct.unpack("<HH", header[26:30])
-    start = info.offset + entry.header_offset + 30 + name_len + extra_len
-    return start, entry.file_size
+    length, start = struct.unpack_from("<II", end, 12)
+    if ZIP64_SIZE not in (length, start):
+        return start, length
+    locator = data.read(base + size - 42, 20)
+    if size < 42 or locator[:4] != b"PK\x06\x07":
+        return None
+    record = data.read(base + int.from_bytes(locator[8:16], "little"), 56)
+    if record[:4] != b"PK\x06\x06":
+        return None
+    length, start = struct.unpack_from("<QQ", record, 40)
+    return start, length
 
 
 def _uint8(buffer: Any) -> torch.Tensor:

@@ -156,7 +156,9 @@ class CheckpointStore:
     ) -> dict[str, ChunkedBytes]:
         """Verified bytes of the checkpoint's files (all, or ``names``)."""
         wanted = manifest.files if names is None else {n: manifest.files[n] for n in names}
-        return {n: self.chunks.get(f"step {manifest.step} {n}", r) for n, r in wanted.items()}
+        where = f"step {manifest.step} "
+        found = self.chunks.get_all({where + n: r for n, r in wanted.items()})
+        return {n: found[where + n] for n in wanted}
 
     def is_kept(self, step: int) -> bool:
         return self.tier.exists(f"{step_dir(step)}/{KEEP_FILE}")
