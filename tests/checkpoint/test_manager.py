@@ -117,7 +117,7 @@ def test_incremental_save_writes_about_what_changed(tmp_path: Path) -> None:
     mgr.save(2)
     second = mgr.wait(raise_errors=True)
     frozen = model.emb.weight.numel() * 4
-    assert first.bytes_new == first.bytes_total
+    assert 0.95 * first.bytes_total < first.bytes_new <= first.bytes_total  # equal items: once
     assert second.bytes_new < second.bytes_total - frozen * 0.9
 
 

@@ -3,32 +3,48 @@ checkpoint instead of a warm-up step. Each result must equal what was saved, exa
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
+import fsspec
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.filesystem import _StorageInfo
 
 from tests.checkpoint.helpers import build, manager, train_step
 from xirang_core.checkpoint.chunks import ChunkStore, CorruptCheckpoint, chunk_key
 from xirang_core.checkpoint.manifest import MANIFEST_FILE, Manifest, step_dir
 from xirang_core.checkpoint.memfs import MemoryFileSystem, memory_reader, memory_writer
+from xirang_core.checkpoint.rawdcp import _archive, _storage_range, _Whole
 from xirang_core.checkpoint.store import CheckpointStore
 from xirang_core.storage.tier import FsspecTier
 
 
-def test_raw_files_round_trip_any_dtype_and_shape() -> None:
+def saved_objects(saved: dict) -> MemoryFileSystem:
+    """``saved`` written as a checkpoint writes it: items as objects of a chunk store, then
+    the DCP files as a restore hands them to DCP's reader."""
+    fs = MemoryFileSystem()
+    chunks = ChunkStore(FsspecTier(fsspec.filesystem("memory"), f"/objects-{id(saved)}"))
+    writer = memory_writer(fs, chunks)
+    dcp.save(saved, storage_writer=writer, no_dist=True)
+    assert writer.records and all(n.startswith("../chunks/") for n in writer.records)
+    objects = {name: chunks.get(name, record) for name, record in writer.records.items()}
+    return MemoryFileSystem({**fs.files(), **objects})
+
+
+def test_items_round_trip_any_dtype_and_shape() -> None:
     saved = {
         "bf16": torch.randn(7, 5).to(torch.bfloat16),
         "scalar": torch.tensor(3.5),
         "ints": torch.arange(24, dtype=torch.int64).reshape(2, 3, 4),
         "empty": torch.empty(0, 3),
+        "transposed": torch.randn(4, 6).t(),  # a view: saved as its elements, in order
+        "slice": torch.randn(10, 3)[2:5],  # a view into a larger storage
         "extra": {"note": "bytes go through too", "n": 4},
     }
-    fs = MemoryFileSystem()
-    dcp.save(saved, storage_writer=memory_writer(fs), no_dist=True)
-    assert any(name.endswith(".raw") for name in fs.files())
+    fs = saved_objects(saved)
     loaded = {k: torch.zeros_like(v) if torch.is_tensor(v) else None for k, v in saved.items()}
     loaded["extra"] = {"note": "", "n": 0}
     dcp.load(loaded, storage_reader=memory_reader(fs), no_dist=True)
@@ -40,8 +56,7 @@ def test_raw_files_round_trip_any_dtype_and_shape() -> None:
 
 def test_a_non_contiguous_target_is_filled_exactly() -> None:
     saved = {"w": torch.randn(6, 4)}
-    fs = MemoryFileSystem()
-    dcp.save(saved, storage_writer=memory_writer(fs), no_dist=True)
+    fs = saved_objects(saved)
     target = torch.zeros(4, 6).t()  # a transposed view: not contiguous
     dcp.load({"w": target}, storage_reader=memory_reader(fs), no_dist=True)
     assert torch.equal(target, saved["w"])
@@ -153,3 +168,19 @@ def test_a_failed_chunk_write_that_nobody_completed_still_fails(tmp_path: Path) 
     chunks = ChunkStore(LostTier(fsspec.filesystem("file"), str(tmp_path)), chunk_bytes=16)
     with pytest.raises(FileNotFoundError):
         chunks.put(b"never stored anywhere")
+
+
+@pytest.mark.parametrize(
+    "tensor",
+    [torch.randn(7, 5).to(torch.bfloat16), torch.arange(24).reshape(2, 3, 4), torch.tensor(3.5)],
+)
+def test_a_tensor_is_read_straight_from_its_archive(tensor: torch.Tensor) -> None:
+    """The restore path copies a tensor's bytes out of the archive torch.save wrote, found
+    through the zip's directory, without loading it; torch.load reads the same archive."""
+    blob = b"".join(bytes(part) for part in _archive(tensor))
+    found = _storage_range(_Whole(blob), _StorageInfo("item", 0, len(blob)))
+    assert found is not None
+    at, length = found
+    stored = torch.frombuffer(bytearray(blob[at : at + length]), dtype=tensor.dtype)
+    assert torch.equal(stored.view(tensor.shape), tensor)
+    assert torch.equal(torch.load(io.BytesIO(blob), weights_only=True), tensor)

@@ -10,13 +10,14 @@ import os
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 import yaml
 
 from tests.checkpoint.helpers import build, manager, train_step
-from xirang_core.checkpoint.chunks import RefusedCheckpoint
+from xirang_core.checkpoint.chunks import RefusedCheckpoint, chunk_key
 from xirang_core.checkpoint.cli import main
 from xirang_core.checkpoint.config import CheckpointConfig, check_checkpoint
 from xirang_core.checkpoint.signing import KEY_ENV, KEY_FILE_ENV
@@ -58,7 +59,11 @@ def forge(run: Path, edit: Callable[[CheckpointStore, dict[str, bytes]], None]) 
     manifest = store.manifest(1, signed=False)
     files = {n: bytes(d) for n, d in store.read_files(manifest).items()}
     edit(store, files)
-    manifest.files = {n: store.chunks.put(d)[0] for n, d in files.items()}
+
+    def put(name: str, data: bytes) -> Any:  # DCP's items: one chunk each
+        return store.chunks.put_object([data]) if name.startswith("../") else store.chunks.put(data)
+
+    manifest.files = {n: put(n, d)[0] for n, d in files.items()}
     (run / "checkpoints/step-000000001/manifest.json").write_bytes(manifest.to_bytes())
 
 
@@ -68,8 +73,8 @@ def plant_pickled_metadata(marker: Path) -> Callable[[CheckpointStore, dict[str,
     def edit(store: CheckpointStore, files: dict[str, bytes]) -> None:
         import pickle
 
-        del files["dcp/metadata.json"]
-        files["dcp/.metadata"] = pickle.dumps(Payload(marker))
+        del files["metadata.json"]  # xirang's JSON copy gone: only DCP's pickle is left
+        files[".metadata"] = pickle.dumps(Payload(marker))
 
     return edit
 
@@ -78,13 +83,14 @@ def plant_pickled_value(marker: Path) -> Callable[[CheckpointStore, dict[str, by
     """A non-tensor value (the optimizer's learning rate) replaced by a hostile torch.save."""
 
     def edit(store: CheckpointStore, files: dict[str, bytes]) -> None:
-        meta = json.loads(files["dcp/metadata.json"])
+        meta = json.loads(files["metadata.json"])
         value = next(e for e in meta["storage"] if e["fqn"] == meta["values"][0])
         blob = io.BytesIO()
         torch.save(Payload(marker), blob)
-        value.update(at=len(files["dcp/__0_0.raw"]), length=len(blob.getvalue()))
-        files["dcp/__0_0.raw"] += blob.getvalue()
-        files["dcp/metadata.json"] = json.dumps(meta).encode()
+        name = "../" + chunk_key(hashlib.sha256(blob.getvalue()).hexdigest())
+        value.update(path=name, at=0, length=len(blob.getvalue()))
+        files[name] = blob.getvalue()
+        files["metadata.json"] = json.dumps(meta).encode()
 
     return edit
 
@@ -191,9 +197,12 @@ def test_a_crafted_manifest_naming_bytes_it_does_not_hold_fails_verify(
     manifest no longer lists: verify must not say ok for a checkpoint resume cannot load."""
     saved_run(tmp_path)
 
-    def drop_the_tensor_file(store: CheckpointStore, files: dict[str, bytes]) -> None:
-        del files["dcp/__0_0.raw"]
+    dropped = []
 
-    forge(tmp_path, drop_the_tensor_file)
+    def drop_a_tensor(store: CheckpointStore, files: dict[str, bytes]) -> None:
+        dropped.append(next(n for n in files if n.startswith("../chunks/")))
+        del files[dropped[0]]
+
+    forge(tmp_path, drop_a_tensor)
     assert main(["verify", str(tmp_path)]) == 1
-    assert "__0_0.raw, which is not in the checkpoint" in capsys.readouterr().out
+    assert f"{dropped[0]}, which is not in the checkpoint" in capsys.readouterr().out

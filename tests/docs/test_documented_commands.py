@@ -215,6 +215,10 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
         ("xirang ckpt export {run} --step {step} -o model.safetensors",)
     ),
     "xirang ckpt keep RUN N [--undo]": As(("xirang ckpt keep {run} {step} --undo",)),
+    "xirang ckpt export --format dcp RUN [OUT]": As(("xirang ckpt export --format dcp {run} dcp",)),
+    "xirang ckpt import FOLDER RUN [--step N]": As(
+        ("xirang ckpt export --format dcp {run} dcp", "xirang ckpt import dcp imported")
+    ),
     "xirang drill kill|corrupt|fail_save|storage|all [--times 3] [--seed 0] [overrides...]": Skip(
         _SYNOPSIS
     ),

@@ -100,14 +100,15 @@ class ChunkStore:
     known: set[str] = field(default_factory=set)
 
     def put(
-        self, data: bytes, before_write: Callable[[int], None] | None = None
+        self, data: Any, before_write: Callable[[int], None] | None = None
     ) -> tuple[FileRecord, int]:
         """Store ``data``; returns its record and how many bytes were new to the store.
 
-        ``before_write`` (called with the index of each new chunk) lets fault drills fail a save
-        midway; it is None in normal runs."""
-        view = memoryview(data)
-        pieces = [view[i : i + self.chunk_bytes] for i in range(0, len(data), self.chunk_bytes)]
+        ``before_write`` (called with the index of each new chunk) lets fault drills fail a
+        save midway; it is None in normal runs."""
+        view = memoryview(data).cast("B")
+        size = self.chunk_bytes
+        pieces = [view[i : i + size] for i in range(0, len(view), size)]
         with ThreadPoolExecutor(self.threads) as pool:
             digests = list(pool.map(_sha256, pieces))
             checks = list(pool.map(_xxh3, pieces))
@@ -121,7 +122,27 @@ class ChunkStore:
 
             list(pool.map(write, range(len(todo))))
         new = sum(len(pieces[i]) for i, _ in todo)
-        return FileRecord(len(data), digest_of(digests), digests, checks), new
+        return FileRecord(len(view), digest_of(digests), digests, checks), new
+
+    def put_object(
+        self, parts: list[Any], before_write: Callable[[int], None] | None = None
+    ) -> tuple[FileRecord, int]:
+        """Store the bytes of ``parts``, back to back, as one chunk however large: the chunk
+        is then the file itself, which a DCP reader finds by its name (``chunks/ab/<digest>``).
+        The parts are hashed as they are and joined only to be written (once, when new)."""
+        views = [memoryview(p).cast("B") for p in parts]
+        sha, check = hashlib.sha256(), xxhash.xxh3_128()
+        for view in views:
+            sha.update(view)
+            check.update(view)
+        digest, size = sha.hexdigest(), sum(len(v) for v in views)
+        new = 0
+        if not (self.dedupe and self._exists(digest)):
+            if before_write is not None:
+                before_write(0)
+            self._write(digest, memoryview(b"".join(views)))
+            new = size
+        return FileRecord(size, digest_of([digest]), [digest], [check.hexdigest()]), new
 
     def _exists(self, digest: str) -> bool:
         if digest in self.known:
@@ -146,14 +167,25 @@ class ChunkStore:
     def get(self, name: str, record: FileRecord) -> ChunkedBytes:
         """The file's bytes (as its chunks, not joined), every chunk checked against the
         manifest as it is read; raises CorruptCheckpoint."""
-        pieces = self._read_all(name, record, thorough=False)
-        return ChunkedBytes(pieces)
+        return self.get_all({name: record})[name]
+
+    def get_all(self, records: dict[str, FileRecord]) -> dict[str, ChunkedBytes]:
+        """:meth:`get` of many files on one thread pool (a checkpoint holds a file per
+        tensor: a pool per file would cost more than reading the small ones)."""
+        with ThreadPoolExecutor(self.threads) as pool:
+            reads = {n: self._read_all(n, r, False, pool) for n, r in records.items()}
+            return {name: ChunkedBytes(read()) for name, read in reads.items()}
 
     def verify(self, name: str, record: FileRecord) -> None:
         """Read every chunk of one file and check it by both digests, keeping no bytes."""
-        self._read_all(name, record, thorough=True)
+        with ThreadPoolExecutor(self.threads) as pool:
+            self._read_all(name, record, True, pool)()
 
-    def _read_all(self, name: str, record: FileRecord, thorough: bool) -> list[Any]:
+    def _read_all(
+        self, name: str, record: FileRecord, thorough: bool, pool: ThreadPoolExecutor
+    ) -> Callable[[], list[Any]]:
+        """Start reading every chunk of one file on ``pool``; the returned function waits for
+        them and gives them in order."""
         _check_record(name, record)
         checks: list[str | None] = [*record.checks] or [None] * len(record.chunks)
         if len(checks) != len(record.chunks):
@@ -162,11 +194,15 @@ class ChunkStore:
         def read(pair: tuple[str, str | None]) -> Any:
             return self._read_checked(name, pair[0], pair[1], thorough)
 
-        with ThreadPoolExecutor(self.threads) as pool:
-            pieces = list(pool.map(read, zip(record.chunks, checks, strict=True)))
-        size = sum(len(p) for p in pieces)
-        if size != record.bytes:
-            raise CorruptCheckpoint(f"{name}: {size} bytes, manifest says {record.bytes}")
+        futures = [pool.submit(read, pair) for pair in zip(record.chunks, checks, strict=True)]
+
+        def pieces() -> list[Any]:
+            found = [f.result() for f in futures]
+            size = sum(len(p) for p in found)
+            if size != record.bytes:
+                raise CorruptCheckpoint(f"{name}: {size} bytes, manifest says {record.bytes}")
+            return found
+
         return pieces
 
     def _read_checked(self, name: str, digest: str, check: str | None, thorough: bool) -> Any:
@@ -237,8 +273,8 @@ class ChunkedBytes:
     def __bytes__(self) -> bytes:
         return b"".join(self.pieces)
 
-    def stream(self) -> io.BufferedReader:
-        return io.BufferedReader(_ChunkStream(self), 1 << 20)
+    def stream(self, buffer: int = 1 << 20) -> io.BufferedReader:
+        return io.BufferedReader(_ChunkStream(self), buffer)
 
     def segments(self, offset: int, length: int) -> Iterator[memoryview]:
         """The bytes ``[offset, offset + length)`` as views into the chunks, in order: a

@@ -1,7 +1,8 @@
-"""``xirang ckpt ls|verify|export|keep RUN``: look after a run's checkpoints.
+"""``xirang ckpt ls|verify|export|keep|import``: look after a run's checkpoints.
 
 RUN is a run directory (its ``config.yaml`` says where the checkpoints are, ``s3://`` included)
-or a checkpoint root path/URL.
+or a checkpoint root path/URL. ``import FOLDER RUN`` brings a DCP checkpoint folder (torch's,
+torchtitan's) in as a checkpoint of RUN; ``export --format dcp`` writes one.
 """
 
 from __future__ import annotations
@@ -23,13 +24,15 @@ CONFIG_FILE = "config.yaml"
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    if args.action is cmd_import and "://" not in args.run:  # a new run's checkpoint root
+        Path(args.run).mkdir(parents=True, exist_ok=True)
     store = open_store(args.run)
     return int(args.action(store, args) or 0)
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xirang ckpt", description=help_text(__doc__))
-    sub = parser.add_subparsers(required=True, metavar="{ls,verify,export,keep}")
+    sub = parser.add_subparsers(required=True, metavar="{ls,verify,export,keep,import}")
     ls = sub.add_parser("ls", help="list checkpoints: step, size, new bytes, kept, state")
     ls.add_argument("--json", action="store_true", help="machine-readable output")
     ls.set_defaults(action=cmd_ls)
@@ -42,9 +45,10 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--step", type=int, help="this step (default: newest valid)")
     export.add_argument(
         "--format",
-        choices=("safetensors", "hf"),
+        choices=("safetensors", "hf", "dcp"),
         default="safetensors",
-        help="safetensors: one file, xirang's names; hf: a directory transformers loads",
+        help="safetensors: one file, xirang's names; hf: a directory transformers loads; "
+        "dcp: a torch DCP folder with the optimizer state and step (torch, torchtitan)",
     )
     export.add_argument(
         "-o", "--output", type=Path, help="file or folder (default: RUN/model-step<N>...)"
@@ -53,7 +57,13 @@ def _parser() -> argparse.ArgumentParser:
     keep = sub.add_parser("keep", help="exempt a checkpoint from retention (--undo lifts it)")
     keep.add_argument("--undo", action="store_true")
     keep.set_defaults(action=cmd_keep)
-    for p in (ls, verify, export, keep):
+    into = sub.add_parser(
+        "import", help="bring a DCP checkpoint folder (torch, torchtitan) in as a checkpoint"
+    )
+    into.add_argument("folder", type=Path, help="the DCP folder (.metadata, *.distcp)")
+    into.add_argument("--step", type=int, help="its step (default: its train_state.step)")
+    into.set_defaults(action=cmd_import)
+    for p in (ls, verify, export, keep, into):
         p.add_argument("run", help="run directory, or checkpoint root path/URL")
     keep.add_argument("step", type=int, help="the step to keep (xirang ckpt ls lists them)")
     export.add_argument("out", nargs="?", type=Path, help="where to write (as -o)")
@@ -152,11 +162,11 @@ def cmd_verify(store: CheckpointStore, args: argparse.Namespace) -> int:
 def _check(store: CheckpointStore, manifest: Any) -> None:
     """Every chunk against the manifest, and the checkpoint loadable without a pickle (what
     export and resume will check again before they load it)."""
-    from xirang_core.checkpoint.snapshot import DCP_PREFIX, check_loadable
+    from xirang_core.checkpoint.snapshot import check_loadable, dcp_names
 
     store.verify(manifest)
-    dcp = [n for n in manifest.files if n.startswith(DCP_PREFIX)]
-    check_loadable(store.read_files(manifest, dcp), f"step {manifest.step}")
+    check_loadable(store.read_files(manifest, dcp_names(manifest.files)), f"step {manifest.step}")
+    store.verify_dcp_folder(manifest)
 
 
 def cmd_export(store: CheckpointStore, args: argparse.Namespace) -> int:
@@ -164,7 +174,12 @@ def cmd_export(store: CheckpointStore, args: argparse.Namespace) -> int:
 
     manifest = _pick(store, args.step)
     out = args.out or args.output
-    if args.format == "hf":
+    if args.format == "dcp":
+        from xirang_core.checkpoint.interop import export_dcp
+
+        out = out or Path(args.run) / f"dcp-step{manifest.step}"
+        count = export_dcp(store, manifest, out)
+    elif args.format == "hf":
         config = _run_config(args.run, "--format hf")
         out = out or Path(args.run) / f"hf-step{manifest.step}"
         special = export_tokenizer(config, out)
@@ -173,6 +188,14 @@ def cmd_export(store: CheckpointStore, args: argparse.Namespace) -> int:
         out = out or Path(args.run) / f"model-step{manifest.step}.safetensors"
         count = export_safetensors(store, manifest, out)
     print(f"wrote {count} tensors of step {manifest.step} to {out}")
+    return 0
+
+
+def cmd_import(store: CheckpointStore, args: argparse.Namespace) -> int:
+    from xirang_core.checkpoint.interop import import_folder
+
+    result = import_folder(args.folder, store, args.step)
+    print(f"imported {args.folder} as step {result.step}: {result.location}")
     return 0
 
 

@@ -15,8 +15,8 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from xirang_core.checkpoint.manifest import Manifest
-from xirang_core.checkpoint.memfs import MemoryFileSystem, memory_reader
-from xirang_core.checkpoint.snapshot import DCP_PREFIX, check_loadable
+from xirang_core.checkpoint.memfs import memory_reader
+from xirang_core.checkpoint.snapshot import check_loadable, dcp_filesystem, dcp_names
 from xirang_core.checkpoint.store import CheckpointStore
 from xirang_core.errors import ConfigError
 
@@ -28,10 +28,9 @@ def model_tensors(store: CheckpointStore, manifest: Manifest) -> dict[str, torch
     """Every model tensor of a checkpoint, whole (shards joined), by its module name.
 
     Needs no model class: the tensors' names, shapes and dtypes come from DCP's metadata."""
-    names = [n for n in manifest.files if n.startswith(DCP_PREFIX)]
-    files = store.read_files(manifest, names)
+    files = store.read_files(manifest, dcp_names(manifest.files))
     metadata = check_loadable(files, f"step {manifest.step}")
-    fs = MemoryFileSystem({n[len(DCP_PREFIX) :]: d for n, d in files.items()})
+    fs = dcp_filesystem(files)
     template = {
         key[len(MODEL_PREFIX) :]: torch.empty(tuple(md.size), dtype=md.properties.dtype)
         for key, md in metadata.state_dict_metadata.items()

@@ -193,7 +193,8 @@ class CheckpointManager:
         if own is None:  # resumed on more workers than saved: start from rank 0's state
             log.info("no saved state for rank %d; using rank 0's RNG state", self.ctx.rank)
         rank_state = json.loads(bytes(own or files[rank_file(0)]))
-        restore_rng(rank_state["rng"], self.ctx.device)
+        if rank_state["rng"] is not None:  # None in an imported checkpoint: none was saved
+            restore_rng(rank_state["rng"], self.ctx.device)
         loader = getattr(self.reader, "load_state_dict", None)
         if own is not None and loader is not None and rank_state.get("data") is not None:
             loader(rank_state["data"])

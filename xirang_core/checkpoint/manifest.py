@@ -18,7 +18,10 @@ from typing import Any
 from xirang_core.checkpoint.chunks import CorruptCheckpoint, FileRecord
 from xirang_core.checkpoint.signing import SigningKey
 
-FORMAT = 1
+#: 2: the step folder is DCP's (``.metadata`` in it, items as objects of the chunk store);
+#: 1: DCP's files under ``dcp/``, in xirang's raw format (still read)
+FORMAT = 2
+READABLE = (1, 2)
 MANIFEST_FILE = "manifest.json"
 STEP_PREFIX = "step-"
 
@@ -94,8 +97,10 @@ class Manifest:
             raise CorruptCheckpoint(f"{where}: manifest fails its checksum")
         if key is not None:
             key.check(_canonical(doc), signature, where)
-        if doc.get("format") != FORMAT:
-            raise CorruptCheckpoint(f"{where}: manifest format {doc.get('format')}, need {FORMAT}")
+        if doc.get("format") not in READABLE:
+            raise CorruptCheckpoint(
+                f"{where}: manifest format {doc.get('format')}, need one of {READABLE}"
+            )
         return cls(
             step=int(doc["step"]),
             files=_files(doc["files"], where),

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from contextlib import contextmanager
 from typing import Any
 
 from torch.distributed.checkpoint.filesystem import FileSystemBase
 
-from xirang_core.checkpoint.rawdcp import RawReader, RawWriter
+from xirang_core.checkpoint.chunks import ChunkStore
+from xirang_core.checkpoint.rawdcp import ObjectWriter, RawReader
 
 
 class _WriteBuffer(io.BytesIO):
@@ -96,9 +97,12 @@ class MemoryFileSystem(FileSystemBase):
         return dict(self.store)
 
 
-def memory_writer(fs: MemoryFileSystem) -> RawWriter:
-    """A DCP writer that puts one file per rank (plus ``.metadata`` on rank 0) into ``fs``."""
-    writer = RawWriter("", single_file_per_rank=True, sync_files=False, overwrite=True)
+def memory_writer(
+    fs: MemoryFileSystem, chunks: ChunkStore, before_write: Callable[[int], None] | None = None
+) -> ObjectWriter:
+    """A DCP writer that stores every item in ``chunks`` and puts the metadata (rank 0's, as
+    a pickle and as JSON) into ``fs``."""
+    writer = ObjectWriter(chunks, before_write)
     writer.fs = fs
     return writer
 

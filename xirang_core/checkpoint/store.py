@@ -2,8 +2,10 @@
 
 Layout under the checkpoint root (a folder or an object-store prefix)::
 
-    chunks/ab/ab12...        content-addressed chunks, shared by every checkpoint
+    chunks/ab/ab12...        content-addressed chunks, shared by every checkpoint; each DCP
+                             item (a tensor's torch.save archive) is one
     step-000000100/
+      .metadata              DCP's metadata (items at ../chunks/...), so torch reads the folder
       manifest.json          the commit marker, written last
       KEEP                   present when the checkpoint is marked to keep
 """
@@ -23,6 +25,7 @@ from xirang_core.checkpoint.chunks import (
     CorruptCheckpoint,
     RefusedCheckpoint,
 )
+from xirang_core.checkpoint.dcpmeta import PICKLE_METADATA
 from xirang_core.checkpoint.manifest import MANIFEST_FILE, Manifest, parse_step_dir, step_dir
 from xirang_core.checkpoint.signing import signing_key
 from xirang_core.storage.tier import FsspecTier
@@ -42,11 +45,18 @@ class Candidate:
     refused: bool = False
     #: False for a folder whose save never wrote its manifest (a crash while saving)
     committed: bool = True
+    #: a DCP checkpoint xirang did not write (ForeignCheckpoint): never deleted as torn
+    foreign: bool = False
 
 
 class UncommittedCheckpoint(CorruptCheckpoint):
     """A step folder without a manifest: its save never finished, so it was never a
     checkpoint (unlike a committed one that fails its checks)."""
+
+
+class ForeignCheckpoint(RefusedCheckpoint):
+    """A step folder holding a DCP checkpoint that xirang did not write (torch's, torchtitan's):
+    complete, not torn, but without xirang's manifest; ``xirang ckpt import`` brings it in."""
 
 
 class CheckpointStore:
@@ -81,6 +91,7 @@ class CheckpointStore:
         housekeeping that loads nothing, and skips that check)."""
         key = f"{step_dir(step)}/{MANIFEST_FILE}"
         if not self.tier.exists(key):
+            self._refuse_foreign(step)
             raise UncommittedCheckpoint(f"step {step}: no manifest (save never committed: torn)")
         where = f"step {step}"
         manifest = Manifest.from_bytes(self.tier.read(key), where, self.key if signed else None)
@@ -91,6 +102,26 @@ class CheckpointStore:
             )
         return manifest
 
+    def _refuse_foreign(self, step: int) -> None:
+        """A folder with DCP's ``.metadata`` but no manifest: torch's or torchtitan's (xirang
+        writes its ``.metadata`` into a step folder only when committing, just before the
+        manifest, after every item is stored)."""
+        folder = self._folder(step)
+        if self.tier.exists(f"{folder}/{PICKLE_METADATA}"):
+            raise ForeignCheckpoint(
+                f"step {step}: {self.tier.path(folder)} is a DCP checkpoint without xirang's "
+                f"manifest (torch's or torchtitan's); bring it in with: xirang ckpt import "
+                f"{self.tier.path(folder)} <run dir>"
+            )
+
+    def _folder(self, step: int) -> str:
+        """The folder of ``step`` as it is named here (``step-000000100``, or torchtitan's
+        ``step-100``)."""
+        fs, root = self.tier.fs, self.tier.root
+        names = fs.ls(root, detail=False) if fs.exists(root) else []
+        found = (n.rstrip("/").rsplit("/", 1)[-1] for n in names if parse_step_dir(n) == step)
+        return next(found, step_dir(step))
+
     def candidates(self, signed: bool = True) -> Iterator[Candidate]:
         """Step folders newest first, each with its manifest or the reason it has none."""
         for step in reversed(self.steps()):
@@ -99,19 +130,35 @@ class CheckpointStore:
             except CorruptCheckpoint as exc:
                 refused = isinstance(exc, RefusedCheckpoint)
                 committed = not isinstance(exc, UncommittedCheckpoint)
-                yield Candidate(step, None, str(exc), refused, committed)
+                foreign = isinstance(exc, ForeignCheckpoint)
+                yield Candidate(step, None, str(exc), refused, committed, foreign)
 
     def verify(self, manifest: Manifest) -> None:
         """Read every chunk of every file and check it; raises CorruptCheckpoint."""
         for name, record in manifest.files.items():
             self.chunks.verify(f"step {manifest.step} {name}", record)
 
+    def verify_dcp_folder(self, manifest: Manifest) -> None:
+        """The step folder's DCP metadata (what torch's tools read, xirang never does) is the
+        manifest's copy; raises CorruptCheckpoint."""
+        if PICKLE_METADATA in manifest.files:
+            key = f"{step_dir(manifest.step)}/{PICKLE_METADATA}"
+            plain = self.tier.read(key) if self.tier.exists(key) else None
+            if plain != bytes(self.read_files(manifest, [PICKLE_METADATA])[PICKLE_METADATA]):
+                raise CorruptCheckpoint(
+                    f"step {manifest.step}: {PICKLE_METADATA} in its folder is "
+                    f"{'missing' if plain is None else 'not the one its manifest lists'}: "
+                    f"torch's FileSystemReader would not read this checkpoint"
+                )
+
     def read_files(
         self, manifest: Manifest, names: list[str] | None = None
     ) -> dict[str, ChunkedBytes]:
         """Verified bytes of the checkpoint's files (all, or ``names``)."""
         wanted = manifest.files if names is None else {n: manifest.files[n] for n in names}
-        return {n: self.chunks.get(f"step {manifest.step} {n}", r) for n, r in wanted.items()}
+        where = f"step {manifest.step} "
+        found = self.chunks.get_all({where + n: r for n, r in wanted.items()})
+        return {n: found[where + n] for n in wanted}
 
     def is_kept(self, step: int) -> bool:
         return self.tier.exists(f"{step_dir(step)}/{KEEP_FILE}")
@@ -143,7 +190,7 @@ class CheckpointStore:
         for cand in self.candidates(signed=False):
             if cand.manifest is not None:
                 committed.append((cand.step, cand.manifest))
-            else:
+            elif not cand.foreign:  # not ours to delete
                 torn.append(cand.step)
         newest = committed[0][0] if committed else None
         doomed = [

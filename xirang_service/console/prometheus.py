@@ -1,23 +1,33 @@
 """The Prometheus ``/metrics`` exposition: the console's figures with standard names and labels.
 
-Gauges for capacity, allocation, water level, queue and quota; counters (``_total``) for cost in
-currency units. A project token gets its own project's series only; the operator gets all.
+Gauges for capacity, allocation, water level, queue and quota, and for the console's 30-day cost
+view (``xirang_cost_30d``: it drops as charges age out of the window); counters (``_total``)
+for all-time cost in currency units, which only grow, so ``rate()`` never sees a false reset.
+Running pool jobs that name their ``run_dir`` also export their training live (step, loss,
+tokens/s, MFU, tokens so far), read from the newest record of the run's ``metrics.jsonl``.
+A project token gets its own project's series only; the operator gets all.
 The text is prometheus_client's own exposition of metric families, collected once per snapshot (a
 custom collector: the figures are read from the pool and cost stores, not kept in-process).
 """
 
 from __future__ import annotations
 
+import io
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
+from xirang_core.train.report import METRICS_FILE
+from xirang_service.console.auth import OPERATOR
 from xirang_service.console.source import ConsoleSource
 from xirang_service.cost.money import from_micro
+from xirang_service.pool.jobs import JobState
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 
@@ -50,6 +60,7 @@ class _Scrape:
             *_job_families(source.jobs_for(who)),
             _quota_family(source.quotas_for(who)),
             *_cost_families(source, who),
+            *_training_families(source, who),
         ]
         for family in families:
             yield _family(*family)
@@ -108,24 +119,92 @@ def _quota_family(quotas: list[dict[str, Any]]) -> tuple:
 def _cost_families(source: ConsoleSource, who: str) -> list[tuple]:
     amount: dict[tuple[str, ...], int] = defaultdict(int)
     idle: dict[tuple[str, ...], int] = defaultdict(int)
-    for c in source.charges_for(who):
+    for c in source.charges_for(who):  # the console's 30-day window
         key = (c.team, c.project, c.device_type, c.currency)
         amount[key] += c.amount_micro
         idle[key] += c.idle_micro
-    names = ("team", "project", "device_type", "currency")
-
-    def samples(table: dict[tuple[str, ...], int]) -> list[Sample]:
-        rows = sorted(table.items())
-        return [(dict(zip(names, k, strict=True)), float(from_micro(v))) for k, v in rows]
-
+    totals = source.costs.totals(None if who == OPERATOR else who)
+    all_amount = [(row[:4], row[4]) for row in totals]
+    all_idle = [(row[:4], row[5]) for row in totals]
     budgets = [
         ({"scope": b["scope"], "name": b["name"]}, b["used"]) for b in source.budgets_for(who)
     ]
     return [
-        ("xirang_cost", "counter", "Metered cost in currency units.", samples(amount)),
-        ("xirang_cost_idle", "counter", "Cost of idle time inside allocations.", samples(idle)),
+        (
+            "xirang_cost",
+            "counter",
+            "Metered cost, all time, in currency units.",
+            _money(all_amount),
+        ),
+        (
+            "xirang_cost_idle",
+            "counter",
+            "Idle cost inside allocations, all time.",
+            _money(all_idle),
+        ),
+        ("xirang_cost_30d", "gauge", "Metered cost of the last 30 days.", _money(amount.items())),
+        ("xirang_cost_idle_30d", "gauge", "Idle cost of the last 30 days.", _money(idle.items())),
         ("xirang_budget_used_ratio", "gauge", "Share of each budget spent.", budgets),
     ]
+
+
+def _money(rows: Iterable[tuple[tuple[str, ...], int]]) -> list[Sample]:
+    """Micro-units per (team, project, device_type, currency) as labelled currency units."""
+    names = ("team", "project", "device_type", "currency")
+    return [(dict(zip(names, k, strict=True)), float(from_micro(v))) for k, v in sorted(rows)]
+
+
+#: (metrics.jsonl field, metric, type, help) of a running job's training
+TRAINING = (
+    ("step", "xirang_train_step", "gauge", "Last optimizer step the run logged."),
+    ("loss", "xirang_train_loss", "gauge", "Training loss at that step."),
+    ("tokens_per_s", "xirang_train_tokens_per_second", "gauge", "Training throughput."),
+    ("mfu", "xirang_train_mfu_ratio", "gauge", "Model FLOPs utilisation (0 when unknown)."),
+    ("tokens", "xirang_train_tokens", "counter", "Tokens trained on so far."),
+)
+#: how much of the end of metrics.jsonl is read for its newest record
+TAIL_BYTES = 16384
+
+
+def _training_families(source: ConsoleSource, who: str) -> list[tuple]:
+    rows: list[tuple[dict[str, str], dict[str, Any]]] = []
+    for job in source.snapshot().state.live_jobs():
+        run_dir = job.payload.get("run_dir")
+        if job.state is not JobState.RUNNING or not run_dir:
+            continue
+        if who != OPERATOR and job.project != who:
+            continue
+        record = latest_record(Path(run_dir))
+        if record is not None:
+            rows.append(({"job": str(job.id), "project": job.project}, record))
+    return [
+        (name, kind, text, [(labels, r[key]) for labels, r in rows if _number(r.get(key))])
+        for key, name, kind, text in TRAINING
+    ]
+
+
+def latest_record(run_dir: Path) -> dict[str, Any] | None:
+    """The newest training record of a run's ``metrics.jsonl``, read from the file's end (a
+    long run's file is large; a line cut short by a writer mid-way is passed over)."""
+    try:
+        with (run_dir / METRICS_FILE).open("rb") as stream:
+            size = stream.seek(0, io.SEEK_END)
+            stream.seek(max(0, size - TAIL_BYTES))
+            tail = stream.read()
+    except OSError:
+        return None
+    for line in reversed(tail.splitlines()):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and "tokens_per_s" in record:
+            return record
+    return None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _by(label: str, table: dict[str, int]) -> list[Sample]:

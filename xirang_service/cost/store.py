@@ -93,6 +93,20 @@ class CostStore:
             amounts[job] = (amounts.get(job, (0, currency))[0] + micro, currency)
         return amounts
 
+    def totals(self, project: str | None = None) -> list[tuple[str, str, str, str, int, int]]:
+        """All-time ``(team, project, device_type, currency, amount_micro, idle_micro)`` sums:
+        what Prometheus counters need, since no charge ever leaves them (a window's sums
+        shrink as charges age out of it)."""
+        sql = (
+            "SELECT team, project, device_type, currency, SUM(amount_micro), SUM(idle_micro) "
+            "FROM charges"
+        )
+        where, args = (" WHERE project = ?", (project,)) if project is not None else ("", ())
+        group = " GROUP BY team, project, device_type, currency ORDER BY 1, 2, 3, 4"
+        with self._tx() as db:
+            rows = db.execute(sql + where + group, args).fetchall()
+        return [(t, p, d, c, int(a), int(i)) for t, p, d, c, a, i in rows]
+
     def spent_micro(self, scope: str, name: str) -> int:
         """Everything charged so far to a project (``scope='project'``) or one job: a run's
         directory, or a pool job id, whose allocations are charged as ``<id>@<start>``."""
