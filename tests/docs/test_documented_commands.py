@@ -344,7 +344,7 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
         "4 trials on Slurm: tests/plugins/xirang_slurm/test_hydra_sweep.py::test_a_pruned_optuna_"
         "sweep_runs_its_trials_as_slurm_jobs runs this sweep on the real Slurm"
     ),
-    # docs/training.md
+    # docs/benchmarks/training.md
     "python benchmarks/llm_throughput.py --quick": Slow(_BENCH),
     "python benchmarks/llm_throughput.py": Slow(_BENCH),
     "python benchmarks/llm_throughput.py --profile": Slow(_BENCH),
