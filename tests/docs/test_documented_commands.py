@@ -344,6 +344,14 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
         "4 trials on Slurm: tests/plugins/xirang_slurm/test_hydra_sweep.py::test_a_pruned_optuna_"
         "sweep_runs_its_trials_as_slurm_jobs runs this sweep on the real Slurm"
     ),
+    # docs/training.md
+    "python -m xirang model=llama_small": Slow(_TRAINS),
+    "python -m xirang model=gpt_tiny tokenizer=bytes": Slow(_TRAINS),
+    "python -m xirang trainer.precision=fp16": Slow(_TRAINS),
+    "python -m xirang checkpoint.interval=100": Slow(_TRAINS),
+    "python -m xirang checkpoint.resume=never": Slow(_TRAINS),
+    "xirang ckpt ls RUN": As(("xirang ckpt ls {run}",)),
+    "python -m xirang trainer.threads=1": Slow(_TRAINS),
     # docs/benchmarks/training.md
     "python benchmarks/llm_throughput.py --quick": Slow(_BENCH),
     "python benchmarks/llm_throughput.py": Slow(_BENCH),
