@@ -248,6 +248,7 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
     "python benchmarks/data_epoch.py [--gb 1.5] [--cache-mb 300] [--shard-mb 4]": Skip(_BENCH),
     "python benchmarks/data_epoch.py --train [--gb 1.5] [--steps 300]": Skip(_BENCH),
     "python -m xirang tokenizer=bpe tokenizer.vocab_size=4096": Slow(_TRAINS),
+    "python -m xirang tokenizer=bytes": Slow(_TRAINS),
     "python -m xirang tokenizer=hf tokenizer.path=/models/llama3": Skip(
         "a local Hugging Face tokenizer folder; tests/plugins/xirang_tokenizers build one and read "
         "it"
