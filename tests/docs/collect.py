@@ -43,8 +43,8 @@ class DocCommand:
 
 
 def documents() -> list[Path]:
-    """README.md, then every page under docs/, in name order."""
-    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    """README.md, then every page under docs/ and its folders (docs/benchmarks/), in name order."""
+    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 
 
 def collect(paths: list[Path] | None = None) -> list[DocCommand]:

@@ -252,6 +252,7 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
     "python benchmarks/data_epoch.py [--gb 1.5] [--cache-mb 300] [--shard-mb 4]": Skip(_BENCH),
     "python benchmarks/data_epoch.py --train [--gb 1.5] [--steps 300]": Skip(_BENCH),
     "python -m xirang tokenizer=bpe tokenizer.vocab_size=4096": Slow(_TRAINS),
+    "python -m xirang tokenizer=bytes": Slow(_TRAINS),
     "python -m xirang tokenizer=hf tokenizer.path=/models/llama3": Skip(
         "a local Hugging Face tokenizer folder; tests/plugins/xirang_tokenizers build one and read "
         "it"
@@ -349,6 +350,14 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
         "sweep_runs_its_trials_as_slurm_jobs runs this sweep on the real Slurm"
     ),
     # docs/training.md
+    "python -m xirang model=llama_small": Slow(_TRAINS),
+    "python -m xirang model=gpt_tiny tokenizer=bytes": Slow(_TRAINS),
+    "python -m xirang trainer.precision=fp16": Slow(_TRAINS),
+    "python -m xirang checkpoint.interval=100": Slow(_TRAINS),
+    "python -m xirang checkpoint.resume=never": Slow(_TRAINS),
+    "xirang ckpt ls RUN": As(("xirang ckpt ls {run}",)),
+    "python -m xirang trainer.threads=1": Slow(_TRAINS),
+    # docs/benchmarks/training.md
     "python benchmarks/llm_throughput.py --quick": Slow(_BENCH),
     "python benchmarks/llm_throughput.py": Slow(_BENCH),
     "python benchmarks/llm_throughput.py --profile": Slow(_BENCH),
