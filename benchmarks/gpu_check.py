@@ -24,6 +24,7 @@ need a GPU, and prints the last line with ``n/a`` figures. Last line::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -34,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -84,12 +86,31 @@ def main() -> None:
     if args.part:
         print(json.dumps(PARTS[args.part]()))  # one part, in this child process
         return
-    if args.wheels:
-        install_wheels(args.wheels, Path(tempfile.mkdtemp(prefix="xirang-gpu-site-")))
+    with scratch(args.wheels):
+        check(args)
+
+
+@contextlib.contextmanager
+def scratch(wheels: Path | None) -> Iterator[None]:
+    """The folders a check writes besides ``--out``: the site ``--wheels`` installs into and a
+    fresh ``XIRANG_HOME`` (runs share one cache, so the BPE is trained once); removed after."""
+    made = []
+    if wheels:
+        made.append(Path(tempfile.mkdtemp(prefix="xirang-gpu-site-")))
+        install_wheels(wheels, made[-1])
+    if "XIRANG_HOME" not in os.environ:
+        made.append(Path(tempfile.mkdtemp(prefix="xirang-gpu-check-")))
+        os.environ["XIRANG_HOME"] = str(made[-1])
+    try:
+        yield
+    finally:
+        for folder in made:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def check(args: argparse.Namespace) -> None:
+    """Detect the device, run each part in its own process, print and keep the figures."""
     out = prepare_out(args.out)
-    own_home = "XIRANG_HOME" not in os.environ  # runs share one cache (the BPE, once)
-    if own_home:
-        os.environ["XIRANG_HOME"] = tempfile.mkdtemp(prefix="xirang-gpu-check-")
     results: dict[str, dict[str, Any]] = {}
     found = {**detect(), "preflight": preflight()}
     show("detection", found)
@@ -97,26 +118,31 @@ def main() -> None:
         print(f"needs a GPU (not run here): {', '.join(GPU_PARTS)}")
         print(f"reason: {found['reason']}")
     else:
-        slower = 4 if args.rehearse else 1  # two shared cores are slow
-        budget, power = BUDGET_S * slower, PowerSampler()
-        deadline = time.monotonic() + budget
-        for part in GPU_PARTS:
-            left = min(PART_LIMIT_S * slower, deadline - time.monotonic())
-            if left < 10:
-                results[part] = {"ok": False, "error": f"not run: the {budget} s budget is spent"}
-            else:
-                with power.during(part in ("default_run", "mfu")):
-                    results[part] = run_part(part, left, out)
-            show(part, results[part])
-        results["power"] = power.summary()
-        show("power", results["power"])
-    if own_home:
-        shutil.rmtree(os.environ["XIRANG_HOME"], ignore_errors=True)
+        results = run_parts(args.rehearse, out)
     line = last_line(results)
     if out:
         summary = {"detection": found, **results, "last_line": line}
         (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
     print(line)
+
+
+def run_parts(rehearse: bool, out: Path | None) -> dict[str, dict[str, Any]]:
+    """Each GPU part in its own process, in order, within the budget; power sampled meanwhile."""
+    results: dict[str, dict[str, Any]] = {}
+    slower = 4 if rehearse else 1  # two shared cores are slow
+    budget, power = BUDGET_S * slower, PowerSampler()
+    deadline = time.monotonic() + budget
+    for part in GPU_PARTS:
+        left = min(PART_LIMIT_S * slower, deadline - time.monotonic())
+        if left < 10:
+            results[part] = {"ok": False, "error": f"not run: the {budget} s budget is spent"}
+        else:
+            with power.during(part in ("default_run", "mfu")):
+                results[part] = run_part(part, left, out)
+        show(part, results[part])
+    results["power"] = power.summary()
+    show("power", results["power"])
+    return results
 
 
 def install_wheels(wheels: Path, site: Path) -> None:
@@ -436,7 +462,7 @@ def checkpoint() -> dict[str, Any]:
         CheckpointManager.from_config(config, ctx, fresh, fresh_optim).restore()
         want, got = model.state_dict(), fresh.state_dict()
         same = all(torch.equal(want[k], got[k]) for k in want)
-        on_gpu = all(t.device.type == device.type for t in got.values())
+        on_device = all(t.device.type == device.type for t in got.values())
         moments = optim.state_dict()["state"], fresh_optim.state_dict()["state"]
         same_optim = all(
             torch.equal(a, moments[1][i][k])
@@ -444,8 +470,14 @@ def checkpoint() -> dict[str, Any]:
             for k, a in state.items()
             if torch.is_tensor(a)
         )
-    bitwise = same and same_optim and on_gpu
-    return {"ok": bitwise, "bitwise": bitwise, "on_gpu": on_gpu, "stall_s": round(stall, 4)}
+    bitwise = same and same_optim and on_device
+    restored_on = device.type if on_device else "not all on it"
+    return {
+        "ok": bitwise,
+        "bitwise": bitwise,
+        "restored_on": restored_on,
+        "stall_s": round(stall, 4),
+    }
 
 
 def mfu() -> dict[str, Any]:

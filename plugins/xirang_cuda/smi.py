@@ -2,7 +2,10 @@
 
 Uses the documented machine-readable query (``--query-gpu ... --format=csv,noheader,nounits``)
 for inventory and counters, and the human header only for the CUDA version the driver supports,
-which the query interface does not expose.
+which the query interface does not expose. Driver 535 renamed ``clocks_throttle_reasons`` to
+``clocks_event_reasons``, and nvidia-smi answers a query naming a field it does not know with
+no rows at all, so the current query (which also reads ``power.draw``) is tried first and the
+older one, as drivers before 535 know it, only when the current one lists nothing.
 """
 
 from __future__ import annotations
@@ -11,9 +14,9 @@ import itertools
 import re
 
 from xirang_core.devices.reading import DeviceReading, NodeReading, bus_key, parse_float, parse_int
-from xirang_core.devices.tools import ToolRunner
+from xirang_core.devices.tools import ToolOutput, ToolRunner
 
-QUERY_FIELDS = (
+_INVENTORY = (
     "index",
     "name",
     "uuid",
@@ -23,9 +26,18 @@ QUERY_FIELDS = (
     "temperature.gpu",
     "ecc.errors.corrected.volatile.total",
     "ecc.errors.uncorrected.volatile.total",
-    "clocks_throttle_reasons.active",
 )
-QUERY = ("nvidia-smi", f"--query-gpu={','.join(QUERY_FIELDS)}", "--format=csv,noheader,nounits")
+QUERY_FIELDS = (*_INVENTORY, "clocks_event_reasons.active", "power.draw")
+#: the query as drivers before 535 know it (no clocks_event_reasons; power read through NVML)
+LEGACY_FIELDS = (*_INVENTORY, "clocks_throttle_reasons.active")
+
+
+def _query(fields: tuple[str, ...]) -> tuple[str, ...]:
+    return ("nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits")
+
+
+QUERY = _query(QUERY_FIELDS)
+LEGACY_QUERY = _query(LEGACY_FIELDS)
 HEADER = ("nvidia-smi",)
 MIB = 2**20
 
@@ -43,31 +55,40 @@ _CUDA_VERSION = re.compile(r"CUDA Version\s*:?\s*([\d.]+)")
 
 def read(run: ToolRunner) -> NodeReading:
     """The node as nvidia-smi reports it; a lost GPU is kept, marked with the driver's words."""
-    query = run(QUERY)
+    query, fields = _listing(run)
     if not query.stdout.strip():
         return NodeReading("nvidia-smi", problem=query.error or "nvidia-smi listed no GPUs")
-    listed = [parse_row(line) for line in query.stdout.splitlines() if _is_row(line)]
+    listed = [parse_row(line, fields) for line in query.stdout.splitlines() if _is_row(line)]
     header = run(HEADER)
     lost = lost_devices(query.stdout + "\n" + header.stdout)
     devices = merge_lost([d for d in listed if d is not None], lost)
     return NodeReading(
         "nvidia-smi",
         devices,
-        driver=driver_version(query.stdout),
+        driver=driver_version(query.stdout, fields),
         runtime=cuda_version(header.stdout),
     )
+
+
+def _listing(run: ToolRunner) -> tuple[ToolOutput, tuple[str, ...]]:
+    """The current query's answer, or the older query's where the driver lists nothing for it."""
+    current = run(QUERY)
+    if any(parse_row(line) for line in current.stdout.splitlines() if _is_row(line)):
+        return current, QUERY_FIELDS
+    legacy = run(LEGACY_QUERY)
+    return (legacy, LEGACY_FIELDS) if legacy.stdout.strip() else (current, QUERY_FIELDS)
 
 
 def _is_row(line: str) -> bool:
     return bool(line.strip()) and not _LOST.search(line) and line.count(",") >= 4
 
 
-def parse_row(line: str) -> DeviceReading | None:
-    """One CSV row of :data:`QUERY`; fields the GPU does not support read ``[N/A]``."""
+def parse_row(line: str, fields: tuple[str, ...] = QUERY_FIELDS) -> DeviceReading | None:
+    """One CSV row of a query of ``fields``; fields the GPU does not support read ``[N/A]``."""
     cells = [c.strip() for c in line.split(",")]
-    if len(cells) != len(QUERY_FIELDS):
+    if len(cells) != len(fields):
         return None
-    row = dict(zip(QUERY_FIELDS, cells, strict=True))
+    row = dict(zip(fields, cells, strict=True))
     index = parse_int(row["index"])
     if index is None:
         return None
@@ -82,7 +103,10 @@ def parse_row(line: str) -> DeviceReading | None:
         temperature_c=parse_float(row["temperature.gpu"]),
         ecc_corrected=parse_int(row["ecc.errors.corrected.volatile.total"]),
         ecc_uncorrected=parse_int(row["ecc.errors.uncorrected.volatile.total"]),
-        throttle=throttle_reasons(row["clocks_throttle_reasons.active"]),
+        throttle=throttle_reasons(
+            row.get("clocks_event_reasons.active") or row["clocks_throttle_reasons.active"]
+        ),
+        power_w=parse_float(row.get("power.draw", "")),
         lost=failed,
     )
 
@@ -116,12 +140,12 @@ def merge_lost(listed: list[DeviceReading], lost: dict[str, str]) -> tuple[Devic
     return tuple(sorted([*listed, *added], key=lambda d: d.index))
 
 
-def driver_version(query: str) -> str:
-    """The driver version column of the first complete row of :data:`QUERY`."""
-    column = QUERY_FIELDS.index("driver_version")
+def driver_version(query: str, fields: tuple[str, ...] = QUERY_FIELDS) -> str:
+    """The driver version column of the first complete row of a query of ``fields``."""
+    column = fields.index("driver_version")
     for line in query.splitlines():
         cells = [c.strip() for c in line.split(",")]
-        if _is_row(line) and len(cells) == len(QUERY_FIELDS):
+        if _is_row(line) and len(cells) == len(fields):
             return cells[column]
     return ""
 

@@ -18,12 +18,15 @@ probe now drains or whose worker's heartbeat went stale, with fewer workers if n
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import logging
 import os
 import sys
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from xirang_core.checkpoint.events import read_events, record_event, recovery_note
@@ -36,6 +39,7 @@ from xirang_core.specs import JobSpec
 from xirang_core.train.interrupt import RunInterrupted
 from xirang_local.devices import Eviction, LocalDevices
 from xirang_local.nodes import NodeLost, Nodes
+from xirang_local.quota import check_quota, in_own_cgroup, join, worker_cgroups
 
 log = logging.getLogger("xirang.local")
 
@@ -44,7 +48,19 @@ class WorkerFailed(XirangError):
     exit_code = 1
 
 
+@dataclass
+class LocalConfig:
+    """``scheduler=local``'s settings (checked at compose)."""
+
+    #: CPU counts, one per worker on this node, each worker's cgroup CPU quota
+    #: (:mod:`xirang_local.quota`); empty: no quota
+    worker_quota: list[float] = field(default_factory=list)
+
+
 class LocalScheduler:
+    def __init__(self, **settings: Any) -> None:
+        self.quota = check_quota(LocalConfig(**settings).worker_quota)
+
     def launch(self, job: JobSpec, entrypoint: Callable[[str], Any]) -> None:
         devices = LocalDevices.of_run(job.run_dir, get_registry())
         nodes = Nodes.of_job(job)
@@ -53,10 +69,15 @@ class LocalScheduler:
         while True:
             placed = _placement(devices, job, restarts)
             started = len(read_events(job.run_dir))  # this attempt's events come after
-            with _worker_env(placed, restarts):
+            with _worker_env(placed, restarts), self._quota(job, len(placed)) as cgroups:
                 if job.nproc == 1 and job.max_restarts == 0 and not nodes.multi:
+                    if cgroups:
+                        join(cgroups[0])  # this process, until the cgroup is removed
                     entrypoint(job.run_dir)
                     return
+                if cgroups:
+                    inner = functools.partial(in_own_cgroup, entrypoint)
+                    entrypoint = functools.update_wrapper(inner, entrypoint)  # named in logs
                 failure = _attempt(job, entrypoint, len(placed), nodes)
             if failure is None:
                 nodes.check_summary(job.run_dir)
@@ -69,6 +90,12 @@ class LocalScheduler:
             restarts += 1
             evicted = devices.evict_failed(placed, job.run_dir, started)
             _report_restart(job, devices, evicted, placed, restarts)
+
+    def _quota(self, job: JobSpec, nproc: int) -> contextlib.AbstractContextManager[list[Path]]:
+        """The workers' cgroups for one attempt, or none without ``worker_quota``."""
+        if not self.quota:
+            return contextlib.nullcontext([])
+        return worker_cgroups(self.quota, nproc, job.run_dir)
 
 
 @contextlib.contextmanager

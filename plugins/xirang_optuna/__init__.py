@@ -1,6 +1,7 @@
-"""Sweeps that search and prune: ``hydra/sweeper=optuna_pruning`` (hydra-optuna-sweeper's
-Optuna search, plus a pruner that stops bad trials at an evaluation) and each trial's report
-to its study. Optuna is imported only by a sweep and by the jobs of one."""
+"""Sweeps that search and prune: ``hydra/sweeper=optuna`` (an Optuna search over Hydra's
+sweep syntax, on Optuna's database storage), ``optuna_pruning`` (the same, plus a pruner that
+stops bad trials at an evaluation) and each trial's report to its study. Optuna is imported
+only by a sweep and by the jobs of one."""
 
 from typing import Any
 
@@ -33,4 +34,4 @@ def xirang_should_prune(ctx: Any, step: int, metrics: dict[str, float]) -> bool 
 
 @hookimpl
 def xirang_hydra_plugins() -> list[str]:
-    return ["xirang_optuna.hydra_sweeper:PruningSweeper"]
+    return ["xirang_optuna.hydra_sweeper:OptunaSweeper"]

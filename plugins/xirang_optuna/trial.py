@@ -8,22 +8,49 @@ what every other trial reported at the same steps.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-#: the study of a sweep whose sweeper names no storage, in the sweep's folder
-STUDY_FILE = "optuna-study.json"
+from xirang import ConfigError
+
+#: the study of a sweep whose sweeper names no storage: an SQLite database in the sweep folder
+STUDY_FILE = "optuna-study.db"
 #: the user attribute of a trial its job ended early, holding the step
 PRUNED_AT = "pruned_at"
+#: where a study's database URL may come from instead of the sweeper's settings, so that a URL
+#: carrying a password reaches no config written to disk
+STORAGE_ENV = "XIRANG_OPTUNA_STORAGE"
+#: seconds an SQLite writer waits for another's lock (jobs of one sweep report at once)
+SQLITE_WAIT_S = 60
 
 
-def storage_for(storage: str | None, sweep_dir: str | Path) -> Any:
-    """An Optuna storage URL the sweeper was given, else the study file in the sweep's folder."""
-    if storage:
-        return storage
-    from xirang_optuna.storage import StudyFile
+def open_storage(storage: str | None, sweep_dir: str | Path) -> Any:
+    """Optuna's database storage at the URL the sweeper was given, else at
+    :data:`STORAGE_ENV`'s, else the sweep folder's SQLite file; writers of one SQLite file wait
+    for each other rather than fail."""
+    import optuna
 
-    return StudyFile(Path(sweep_dir) / STUDY_FILE)
+    url = storage or os.environ.get(STORAGE_ENV) or f"sqlite:///{Path(sweep_dir) / STUDY_FILE}"
+    engine = {"connect_args": {"timeout": SQLITE_WAIT_S}} if url.startswith("sqlite") else {}
+    return optuna.storages.RDBStorage(url, engine_kwargs=engine)
+
+
+def check_storage(storage: str | None) -> None:
+    """A URL in ``hydra.sweeper.storage`` is copied into every trial's config.yaml: refuse one
+    that carries a password, naming where it goes instead."""
+    if storage and urlsplit(storage).password:
+        raise ConfigError(
+            f"hydra.sweeper.storage: {redacted(storage)} carries a password, which every trial "
+            f"would write into its config.yaml; leave hydra.sweeper.storage unset and export "
+            f"{STORAGE_ENV}=<the URL> instead (the sweeper and every job read it)"
+        )
+
+
+def redacted(url: str) -> str:
+    parts = urlsplit(url)
+    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@")).geturl()
 
 
 class TrialReport:
@@ -34,13 +61,12 @@ class TrialReport:
         from hydra.utils import instantiate
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+        storage = open_storage(study["storage"], study["sweep_dir"])
         loaded = optuna.load_study(
-            study_name=study["name"],
-            storage=storage_for(study["storage"], study["sweep_dir"]),
-            pruner=instantiate(study["pruner"]),
+            study_name=study["name"], storage=storage, pruner=instantiate(study["pruner"])
         )
-        # Optuna 2.10 maps a trial number to its id only through the storage
-        trial_id = loaded._storage.get_trial_id_from_study_id_trial_number(loaded._study_id, number)
+        study_id = storage.get_study_id_from_name(study["name"])
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, number)
         self.trial = optuna.trial.Trial(loaded, trial_id)
 
     def pruned(self, step: int, value: float) -> bool:

@@ -120,7 +120,7 @@ def test_the_fetch_downloads_for_the_images_python_and_builds_xirang_offline(
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the path of a machine with no GPU")
 def test_the_check_runs_from_installed_wheels_and_writes_its_figures(tmp_path: Path) -> None:
     """``--wheels``: installed without an index and used (not the checkout's install);
-    ``--out``: the figures land in summary.json."""
+    ``--out``: the figures land in summary.json; the site it installed into is removed after."""
     import gpu_wheels
 
     wheels, out = tmp_path / "whl", tmp_path / "out"
@@ -132,7 +132,8 @@ def test_the_check_runs_from_installed_wheels_and_writes_its_figures(tmp_path: P
     summary = json.loads((out / "summary.json").read_text())
     assert summary["last_line"] == NA_LINE
     site = Path(summary["detection"]["preflight"]["xirang"])
-    assert site.name.startswith("xirang-gpu-site-") and (site / "xirang_core").is_dir()
+    assert site.name.startswith("xirang-gpu-site-") and site.parent == tmp_path
+    assert not site.exists()
 
 
 @pytest.mark.slow

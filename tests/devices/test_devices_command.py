@@ -18,7 +18,7 @@ def failed_cuda_node(monkeypatch: pytest.MonkeyPatch) -> None:
     from xirang_cuda import smi, topo
     from xirang_cuda.backend import CudaBackend
 
-    files = {smi.QUERY: "query.csv", smi.HEADER: "smi.txt", topo.COMMAND: "topo.txt"}
+    files = {smi.LEGACY_QUERY: "query.csv", smi.HEADER: "smi.txt", topo.COMMAND: "topo.txt"}
     runner = ReplayRunner.from_folder(CUDA_FIXTURES / "failed_node", files)
     original = CudaBackend.__init__
 

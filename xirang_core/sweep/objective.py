@@ -56,7 +56,7 @@ def check_trial(config: dict[str, Any], sweeper: Mapping[str, Any]) -> None:
     objective at every evaluation: the objective must have a value there, and there must be
     evaluations. ``sweeper`` is the sweep's Hydra sweeper settings, which name the study."""
     sweep, every = config["sweep"], config["trainer"]["eval_every"]
-    if "pruner" not in sweeper:
+    if not sweeper.get("pruner"):
         raise ConfigError(
             f"sweep.trial={sweep['trial']}: set only by hydra/sweeper=optuna_pruning for the "
             f"trial a job runs; this run has no such sweeper, so leave sweep.trial unset"

@@ -139,6 +139,12 @@ def _parser() -> argparse.ArgumentParser:
     simulate.add_argument("--limit", type=int, default=0, help="first N jobs only")
     simulate.add_argument("--seed", type=int, default=0, help="job-class assignment seed")
     simulate.add_argument("--out", default="", help="folder for results.json and plots")
+    simulate.add_argument(
+        "--mixing",
+        default="off",
+        help="comma-separated: off (one device type per job), even (jobs may mix, batch split "
+        "evenly), balanced (jobs may mix, shares by speed)",
+    )
     simulate.set_defaults(run=_simulate)
     return parser
 
@@ -301,7 +307,13 @@ def _simulate(args: argparse.Namespace) -> int:
     from xirang_service.pool.sim.compare import compare
 
     results = compare(
-        args.trace, args.cluster, args.policy.split(","), args.limit, args.seed, args.out or None
+        args.trace,
+        args.cluster,
+        args.policy.split(","),
+        args.limit,
+        args.seed,
+        args.out or None,
+        tuple(m.strip() for m in args.mixing.split(",")),
     )
     if args.json:
         print(json.dumps([r.row() for r in results], indent=2))

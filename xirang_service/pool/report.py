@@ -86,9 +86,13 @@ def printable(text: str) -> str:
     return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
 
 
+def _unmixed(row: dict[str, Any]) -> bool:
+    return row.get("mixing", "off") == "off"
+
+
 def comparison_table(rows: list[dict[str, Any]], baseline: str = "fifo") -> Table:
     """Policies side by side, with average JCT relative to the baseline policy."""
-    base = next((r for r in rows if r["policy"] == baseline), None)
+    base = next((r for r in rows if r["policy"] == baseline and _unmixed(r)), None)
     table = Table(title="pool policies on the trace")
     for column in (
         "policy",
@@ -104,7 +108,7 @@ def comparison_table(rows: list[dict[str, Any]], baseline: str = "fifo") -> Tabl
     for r in rows:
         ratio = base["avg_jct_h"] / r["avg_jct_h"] if base and r["avg_jct_h"] else float("nan")
         table.add_row(
-            r["policy"],
+            r["policy"] if _unmixed(r) else f"{r['policy']} mix {r['mixing']}",
             f"{r['avg_jct_h']:.2f}",
             f"{r['p95_jct_h']:.2f}",
             f"{r['avg_queue_h']:.2f}",

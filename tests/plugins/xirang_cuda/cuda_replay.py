@@ -21,7 +21,7 @@ from xirang_core.devices.replay import ReplayRunner
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FILES = {
-    smi.QUERY: "query.csv",
+    smi.LEGACY_QUERY: "query.csv",  # recorded with the field name drivers before 535 used
     smi.HEADER: "smi.txt",
     topo.COMMAND: "topo.txt",
     fabric.COMMAND: "q.txt",

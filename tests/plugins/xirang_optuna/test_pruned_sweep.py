@@ -11,8 +11,7 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
-from xirang_optuna.storage import StudyFile
-from xirang_optuna.trial import STUDY_FILE
+from xirang_optuna.trial import open_storage
 
 from xirang_core.sweep.objective import OBJECTIVES
 
@@ -73,7 +72,7 @@ def test_pruning_stops_bad_trials_and_keeps_the_best(run_xirang, tmp_path: Path)
         assert summary["steps"] < 30 and summary["val_loss"] > 0
     assert not any(r["pruned_at"] for r in rows[: TRIALS - len(stopped)])  # finished rank first
 
-    study = optuna.load_study(study_name="xirang", storage=StudyFile(folder / STUDY_FILE))
+    study = optuna.load_study(study_name="xirang", storage=open_storage(None, folder))
     states = [t.state.name for t in study.trials]
     assert states.count("PRUNED") == len(stopped) and states.count("COMPLETE") == len(rows) - len(
         stopped
@@ -103,3 +102,23 @@ def test_pruning_stops_bad_trials_and_keeps_the_best(run_xirang, tmp_path: Path)
     best_pruned = float(rows[0]["val_loss"])
     assert best_pruned <= 1.05 * best_grid, (best_pruned, best_grid)
     assert results["best_value"] == pytest.approx(best_pruned)
+
+
+def test_a_plain_search_runs_the_grid_it_is_given(run_xirang, tmp_path: Path) -> None:
+    """``hydra/sweeper=optuna`` without a pruner: every trial runs to the end, no trial number
+    is passed to the jobs, and the grid sampler stops at the grid's size."""
+    folder = sweep(
+        run_xirang,
+        tmp_path / "grid",
+        "hydra/sweeper=optuna",
+        "hydra/sweeper/sampler=grid",
+        "hydra.sweeper.n_trials=10",
+        "optim.lr=choice(0.001,0.01,0.1)",
+    )
+    rows = table(folder)
+    assert sorted(lr_of(r) for r in rows) == ["0.001", "0.01", "0.1"]
+    assert not any("sweep.trial" in r["overrides"] or r["pruned_at"] for r in rows)
+    study = optuna.load_study(study_name="xirang", storage=open_storage(None, folder))
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
+    best = yaml.safe_load((folder / "optimization_results.yaml").read_text())["best_value"]
+    assert best == pytest.approx(min(float(r["val_loss"]) for r in rows))

@@ -68,8 +68,7 @@ def test_a_pruned_optuna_sweep_runs_its_trials_as_slurm_jobs(
     """Trials in Slurm jobs (other processes) report to the study file in the sweep folder,
     two at a time; the second pair's pruner compares them with the first pair's reports."""
     import optuna
-    from xirang_optuna.storage import StudyFile
-    from xirang_optuna.trial import STUDY_FILE
+    from xirang_optuna.trial import open_storage
 
     runs = tmp_path / "runs"
     done = run_xirang(
@@ -94,7 +93,7 @@ def test_a_pruned_optuna_sweep_runs_its_trials_as_slurm_jobs(
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (sweep,) = [p for p in runs.glob("*/*") if (p / "multirun.yaml").exists()]
     assert len(list((sweep / ".submitit").glob("*_[01]"))) == 4  # two arrays of two tasks
-    study = optuna.load_study(study_name="xirang", storage=StudyFile(sweep / STUDY_FILE))
+    study = optuna.load_study(study_name="xirang", storage=open_storage(None, sweep))
     assert [t.state.name in ("COMPLETE", "PRUNED") for t in study.trials] == [True] * 4
     assert all(t.intermediate_values for t in study.trials)  # reported from the Slurm jobs
     with (sweep / "sweep_results.csv").open() as f:

@@ -197,3 +197,30 @@ def test_the_batch_is_split_over_every_node_s_workers() -> None:
         compose([*two_nodes, "trainer.nproc=2", "trainer.global_batch=6"], registry)
     with pytest.raises(ConfigError, match=r"scheduler\.nodes=0: must be"):
         compose(["scheduler=slurm", "scheduler.nodes=0"], registry)
+
+
+@pytest.mark.service
+@pytest.mark.slow
+def test_srun_torchrun_trains_on_torchruns_world(slurm: str, tmp_path: Path) -> None:
+    """The recipe Slurm sites use for torch jobs, ``srun torchrun --nproc-per-node=2 -m
+    xirang``: one Slurm task whose torchrun starts two workers. The run takes torchrun's world
+    (two workers, one run directory), not the Slurm task count of one."""
+    import json
+    import sys
+
+    from tests.conftest import ONE_LAYER_GPT, run_dirs
+
+    run = ["parallel=ddp", "trainer.max_steps=2", "trainer.sample_tokens=0", *ONE_LAYER_GPT]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2"]
+    script = tmp_path / "torchrun.sbatch"
+    script.write_text(
+        "#!/bin/bash\n#SBATCH --nodes=1 --ntasks=1 --cpus-per-task=2\n"
+        f"#SBATCH --output={tmp_path}/job.out\n"
+        f"cd {tmp_path}\nsrun {' '.join([*torchrun, '-m', 'xirang', *run])}\n"
+    )
+    done = subprocess.run(["sbatch", "--wait", str(script)], capture_output=True, text=True)
+    output = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
+    assert done.returncode == 0, done.stderr + output[-3000:]
+    [run_dir] = run_dirs(tmp_path)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["world_size"], summary["steps"]) == (2, 2) and summary["tokens"] > 0

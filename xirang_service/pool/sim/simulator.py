@@ -4,6 +4,12 @@ The simulator owns only the clock and the jobs' progress; every decision is the 
 policy's, the same code the service runs. A started job runs at the speed of its devices for its
 class (devices x relative throughput, in reference cards); a preempted or requeued job keeps the
 work it did (it checkpointed when told) and pays ``restart_s`` when it starts again.
+
+``mixing`` says what a job may do across device types: ``off`` (every job on one type, as
+most pools), ``even`` (jobs may mix, and their run splits the batch evenly, as DDP, FSDP and
+torchtitan do: every device works at the slowest one's pace) or ``balanced`` (jobs may mix and
+each device takes a share of the batch by its speed: the sum of the devices' speeds, times
+``balance_efficiency``, what a balanced run measures against that sum).
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from xirang_service.pool.quota import Project
 from xirang_service.pool.sim.traces import TraceJob
 
 ARRIVE, FINISH, WAKE = 0, 1, 2
+#: what a job may do across device types (see the module's docstring)
+MIXING = ("off", "even", "balanced")
 
 
 @dataclass
@@ -42,6 +50,7 @@ class Progress:
 @dataclass
 class Result:
     policy: str
+    mixing: str
     jobs: int
     finished: int
     rejected: int
@@ -67,8 +76,15 @@ class Simulator:
         policy: str,
         restart_s: float = 30.0,
         preferences: Preferences | None = None,
+        mixing: str = "off",
+        balance_efficiency: float = 1.0,
         **settings: Any,
     ):
+        if mixing not in MIXING:
+            raise PoolError(f"mixing={mixing!r}: one of {', '.join(MIXING)}")
+        if not 0 < balance_efficiency <= 1:
+            raise PoolError(f"balance_efficiency={balance_efficiency}: a fraction in (0, 1]")
+        self.mixing, self.balance_efficiency = mixing, balance_efficiency
         cluster, throughputs, quotas = clusterfile.build(dict(cluster_data))
         self.engine = PoolEngine(
             cluster,
@@ -119,6 +135,7 @@ class Simulator:
                     trace.job_class,
                     trace.priority,
                     work=trace.duration * trace.cards,
+                    allow_mixing=self.mixing != "off",
                 )
             except PoolError:
                 return 1
@@ -153,12 +170,16 @@ class Simulator:
 
     def _rate(self, job: Job, devices: list[int]) -> float:
         """Reference cards of work per second: each device at its type's speed for the job's
-        class (a mixed placement's devices each at their own)."""
+        class; a mixed placement's devices each at their own when balanced, all at the
+        slowest one's when the batch is split evenly."""
         relative = self.engine.throughputs.relative
         if MIX not in job.device_type:
             return len(devices) * relative(job.job_class, job.device_type)
-        types = (self.engine.cluster.node_of(d).type for d in devices)
-        return sum(relative(job.job_class, t) for t in types)
+        types = [self.engine.cluster.node_of(d).type for d in devices]
+        speeds = [relative(job.job_class, t) for t in types]
+        if self.mixing == "even":
+            return len(speeds) * min(speeds)
+        return sum(speeds) * self.balance_efficiency
 
     def _eta(self, job_id: int) -> float:
         progress = self.progress[job_id]
@@ -217,6 +238,7 @@ class Simulator:
         span = max(end, 1.0) * self.engine.cluster.size
         return Result(
             policy=self.policy_name,
+            mixing=self.mixing,
             jobs=len(jobs),
             finished=len(done),
             rejected=rejected,

@@ -1,0 +1,125 @@
+"""``scheduler.worker_quota``: each local worker under its own CPU quota, a slower device made real.
+
+A list of CPU counts, one per worker on this node (``[1.0, 0.4]``: worker 0 may use one core,
+worker 1 four tenths of one). Each worker runs in its own cgroup of the CPU controller whose
+CFS quota is that share of each period: the mechanism behind Kubernetes CPU limits, so a worker
+under 0.4 computes as a device about 2.5 times slower would, and xirang's own calibration in
+that worker measures it so. Cgroup v1 (``/sys/fs/cgroup/cpu``, writable by root) is what this
+uses; the cgroups are made before the workers start and removed after they end, each with an
+event saying how often the kernel throttled it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from xirang import ConfigError
+from xirang_core.checkpoint.events import record_event
+
+#: the cgroup v1 CPU controller's mount point
+CPU_CGROUP = Path("/sys/fs/cgroup/cpu")
+#: the scheduling period each quota is a share of, in microseconds (the kernel's default)
+PERIOD_US = 100_000
+#: the worker's cgroup folders, by local rank, for the worker to join (set by the launcher)
+CGROUPS_ENV = "XIRANG_WORKER_CGROUPS"
+
+
+def check_quota(quota: Sequence[float]) -> list[float]:
+    """The quotas as CPU counts; a share outside (0, this machine's cores] is refused."""
+    cores = os.cpu_count() or 1
+    bad = [q for q in quota if not 0 < float(q) <= cores]
+    if bad:
+        raise ConfigError(
+            f"scheduler.worker_quota={list(quota)}: {bad[0]} is not a CPU count in (0, {cores}] "
+            f"(this machine has {cores} cores); e.g. scheduler.worker_quota=[1.0,0.4]"
+        )
+    return [float(q) for q in quota]
+
+
+@contextlib.contextmanager
+def worker_cgroups(quota: Sequence[float], nproc: int, run_dir: str) -> Iterator[list[Path]]:
+    """One cgroup per local worker with its quota, for the attempt; removed after, with an
+    event per worker saying its quota and how many periods the kernel throttled it."""
+    if len(quota) != nproc:
+        raise ConfigError(
+            f"scheduler.worker_quota has {len(quota)} value(s) for {nproc} worker(s) on this "
+            f"node (trainer.nproc={nproc}): give one CPU count per worker"
+        )
+    _check_controller()
+    tag, home = f"xirang-{uuid.uuid4().hex[:8]}", own_cgroup()
+    made: list[Path] = []
+    try:
+        for rank, cpus in enumerate(quota):
+            made.append(_make(CPU_CGROUP / f"{tag}-w{rank}", cpus))
+        os.environ[CGROUPS_ENV] = os.pathsep.join(map(str, made))
+        yield made
+    finally:
+        os.environ.pop(CGROUPS_ENV, None)
+        for rank, folder in enumerate(made):
+            record_event(run_dir, "worker_quota", rank=rank, cpus=quota[rank], **_stat(folder))
+            _remove(folder, home)
+
+
+def _check_controller() -> None:
+    if not (CPU_CGROUP / "cpu.cfs_quota_us").exists() or not os.access(CPU_CGROUP, os.W_OK):
+        raise ConfigError(
+            f"scheduler.worker_quota needs the cgroup v1 CPU controller at {CPU_CGROUP}, "
+            f"writable (run as root); this machine has no such writable controller. Leave "
+            f"scheduler.worker_quota empty ([]) to run the workers without a quota"
+        )
+
+
+def own_cgroup() -> Path:
+    """This process's cgroup of the CPU controller (``/proc/self/cgroup``)."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):
+            return CPU_CGROUP / path.lstrip("/")
+    return CPU_CGROUP
+
+
+def _make(folder: Path, cpus: float) -> Path:
+    folder.mkdir()
+    (folder / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+    (folder / "cpu.cfs_quota_us").write_text(str(round(cpus * PERIOD_US)))
+    return folder
+
+
+def _stat(folder: Path) -> dict[str, int]:
+    """The kernel's count of periods and throttled periods (``cpu.stat``)."""
+    fields = dict(line.split() for line in (folder / "cpu.stat").read_text().splitlines())
+    return {"periods": int(fields["nr_periods"]), "throttled": int(fields["nr_throttled"])}
+
+
+def _remove(folder: Path, home: Path) -> None:
+    """Move what is left in the cgroup back ``home`` (an in-process worker is this process;
+    an orphan of a killed worker may linger), then remove it: the kernel needs it empty."""
+    for pid in (folder / "cgroup.procs").read_text().split():
+        with contextlib.suppress(OSError):  # it ended meanwhile
+            (home / "cgroup.procs").write_text(pid)
+    for _ in range(50):
+        try:
+            folder.rmdir()
+            return
+        except OSError:  # a process still leaving
+            time.sleep(0.1)
+    folder.rmdir()
+
+
+def join(folder: Path) -> None:
+    """Put this process (and the threads and processes it starts after) in ``folder``."""
+    (folder / "cgroup.procs").write_text(str(os.getpid()))
+
+
+def in_own_cgroup(entrypoint: Callable[[str], Any], run_dir: str) -> Any:
+    """An elastic worker's entry point, run in the cgroup the launcher made for its local
+    rank (a module-level function, so spawned workers can unpickle it)."""
+    folders = os.environ[CGROUPS_ENV].split(os.pathsep)
+    join(Path(folders[int(os.environ["LOCAL_RANK"])]))
+    return entrypoint(run_dir)
