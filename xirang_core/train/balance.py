@@ -40,6 +40,8 @@ MODES = ("uniform", "calibrated", "adaptive")
 STRATEGIES = ("ddp", "fsdp")
 #: shares move only when the predicted step time drops by more than this fraction
 HYSTERESIS = 0.05
+#: weight of the past windows in each rank's averaged speed (``adaptive``)
+SMOOTHING = 0.5
 #: forward-and-backward over forward time assumed until a rank has measured its own
 WHOLE_OVER_FORWARD = 3.0
 #: forwards timed at start-up for ``calibrated`` (after one untimed warm-up)
@@ -72,15 +74,15 @@ def even_shares(total: int, world: int) -> Shares:
 
 def proportional(total: int, speeds: list[float]) -> Shares:
     """``total`` micro-batches in proportion to ``speeds`` (all positive), each rank at least
-    one: one each, then the rest by speed, the largest remainders taking the rounding."""
-    world = len(speeds)
-    spare = total - world
-    exact = [spare * v / sum(speeds) for v in speeds]
-    counts = [int(e) for e in exact]
-    by_remainder = sorted(range(world), key=lambda r: counts[r] - exact[r])
-    for r in by_remainder[: spare - sum(counts)]:
-        counts[r] += 1
-    return Shares(tuple(c + 1 for c in counts))
+    one; rounding goes to the ranks furthest below their exact share."""
+    exact = [total * v / sum(speeds) for v in speeds]
+    counts = [max(1, int(e)) for e in exact]
+    while sum(counts) < total:
+        counts[max(range(len(counts)), key=lambda r: exact[r] - counts[r])] += 1
+    while sum(counts) > total:
+        spare = [r for r in range(len(counts)) if counts[r] > 1]
+        counts[min(spare, key=lambda r: exact[r] - counts[r])] -= 1
+    return Shares(tuple(counts))
 
 
 def step_time(shares: Shares, speeds: list[float]) -> float:
@@ -112,25 +114,14 @@ def check(data: dict[str, Any], world: int) -> None:
             f"{' with ' + ', '.join(split) if split else ''} cannot balance; it works with "
             f"parallel=ddp or parallel=fsdp (data parallel only), or use parallel.balance=uniform"
         )
-    _check_cover(trainer["global_batch"], trainer["micro_batch"], world, given)
-    if parallel.get("balance_every", 1) < 1:
-        raise ConfigError("parallel.balance_every: must be at least 1 step")
-
-
-def _check_cover(global_batch: int, micro: int, world: int, given: list[int]) -> None:
-    """The shares must cover the step: whole micro-batches, at least one per rank."""
-    total = global_batch // micro
-    if global_batch % micro or total < world:
-        raise ConfigError(
-            f"parallel.balance: trainer.global_batch={global_batch} must be a multiple of "
-            f"trainer.micro_batch={micro} with at least one micro-batch for each of the "
-            f"{world} data-parallel ranks (global_batch >= {world * micro})"
-        )
+    total = trainer["global_batch"] // trainer["micro_batch"]  # compose: a whole number
     if given and (len(given) != world or min(given) < 1 or sum(given) != total):
         raise ConfigError(
             f"parallel.balance_shares={given}: give {world} whole numbers, each at least 1, "
             f"summing to global_batch / micro_batch = {total}"
         )
+    if parallel.get("balance_every", 1) < 1:
+        raise ConfigError("parallel.balance_every: must be at least 1 step")
 
 
 class Balancer:
@@ -147,6 +138,7 @@ class Balancer:
         self._started = self._forward_s = 0.0
         self._window = [0.0, 0.0]  # micro-batches, compute seconds since the last move
         self._logged = [0.0, 0.0]  # the same since the last record
+        self._speeds: list[float] = []  # each rank's micro-batches/s, averaged over windows
         self.on_reshare: Any = None  # called with the new shares (the batches follow)
 
     @property
@@ -198,10 +190,15 @@ class Balancer:
         the shares when that predicts a faster step; True when they moved."""
         if self.mode != "adaptive" or step % self.every:
             return False
-        speeds = [m / s if s > 0 else 0.0 for m, s in gather(self._window, self.device)]
+        measured = [m / s if s > 0 else 0.0 for m, s in gather(self._window, self.device)]
         self._window = [0.0, 0.0]
-        if not all(speeds):
+        if not all(measured):
             return False
+        # an exponential average over windows: one noisy window does not move the shares
+        past = self._speeds or measured
+        speeds = self._speeds = [
+            SMOOTHING * p + (1 - SMOOTHING) * m for p, m in zip(past, measured, strict=True)
+        ]
         target = proportional(self.shares.total, speeds)
         if step_time(target, speeds) >= (1 - HYSTERESIS) * step_time(self.shares, speeds):
             return False
