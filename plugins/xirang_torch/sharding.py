@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 from torch import nn
 
@@ -41,7 +41,7 @@ def shard_model(
         fully_shard(layer, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy)
     fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy)
     if balanced:
-        model.set_reshard_after_forward(False)
+        cast(Any, model).set_reshard_after_forward(False)  # fully_shard made it an FSDPModule
     if zero == 1 or balanced:
         # an instance attribute the trainer looks for, as it does DDP's method
         model.no_sync = lambda: _defer_reduction(model)

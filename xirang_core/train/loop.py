@@ -84,7 +84,8 @@ class Trainer:
         balance: Balancer | None = None,
     ) -> None:
         self.model, self.optimizer = model, optimizer
-        self.batches = prefetched(batches, ctx.device, settings.accum_steps)  # pinned, 1 ahead
+        accum = balance.count if balance is not None else settings.accum_steps
+        self.batches = prefetched(batches, ctx.device, accum)  # pinned, 1 ahead
         self._source, self.balance = batches, balance  # balance: unequal shares per rank
         self.settings, self.ctx, self.hook, self.metrics = settings, ctx, hook, metrics
         self.params = [p for p in model.parameters() if p.requires_grad]
