@@ -159,12 +159,10 @@ class Balancer:
     def forward_done(self, last: bool) -> None:
         """The forward ended; the last micro-batch's compute is its forward times the ratio
         (its backward waits for the gradient sync)."""
+        self._sync()
+        self._forward_s = time.perf_counter() - self._started
         if last:
-            self._sync()
-            self._forward_s = time.perf_counter() - self._started
             self._add(self._forward_s * self.ratio)
-        else:
-            self._forward_s = time.perf_counter() - self._started  # unsynced: device queues
 
     def backward_done(self, last: bool) -> None:
         """The backward of a micro-batch without a collective ended: all of it is compute."""

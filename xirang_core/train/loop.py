@@ -222,10 +222,11 @@ class Trainer:
         """Forward and backward of each micro-batch; gradients add up, synced on the last.
         Balanced (``parallel.balance``), this rank runs its share, each loss divided by the
         step's micro-batches per rank on average, and its compute is timed."""
-        count, divisor = self.settings.accum_steps, self.settings.accum_steps
+        count: int = self.settings.accum_steps
+        divisor: float = count
         watch = self.balance or Unwatched()
         if self.balance is not None:
-            count, divisor = self.balance.count, self.balance.divisor  # type: ignore[assignment]
+            count, divisor = self.balance.count, self.balance.divisor
         total = torch.zeros((), device=self.ctx.device)
         for micro in range(count):
             # inputs, targets and, with data.document_mask, each input's document
