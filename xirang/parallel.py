@@ -7,6 +7,7 @@ imports torch.
 """
 
 from xirang_core.parallel.plan import ParallelPlan, check_plan, resolve_degrees
+from xirang_core.train.balance import check as check_balance
 from xirang_core.train.compile import compile_model
 from xirang_core.train.optim import build_optimizer
 from xirang_core.train.precision import fsdp_policy
@@ -14,6 +15,7 @@ from xirang_core.train.precision import fsdp_policy
 __all__ = [
     "ParallelPlan",
     "build_optimizer",
+    "check_balance",
     "check_plan",
     "compile_model",
     "fsdp_policy",

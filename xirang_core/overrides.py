@@ -129,6 +129,12 @@ def _check_key(override: Any, tree: dict[str, Any], registry: Registry) -> None:
             if _has_schema(parts[0], tree, registry):
                 return  # a new setting of a known section: its schema accepts it or names keys
             raise ConfigError(_unread(override, parts[: depth + 1], node, tree))
+        if parts[0] == "parallel" and part.startswith("balance"):
+            option = (tree.get("parallel") or {}).get("name", "?")
+            raise ConfigError(
+                f"{override.get_key_element()}: parallel={option} cannot balance its workers; "
+                f"parallel.balance works with parallel=ddp or parallel=fsdp (data parallel)"
+            )
         raise ConfigError(_unknown(override, parts[: depth + 1], node, tree))
     if override.is_add():
         key = override.key_or_group

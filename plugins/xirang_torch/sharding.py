@@ -12,17 +12,27 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 from torch import nn
 
 
 def shard_model(
-    model: nn.Module, layers: nn.ModuleDict, mesh: Any, zero: int, mp_policy: Any = None
+    model: nn.Module,
+    layers: nn.ModuleDict,
+    mesh: Any,
+    zero: int,
+    mp_policy: Any = None,
+    balanced: bool = False,
 ) -> nn.Module:
     """Shard each layer, then the rest (embeddings, head) as the root unit. ``mp_policy`` (a
     ``MixedPrecisionPolicy``, from ``trainer.precision``) gathers 16-bit parameters and reduces
-    gradients in fp32; the sharded parameters, the optimizer's, stay fp32."""
+    gradients in fp32; the sharded parameters, the optimizer's, stay fp32.
+
+    ``balanced`` (``parallel.balance``: ranks run unequal numbers of micro-batches): every
+    collective of a step must still pair up across ranks, so parameters are gathered once,
+    at a step's first forward, and stay until the reduce-scatter after its last backward
+    (ZeRO-1's deferred reduction, with ZeRO-2's gathered parameters)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     reshard = zero >= 3
@@ -30,7 +40,9 @@ def shard_model(
     for layer in layers.values():
         fully_shard(layer, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy)
     fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy)
-    if zero == 1:
+    if balanced:
+        cast(Any, model).set_reshard_after_forward(False)  # fully_shard made it an FSDPModule
+    if zero == 1 or balanced:
         # an instance attribute the trainer looks for, as it does DDP's method
         model.no_sync = lambda: _defer_reduction(model)
     return model
@@ -48,7 +60,9 @@ def _defer_reduction(model: Any) -> Iterator[None]:
         model.set_reshard_after_backward(True)
 
 
-def replicate_model(model: nn.Module, mesh: Any, pipeline: bool = False) -> nn.Module:
+def replicate_model(
+    model: nn.Module, mesh: Any, pipeline: bool = False, balanced: bool = False
+) -> nn.Module:
     """Plain data parallel (zero=0) over the ``dp`` group: DDP's bucketed all-reduce.
 
     Under a pipeline, torch's stage runs every forward under ``no_sync`` and arms DDP's reducer
@@ -61,7 +75,10 @@ def replicate_model(model: nn.Module, mesh: Any, pipeline: bool = False) -> nn.M
     """
     from torch.nn.parallel import DistributedDataParallel
 
-    replica = DistributedDataParallel(model, process_group=mesh.get_group())
+    # balanced ranks run unequal forwards: a buffer broadcast in each would not pair up
+    replica = DistributedDataParallel(
+        model, process_group=mesh.get_group(), broadcast_buffers=not balanced
+    )
     if pipeline:
         replica.require_backward_grad_sync = False  # as no_sync sets it, for good
     return replica

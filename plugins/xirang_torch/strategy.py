@@ -8,12 +8,19 @@ per block (``trainer.compile``), then data parallel.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch import nn
 
-from xirang.parallel import ParallelPlan, check_plan, compile_model, fsdp_policy, resolve_degrees
+from xirang.parallel import (
+    ParallelPlan,
+    check_balance,
+    check_plan,
+    compile_model,
+    fsdp_policy,
+    resolve_degrees,
+)
 from xirang_torch import recompute, sharding
 from xirang_torch.mesh import build_mesh, coordinate, degree
 
@@ -29,6 +36,16 @@ class MeshConfig:
     zero: int = 3
     recompute: str = "none"
     schedule: str = "1f1b"
+    balance: str = "uniform"  # uniform | calibrated | adaptive: data parallel only (fsdp)
+    balance_every: int = 10  # adaptive: steps between moves of the shares
+    balance_shares: list[int] = field(default_factory=list)  # fixed micro-batches per rank
+
+    @staticmethod
+    def check(data: dict[str, Any]) -> None:
+        """``parallel.balance*``: checked at compose for the run's workers."""
+        from xirang.launch import run_workers
+
+        check_balance(data, run_workers(data)[0])
 
 
 class MeshStrategy:
@@ -71,21 +88,29 @@ class MeshStrategy:
         if plan.recompute == "full":
             recompute.checkpoint_layers(fns.layers(model))
         compile_model(model, ctx.config)
-        wrapped = self._data_parallel(model, fns, mesh, plan, trainer.get("precision", "fp32"))
+        precision = trainer.get("precision", "fp32")
+        balanced = self.config.balance != "uniform"
+        wrapped = self._data_parallel(model, fns, mesh, plan, precision, balanced)
         if plan.pp > 1:
             self._pipeline(wrapped, model, fns, ctx, plan)
         return wrapped
 
     @staticmethod
     def _data_parallel(
-        model: nn.Module, fns: Any, mesh: Any, plan: ParallelPlan, precision: str
+        model: nn.Module,
+        fns: Any,
+        mesh: Any,
+        plan: ParallelPlan,
+        precision: str,
+        balanced: bool = False,
     ) -> nn.Module:
         if not _shards(plan):
             if degree(mesh, "dp") == 1:
                 return model
-            return sharding.replicate_model(model, mesh["dp"], pipeline=plan.pp > 1)
+            return sharding.replicate_model(model, mesh["dp"], plan.pp > 1, balanced)
         policy = fsdp_policy(precision)
-        return sharding.shard_model(model, fns.layers(model), mesh["dp"], plan.zero, policy)
+        layers = fns.layers(model)
+        return sharding.shard_model(model, layers, mesh["dp"], plan.zero, policy, balanced)
 
     @staticmethod
     def _pipeline(

@@ -281,6 +281,9 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
         ("xirang ckpt export --format hf {run} my-model",)
     ),
     # docs/parallel.md
+    "python benchmarks/hetero.py [--model llama_small] [--quota 0.4] [--steps 12]": Skip(
+        "needs the cgroup v1 CPU controller as root, and minutes"
+    ),
     "torchrun --nproc-per-node=2 -m xirang parallel=ddp": Slow(
         _MULTI + "; tests/parallel/test_torchrun.py runs it short against trainer.nproc=2"
     ),

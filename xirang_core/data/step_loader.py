@@ -91,12 +91,14 @@ class LoaderBatches:
         self.batches, self.last_step, self.num_workers = batches, last_step, num_workers
         self._rows: Iterator[torch.Tensor] | None = None
         self._next: tuple[int, int] | None = None
+        self._shares = batches.shares  # the workers read as these deal (parallel.balance)
 
     def get(self, step: int, micro: int = 0) -> tuple[torch.Tensor, ...]:
         if self.batches.document_mask or step > self.last_step:
             return self.batches.get(step, micro)  # document flags are read in this process
-        if (step, micro) != self._next:
+        if (step, micro) != self._next or self._shares is not self.batches.shares:
             self.close_workers()
+            self._shares = self.batches.shares
             self._rows = worker_batches(
                 self.batches, step, self.last_step, self.num_workers, first_micro=micro
             )

@@ -9,6 +9,7 @@ sources the mixture's schedule says which source and which of its rows each glob
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -18,6 +19,9 @@ from xirang_core.data.mixture import Schedule
 from xirang_core.data.order import Partition
 from xirang_core.data.stream import TokenSource
 from xirang_core.specs import Tokenizer
+
+if TYPE_CHECKING:
+    from xirang_core.train.balance import Shares
 
 
 @dataclass
@@ -47,6 +51,13 @@ class TokenBatches:
         weights = tuple(s.weight for s in sources)
         self.schedule = Schedule(weights, seed + (split == "val")) if len(sources) > 1 else None
         self.seq_len = sources[0].source.read.span - 1
+        #: unequal micro-batches per rank (``parallel.balance``); None: ``accum`` each
+        self.shares: Shares | None = None
+
+    def reshare(self, shares: Shares) -> None:
+        """Read this rank's micro-batches of every step as ``shares`` deal them: the step's
+        rows stay the same, only which rank reads which changes."""
+        self.shares, self.accum = shares, shares.counts[self.part.rank]
 
     @property
     def bytes_per_token(self) -> float:
@@ -56,6 +67,9 @@ class TokenBatches:
 
     def positions(self, step: int, micro: int) -> np.ndarray:
         """Global rows of this rank for (step, micro); held-out batches count from 0."""
+        if self.shares is not None and self.split == "train":
+            slot = (step - 1) * self.shares.total + self.shares.slot(self.part.rank, micro)
+            return np.arange(slot * self.part.batch_size, (slot + 1) * self.part.batch_size)
         batch = (step - 1) * self.accum + micro if self.split == "train" else step
         return self.part.positions(batch)
 
@@ -100,6 +114,8 @@ class TokenBatches:
     def tokens_seen(self, steps: int) -> dict[str, int]:
         """Training tokens (inputs) each source gave the whole run in its first ``steps``."""
         rows = steps * self.accum * self.part.global_batch
+        if self.shares is not None:
+            rows = steps * self.shares.total * self.part.batch_size
         counts = self.schedule.counts(rows) if self.schedule else np.array([rows])
         return {s.name: int(c) * self.seq_len for s, c in zip(self.sources, counts, strict=True)}
 

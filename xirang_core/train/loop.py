@@ -31,6 +31,7 @@ from xirang_core.errors import ConfigError, XirangError
 from xirang_core.hookcall import notify
 from xirang_core.specs import WorkerContext
 from xirang_core.sweep.prune import pruned_here
+from xirang_core.train.balance import Balancer, Unwatched
 from xirang_core.train.compile import compiled_frames
 from xirang_core.train.host_memory import retain_freed_memory
 from xirang_core.train.optim import build_schedule
@@ -80,13 +81,18 @@ class Trainer:
         ctx: WorkerContext,
         hook: Any,
         metrics: MetricsLog | None,
+        balance: Balancer | None = None,
     ) -> None:
         self.model, self.optimizer = model, optimizer
-        self.batches = prefetched(batches, ctx.device, settings.accum_steps)  # pinned, 1 ahead
+        accum = balance.count if balance is not None else settings.accum_steps
+        self.batches = prefetched(batches, ctx.device, accum)  # pinned, 1 ahead
+        self._source, self.balance = batches, balance  # balance: unequal shares per rank
         self.settings, self.ctx, self.hook, self.metrics = settings, ctx, hook, metrics
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.tokens_per_step = settings.micro_batch * settings.seq_len * settings.accum_steps
         self.tokens_per_step *= ctx.data_world
+        if balance is not None:  # the step's micro-batches over all ranks, however dealt
+            self.tokens_per_step = settings.micro_batch * settings.seq_len * balance.shares.total
         self.precision = Precision(settings.precision, ctx.device)
         if ctx.device.type == "cpu":  # steps reuse the pages of their activations
             retain_freed_memory()
@@ -213,16 +219,26 @@ class Trainer:
         return False
 
     def _accumulate(self, step: int) -> torch.Tensor:
-        """Forward and backward of each micro-batch; gradients add up, synced on the last."""
-        s = self.settings
+        """Forward and backward of each micro-batch; gradients add up, synced on the last.
+        Balanced (``parallel.balance``), this rank runs its share, each loss divided by the
+        step's micro-batches per rank on average, and its compute is timed."""
+        count: int = self.settings.accum_steps
+        divisor: float = count
+        watch = self.balance or Unwatched()
+        if self.balance is not None:
+            count, divisor = self.balance.count, self.balance.divisor
         total = torch.zeros((), device=self.ctx.device)
-        for micro in range(s.accum_steps):
+        for micro in range(count):
             # inputs, targets and, with data.document_mask, each input's document
             batch = [t.to(self.ctx.device, non_blocking=True) for t in self._batch(step, micro)]
-            with self._sync_context(last=micro == s.accum_steps - 1):
+            last = micro == count - 1
+            with self._sync_context(last=last):
+                watch.start()
                 with self.precision.autocast():
-                    loss = self.model(*batch) / s.accum_steps
+                    loss = self.model(*batch) / divisor
+                watch.forward_done(last)
                 self._backward(loss)
+                watch.backward_done(last)
             total += loss.detach()
         return total
 
@@ -283,6 +299,8 @@ class Trainer:
                 with self.profiler(step):
                     loss, spent = self._timed_step(step)
                 compiling = (compiling[0] + spent, compiling[1] + (spent > 0))
+                if self.balance is not None and self.balance.after_step(step):
+                    self.batches = prefetched(self._source, self.ctx.device, self.balance.count)
                 if on_step_end is not None:
                     on_step_end(step)
                 collect(step)
@@ -298,6 +316,8 @@ class Trainer:
                 record = self._record(step, loss, interval, steps, now - started)
                 record["data_wait_ms"] = round(1e3 * self.data_wait_s / (step - mark_step), 3)
                 record |= self.figures()
+                if self.balance is not None:  # every rank: the ranks' figures are gathered
+                    record |= self.balance.figures(interval / steps, steps)
                 self.data_wait_s = 0.0
                 if compiling[0]:
                     record["compile_s"] = round(compiling[0], 3)

@@ -170,6 +170,9 @@ def print_summary(summary: dict[str, Any]) -> None:
                 f"{summary['restarts']}: figures cover all {summary['restarts'] + 1} segments",
             )
         )
+    if summary.get("balance"):  # parallel.balance: micro-batches per rank at the end
+        shares = ":".join(str(c) for c in summary["balance"]["shares"])
+        rows.append(("balance", f"shares {shares}, efficiency {summary['balance']['efficiency']}"))
     if summary.get("skipped_steps"):
         rows.append(("skipped steps", f"{summary['skipped_steps']} (non-finite, not applied)"))
     if cost:

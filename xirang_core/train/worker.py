@@ -38,7 +38,7 @@ from xirang_core.faults.health import local_device
 from xirang_core.hookcall import notify
 from xirang_core.plugins import Registry, get_registry
 from xirang_core.specs import Tokenizer, WorkerContext
-from xirang_core.train import profile, report
+from xirang_core.train import balance, profile, report
 from xirang_core.train.compile import compile_model
 from xirang_core.train.cost import cost_fields
 from xirang_core.train.init import materialize
@@ -72,6 +72,7 @@ class Assembly:
     params: int = 0  # the whole model's parameters, counted before a split keeps a stage's
     #: threads per worker, the cores the run may use here and the host's load at the start
     host: dict[str, Any] = field(default_factory=dict)
+    balancer: balance.Balancer | None = None  # parallel.balance: this rank's unequal share
 
 
 def main(run_dir: str, config: dict[str, Any] | None = None) -> None:
@@ -201,6 +202,9 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
         raise ConfigError(f"data.seq_len={seq_len} exceeds model.max_seq_len={max_len}")
     accum = micro_batches(trainer["global_batch"], ctx.data_world, micro)
     train, val = run_batches(config, ctx.data_rank, ctx.data_world, micro, accum)
+    balancer = balance.for_run(config, ctx.data_rank, ctx.data_world, ctx.device)
+    if balancer is not None:
+        balance.begin(balancer, config, wrapped, train)
     train = loop_batches(train, trainer["max_steps"], data.get("num_workers", 0))
     settings = LoopSettings(
         max_steps=trainer["max_steps"],
@@ -234,6 +238,7 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
         comm=sync,
         strategy=strategy,
         params=params,
+        balancer=balancer,
     )
 
 
@@ -303,7 +308,14 @@ def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry
     metrics = report.MetricsLog(run_dir, segment.number) if ctx.is_main else None
     started = time.perf_counter()
     trainer = Trainer(
-        parts.wrapped, parts.optimizer, parts.train, parts.settings, ctx, registry.hook, metrics
+        parts.wrapped,
+        parts.optimizer,
+        parts.train,
+        parts.settings,
+        ctx,
+        registry.hook,
+        metrics,
+        parts.balancer,
     )
     trainer.evaluate = lambda: held_out_loss(parts)
     trainer.profiler = profile.for_run(config, ctx.rank, ctx.device, ctx.run_dir)
@@ -459,6 +471,7 @@ def summarize(
             config["cost"]["name"],
         ),
         **comm_report(parts, last["step"]),
+        **balance.summary_fields(last),
     }
 
 

@@ -1,0 +1,293 @@
+"""Balanced data parallelism: each rank runs its own number of a step's micro-batches.
+
+``parallel.balance=uniform`` (the default) splits a step's micro-batches evenly, as DDP, FSDP
+and torchtitan do, and every fast rank waits for the slowest at each step's gradient sync.
+``calibrated`` and ``adaptive`` give rank ``r`` a share ``c_r`` of the step's ``M =
+global_batch / micro_batch`` micro-batches in proportion to its measured speed (each at least
+one), so every rank reaches the sync at about the same time: the step then takes about
+``M / sum(speeds)``, not ``M / W / min(speed)``.
+
+What stays exact (REFERENCE §8): the step's rows, their order and the data position are the
+uniform split's; only which rank reads which micro-batch changes. Micro-batches are dealt round
+by round (:meth:`Shares.slot`), so equal shares read exactly the rows the uniform split reads,
+and a resume on any mix or worker count continues the same trajectory. Every micro-batch's
+loss is a mean over its tokens scaled by ``W / M`` (not ``1 / accum``): the sum over a rank's
+micro-batches, averaged over the ``W`` ranks by DDP's all-reduce or FSDP's reduce-scatter, is
+the mean over all ``M`` micro-batches, the uniform split's update.
+
+Speed is measured, not declared: a rank's compute time is the forward and backward of its
+micro-batches that run without a collective (under ``no_sync``), plus the last micro-batch's
+forward scaled by the forward-to-whole ratio those show; the last backward, which waits for
+the gradient sync, is left out. ``calibrated`` times forwards of one micro-batch on every rank
+at start-up; ``adaptive`` also moves shares toward the measured speeds every
+``parallel.balance_every`` steps, only when the predicted step time improves by more than
+:data:`HYSTERESIS` (noise does not make shares oscillate).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from xirang_core.errors import ConfigError
+
+MODES = ("uniform", "calibrated", "adaptive")
+#: strategies whose gradient average tolerates unequal micro-batch counts per rank
+STRATEGIES = ("ddp", "fsdp")
+#: shares move only when the predicted step time drops by more than this fraction
+HYSTERESIS = 0.05
+#: weight of the past windows in each rank's averaged speed (``adaptive``)
+SMOOTHING = 0.5
+#: forward-and-backward over forward time assumed until a rank has measured its own
+WHOLE_OVER_FORWARD = 3.0
+#: forwards timed at start-up for ``calibrated`` (after one untimed warm-up)
+CALIBRATION_FORWARDS = 2
+
+
+@dataclass(frozen=True)
+class Shares:
+    """Micro-batches each data-parallel rank runs per step."""
+
+    counts: tuple[int, ...]
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts)
+
+    def slot(self, rank: int, micro: int) -> int:
+        """Index among the step's micro-batches of ``rank``'s ``micro``-th: dealt round by
+        round, rank by rank (round ``m`` goes to the ranks with more than ``m``), which is the
+        uniform split's order when the shares are equal."""
+        before = sum(min(c, micro) for c in self.counts)
+        return before + sum(1 for c in self.counts[:rank] if c > micro)
+
+
+def even_shares(total: int, world: int) -> Shares:
+    """``total`` micro-batches over ``world`` ranks as evenly as whole numbers allow."""
+    base, extra = divmod(total, world)
+    return Shares(tuple(base + (r < extra) for r in range(world)))
+
+
+def proportional(total: int, speeds: list[float]) -> Shares:
+    """``total`` micro-batches in proportion to ``speeds`` (all positive), each rank at least
+    one; rounding goes to the ranks furthest below their exact share."""
+    exact = [total * v / sum(speeds) for v in speeds]
+    counts = [max(1, int(e)) for e in exact]
+    while sum(counts) < total:
+        counts[max(range(len(counts)), key=lambda r: exact[r] - counts[r])] += 1
+    while sum(counts) > total:
+        spare = [r for r in range(len(counts)) if counts[r] > 1]
+        counts[min(spare, key=lambda r: exact[r] - counts[r])] -= 1
+    return Shares(tuple(counts))
+
+
+def step_time(shares: Shares, speeds: list[float]) -> float:
+    """Predicted compute time of a step: the slowest rank's micro-batches over its speed."""
+    return max(c / max(v, 1e-12) for c, v in zip(shares.counts, speeds, strict=True))
+
+
+def check(data: dict[str, Any], world: int) -> None:
+    """Compose-time check of ``parallel.balance*`` for a run of ``world`` data-parallel ranks
+    (the strategy's schema calls it): one error naming what is valid."""
+    parallel, trainer = data["parallel"], data["trainer"]
+    mode, given = parallel.get("balance", "uniform"), list(parallel.get("balance_shares") or [])
+    if mode not in MODES:
+        raise ConfigError(f"parallel.balance={mode}: valid values are {', '.join(MODES)}")
+    if mode == "uniform":
+        if given:
+            raise ConfigError(
+                "parallel.balance_shares: fixed shares need parallel.balance=calibrated "
+                "(kept) or adaptive (the start); parallel.balance is uniform"
+            )
+        return
+    name = parallel["name"]
+    split = [k for k in ("tp", "pp") if parallel.get(k, 1) not in (1,)] + (
+        ["sp"] if parallel.get("sp") else []
+    )
+    if name not in STRATEGIES or split:
+        raise ConfigError(
+            f"parallel.balance={mode}: parallel={name}"
+            f"{' with ' + ', '.join(split) if split else ''} cannot balance; it works with "
+            f"parallel=ddp or parallel=fsdp (data parallel only), or use parallel.balance=uniform"
+        )
+    total = trainer["global_batch"] // trainer["micro_batch"]  # compose: a whole number
+    if given and (len(given) != world or min(given) < 1 or sum(given) != total):
+        raise ConfigError(
+            f"parallel.balance_shares={given}: give {world} whole numbers, each at least 1, "
+            f"summing to global_batch / micro_batch = {total}"
+        )
+    if parallel.get("balance_every", 1) < 1:
+        raise ConfigError("parallel.balance_every: must be at least 1 step")
+
+
+class Balancer:
+    """One rank's view of the shares: how many micro-batches it runs, how its loss is scaled,
+    its compute time, and (``adaptive``) the periodic move toward the measured speeds."""
+
+    def __init__(
+        self, mode: str, every: int, shares: Shares, rank: int, device: torch.device
+    ) -> None:
+        self.mode, self.every, self.shares, self.rank = mode, every, shares, rank
+        self.device = device
+        self.world = len(shares.counts)
+        self.ratio = WHOLE_OVER_FORWARD  # forward and backward over forward, measured
+        self._started = self._forward_s = 0.0
+        self._window = [0.0, 0.0]  # micro-batches, compute seconds since the last move
+        self._logged = [0.0, 0.0]  # the same since the last record
+        self._speeds: list[float] = []  # each rank's micro-batches/s, averaged over windows
+        self.on_reshare: Any = None  # called with the new shares (the batches follow)
+
+    @property
+    def count(self) -> int:
+        """Micro-batches this rank runs this step."""
+        return self.shares.counts[self.rank]
+
+    @property
+    def divisor(self) -> float:
+        """What each micro-batch's loss is divided by: ``M / W`` (``accum`` when even)."""
+        return self.shares.total / self.world
+
+    def start(self) -> None:
+        """A micro-batch's forward begins."""
+        self._sync()
+        self._started = time.perf_counter()
+
+    def forward_done(self, last: bool) -> None:
+        """The forward ended; the last micro-batch's compute is its forward times the ratio
+        (its backward waits for the gradient sync)."""
+        self._sync()
+        self._forward_s = time.perf_counter() - self._started
+        if last:
+            self._add(self._forward_s * self.ratio)
+
+    def backward_done(self, last: bool) -> None:
+        """The backward of a micro-batch without a collective ended: all of it is compute."""
+        if last:
+            return
+        self._sync()
+        whole = time.perf_counter() - self._started
+        self._add(whole)
+        if self._forward_s > 0:
+            self.ratio = 0.8 * self.ratio + 0.2 * whole / self._forward_s
+
+    def _add(self, seconds: float) -> None:
+        for tally in (self._window, self._logged):
+            tally[0] += 1
+            tally[1] += seconds
+
+    def _sync(self) -> None:
+        if self.device.type != "cpu":
+            getattr(torch, self.device.type).synchronize(self.device)
+
+    def after_step(self, step: int) -> bool:
+        """Every ``balance_every`` steps under ``adaptive``: gather the ranks' speeds and move
+        the shares when that predicts a faster step; True when they moved."""
+        if self.mode != "adaptive" or step % self.every:
+            return False
+        measured = [m / s if s > 0 else 0.0 for m, s in gather(self._window, self.device)]
+        self._window = [0.0, 0.0]
+        if not all(measured):
+            return False
+        # an exponential average over windows: one noisy window does not move the shares
+        past = self._speeds or measured
+        speeds = self._speeds = [
+            SMOOTHING * p + (1 - SMOOTHING) * m for p, m in zip(past, measured, strict=True)
+        ]
+        target = proportional(self.shares.total, speeds)
+        if step_time(target, speeds) >= (1 - HYSTERESIS) * step_time(self.shares, speeds):
+            return False
+        self.shares = target
+        if self.on_reshare is not None:
+            self.on_reshare(target)
+        return True
+
+    def figures(self, step_s: float, steps: int) -> dict[str, Any]:
+        """For the metrics record (every rank calls it): each rank's share, compute time per
+        step and ``balance_efficiency``: the step's lower bound (all micro-batches over the
+        sum of the ranks' speeds) over its actual time."""
+        gathered = gather(self._logged, self.device)
+        self._logged = [0.0, 0.0]
+        speeds = [m / s if s > 0 else 0.0 for m, s in gathered]
+        bound = self.shares.total / sum(speeds) if all(speeds) else 0.0
+        return {
+            "balance_shares": list(self.shares.counts),
+            "balance_compute_ms": [round(1e3 * s / max(steps, 1), 3) for _, s in gathered],
+            "balance_efficiency": round(bound / step_s, 4) if step_s > 0 else 0.0,
+        }
+
+    def calibrate(self, model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> None:
+        """``calibrated``/``adaptive`` without given shares: time forwards of one micro-batch
+        (no gradients, so nothing reaches the first step) on every rank and share by speed.
+        The untimed first forward takes any parameter gathering (FSDP) and warm-up."""
+        inputs = [t.to(self.device) for t in batch]
+        with torch.no_grad():
+            model(*inputs)
+            self._sync()
+            started = time.perf_counter()
+            for _ in range(CALIBRATION_FORWARDS):
+                model(*inputs)
+            self._sync()
+        seconds = (time.perf_counter() - started) / CALIBRATION_FORWARDS
+        speeds = [1 / s for _, s in gather([1.0, seconds], self.device)]
+        self.shares = proportional(self.shares.total, speeds)
+
+
+class Unwatched:
+    """The uniform split's stopwatch: nothing is timed."""
+
+    def start(self) -> None:
+        pass
+
+    def forward_done(self, last: bool) -> None:
+        pass
+
+    def backward_done(self, last: bool) -> None:
+        pass
+
+
+def gather(values: list[float], device: torch.device) -> list[tuple[float, float]]:
+    """Every rank's (micro-batches, seconds) pair, in rank order."""
+    mine = torch.tensor(values, dtype=torch.float64, device=device)
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return [(values[0], values[1])]
+    every = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, mine)
+    return [(float(t[0]), float(t[1])) for t in every]
+
+
+def for_run(config: dict[str, Any], rank: int, world: int, device: torch.device) -> Balancer | None:
+    """This rank's balancer, or None under ``parallel.balance=uniform`` (today's split)."""
+    parallel, trainer = config["parallel"], config["trainer"]
+    mode = parallel.get("balance", "uniform")
+    if mode == "uniform":
+        return None
+    total = trainer["global_batch"] // trainer["micro_batch"]
+    given = parallel.get("balance_shares") or []
+    shares = Shares(tuple(given)) if given else even_shares(total, world)
+    return Balancer(mode, parallel.get("balance_every", 10), shares, rank, device)
+
+
+def begin(balancer: Balancer, config: dict[str, Any], model: torch.nn.Module, batches: Any) -> None:
+    """The first shares (given, or calibrated on the wrapped model with the first micro-batch)
+    and the training batches reading by them from now on."""
+    if not config["parallel"].get("balance_shares"):
+        balancer.calibrate(model, batches.get(1, 0))
+    batches.reshare(balancer.shares)
+    balancer.on_reshare = batches.reshare
+
+
+def summary_fields(last: dict[str, Any]) -> dict[str, Any]:
+    """The run summary's view: the final shares and balance efficiency (the last record's)."""
+    if "balance_shares" not in last:
+        return {}
+    return {
+        "balance": {
+            "shares": last["balance_shares"],
+            "compute_ms": last["balance_compute_ms"],
+            "efficiency": last["balance_efficiency"],
+        }
+    }
