@@ -41,6 +41,7 @@ from xirang_core.specs import Tokenizer, WorkerContext
 from xirang_core.train import balance, profile, report
 from xirang_core.train.compile import compile_model
 from xirang_core.train.cost import cost_fields
+from xirang_core.train.finish import Finishing
 from xirang_core.train.init import materialize
 from xirang_core.train.interrupt import StopAtStepEnd, stop_on
 from xirang_core.train.loop import LoopSettings, Trainer, evaluate
@@ -327,24 +328,31 @@ def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry
     with stop_on(), segment.closing_on_stop(trainer, started, ctx.is_main):
         trainer.fit(guard.start_step, on_step_end=StopAtStepEnd(guard, ctx))
     last_step = trainer.pruned_at or parts.settings.max_steps  # a pruned trial ends early
-    guard.finish(last_step)
+    sample_tokens = config["trainer"]["sample_tokens"]
+    finishing = Finishing(ctx.is_main, parts.settings.eval_batches, sample_tokens)
+    with finishing.part("checkpoint"):
+        guard.finish(last_step)
     wall = time.perf_counter() - started
-    with trainer.precision.autocast():
+    with finishing.part("validation"), trainer.precision.autocast():
         val_loss = held_out_loss(parts)  # every worker scores its stride of the rows
+    with finishing.part("sample"), trainer.precision.autocast():
         # a model the guard could not save (weights already non-finite) has nothing to say;
         # a replicated model samples on the main worker only
         samples = math.isfinite(val_loss) and (ctx.is_main or split_model(parts))
         sample = final_sample(config, parts) if samples else ""
     if not ctx.is_main:
         return
-    figures = loop_figures(trainer)
-    segment.end(last_step, wall, figures["compile_s"], figures["compile_steps"])
-    whole = segment.whole_run()  # every segment's records: the loss curve of the whole run
-    whole.records[-1]["val_loss"] = round(val_loss, 5)
-    summary = summarize(config, parts, whole, registry, figures)
-    summary["sample"] = sample
-    report.plot_loss(whole.records, run_dir / report.PLOT_FILE, f"{config['model']['name']} loss")
-    report.write_summary(run_dir, summary)
+    with finishing.part("report"):
+        figures = loop_figures(trainer)
+        segment.end(last_step, wall, figures["compile_s"], figures["compile_steps"])
+        whole = segment.whole_run()  # every segment's records: the loss curve of the whole run
+        whole.records[-1]["val_loss"] = round(val_loss, 5)
+        summary = summarize(config, parts, whole, registry, figures)
+        summary["sample"] = sample
+        title = f"{config['model']['name']} loss"
+        report.plot_loss(whole.records, run_dir / report.PLOT_FILE, title)
+        report.write_summary(run_dir, summary)
+    finishing.done()
     notify(registry.hook, "xirang_on_run_end", ctx=ctx, summary=summary)
 
 
