@@ -66,7 +66,8 @@ def test_the_plan_table_fits_80_columns(capsys, monkeypatch) -> None:
     from xirang_core.parallel.command import main
 
     monkeypatch.setenv("COLUMNS", "80")
-    assert main(["model=llama3_70b", "cluster=dgx_h100", "nodes=8", "--top", "3"]) == 0
+    plan = ["model=llama3_70b", "cluster=dgx_h100", "nodes=8", "seq=128", "--top", "3"]
+    assert main(plan) == 0
     printed = capsys.readouterr().out
     assert fits(printed), printed
     assert "dp1xtp4xpp16" in printed and "33.65" in printed  # the plan and its memory, whole

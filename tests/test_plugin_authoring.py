@@ -199,7 +199,7 @@ def test_a_run_whose_observer_raises_ends_with_one_line_naming_it(tmp_path, npro
     [
         ("+data.bogus=1", "+data.bogus: data takes no setting 'bogus'"),
         ("+device.bogus=1", "(the option device=auto declares no settings schema)"),
-        ("+scheduler.bogus=1", "+scheduler.bogus: scheduler takes no setting 'bogus'"),
+        ("+comm.bogus=1", "+comm.bogus: comm takes no setting 'bogus'"),
     ],
 )
 def test_a_new_key_in_a_section_without_a_schema_is_refused(arg, message):

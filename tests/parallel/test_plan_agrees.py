@@ -54,6 +54,7 @@ def test_every_plan_the_planner_offers_passes_the_trainers_checks(
     for plan in candidate_plans(world, SHAPE, global_batch):
         settings = plan.settings()  # the parallel section parallel=auto writes
         trainer = {"nproc": world, "global_batch": global_batch, "micro_batch": plan.micro_batch}
+        trainer["grad_accum"] = 0  # as the default config: the micro-batch says it
         trainer.update(max_steps=1, log_every=1)
         # raises ConfigError if the config check refused it
         _check_batch({"trainer": trainer, "parallel": settings})

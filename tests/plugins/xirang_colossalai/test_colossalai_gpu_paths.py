@@ -187,7 +187,7 @@ def test_hybrid_parallel_evaluates_and_samples_the_twin_it_trained(made) -> None
         optimizer=strategy.optimizer,
         train=types.SimpleNamespace(tokenizer=tokenizer),
         val=val,
-        settings=types.SimpleNamespace(accum_steps=1),  # one micro-batch per step
+        settings=types.SimpleNamespace(accum_steps=1, eval_batches=EVAL_BATCHES),  # one micro-batch
         strategy=strategy,
     )
     trained, untrained = (evaluate(m, val, cpu, EVAL_BATCHES) for m in (twin, model))
