@@ -65,3 +65,17 @@ def manager(
 
 def params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def saved_run(
+    run: str, async_save: bool = True
+) -> tuple[torch.nn.Module, torch.optim.Optimizer, str]:
+    """A model and optimizer trained two steps and saved at step 2 under ``run``; with the
+    committed step folder."""
+    model, optim = build()
+    mgr = manager(run, model, optim, async_save=async_save)
+    for step in (1, 2):
+        train_step(model, optim, step)
+    mgr.save(2)
+    mgr.wait(raise_errors=True)
+    return model, optim, f"{run}/checkpoints/step-000000002"

@@ -13,7 +13,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
-from tests.checkpoint.helpers import build, manager, train_step
+from tests.checkpoint.helpers import build, manager, saved_run, train_step
 from xirang_core.checkpoint.chunks import RefusedCheckpoint
 from xirang_core.checkpoint.cli import main
 from xirang_core.checkpoint.store import CheckpointStore
@@ -79,12 +79,7 @@ def test_a_dcp_folder_among_step_folders_is_not_called_torn(tmp_path: Path, caps
 
 
 def test_export_dcp_round_trips_model_optimizer_and_step(tmp_path: Path) -> None:
-    model, optim = build()
-    mgr = manager(str(tmp_path), model, optim, async_save=False)
-    for step in (1, 2):
-        train_step(model, optim, step)
-    mgr.save(2)
-    mgr.wait(raise_errors=True)
+    model, optim, _ = saved_run(str(tmp_path), async_save=False)
     out = tmp_path / "exported"
     assert main(["export", str(tmp_path / "checkpoints"), "--format", "dcp", "-o", str(out)]) == 0
     assert {p.name for p in out.iterdir()} == {".metadata", "__0_0.distcp"}

@@ -14,20 +14,15 @@ from safetensors.torch import load_file
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-from tests.checkpoint.helpers import build, manager, train_step
+from tests.checkpoint.helpers import manager, saved_run
 from xirang_core.checkpoint.cli import main
 
 OLD_LAYOUT = Path(__file__).parent / "data" / "old-layout"
 
 
 def saved_step(run: Path, async_save: bool = True) -> tuple[torch.nn.Module, Path]:
-    model, optim = build()
-    mgr = manager(str(run), model, optim, async_save=async_save)
-    for step in (1, 2):
-        train_step(model, optim, step)
-    mgr.save(2)
-    mgr.wait(raise_errors=True)
-    return model, run / "checkpoints" / "step-000000002"
+    model, _, folder = saved_run(str(run), async_save)
+    return model, Path(folder)
 
 
 def test_torch_reads_a_step_folder_as_is(tmp_path: Path) -> None:
