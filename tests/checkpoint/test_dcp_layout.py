@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-from tests.checkpoint.helpers import manager, saved_run
+from tests.checkpoint.helpers import build, manager, saved_run, train_step
 from xirang_core.checkpoint.cli import main
 
 OLD_LAYOUT = Path(__file__).parent / "data" / "old-layout"
@@ -74,3 +74,21 @@ def test_a_checkpoint_of_the_older_layout_resumes_bitwise(tmp_path: Path) -> Non
         for key in ("exp_avg", "exp_avg_sq"):
             assert torch.equal(state[key], expected[f"optim.{names[id(param)]}.{key}"])
     assert main(["verify", str(root)]) == 0
+
+
+def test_a_save_killed_before_its_manifest_is_torn_and_the_run_resumes_before_it(
+    tmp_path: Path,
+) -> None:
+    """A preemption between the step's ``.metadata`` and its manifest leaves a folder torch's
+    tools would half-read: it is a torn save of xirang's own (resume goes back a step), not a
+    foreign DCP checkpoint to import (which stopped a preempted pool job)."""
+    model, optim, folder = saved_run(str(tmp_path), async_save=False)
+    mgr = manager(str(tmp_path), model, optim, async_save=False)
+    train_step(model, optim, 3)
+    mgr.save(3)
+    mgr.wait(raise_errors=True)
+    step3 = Path(folder).parent / "step-000000003"
+    (step3 / "manifest.json").unlink()
+    assert (step3 / ".metadata").is_file()
+    fresh, fresh_optim = build(seed=5)
+    assert manager(str(tmp_path), fresh, fresh_optim).restore() == 3  # step 2's, next is 3

@@ -103,11 +103,13 @@ class CheckpointStore:
         return manifest
 
     def _refuse_foreign(self, step: int) -> None:
-        """A folder with DCP's ``.metadata`` but no manifest: torch's or torchtitan's (xirang
-        writes its ``.metadata`` into a step folder only when committing, just before the
-        manifest, after every item is stored)."""
+        """A folder with DCP's ``.metadata`` and DCP's own data files (``*.distcp``) but no
+        manifest: torch's or torchtitan's. xirang keeps a step's tensors in ``chunks/``, never
+        in ``.distcp`` files, and writes its ``.metadata`` just before the manifest: a save
+        killed between the two (a preemption) leaves a ``.metadata`` alone, which is torn."""
         folder = self._folder(step)
-        if self.tier.exists(f"{folder}/{PICKLE_METADATA}"):
+        data = [key for key in self.tier.list(folder) if key.endswith(".distcp")]
+        if data and self.tier.exists(f"{folder}/{PICKLE_METADATA}"):
             raise ForeignCheckpoint(
                 f"step {step}: {self.tier.path(folder)} is a DCP checkpoint without xirang's "
                 f"manifest (torch's or torchtitan's); bring it in with: xirang ckpt import "
