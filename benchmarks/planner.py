@@ -2,7 +2,7 @@
 candidate splits of a GPT that does not fit one worker's memory share, on 4 CPU workers.
 
 The host is measured first, as the planner does for ``parallel=auto`` here
-(xirang_core.parallel.calibrate: this model's layer per micro-batch size, how many of the 4
+(xirang_planner.calibrate: this model's layer per micro-batch size, how many of the 4
 workers really compute at once, all-reduce per group size and point-to-point links, all in 4
 gloo workers); then the planner ranks every valid split, the eight best distinct splits run
 ``STEPS`` steps each, and so does every 10th of the other fitting plans (lower-ranked ones the
@@ -64,13 +64,13 @@ def main() -> None:
     distinct_count, every = (4, 30) if quick else (DISTINCT, EVERY)
     STEPS = 6 if quick else STEPS
     import torch
+    from xirang_planner.calibrate import measure_host
+    from xirang_planner.planner import rank_plans
 
     from xirang_core.config import compose as compose_config
-    from xirang_core.parallel.calibrate import measure_host
     from xirang_core.parallel.cluster import local_cluster
     from xirang_core.parallel.memory import predict_memory
     from xirang_core.parallel.plan import MICRO_BATCHES, ParallelPlan
-    from xirang_core.parallel.planner import rank_plans
     from xirang_core.parallel.resolve import model_shape
     from xirang_core.parallel.runtime import cached_runtime
     from xirang_core.parallel.smoke import run_plans

@@ -63,7 +63,7 @@ def test_the_command_listing_fits_80_columns() -> None:
 
 
 def test_the_plan_table_fits_80_columns(capsys, monkeypatch) -> None:
-    from xirang_core.parallel.command import main
+    from xirang_planner.command import main
 
     monkeypatch.setenv("COLUMNS", "80")
     plan = ["model=llama3_70b", "cluster=dgx_h100", "nodes=8", "seq=128", "--top", "3"]

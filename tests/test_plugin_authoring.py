@@ -224,7 +224,7 @@ def test_every_built_in_entry_meets_the_protocol_of_its_kind():
     for kind, name in checked:
         check_spec(registry, kind, name)
     kinds = {kind for kind, _ in checked}
-    assert {"device", "model", "tokenizer", "optimizer", "schedule", "command"} <= kinds
+    assert {"device", "model", "tokenizer", "optimizer", "schedule", "command", "planner"} <= kinds
 
 
 class Restarts:

@@ -29,6 +29,7 @@ SDK_MODULES = [
     "xirang.launch",
     "xirang.model",
     "xirang.parallel",
+    "xirang.planning",
     "xirang.pool",
     "xirang.specs",
     "xirang.sweep",
@@ -92,7 +93,15 @@ def test_every_sdk_name_resolves(module: str) -> None:
 
 @pytest.mark.parametrize(
     "module",
-    ["xirang", "xirang.data", "xirang.devices", "xirang.launch", "xirang.pool", "xirang.cost"],
+    [
+        "xirang",
+        "xirang.data",
+        "xirang.devices",
+        "xirang.launch",
+        "xirang.planning",
+        "xirang.pool",
+        "xirang.cost",
+    ],
 )
 def test_light_sdk_modules_import_no_torch(module: str) -> None:
     code = f"import sys, {module}; print(sorted(m for m in ('torch', 'hydra') if m in sys.modules))"

@@ -26,6 +26,7 @@ from xirang_core.data.tokenizer import settle_vocab
 from xirang_core.errors import ConfigError
 from xirang_core.overrides import check_keys, did_you_mean
 from xirang_core.parallel.plan import degrees_on
+from xirang_core.parallel.planning import check_auto
 from xirang_core.plugins import Registry, disabled_provider
 from xirang_core.sweep.objective import SweepConfig, check_sweep
 from xirang_core.tracking.config import check_trackers
@@ -319,6 +320,8 @@ def _check_plugin_group(group: str, kind: str, values: Any, registry: Registry) 
         )
         raise ConfigError(f"{group}: choose an option with {group}=<name>; valid: {valid}")
     name = values["name"]
+    if name == AUTO and group == "parallel":  # the planner's name and the smoke run
+        return check_auto(values, registry.names("planner"), _check_schema)
     if name == AUTO and group in AUTO_GROUPS:
         return values
     spec = registry.spec(kind, name)

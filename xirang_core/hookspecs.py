@@ -20,6 +20,7 @@ from xirang_core.specs import (
     LRScheduleSpec,
     ModelSpec,
     OptimizerSpec,
+    PlannerSpec,
     SchedulerSpec,
     StorageTierSpec,
     StrategySpec,
@@ -114,6 +115,11 @@ def xirang_trackers() -> list[TrackerSpec]:
 @hookspec
 def xirang_commands() -> list[CommandSpec]:
     """Subcommands of the ``xirang`` command line (``xirang <name> ...``)."""
+
+
+@hookspec
+def xirang_planners() -> list[PlannerSpec]:
+    """Planners ``parallel=auto`` can ask for a plan (``parallel.planner=<name>``)."""
 
 
 @hookspec

@@ -17,6 +17,13 @@ from types import ModuleType
 
 #: old package prefix -> new package prefix
 MOVED = {f"xirang_core.{n}": f"xirang_service.{n}" for n in ("pool", "cost", "console", "web")}
+# the automatic planner (parallel=auto, xirang plan) became the plugin xirang_planner
+MOVED.update(
+    {
+        f"xirang_core.parallel.{n}": f"xirang_planner.{n}"
+        for n in ("calibrate", "timing", "simulate", "planner", "command")
+    }
+)
 
 
 def new_name(fullname: str) -> str | None:

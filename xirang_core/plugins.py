@@ -26,6 +26,7 @@ from xirang_core.errors import ConfigError, PluginError
 from xirang_core.specs import SPEC_KINDS, ImplSpec
 
 if TYPE_CHECKING:  # the protocols each kind's implementations follow
+    from xirang_core.parallel.planning import Planner
     from xirang_core.specs import (
         Command,
         CommBackend,
@@ -63,6 +64,7 @@ REGISTRATION_HOOKS: dict[str, str] = {
     "command": "xirang_commands",
     "optimizer": "xirang_optimizers",
     "schedule": "xirang_lr_schedules",
+    "planner": "xirang_planners",
 }
 assert set(REGISTRATION_HOOKS) == {k.kind for k in SPEC_KINDS}
 
@@ -158,6 +160,8 @@ class Registry:
     def load(self, kind: Literal["optimizer"], name: str) -> Optimizer: ...
     @overload
     def load(self, kind: Literal["schedule"], name: str) -> type[LRSchedule]: ...
+    @overload
+    def load(self, kind: Literal["planner"], name: str) -> type[Planner]: ...
     def load(self, kind: str, name: str) -> Any:
         """Import the implementation of ``name``; says what to install when it cannot."""
         spec = self.spec(kind, name)

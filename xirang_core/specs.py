@@ -49,6 +49,7 @@ __all__ = [
     "Observer",
     "Optimizer",
     "OptimizerSpec",
+    "PlannerSpec",
     "PoolPolicy",
     "Scheduler",
     "SchedulerSpec",
@@ -219,6 +220,14 @@ class LRScheduleSpec(ImplSpec):
     kind: ClassVar[str] = "schedule"
 
 
+@dataclass(frozen=True)
+class PlannerSpec(ImplSpec):
+    """What ``parallel=auto`` asks (``parallel.planner=<name>``); ``target`` is a
+    :class:`~xirang_core.parallel.planning.Planner` class."""
+
+    kind: ClassVar[str] = "planner"
+
+
 SPEC_KINDS: tuple[type[ImplSpec], ...] = (
     DeviceBackendSpec,
     StrategySpec,
@@ -232,6 +241,7 @@ SPEC_KINDS: tuple[type[ImplSpec], ...] = (
     CommandSpec,
     OptimizerSpec,
     LRScheduleSpec,
+    PlannerSpec,
 )
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from xirang_planner.calibrate import compute_slots, measure_host
+from xirang_planner.planner import rank_plans
+from xirang_planner.timing import predict_time
 
-from xirang_core.parallel.calibrate import compute_slots, measure_host
 from xirang_core.parallel.cluster import local_cluster
 from xirang_core.parallel.plan import ParallelPlan
-from xirang_core.parallel.planner import rank_plans
 from xirang_core.parallel.resolve import model_shape
-from xirang_core.parallel.timing import predict_time
 from xirang_core.plugins import get_registry
 
 

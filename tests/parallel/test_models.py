@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from xirang_planner.planner import rank_plans
+from xirang_planner.timing import predict_time
 
 from xirang_core.parallel.cluster import Cluster, load_cluster
 from xirang_core.parallel.memory import per_layer_factor, predict_memory, stage_params
 from xirang_core.parallel.plan import ModelShape, ParallelPlan, PlanError
-from xirang_core.parallel.planner import rank_plans
-from xirang_core.parallel.timing import predict_time
 
 SHAPE = ModelShape(layers=8, hidden=512, heads=8, vocab=32000, seq_len=512, params=0)
 NODE = Cluster(
@@ -94,7 +94,7 @@ def test_shipped_clusters_load_with_node_override() -> None:
 
 
 def test_plan_command_ranks_a_zoo_model(capsys: pytest.CaptureFixture[str]) -> None:
-    from xirang_core.parallel.command import main
+    from xirang_planner.command import main
 
     assert main(["model=gpt_125m", "cluster=dgx_h100", "nodes=2", "--json", "--top", "5"]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -105,8 +105,9 @@ def test_plan_command_ranks_a_zoo_model(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_plan_command_rejects_unknown_settings() -> None:
+    from xirang_planner.command import main
+
     from xirang_core.errors import ConfigError
-    from xirang_core.parallel.command import main
 
     with pytest.raises(ConfigError, match="not a plan setting"):
         main(["model=gpt_tiny", "cluster=dgx_h100", "gpus=8"])

@@ -28,6 +28,7 @@ def launches(monkeypatch) -> list[dict[str, Any]]:
         raise Launched
 
     monkeypatch.setattr(launch, "run_group", record)
+    monkeypatch.setattr("xirang_planner.calibrate.run_group", record)  # imported from the SDK
     return seen
 
 
@@ -46,7 +47,7 @@ def test_smoke_runs_use_the_runs_device_and_collective(tiny_config, launches) ->
 
 
 def test_the_host_probe_uses_the_runs_device_and_collective(tiny_config, launches) -> None:
-    from xirang_core.parallel.calibrate import measure_host
+    from xirang_planner.calibrate import measure_host
 
     with pytest.raises(Launched):
         measure_host(_on_cuda(tiny_config), 2, [1])

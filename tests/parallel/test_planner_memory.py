@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from xirang_planner.planner import rank_plans
 
 from xirang_core.parallel.cluster import Cluster
 from xirang_core.parallel.memory import per_layer_factor, predict_memory, stage_params
 from xirang_core.parallel.peak import RealPeak, _resettable
 from xirang_core.parallel.plan import ModelShape, ParallelPlan, PlanError
-from xirang_core.parallel.planner import rank_plans
 from xirang_core.parallel.runtime import (
     RuntimeMemory,
     cached_runtime,

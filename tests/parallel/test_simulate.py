@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from xirang_core.parallel.simulate import StageWork, schedule_actions, simulate_step
+from xirang_planner.simulate import StageWork, schedule_actions, simulate_step
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])

@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from xirang_planner.calibrate import HostProfile, StageCost
+from xirang_planner.timing import predict_time
 
 from xirang_core.comm.cost_model import Link, ring_time
-from xirang_core.parallel.calibrate import HostProfile, StageCost
 from xirang_core.parallel.cluster import local_cluster
 from xirang_core.parallel.plan import ModelShape, ParallelPlan
-from xirang_core.parallel.timing import predict_time
 from xirang_core.parallel.wrappers import GROUP, WrapperCosts, derive
 
 LINK = Link(1e-4, 1e9)

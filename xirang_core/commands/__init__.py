@@ -18,11 +18,6 @@ def xirang_commands() -> list[CommandSpec]:
             description="inventory, topology, health and calibration of this machine's devices",
         ),
         CommandSpec(
-            name="plan",
-            target="xirang_core.parallel.command:main",
-            description="rank the ways to split a model over a cluster (memory, step time)",
-        ),
-        CommandSpec(
             name="data",
             target="xirang_core.data.cli:main",
             description="prepare, list, sync and verify dataset snapshots",

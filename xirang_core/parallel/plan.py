@@ -214,7 +214,8 @@ def degrees_on(workers: int, parallel: dict[str, Any]) -> tuple[int, int, int] |
     if not any(d in parallel for d in names):
         return workers, 1, 1
     try:
-        return resolve_degrees(*(int(parallel.get(d, 1)) for d in names), workers)
+        dp, tp, pp = (int(parallel.get(d, 1)) for d in names)
+        return resolve_degrees(dp, tp, pp, workers)
     except PlanError:
         return None
 

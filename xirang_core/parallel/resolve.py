@@ -1,5 +1,5 @@
-"""Before launch: turn ``parallel=auto`` into the planner's best plan, and refuse a named plan
-that cannot work (so no worker process starts for it)."""
+"""Before launch: turn ``parallel=auto`` into the configured planner's best plan, and refuse a
+named plan that cannot work (so no worker process starts for it)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from typing import Any
 
 from xirang_core.config import run_workers
 from xirang_core.errors import ConfigError
+from xirang_core.parallel.cluster import local_cluster
 from xirang_core.parallel.plan import ModelShape, ParallelPlan, PlanError, check_plan, plan_problem
+from xirang_core.parallel.planning import DEFAULT_PLANNER
 from xirang_core.plugins import Registry
 
 log = logging.getLogger("xirang.plan")
@@ -99,13 +101,8 @@ def _runs_on(strategy: Any, workers: int, shape: ModelShape, global_batch: int) 
 
 
 def choose_plan(config: dict[str, Any], registry: Registry) -> ParallelPlan:
-    """The planner's first choice for this machine, or the measured best of its top few."""
-    from xirang_core.parallel.calibrate import measure_host
-    from xirang_core.parallel.cluster import local_cluster
-    from xirang_core.parallel.plan import MICRO_BATCHES
-    from xirang_core.parallel.planner import rank_plans
-    from xirang_core.parallel.runtime import cached_runtime
-
+    """The configured planner's choice for this machine, or the measured best of its top few
+    (``parallel.smoke``)."""
     shape = model_shape(config, registry)
     if shape is None:
         raise ConfigError(
@@ -114,15 +111,12 @@ def choose_plan(config: dict[str, Any], registry: Registry) -> ParallelPlan:
         )
     trainer, auto = config["trainer"], config["parallel"]
     cluster = local_cluster(trainer["nproc"], registry, config["device"]["name"])
-    host = measure_host(config, trainer["nproc"], list(MICRO_BATCHES)) if cluster.shared else None
-    runtime = cached_runtime(config, trainer["nproc"])  # this host's workers beyond tensors
-    ranking = rank_plans(
-        shape, cluster, trainer["global_batch"], trainer["nproc"], host, runtime=runtime
-    )
+    planner = registry.load("planner", auto.get("planner", DEFAULT_PLANNER))()
+    choice = planner.choose(config, shape, cluster)
     if not auto.get("smoke"):
-        return ranking.best.plan
+        return choice.plan
     from xirang_core.parallel.smoke import run_plans
 
-    top = [c.plan for c in ranking.candidates[: auto.get("smoke_top", 3)]]
+    top = list(choice.ranking[: auto.get("smoke_top", 3)])
     measured = run_plans(config, top, auto.get("smoke_steps", 3))
     return min(zip(top, measured, strict=True), key=lambda pm: pm[1].step_s)[0]

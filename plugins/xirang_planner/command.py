@@ -19,11 +19,22 @@ import sys
 from dataclasses import fields, replace
 from typing import Any
 
-from xirang_core.errors import ConfigError
-from xirang_core.parallel.cluster import Cluster, cluster_names, load_cluster, local_cluster
-from xirang_core.parallel.plan import ModelShape
-from xirang_core.parallel.planner import Candidate, Ranking, rank_plans
-from xirang_core.terminal import help_text
+from xirang import ConfigError, get_registry
+from xirang.planning import (
+    MICRO_BATCHES,
+    Cluster,
+    ModelShape,
+    cached_runtime,
+    cluster_names,
+    help_text,
+    load_cluster,
+    local_cluster,
+    model_shape,
+    run_plans,
+    with_overrides,
+)
+from xirang.planning import compose as compose_config
+from xirang_planner.planner import Candidate, Ranking, rank_plans
 
 SHAPE_KEYS = {"layers", "hidden", "heads", "vocab", "seq", "params"}
 RUN_KEYS = {"model", "cluster", "devices", "global_batch"}
@@ -53,9 +64,7 @@ def main(argv: list[str]) -> int:
     explicit_shape = bool((SHAPE_KEYS - {"seq", "params"}) & set(kv))
     if cluster.shared and not explicit_shape:
         check_probe_fits(kv.get("model", ""), shape, cluster)
-        from xirang_core.parallel.calibrate import measure_host
-        from xirang_core.parallel.plan import MICRO_BATCHES
-        from xirang_core.parallel.runtime import cached_runtime
+        from xirang_planner.calibrate import measure_host
 
         # this host's workers share its cores: measure the zoo model's layer and the links,
         # and what a worker holds beyond its tensors (cached per host)
@@ -118,9 +127,6 @@ def parse_settings(items: list[str]) -> dict[str, str]:
 
 def model_from(kv: dict[str, str]) -> tuple[dict[str, Any], ModelShape]:
     """The run config (for smoke runs and defaults) and the model shape to plan for."""
-    from xirang_core.config import compose as compose_config
-    from xirang_core.parallel.resolve import model_shape
-    from xirang_core.plugins import get_registry
 
     registry = get_registry()
     overrides = [f"model={kv['model']}"] if "model" in kv else []
@@ -157,7 +163,6 @@ def cluster_from(kv: dict[str, str], devices: int | None) -> Cluster:
     name = kv.get("cluster", "local")
     if name == "local":
         cluster = local_cluster(devices or 1)
-        from xirang_core.parallel.cluster import with_overrides
 
         return with_overrides(cluster, overrides)
     return load_cluster(name, **overrides)
@@ -165,7 +170,6 @@ def cluster_from(kv: dict[str, str], devices: int | None) -> Cluster:
 
 def smoke(config: dict[str, Any], ranking: Ranking, top: int, steps: int) -> list[dict[str, Any]]:
     """Run the top plans here; prediction against measurement for each."""
-    from xirang_core.parallel.smoke import run_plans
 
     chosen = [c for c in ranking.candidates[:top]]
     worlds = {c.plan.world for c in chosen}

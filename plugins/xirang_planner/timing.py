@@ -6,10 +6,10 @@ bytes, over which group, how often):
 - a described cluster (dedicated devices): compute from model FLOPs over the device's sustained
   rate, ring collectives (:mod:`xirang_core.comm.cost_model`, nccl-tests' bus bandwidth) on the
   link each group uses, and the bubble ``(p - 1) / m`` of the compute;
-- this host, measured (:class:`~xirang_core.parallel.calibrate.HostProfile`): compute from the
+- this host, measured (:class:`~xirang_planner.calibrate.HostProfile`): compute from the
   model's own layer timed per micro-batch size (its fixed per-operation cost does not shrink
   with tensor parallel), collectives on the links measured for each group size, and the step
-  simulated on workers that share the host's cores (:mod:`xirang_core.parallel.simulate`).
+  simulated on workers that share the host's cores (:mod:`xirang_planner.simulate`).
 
 Communication is counted as exposed (not hidden behind compute): on the CPU/gloo path it is,
 and elsewhere this keeps the ranking conservative for the communication-heavy plans.
@@ -21,13 +21,18 @@ import math
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from xirang_core.comm.cost_model import Link, ring_time
-from xirang_core.parallel.cluster import Cluster
-from xirang_core.parallel.memory import stage_layer_count, stage_params
-from xirang_core.parallel.plan import ModelShape, ParallelPlan
+from xirang.planning import (
+    Cluster,
+    Link,
+    ModelShape,
+    ParallelPlan,
+    ring_time,
+    stage_layer_count,
+    stage_params,
+)
 
 if TYPE_CHECKING:
-    from xirang_core.parallel.calibrate import HostProfile, StageCost
+    from xirang_planner.calibrate import HostProfile, StageCost
 
 #: DDP's default gradient bucket (bytes): one all-reduce per bucket
 DDP_BUCKET = 25 * 2**20
@@ -207,7 +212,7 @@ def _host_time(
     """Simulated step on the measured host; compute is the busiest stage's work at the speed
     it gets while every worker computes, the bubble what the simulation adds beyond compute
     and the micro-batches' own collectives."""
-    from xirang_core.parallel.simulate import StageWork, simulate_step
+    from xirang_planner.simulate import StageWork, simulate_step
 
     m = plan.micro_batches(global_batch)
     found = collectives(shape, plan, global_batch, shape.dtype_bytes)
@@ -236,7 +241,7 @@ def _stage_cost(shape: ModelShape, plan: ParallelPlan, stage: int, host: HostPro
     """One micro-batch's forward and backward on ``stage``, one worker alone: its layers (a
     tensor-parallel share each; recompute runs the forward again in backward) and, on the last
     stage, the embeddings, head and loss (replicated under tensor parallel)."""
-    from xirang_core.parallel.calibrate import StageCost
+    from xirang_planner.calibrate import StageCost
 
     layer = host.layer_cost(plan.micro_batch, plan.tp, plan.sp)
     if plan.recompute == "full":

@@ -28,11 +28,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from xirang_core.comm.cost_model import Link, fit_link
-from xirang_core.devices.cores import available_cores
-from xirang_core.parallel.ondevice import RunDevice
-from xirang_core.parallel.together import time_together
-from xirang_core.parallel.wrappers import GROUP, WrapperCosts, derive, measure_wrappers
+from xirang.planning import (
+    GROUP,
+    Link,
+    RunDevice,
+    WrapperCosts,
+    available_cores,
+    derive,
+    fit_link,
+    measure_wrappers,
+    run_device,
+    run_group,
+    synchronizer,
+    time_together,
+)
 
 #: message sizes (bytes) the links are fitted on: latency- to bandwidth-bound
 MESSAGE_BYTES = (4096, 65536, 1048576)
@@ -124,8 +133,6 @@ def compute_slots(world: int, alone_s: float, together_s: float, cores: int) -> 
 def measure_host(config: dict[str, Any], world: int, micro_batches: list[int]) -> HostProfile:
     """Measure in ``world`` fresh workers (see the module docstring), each on its device of
     the run's device type, over the run's collective backend."""
-    from xirang_core.comm.launch import run_group
-    from xirang_core.parallel.ondevice import run_device
 
     where = run_device(config)
     mbs = sorted(set(micro_batches))
@@ -160,7 +167,7 @@ def measure_host(config: dict[str, Any], world: int, micro_batches: list[int]) -
 def _fit_hop(profile: HostProfile, seconds: float) -> float:
     """The hop latency under which the simulated probe pipeline takes the measured
     ``seconds`` (the simulation grows with the hop, so bisection finds it)."""
-    from xirang_core.parallel.simulate import StageWork, simulate_step
+    from xirang_planner.simulate import StageWork, simulate_step
 
     cost = profile.layer_cost(1, 1)
     stages = [StageWork(cost.forward, cost.backward)] * 2
@@ -225,8 +232,7 @@ class _ModelParts:
     def __init__(self, config: dict[str, Any], device: Any = "cpu") -> None:
         import torch
 
-        from xirang_core.devices.calibration import synchronizer
-        from xirang_core.plugins import get_registry
+        from xirang import get_registry
 
         registry = get_registry()
         family = config["model"]["family"]
@@ -235,8 +241,8 @@ class _ModelParts:
         self.fns = fns = registry.spec("model", family).load_parallelize()
         self.device = torch.device(device)
         self.wait = synchronizer(self.device)
-        self.whole = self.family.from_config(self.resized(1)).to(self.device)
-        self.rest = self.family.from_config(self.resized(0)).to(self.device)
+        self.whole = _on_device(self.family.from_config(self.resized(1)), self.device)
+        self.rest = _on_device(self.family.from_config(self.resized(0)), self.device)
         self.block = next(iter(fns.layers(self.whole).values()))
         self.shape = fns.shape(settings, config["data"]["seq_len"])
         self.config = config
@@ -276,7 +282,7 @@ class _ModelParts:
         import torch
 
         torch.manual_seed(0)
-        model = self.family.from_config(self.resized(1)).to(self.device)
+        model = _on_device(self.family.from_config(self.resized(1)), self.device)
         self.fns.apply_tp(model, mesh, sequence_parallel)
         return model
 
@@ -293,7 +299,7 @@ class _ModelParts:
 
     def optimizer_time(self) -> float:
         """Seconds per parameter of one optimizer step."""
-        from xirang_core.train.optim import build_optimizer
+        from xirang.parallel import build_optimizer
 
         optimizer = build_optimizer(self.whole, self.config["optim"])
         params = [p for p in self.whole.parameters() if p.requires_grad]
@@ -398,9 +404,26 @@ def _forward_backward(
 ) -> tuple[float, float]:
     """Best forward seconds and best forward+backward seconds minus it (each until ``wait``
     says the device has finished)."""
-    forward = _best(lambda: (loss_fn(), wait()), repeats)
-    both = _best(lambda: (loss_fn().backward(), wait()), repeats)
-    return forward, max(both - forward, 0.0)
+
+    def forward() -> None:
+        loss_fn()
+        wait()
+
+    def both() -> None:
+        loss_fn().backward()
+        wait()
+
+    forward_s = _best(forward, repeats)
+    return forward_s, max(_best(both, repeats) - forward_s, 0.0)
+
+
+def _on_device(model: object, device: Any) -> Any:
+    """A family's freshly built model on ``device`` (the ``Model`` protocol leaves ``to`` to
+    torch: every family builds a torch module)."""
+    import torch
+
+    assert isinstance(model, torch.nn.Module), f"{type(model).__name__} is not a torch module"
+    return model.to(device)
 
 
 def _best(fn: Callable[[], Any], repeats: int = 5) -> float:
@@ -463,7 +486,10 @@ def _busy_latencies(
         def reduce(g: Any = mine) -> None:
             dist.all_reduce(tensor, group=g)
 
-        found[size] = max(0.0, time_together(lambda r=reduce: parts.passes(mb, count, r)) - alone)
+        def passes(between: Callable[[], None] = reduce) -> None:
+            parts.passes(mb, count, between)
+
+        found[size] = max(0.0, time_together(passes) - alone)
         found[size] /= count
     if world >= 2:
         peer = rank ^ 1

@@ -9,16 +9,24 @@ global batch (and so the number of steps), so a plan never silently changes conv
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from xirang_core.parallel.cluster import Cluster
-from xirang_core.parallel.memory import MemoryEstimate, predict_memory
-from xirang_core.parallel.plan import ModelShape, ParallelPlan, PlanError, candidate_plans
-from xirang_core.parallel.runtime import RuntimeMemory, with_runtime
-from xirang_core.parallel.timing import TimeEstimate, predict_time
-
-if TYPE_CHECKING:
-    from xirang_core.parallel.calibrate import HostProfile
+from xirang.planning import (
+    MICRO_BATCHES,
+    Cluster,
+    MemoryEstimate,
+    ModelShape,
+    ParallelPlan,
+    PlanChoice,
+    PlanError,
+    RuntimeMemory,
+    cached_runtime,
+    candidate_plans,
+    predict_memory,
+    with_runtime,
+)
+from xirang_planner.calibrate import HostProfile, measure_host
+from xirang_planner.timing import TimeEstimate, predict_time
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,22 @@ class Ranking:
     @property
     def best(self) -> Candidate:
         return self.candidates[0]
+
+
+class DefaultPlanner:
+    """``parallel.planner=default``: the plans :func:`rank_plans` ranks for the run's workers
+    on this host, timed on the host as measured when its workers share its cores (CPU workers:
+    a peak FLOP rate alone mispredicts them), each charged the runtime memory a worker holds
+    beyond its tensors (measured once per host and cached)."""
+
+    def choose(self, config: dict[str, Any], shape: ModelShape, cluster: Cluster) -> PlanChoice:
+        trainer = config["trainer"]
+        workers, global_batch = trainer["nproc"], trainer["global_batch"]
+        host = measure_host(config, workers, list(MICRO_BATCHES)) if cluster.shared else None
+        runtime = cached_runtime(config, workers)
+        ranking = rank_plans(shape, cluster, global_batch, workers, host, runtime=runtime)
+        plans = tuple(c.plan for c in ranking.candidates)
+        return PlanChoice(plans[0], plans)
 
 
 def rank_plans(

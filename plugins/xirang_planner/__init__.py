@@ -1,0 +1,29 @@
+"""The built-in planner behind ``parallel=auto`` (``parallel.planner=default``) and ``xirang
+plan``, which shows its ranking: predicted memory and step time of every valid split, from the
+model's shape and this host's measured devices or a described cluster. Registered through the
+same hooks a third-party planner uses."""
+
+from xirang import hookimpl
+from xirang.specs import CommandSpec, PlannerSpec
+
+
+@hookimpl
+def xirang_planners() -> list[PlannerSpec]:
+    return [
+        PlannerSpec(
+            name="default",
+            target="xirang_planner.planner:DefaultPlanner",
+            description="predicts memory and step time of every split; the fastest that fits",
+        )
+    ]
+
+
+@hookimpl
+def xirang_commands() -> list[CommandSpec]:
+    return [
+        CommandSpec(
+            name="plan",
+            target="xirang_planner.command:main",
+            description="rank the ways to split a model over a cluster (memory, step time)",
+        )
+    ]
