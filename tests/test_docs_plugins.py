@@ -27,6 +27,7 @@ KINDS = (
     "Learning-rate schedule and optimizer",
     "CLI command",
     "Tracker",
+    "Planner",
 )
 
 
