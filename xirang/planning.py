@@ -13,13 +13,7 @@ from xirang_core.comm.launch import run_group
 from xirang_core.config import compose
 from xirang_core.devices.calibration import synchronizer
 from xirang_core.devices.cores import available_cores
-from xirang_core.parallel.cluster import (
-    Cluster,
-    cluster_names,
-    load_cluster,
-    local_cluster,
-    with_overrides,
-)
+from xirang_core.parallel.cluster import Cluster, local_cluster
 from xirang_core.parallel.memory import (
     MemoryEstimate,
     predict_memory,
@@ -59,12 +53,10 @@ __all__ = [
     "available_cores",
     "cached_runtime",
     "candidate_plans",
-    "cluster_names",
     "compose",
     "derive",
     "fit_link",
     "help_text",
-    "load_cluster",
     "local_cluster",
     "measure_wrappers",
     "model_shape",
@@ -77,6 +69,5 @@ __all__ = [
     "stage_params",
     "synchronizer",
     "time_together",
-    "with_overrides",
     "with_runtime",
 ]

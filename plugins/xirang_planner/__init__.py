@@ -3,7 +3,7 @@ plan``, which shows its ranking: predicted memory and step time of every valid s
 model's shape and this host's measured devices or a described cluster. Registered through the
 same hooks a third-party planner uses."""
 
-from xirang import hookimpl
+from xirang import conf_folder, hookimpl
 from xirang.specs import CommandSpec, PlannerSpec
 
 
@@ -27,3 +27,8 @@ def xirang_commands() -> list[CommandSpec]:
             description="rank the ways to split a model over a cluster (memory, step time)",
         )
     ]
+
+
+@hookimpl
+def xirang_config_search_paths() -> list[str]:
+    return conf_folder(__file__)  # conf/cluster: the clusters `xirang plan` describes

@@ -25,15 +25,13 @@ from xirang.planning import (
     Cluster,
     ModelShape,
     cached_runtime,
-    cluster_names,
     help_text,
-    load_cluster,
     local_cluster,
     model_shape,
     run_plans,
-    with_overrides,
 )
 from xirang.planning import compose as compose_config
+from xirang_planner.clusters import cluster_names, load_cluster, with_overrides
 from xirang_planner.planner import Candidate, Ranking, rank_plans
 
 SHAPE_KEYS = {"layers", "hidden", "heads", "vocab", "seq", "params"}

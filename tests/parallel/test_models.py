@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from xirang_planner.clusters import load_cluster
 from xirang_planner.planner import rank_plans
 from xirang_planner.timing import predict_time
 
-from xirang_core.parallel.cluster import Cluster, load_cluster
+from xirang_core.parallel.cluster import Cluster
 from xirang_core.parallel.memory import per_layer_factor, predict_memory, stage_params
 from xirang_core.parallel.plan import ModelShape, ParallelPlan, PlanError
 

@@ -1,15 +1,11 @@
 """The machines a plan is for: this host's devices (inventory and calibration), or a cluster
-described in the ``cluster`` config group (one that is not here: DGX A100, H100, MI300X, ...)."""
+described in a planner plugin's ``cluster`` option files (one that is not here: DGX A100, H100,
+MI300X, ...)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
-
-import yaml
-
-from xirang_core.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -42,44 +38,6 @@ class Cluster:
         """Bandwidth of a ring over ``group`` ranks spaced ``stride`` apart: it stays in a node
         only when the whole group fits inside one."""
         return self.intra_gbps if group * stride <= self.devices_per_node else self.inter_gbps
-
-
-def cluster_folders() -> list[Path]:
-    """Where ``cluster`` options live: the core's conf/cluster and each plugin's."""
-    from importlib.resources import files
-
-    from xirang_core.plugins import get_registry
-
-    folders = [Path(str(files("xirang_conf"))) / "cluster"]
-    for path in get_registry().config_search_paths():
-        if path.startswith("file://"):
-            folders.append(Path(path.removeprefix("file://")) / "cluster")
-    return [f for f in folders if f.is_dir()]
-
-
-def cluster_names() -> list[str]:
-    return sorted({p.stem for folder in cluster_folders() for p in folder.glob("*.yaml")})
-
-
-def load_cluster(name: str, **overrides: Any) -> Cluster:
-    """A described cluster by option name; ``overrides`` (e.g. ``nodes=4``) replace fields."""
-    for folder in cluster_folders():
-        path = folder / f"{name}.yaml"
-        if path.exists():
-            data = yaml.safe_load(path.read_text())
-            return with_overrides(Cluster(**data), overrides)
-    raise ConfigError(
-        f"cluster={name}: no such cluster. Valid: local, {', '.join(cluster_names())}"
-    )
-
-
-def with_overrides(cluster: Cluster, overrides: dict[str, Any]) -> Cluster:
-    known = {f.name: f.type for f in fields(Cluster)}
-    bad = sorted(set(overrides) - set(known))
-    if bad:
-        raise ConfigError(f"cluster.{bad[0]}: no such field. Valid: {', '.join(known)}")
-    typed = {k: type(getattr(cluster, k))(v) for k, v in overrides.items()}
-    return replace(cluster, **typed)
 
 
 def local_cluster(workers: int, registry: Any = None, device: str = "auto") -> Cluster:
