@@ -14,6 +14,7 @@ import os
 import shutil
 import sys
 import textwrap
+from collections.abc import Callable
 from typing import Any
 
 from xirang_core.devices.cores import omp_defaults
@@ -21,6 +22,9 @@ from xirang_core.errors import XirangError
 from xirang_core.terminal import help_text, report_error
 
 __all__ = ["help_text", "main", "report_error"]  # help_text: the tools' name for it, too
+
+#: where the run's config lives, and the job name Hydra records for it (``hydra.job.name``)
+CONFIG_PATH, CONFIG_NAME, TASK_NAME = "pkg://xirang_conf", "config", "cli"
 
 USAGE = """usage: xirang <command> [args]      (xirang <command> --help for its own)
        python -m xirang [overrides]  train (bare: the embedded default)
@@ -94,8 +98,6 @@ def _list_commands() -> int:
 
 
 def _train(args: list[str]) -> int:
-    import hydra
-
     from xirang_core.config import check_overrides, register_with_hydra
     from xirang_core.plugins import get_registry
     from xirang_core.train import torchrun
@@ -107,30 +109,93 @@ def _train(args: list[str]) -> int:
     if found:
         args = torchrun.adopt(args, found)
     registry = get_registry()
+    if _plain_run(args):
+        from xirang_core.config import check_options
+
+        check_options(args, registry)
+        register_with_hydra(registry)
+        if _run_composed_once(args, registry):
+            return 0
     check_overrides(args, registry)
     register_with_hydra(registry)
+    _run_with_hydra_main(args, registry)
+    return 0
 
-    @hydra.main(version_base="1.3", config_path="pkg://xirang_conf", config_name="config")
-    def app(cfg: Any) -> float:
-        """One run; Hydra's sweeper gets its ``sweep.objective`` (summary.json has the rest).
-        The config is checked before the run's modules load torch and the data stack, so a bad
-        one is refused without paying for them."""
-        from xirang_core.config import validate
-        from xirang_core.sweep.objective import objective_value
 
-        try:
-            validate(cfg, registry)
-            from xirang_core.run import launch
+def _plain_run(args: list[str]) -> bool:
+    """One run with no Hydra flag (``-m``, ``--cfg``, ``--help``...) and no ``+key``: it is
+    composed once, here. Anything else goes through Hydra's own entry point."""
+    return not any(arg.startswith(("-", "+")) for arg in args)
 
-            return objective_value(launch(cfg), cfg.sweep)
-        except XirangError as exc:  # inside Hydra: report plainly instead of its traceback
-            report_error(exc)
-            raise SystemExit(exc.exit_code) from None
 
+def _run_composed_once(args: list[str], registry: Any) -> bool:
+    """Compose the run once and train it in Hydra's job (its output folder, logging and
+    ``.hydra`` record, as ``@hydra.main`` would make them); False when the command line is
+    not a single run (a sweep, or Hydra's own error to say). ``@hydra.main`` would compose
+    the same config twice more: once to learn the mode, once to run it."""
+    from hydra._internal.callbacks import Callbacks
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import create_automatic_config_search_path
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.utils import run_job
+    from hydra.errors import HydraException
+    from hydra.types import HydraContext, RunMode
+
+    from xirang_core.config import check_keys_of
+
+    GlobalHydra.instance().clear()
+    search_path = create_automatic_config_search_path(__file__, None, CONFIG_PATH)
+    hydra = Hydra.create_main_hydra2(task_name=TASK_NAME, config_search_path=search_path)
+    try:
+        cfg = hydra.compose_config(
+            CONFIG_NAME, list(args), run_mode=RunMode.RUN, with_log_configuration=True
+        )
+    except HydraException:
+        check_keys_of(args, registry)  # a typo: its own message, from a second composition
+        return False  # a sweep without -m, or another mistake only Hydra can name
+    if cfg.hydra.mode not in (None, RunMode.RUN):  # the config itself asks for a sweep
+        return False
+    cfg.hydra.mode = RunMode.RUN
+    callbacks = Callbacks(cfg)
+    callbacks.on_run_start(config=cfg, config_name=CONFIG_NAME)
+    context = HydraContext(config_loader=hydra.config_loader, callbacks=callbacks)
+    job = run_job(_task(registry), cfg, "hydra.run.dir", None, hydra_context=context)
+    callbacks.on_run_end(config=cfg, config_name=CONFIG_NAME, job_return=job)
+    _ = job.return_value  # raises what the run raised
+    return True
+
+
+def _run_with_hydra_main(args: list[str], registry: Any) -> None:
+    """Sweeps (``-m``) and Hydra's flags: Hydra's own entry point with the same task."""
+    import hydra
+
+    app = hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name=CONFIG_NAME)(
+        _task(registry)
+    )
     saved = sys.argv
     sys.argv = [saved[0] if saved else "xirang", *args]
     try:
         app()
     finally:
         sys.argv = saved
-    return 0
+
+
+def _task(registry: Any) -> Callable[[Any], float]:
+    """One run; Hydra's sweeper gets its ``sweep.objective`` (summary.json has the rest)."""
+
+    def run(cfg: Any) -> float:
+        """The config is checked (once) before the run's modules load torch and the data
+        stack, so a bad one is refused without paying for them."""
+        from xirang_core.config import validate
+        from xirang_core.sweep.objective import objective_value
+
+        try:
+            config = validate(cfg, registry)
+            from xirang_core.run import launch
+
+            return objective_value(launch(cfg, config), cfg.sweep)
+        except XirangError as exc:  # inside Hydra: report plainly instead of its traceback
+            report_error(exc)
+            raise SystemExit(exc.exit_code) from None
+
+    return run

@@ -205,6 +205,13 @@ def check_overrides(args: list[str], registry: Registry) -> None:
     """Reject ``group=option`` overrides naming an option that does not exist, and keys or
     groups that do not exist, naming the close ones and the valid ones, before Hydra prints its
     search path (or "not in struct") at the user."""
+    check_options(args, registry)
+    check_keys_of(args, registry)
+
+
+def check_options(args: list[str], registry: Registry) -> None:
+    """Reject a ``group=option`` naming no option of the group (and a default option whose
+    plugin is disabled): no composition needed."""
     options = group_options(registry)
     for arg in args:
         match = re.fullmatch(r"([A-Za-z_][\w]*)=\[?([\w.,-]+)\]?", arg)
@@ -218,7 +225,11 @@ def check_overrides(args: list[str], registry: Registry) -> None:
     for group, value in default_choices():  # a default whose plugin is disabled
         if group in options and group not in chosen and value not in options[group]:
             raise ConfigError(_no_option(group, value, options[group], registry, default=True))
-    check_keys(args, options, registry)
+
+
+def check_keys_of(args: list[str], registry: Registry) -> None:
+    """Reject keys and groups that do not exist (this composes the config's groups)."""
+    check_keys(args, group_options(registry), registry)
 
 
 def default_choices() -> list[tuple[str, str]]:

@@ -34,13 +34,14 @@ from xirang_core.train.profile import print_top_operators
 log = logging.getLogger("xirang.devices")
 
 
-def launch(cfg: DictConfig) -> dict[str, Any]:
-    """Train the run ``cfg`` describes; returns its summary."""
+def launch(cfg: DictConfig, config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Train the run ``cfg`` describes; returns its summary. ``config``: ``cfg`` already
+    validated (the command line validates before the run's modules load): not again."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     registry = get_registry()
-    config = validate(cfg, registry)
+    config = validate(cfg, registry) if config is None else config
     hydra = HydraConfig.get()
     sweeping = hydra.mode == RunMode.MULTIRUN
     # an interrupted run of this config continues in its own directory (checkpoint.resume=auto)

@@ -15,7 +15,7 @@ def xirang_parallel_strategies() -> list[StrategySpec]:
         StrategySpec(
             name="accelerate",
             target="xirang_accelerate.strategy:AccelerateStrategy",
-            schema="xirang_accelerate.strategy:AccelerateConfig",
+            schema="xirang_accelerate.settings:AccelerateConfig",
             description="Hugging Face Accelerate: DDP or FSDP2 through Accelerator.prepare",
             requires=("accelerate",),
             install="pip install 'xirang[accelerate]'",

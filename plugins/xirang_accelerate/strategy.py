@@ -10,28 +10,19 @@ only decides how the model is wrapped: ``mode=ddp`` (DistributedDataParallel) or
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Any
 
 import torch.distributed as dist
 from torch import nn
 
 from xirang import ConfigError
-
-MODES = ("ddp", "fsdp")
-
-
-@dataclass
-class AccelerateConfig:
-    mode: str = "ddp"
-    reshard_after_forward: bool = True
+from xirang_accelerate.settings import AccelerateConfig
 
 
 class AccelerateStrategy:
     def __init__(self, **settings: Any) -> None:
         self.config = AccelerateConfig(**settings)
-        if self.config.mode not in MODES:
-            raise ConfigError(f"parallel.mode={self.config.mode!r}: valid modes are {MODES}")
+        self.config.check()
         self.accelerator: Any = None
 
     def wrap(self, model: nn.Module, ctx: Any) -> nn.Module:

@@ -22,7 +22,7 @@ def xirang_parallel_strategies() -> list[StrategySpec]:
         StrategySpec(
             name="colossalai",
             target="xirang_colossalai.strategy:ColossalStrategy",
-            schema="xirang_colossalai.strategy:ColossalConfig",
+            schema="xirang_colossalai.settings:ColossalConfig",
             description="Colossal-AI Booster: TorchDDP, LowLevelZero, Gemini or HybridParallel",
             requires=("colossalai",),
             install=INSTALL,

@@ -23,42 +23,20 @@ optimizer itself and hands the boosted one to the worker (``optimizer`` attribut
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
 from torch import nn
 
 from xirang import ConfigError
-
-PLUGINS = ("torch_ddp", "low_level_zero", "gemini", "hybrid_parallel")
-GPU_ONLY = ("low_level_zero", "gemini", "hybrid_parallel")
-
-
-@dataclass
-class ColossalConfig:
-    plugin: str = "torch_ddp"
-    tp: int = 1
-    pp: int = 1
-    zero: int = 1
-    #: micro-batches per step under pp > 1; 0 = the step's own (global batch / (dp x micro))
-    micro_batches: int = 0
-    precision: str = "fp32"
-
-    @staticmethod
-    def check(config: dict[str, Any]) -> None:
-        """Before any worker starts: hybrid_parallel only for a model it has a policy for."""
-        if config["parallel"].get("plugin") == "hybrid_parallel":
-            from xirang_colossalai.shard import check_shardable
-
-            check_shardable(config)
+from xirang_colossalai.settings import GPU_ONLY, ColossalConfig, check_plugin
 
 
 class ColossalStrategy:
     def __init__(self, **settings: Any) -> None:
         self.config = ColossalConfig(**settings)
-        if self.config.plugin not in PLUGINS:
-            raise ConfigError(f"parallel.plugin={self.config.plugin!r}: valid plugins {PLUGINS}")
+        check_plugin(self.config.plugin)
         self.booster: Any = None
         self.optimizer: Any = None
         self.model: Any = None

@@ -10,7 +10,6 @@ annotation and accepts only the real ``dist.GradBucket`` class there.
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -30,22 +29,7 @@ from xirang.comm import (
     collective_backend,
 )
 from xirang.specs import WorkerContext
-
-
-@dataclass
-class CommSettings:
-    """Settings every comm option accepts.
-
-    ``backend``: the torch.distributed backend; empty follows the device type.
-    ``sync_period_ms``/``sync_slot``/``sync_slots``: a sync window (0 = none) for when no
-    scheduler assigns one through the ``xirang_comm_sync_window`` hook.
-    """
-
-    backend: str = ""
-    sync_period_ms: float = 0.0
-    sync_slot: int = 0
-    sync_slots: int = 1
-
+from xirang_comm.settings import CommSettings
 
 #: a DDP comm hook as torch defines them: (state, bucket) -> future of the reduced buffer
 TorchHook = Callable[[Any, dist.GradBucket], torch.futures.Future]
@@ -65,6 +49,7 @@ class GradientSync:
 
     def __init__(self, **settings: Any) -> None:
         self.settings = self.settings_type(**settings)
+        self.settings.check()  # checked when composed; again for one built in code
         self.ledger = WireLedger()
         self.overlap = OverlapMeter()
         self.window: SyncWindow | None = None

@@ -9,8 +9,6 @@ all-reduce up to the order of summation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -19,14 +17,8 @@ from xirang import ConfigError
 from xirang.comm import Collectives, Hierarchy, SerialLane, build_hierarchy, link_key
 from xirang.specs import WorkerContext
 from xirang.worker import local_device
-from xirang_comm.base import CommSettings, GradientSync
-
-
-@dataclass
-class HierarchicalSettings(CommSettings):
-    """``group_size``: ranks per group; 0 takes the groups from the device topology."""
-
-    group_size: int = 0
+from xirang_comm.base import GradientSync
+from xirang_comm.settings import HierarchicalSettings
 
 
 class Hierarchical(GradientSync):

@@ -12,7 +12,6 @@ with outer learning rate 1 and no momentum.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -24,19 +23,9 @@ from torch.distributed.algorithms.ddp_comm_hooks.post_localSGD_hook import (
 from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
 from torch.nn.utils import parameters_to_vector
 
-from xirang import ConfigError
 from xirang.specs import WorkerContext
-from xirang_comm.base import CommSettings, GradientSync
-
-
-@dataclass
-class PeriodicSettings(CommSettings):
-    """``every``: inner steps H between syncs. ``outer_lr``/``outer_momentum``: the outer
-    Nesterov SGD step on the averaged change (1.0 and 0.0 make it plain averaging)."""
-
-    every: int = 8
-    outer_lr: float = 1.0
-    outer_momentum: float = 0.0
+from xirang_comm.base import GradientSync
+from xirang_comm.settings import DiLoCoSettings, PeriodicSettings
 
 
 class PeriodicSync(GradientSync):
@@ -46,8 +35,6 @@ class PeriodicSync(GradientSync):
 
     def __init__(self, **settings: Any) -> None:
         super().__init__(**settings)
-        if self.settings.every < 1:
-            raise ConfigError(f"comm.every={self.settings.every}: must be at least 1")
 
     def prepare(self, model: nn.Module, ctx: WorkerContext) -> None:
         """torch's post-local-SGD state and averager; average after each step of the model's
@@ -126,17 +113,6 @@ def copy_into(flat: torch.Tensor, params: list[torch.Tensor]) -> None:
     for p in params:
         p.copy_(flat[offset : offset + p.numel()].view_as(p))
         offset += p.numel()
-
-
-@dataclass
-class DiLoCoSettings(PeriodicSettings):
-    """Defaults for runs of hundreds of steps: on the tiny GPT over 200 steps H=8 with momentum
-    0.5 ended 2.9% above plain all-reduce's loss, the paper's momentum 0.9 (meant for H=500
-    over tens of thousands of steps) 7% above."""
-
-    every: int = 8
-    outer_lr: float = 0.7
-    outer_momentum: float = 0.5
 
 
 class DiLoCo(PeriodicSync):

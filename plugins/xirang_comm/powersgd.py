@@ -14,7 +14,6 @@ therefore runs on one :class:`SerialLane`, buckets in the order DDP hands them o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,26 +21,13 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState, powerSGD_hook
 
-from xirang import ConfigError
 from xirang.comm import SerialLane
 from xirang.specs import WorkerContext
-from xirang_comm.base import CommSettings, GradientSync
+from xirang_comm.base import GradientSync
+from xirang_comm.settings import PowerSGDSettings
 
 #: compress a matrix when (n + m) r < n m: any saving counts (torch's default asks for 2x)
 MIN_COMPRESSION_RATE = 1.0
-
-
-@dataclass
-class PowerSGDSettings(CommSettings):
-    """``rank``: columns of P and Q (torch's ``matrix_approximation_rank``). ``start_iter``:
-    backward passes of plain all-reduce first (torch's ``start_powerSGD_iter``; early gradients
-    change direction too fast to compress). ``warm_start``: reuse last step's Q. ``seed``: the
-    random first Q, equal on every worker (torch's ``random_seed``)."""
-
-    rank: int = 4
-    start_iter: int = 10
-    warm_start: bool = True
-    seed: int = 0
 
 
 class PowerSGD(GradientSync):
@@ -51,15 +37,6 @@ class PowerSGD(GradientSync):
 
     def __init__(self, **settings: Any) -> None:
         super().__init__(**settings)
-        s = self.settings
-        if s.rank < 1:
-            raise ConfigError(f"comm.rank={s.rank}: PowerSGD's rank must be >= 1")
-        if s.start_iter < 2:
-            raise ConfigError(
-                f"comm.start_iter={s.start_iter}: must be at least 2. torch's PowerSGD keeps "
-                "its error feedback and warm start per DDP bucket, and DDP rebuilds its buckets "
-                "after the first backward pass"
-            )
         self.lane = SerialLane("xirang-powersgd")
         self.compressed_calls = 0
 

@@ -11,21 +11,13 @@ and 0.1 within 1%; 0.01 and below pay off on large models over long runs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from xirang import ConfigError
-from xirang_comm.base import CommSettings, GradientSync
-
-
-@dataclass
-class TopKSettings(CommSettings):
-    """``ratio``: fraction of entries each worker sends per bucket."""
-
-    ratio: float = 0.1
+from xirang_comm.base import GradientSync
+from xirang_comm.settings import TopKSettings
 
 
 class TopK(GradientSync):
@@ -34,8 +26,6 @@ class TopK(GradientSync):
 
     def __init__(self, **settings: Any) -> None:
         super().__init__(**settings)
-        if not 0 < self.settings.ratio <= 1:
-            raise ConfigError(f"comm.ratio={self.settings.ratio}: must be in (0, 1]")
         self.errors: dict[int, torch.Tensor] = {}
 
     def sync(self, bucket: dist.GradBucket) -> torch.futures.Future:

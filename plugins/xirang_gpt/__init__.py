@@ -10,7 +10,7 @@ def xirang_models() -> list[ModelSpec]:
         ModelSpec(
             name="gpt",
             target="xirang_gpt.model:GPT",
-            schema="xirang_gpt.model:GPTConfig",
+            schema="xirang_gpt.config:GPTConfig",
             parallelize="xirang_gpt.parallelize:GPTParallelize",
             hf="xirang_gpt.hf:GPTHF",
             description="decoder-only transformer (pre-norm, tied embeddings, causal SDPA)",

@@ -4,28 +4,16 @@ its parameter count, FLOPs per token (for MFU), and sampling."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from xirang.model import init_parameters, sample
+from xirang_gpt.config import GPTConfig
 
 #: parameters of the residual projections, drawn with GPT-2's depth-scaled deviation
 RESIDUAL_PROJECTIONS = ("proj.weight", "down.weight")
-
-
-@dataclass
-class GPTConfig:
-    n_layer: int = 4
-    n_head: int = 4
-    n_embd: int = 128
-    max_seq_len: int = 256
-    vocab_size: int = 256  # a config's 0 means the tokenizer's, filled in when it is composed
-    dropout: float = 0.0
-    #: a Hugging Face GPT-2 directory to start from ("" = fresh init); see xirang_gpt.hf
-    pretrained: str = ""
 
 
 class CausalSelfAttention(nn.Module):
@@ -78,8 +66,7 @@ class Block(nn.Module):
 class GPT(nn.Module):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
-        if cfg.n_embd % cfg.n_head:
-            raise ValueError(f"n_embd={cfg.n_embd} must be a multiple of n_head={cfg.n_head}")
+        cfg.check()
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.pos_emb = nn.Embedding(cfg.max_seq_len, cfg.n_embd)

@@ -12,6 +12,7 @@ from typing import Any
 from torch import nn
 
 from xirang.model import ModelShape, keep_stage_layers, parallelize_blocks
+from xirang_gpt.config import GPTConfig
 
 
 class GPTParallelize:
@@ -26,8 +27,6 @@ class GPTParallelize:
 
     def shape(self, settings: dict[str, Any], seq_len: int) -> ModelShape:
         """Model dimensions for the planner, from the ``model`` config section."""
-        from xirang_gpt.model import GPTConfig
-
         cfg = GPTConfig(**settings)
         h, layers, vocab = cfg.n_embd, cfg.n_layer, cfg.vocab_size
         params = layers * (12 * h * h + 4 * h) + vocab * h + cfg.max_seq_len * h + 2 * h
