@@ -91,10 +91,6 @@ def protocol_of(kind: str, spec: Any) -> type:
     }[kind]
 
 
-#: members a protocol documents as optional
-OPTIONAL_MEMBERS = {"supports_dtype"}
-
-
 def protocol_methods(protocol: type) -> list[str]:
     """The methods a protocol asks for (``__call__`` for a callable)."""
     names = [n for n, v in vars(protocol).items() if callable(v) or isinstance(v, classmethod)]
@@ -112,9 +108,7 @@ def check_spec(registry: Any, kind: str, name: str) -> Any:
     schema = spec.load_schema()
     if schema is not None and not dataclasses.is_dataclass(schema):
         problems.append(f"schema {spec.schema} is not a dataclass")
-    for method in protocol_methods(protocol):
-        if method in OPTIONAL_MEMBERS:
-            continue
+    for method in protocol_methods(protocol):  # optional ones: the registry filled them
         if method == "__call__" and not isinstance(target, type):
             ok = callable(target)
         else:

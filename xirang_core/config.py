@@ -14,7 +14,7 @@ import re
 import secrets
 import sys
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -302,7 +302,7 @@ def _to_container(cfg: DictConfig) -> dict[str, Any]:
     except OmegaConfBaseException as exc:
         raise ConfigError(f"{exc.full_key or 'config'}: {exc.msg}") from None
     assert isinstance(data, dict)
-    return data
+    return cast("dict[str, Any]", data)  # a config's keys are strings
 
 
 def _check_schema(section: str, values: Any, schema: type) -> dict[str, Any]:
@@ -341,7 +341,7 @@ def _check_plugin_group(group: str, kind: str, values: Any, registry: Registry) 
         return values
     settings = _check_schema(group, {k: v for k, v in values.items() if k != "name"}, schema)
     # as a model family's: what types cannot say (a range), through ``resolve(settings)``
-    return {"name": name, **getattr(schema, "resolve", lambda checked: checked)(settings)}
+    return {"name": name, **schema.resolve(settings)}
 
 
 def _check_model(values: Any, registry: Registry) -> dict[str, Any]:
@@ -355,9 +355,8 @@ def _check_model(values: Any, registry: Registry) -> dict[str, Any]:
     checked = _check_schema("model", settings, schema) if schema else settings
     # a family may check what types cannot (a config file that must build) and fill derived
     # values, through a ``resolve(settings) -> settings`` on its schema
-    resolve = getattr(schema, "resolve", None)
-    if resolve is not None:
-        checked = resolve(checked)
+    if schema is not None:
+        checked = schema.resolve(checked)
     return {"family": values["family"], "name": values.get("name", values["family"]), **checked}
 
 
@@ -586,10 +585,10 @@ def _check_strategy(data: dict[str, Any], registry: Registry) -> None:
     if name == AUTO:
         return  # the planner picks a plan for nproc workers (xirang_core.parallel.resolve)
     spec = registry.spec("parallel", name)
-    check = getattr(spec.load_schema() if spec.schema else None, "check", None)
-    if check is not None:  # what the strategy's settings cannot say alone (model family, ...)
-        check(data)
-    if nproc > 1 and not getattr(spec, "multi_process", True):
+    schema = spec.load_schema()
+    if schema is not None:  # what the strategy's settings cannot say alone (model family, ...)
+        schema.check(data)
+    if nproc > 1 and not spec.multi_process:
         multi = [
             n for n in registry.names("parallel") if registry.spec("parallel", n).multi_process
         ]

@@ -23,7 +23,7 @@ import pluggy
 
 from xirang_core import hookspecs
 from xirang_core.errors import ConfigError, PluginError
-from xirang_core.specs import SPEC_KINDS, ImplSpec
+from xirang_core.specs import DEFAULTS, SPEC_KINDS, ImplSpec, with_defaults
 
 if TYPE_CHECKING:  # the protocols each kind's implementations follow
     from xirang_core.parallel.planning import Planner
@@ -163,7 +163,8 @@ class Registry:
     @overload
     def load(self, kind: Literal["planner"], name: str) -> type[Planner]: ...
     def load(self, kind: str, name: str) -> Any:
-        """Import the implementation of ``name``; says what to install when it cannot."""
+        """Import the implementation of ``name``, its kind's optional members defaulted
+        (:func:`~xirang_core.specs.with_defaults`); says what to install when it cannot."""
         spec = self.spec(kind, name)
         missing = spec.missing()
         if missing:
@@ -173,7 +174,7 @@ class Registry:
                 f"{', '.join(missing)}, which is not installed.{hint}"
             )
         try:
-            return spec.load()
+            return with_defaults(spec.load(), DEFAULTS.get(kind))
         except Exception as exc:  # a plugin's import error must name the plugin
             raise PluginError(
                 f"{kind} '{name}' (plugin {self.owners[(kind, name)]}) failed to import "
@@ -200,7 +201,8 @@ class Registry:
         """An instance of the implementation a config group selects (``settings['name']``),
         constructed with the group's other settings as keyword arguments."""
         options = {k: v for k, v in settings.items() if k != "name"}
-        return self.load(kind, settings["name"])(**options)  # type: ignore[call-overload]
+        built = self.load(kind, settings["name"])(**options)  # type: ignore[call-overload]
+        return with_defaults(built, DEFAULTS.get(kind))  # a factory's result, too
 
     def config_search_paths(self) -> list[str]:
         return [path for record in self.loaded() for path in record.config_paths]

@@ -80,7 +80,7 @@ def train_in(
     stopping = resume.resumable(run_dir, key) if key else contextlib.nullcontext()
     with stopping:  # a stop leaves the run resumable and says how
         scheduler.launch(job, worker.main)
-    if getattr(scheduler, "detached", False):  # submitted elsewhere; it said how to follow it
+    if scheduler.detached:  # submitted elsewhere; it said how to follow it
         return {}
     return report.read_summary(run_dir)
 
@@ -121,8 +121,7 @@ def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any
 def resolves_remotely(config: dict[str, Any], registry: Registry) -> bool:
     """Whether the run's scheduler resolves the runtime (device, backend, calibration) on the
     nodes its workers run on: a login node may have no such device, or another one."""
-    scheduler = registry.load("scheduler", config["scheduler"]["name"])
-    return bool(getattr(scheduler, "resolves_runtime", False))
+    return registry.load("scheduler", config["scheduler"]["name"]).resolves_runtime
 
 
 def resolve_runtime(config: dict[str, Any], registry: Registry) -> dict[str, Any]:
@@ -137,10 +136,10 @@ def resolve_runtime(config: dict[str, Any], registry: Registry) -> dict[str, Any
             f"device={config['device']['name']} is not usable here: {why}. "
             f"Use device=auto to take the best device present."
         )
-    for caveat in getattr(backend, "caveats", list)():
+    for caveat in backend.caveats():
         log.warning("device=%s: %s", backend.type, caveat)
     inventory = backend.inventory()
-    shareable = getattr(backend, "shareable", False)
+    shareable = backend.shareable
     if nproc > len(inventory) and not shareable:
         raise ConfigError(
             f"trainer.nproc={nproc} needs {nproc} {backend.type} devices; this machine has "
@@ -177,9 +176,8 @@ def check_trainer_support(config: dict[str, Any], backend: DeviceBackend) -> Non
 
     trainer, device = config["trainer"], config["device"]["name"]
     dtype = PRECISIONS[trainer["precision"]]
-    supports = getattr(backend, "supports_dtype", lambda name: name == "float32")
-    if not supports(dtype):
-        valid = [p for p, d in PRECISIONS.items() if supports(d)]
+    if not backend.supports_dtype(dtype):
+        valid = [p for p, d in PRECISIONS.items() if backend.supports_dtype(d)]
         raise ConfigError(
             f"trainer.precision={trainer['precision']}: device={device} cannot compute in "
             f"{dtype} here; valid on this device: {', '.join(valid)}"

@@ -16,7 +16,7 @@ import importlib.util
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -24,10 +24,14 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
+T = TypeVar("T")
+
 __all__ = [
+    "DEFAULTS",
     "SPEC_KINDS",
     "Calibration",
     "CommBackend",
+    "CommBackendBase",
     "CommBackendSpec",
     "Command",
     "CommandSpec",
@@ -35,6 +39,7 @@ __all__ = [
     "CostPolicySpec",
     "CostQuote",
     "DeviceBackend",
+    "DeviceBackendBase",
     "DeviceBackendSpec",
     "DeviceInfo",
     "HFInterop",
@@ -45,6 +50,7 @@ __all__ = [
     "LRSchedule",
     "LRScheduleSpec",
     "Model",
+    "ModelBase",
     "ModelSpec",
     "Observer",
     "Optimizer",
@@ -52,10 +58,15 @@ __all__ = [
     "PlannerSpec",
     "PoolPolicy",
     "Scheduler",
+    "SchedulerBase",
     "SchedulerSpec",
+    "SettingsBase",
+    "SplitPlan",
+    "SplitPlanBase",
     "StorageTier",
     "StorageTierSpec",
     "Strategy",
+    "StrategyBase",
     "StrategySpec",
     "TextCorpus",
     "Tokenizer",
@@ -63,8 +74,10 @@ __all__ = [
     "Topology",
     "Tracker",
     "TrackerSpec",
+    "TrainedModule",
     "WorkerContext",
     "import_target",
+    "with_defaults",
 ]
 
 
@@ -103,8 +116,9 @@ class ImplSpec:
         """Import and return the implementation (a class or factory)."""
         return import_target(self.target)
 
-    def load_schema(self) -> type | None:
-        return import_target(self.schema) if self.schema else None
+    def load_schema(self) -> type[SettingsBase] | None:
+        """The settings dataclass, with :class:`SettingsBase`'s defaults where it has none."""
+        return with_defaults(import_target(self.schema), SettingsBase) if self.schema else None
 
 
 @dataclass(frozen=True)
@@ -175,9 +189,9 @@ class ModelSpec(ImplSpec):
     #: by ``xirang ckpt export --format hf`` and ``model.pretrained=<dir>``
     hf: str = ""
 
-    def load_parallelize(self) -> Any:
-        """An instance of the family's split plan."""
-        return import_target(self.parallelize)()
+    def load_parallelize(self) -> SplitPlan:
+        """An instance of the family's split plan, :class:`SplitPlanBase`'s defaults filled."""
+        return with_defaults(import_target(self.parallelize)(), SplitPlanBase)
 
     def load_hf(self) -> Any:
         """An instance of the family's Hugging Face mapping, or None if it has none."""
@@ -366,22 +380,66 @@ class DeviceBackend(Protocol):
 
     def supports_dtype(self, name: str) -> bool:
         """Whether training can compute in the torch dtype ``name`` (``trainer.precision``);
-        optional: a backend without it is taken to compute in float32 only."""
+        optional (:class:`DeviceBackendBase`): float32 only."""
+
+    #: optional (:class:`DeviceBackendBase`: False): several workers may share one device (the
+    #: host CPU), so ``trainer.nproc`` may exceed the inventory and the peak is not a datasheet's
+    shareable: bool
+
+    def caveats(self) -> list[str]:
+        """Warnings about this host's setup, logged once per run; optional (none)."""
 
 
 @runtime_checkable
 class Strategy(Protocol):
     """Wraps a model for a parallel plan (``parallel=<name>``), in every worker.
 
-    Built with the option's settings as keyword arguments. Optional members the worker looks
-    for: ``build_mesh(ctx)`` (a ``DeviceMesh`` stored on ``ctx.mesh`` before ``wrap``),
-    ``shards_parameters(ctx)`` (True: the model is built on the meta device and materialised
-    after ``wrap``), ``optimizer`` (a strategy that must make it), ``compiles``.
+    Built with the option's settings as keyword arguments. Every member but ``wrap`` is
+    optional, with the default of :class:`StrategyBase`. A strategy that keeps its state its own
+    way also defines ``get_state_dict``/``set_state_dict`` (:mod:`xirang_core.checkpoint.state`).
     """
+
+    #: True: the strategy compiles the model's blocks itself (``trainer.compile``), between its
+    #: wraps; otherwise the worker compiles the model before ``wrap``
+    compiles: bool
+    #: True: the workers hold parts of one model through the strategy's own groups (no
+    #: ``ctx.mesh``), so evaluating and sampling take every worker together
+    splits_model: bool
+    #: the optimizer, for a strategy that must make it with the model (Colossal-AI's Booster);
+    #: None: the run's ``optim`` builds it after ``wrap``
+    optimizer: Any
+    #: the module training changes when it is not the model (a stand-in the strategy trains)
+    trained: Any
 
     def wrap(self, model: torch.nn.Module, ctx: WorkerContext) -> torch.nn.Module:
         """The module the loop trains: it runs forward and backward like the model itself."""
         ...
+
+    def build_mesh(self, ctx: WorkerContext) -> Any:
+        """The ``DeviceMesh`` stored on ``ctx.mesh`` before ``wrap``; None: no mesh."""
+        ...
+
+    def shards_parameters(self, ctx: WorkerContext) -> bool:
+        """True: the model is built on the meta device and materialised after ``wrap``."""
+        ...
+
+
+class TrainedModule(Protocol):
+    """What the module a :class:`Strategy`'s ``wrap`` returns may run itself, in place of the
+    loop's own code: every member is optional (an attribute the strategy sets on the module,
+    read once through :func:`xirang_core.train.loop.owned_by`).
+
+    - ``xirang_step(batches) -> loss``: a whole step's forwards and backwards (a pipeline);
+    - ``xirang_eval(batches, n) -> float``: the mean held-out loss over ``n`` batches;
+    - ``xirang_backward(loss)``: backward (Colossal-AI's Booster scales and reduces inside);
+    - ``xirang_clip(max_norm) -> norm``: clipping, where the strategy's optimizer holds the
+      gradients.
+    """
+
+    xirang_step: Callable[[list[Any]], Any] | None
+    xirang_eval: Callable[[Any, int], float] | None
+    xirang_backward: Callable[[Any], None] | None
+    xirang_clip: Callable[[float], Any] | None
 
 
 @runtime_checkable
@@ -423,14 +481,25 @@ class CommBackend(Protocol):
         """Register gradient communication hooks on the wrapped model (DDP's comm hook)."""
         ...
 
+    def report(self, steps: int) -> dict[str, Any] | None:
+        """Bytes on the wire and hidden communication over ``steps`` steps, for the summary's
+        ``comm``; optional (:class:`CommBackendBase`: None, nothing to report)."""
+        ...
+
 
 @runtime_checkable
 class Scheduler(Protocol):
     """Places a job and runs it (``scheduler=<name>``), in the launching process.
 
-    A scheduler that only submits the job to run elsewhere (Kubernetes: a manifest to apply)
-    sets ``detached = True``: the run then ends at submission, with no summary to read.
+    Its optional members default as in :class:`SchedulerBase`.
     """
+
+    #: True: the scheduler only submits the job to run elsewhere (Kubernetes: a manifest to
+    #: apply); the run then ends at submission, with no summary to read
+    detached: bool
+    #: True: the runtime (device, backend, calibration) is resolved on the nodes the workers run
+    #: on, not on the submitting host (a login node may have no such device)
+    resolves_runtime: bool
 
     def launch(self, job: JobSpec, entrypoint: Any) -> None:
         """Run ``entrypoint(job.run_dir)`` in ``job.nproc`` workers; return when they finished,
@@ -478,9 +547,12 @@ class Model(Protocol):
         drawing only from ``generator``. Construction initialises through
         :func:`xirang_core.train.init.init_parameters`, which seeds one generator per parameter
         name: weights are then the same whether the model is built whole, split into stages,
-        or created on the meta device and materialised already sharded. A family with
-        non-parameter buffers (RoPE tables) also defines ``init_buffers()``, called after
-        ``to_empty`` materialises a meta-device model."""
+        or created on the meta device and materialised already sharded."""
+        ...
+
+    def init_buffers(self) -> None:
+        """Fill non-parameter buffers (RoPE tables) after ``to_empty`` materialised a
+        meta-device model; optional (:class:`ModelBase`: nothing to fill)."""
         ...
 
     def num_params(self, non_embedding: bool = True) -> int:
@@ -495,6 +567,41 @@ class Model(Protocol):
         self, idx: torch.Tensor, new_tokens: int, temperature: float = 0.8, top_k: int = 40
     ) -> torch.Tensor:
         """``idx`` with ``new_tokens`` sampled tokens appended (the end-of-run sample)."""
+        ...
+
+
+@runtime_checkable
+class SplitPlan(Protocol):
+    """A model family's split plan (a :class:`ModelSpec`'s ``parallelize``): how its layers
+    shard for tensor parallel, cut into pipeline stages, and what shape the planner sees, so
+    strategies never look inside the module (CONTRIBUTING.md, "The split plan").
+    ``compile_head`` is optional (:class:`SplitPlanBase`)."""
+
+    #: the setting that counts layers (``n_layers``): the planner's calibration builds one
+    layers_setting: str
+
+    def layers(self, model: torch.nn.Module) -> Mapping[str, torch.nn.Module]:
+        """The repeated layers: units of FSDP, recompute and pipeline stages."""
+        ...
+
+    def shape(self, settings: dict[str, Any], seq_len: int) -> Any:
+        """The ``xirang.model.ModelShape`` the planner's memory and time models read."""
+        ...
+
+    def apply_tp(self, model: torch.nn.Module, mesh: Any, sequence_parallel: bool) -> None:
+        """Shard the layers' projections over the mesh's ``tp`` dim."""
+        ...
+
+    def split_stage(self, model: torch.nn.Module, stage: int, stages: int) -> Any:
+        """Keep pipeline stage ``stage`` of ``stages`` in place; return its layer range."""
+        ...
+
+    def tied(self, model: torch.nn.Module) -> torch.nn.Parameter | None:
+        """The parameter the first and last stage both hold (a tied embedding), or None."""
+        ...
+
+    def compile_head(self, model: torch.nn.Module) -> None:
+        """Compile the output head and loss apart from the layers (``trainer.compile``)."""
         ...
 
 
@@ -698,6 +805,104 @@ class Observer(Protocol):
     def xirang_on_step_end(
         self, ctx: WorkerContext, step: int, metrics: dict[str, Any]
     ) -> None: ...
+
+
+# --- defaults of the optional members ----------------------------------------------------------
+
+
+class DeviceBackendBase:
+    """Defaults of :class:`DeviceBackend`'s optional members; a backend class inherits them."""
+
+    shareable: bool = False
+
+    def supports_dtype(self, name: str) -> bool:
+        return name == "float32"
+
+    def caveats(self) -> list[str]:
+        return []
+
+
+class StrategyBase:
+    """Defaults of :class:`Strategy`'s optional members; a strategy class inherits them."""
+
+    compiles: bool = False
+    splits_model: bool = False
+    optimizer: Any = None
+    trained: Any = None
+
+    def build_mesh(self, ctx: WorkerContext) -> Any:
+        return None
+
+    def shards_parameters(self, ctx: WorkerContext) -> bool:
+        return False
+
+
+class SchedulerBase:
+    """Defaults of :class:`Scheduler`'s optional members; a scheduler class inherits them."""
+
+    detached: bool = False
+    resolves_runtime: bool = False
+
+
+class CommBackendBase:
+    """Defaults of :class:`CommBackend`'s optional members; a comm option inherits them."""
+
+    def report(self, steps: int) -> dict[str, Any] | None:
+        return None
+
+
+class ModelBase:
+    """Defaults of :class:`Model`'s optional members; a model family's module inherits them
+    (beside ``torch.nn.Module``)."""
+
+    def init_buffers(self) -> None:
+        return None
+
+
+class SplitPlanBase:
+    """Defaults of :class:`SplitPlan`'s optional members; a split plan class inherits them."""
+
+    def compile_head(self, model: Any) -> None:
+        return None
+
+
+class SettingsBase:
+    """Defaults of a ``schema``'s optional members (an :class:`ImplSpec`'s settings dataclass):
+    what its field types cannot say, checked when the config is composed."""
+
+    @staticmethod
+    def resolve(settings: dict[str, Any]) -> dict[str, Any]:
+        """The checked settings with derived values filled (a range checked, a file read)."""
+        return settings
+
+    @staticmethod
+    def check(config: dict[str, Any]) -> None:
+        """A strategy's check of the whole run config (the model family it can split)."""
+        return None
+
+
+#: the class of defaults per spec kind (kinds without optional members have none)
+DEFAULTS: dict[str, type] = {
+    "device": DeviceBackendBase,
+    "parallel": StrategyBase,
+    "scheduler": SchedulerBase,
+    "comm": CommBackendBase,
+    "model": ModelBase,
+}
+
+
+def with_defaults(target: T, base: type | None) -> T:
+    """``target`` (an implementation class, or an instance of one) with each optional member
+    of ``base`` it lacks taken from ``base``: the kernel then calls every member of a protocol
+    without probing. Built-in plugins inherit ``base``; a third-party class written before a
+    member existed gets it added to the class once, when the registry loads it."""
+    cls = target if isinstance(target, type) else type(target)
+    if base is None or issubclass(cls, base):
+        return target
+    for name, value in vars(base).items():
+        if not name.startswith("__") and not hasattr(cls, name):
+            setattr(cls, name, value)
+    return target
 
 
 @dataclass

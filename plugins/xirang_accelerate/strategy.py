@@ -16,10 +16,11 @@ import torch.distributed as dist
 from torch import nn
 
 from xirang import ConfigError
+from xirang.specs import StrategyBase
 from xirang_accelerate.settings import AccelerateConfig
 
 
-class AccelerateStrategy:
+class AccelerateStrategy(StrategyBase):
     def __init__(self, **settings: Any) -> None:
         self.config = AccelerateConfig(**settings)
         self.config.check()

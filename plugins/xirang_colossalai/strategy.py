@@ -30,10 +30,11 @@ import torch
 from torch import nn
 
 from xirang import ConfigError
+from xirang.specs import StrategyBase
 from xirang_colossalai.settings import GPU_ONLY, ColossalConfig, check_plugin
 
 
-class ColossalStrategy:
+class ColossalStrategy(StrategyBase):
     def __init__(self, **settings: Any) -> None:
         self.config = ColossalConfig(**settings)
         check_plugin(self.config.plugin)

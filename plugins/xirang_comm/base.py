@@ -28,14 +28,14 @@ from xirang.comm import (
     check_available,
     collective_backend,
 )
-from xirang.specs import WorkerContext
+from xirang.specs import CommBackendBase, WorkerContext
 from xirang_comm.settings import CommSettings
 
 #: a DDP comm hook as torch defines them: (state, bucket) -> future of the reduced buffer
 TorchHook = Callable[[Any, dist.GradBucket], torch.futures.Future]
 
 
-class GradientSync:
+class GradientSync(CommBackendBase):
     """Each DDP bucket through torch's ``torch_hook``: averaged all-reduce unless a subclass
     names another torch hook (and its state) or changes :meth:`sync`."""
 

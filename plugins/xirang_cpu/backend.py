@@ -8,7 +8,14 @@ import shutil
 from typing import TYPE_CHECKING
 
 from xirang.devices import cached_calibration, measure_matmul_tflops, measure_memory_bandwidth_gbps
-from xirang.specs import Calibration, DeviceInfo, HealthFinding, InterconnectGroup, Topology
+from xirang.specs import (
+    Calibration,
+    DeviceBackendBase,
+    DeviceInfo,
+    HealthFinding,
+    InterconnectGroup,
+    Topology,
+)
 
 if TYPE_CHECKING:  # torch is imported by the methods that use it: `xirang plugins` asks
     import torch  # present() of every device backend and must not wait for torch
@@ -29,7 +36,7 @@ MATMUL_ISA = frozenset(
 NATIVE_BF16_ISA = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 
 
-class CpuBackend:
+class CpuBackend(DeviceBackendBase):
     """The whole host CPU counts as one device; worker processes share its cores."""
 
     type = "cpu"

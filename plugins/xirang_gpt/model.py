@@ -10,6 +10,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from xirang.model import init_parameters, sample
+from xirang.specs import ModelBase
 from xirang_gpt.config import GPTConfig
 
 #: parameters of the residual projections, drawn with GPT-2's depth-scaled deviation
@@ -63,7 +64,7 @@ class Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
-class GPT(nn.Module):
+class GPT(nn.Module, ModelBase):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         cfg.check()

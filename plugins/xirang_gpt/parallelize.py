@@ -12,10 +12,11 @@ from typing import Any
 from torch import nn
 
 from xirang.model import ModelShape, keep_stage_layers, parallelize_blocks
+from xirang.specs import SplitPlanBase
 from xirang_gpt.config import GPTConfig
 
 
-class GPTParallelize:
+class GPTParallelize(SplitPlanBase):
     """The GPT family's answers to the questions a parallel strategy asks."""
 
     #: the ``model`` setting that counts layers (the planner's probes build one-layer models)

@@ -16,13 +16,14 @@ from torch import nn
 from torch.nn import functional as F
 
 from xirang.model import sample
+from xirang.specs import ModelBase
 from xirang_hf.source import load_config
 
 #: what transformers reads on a parameter to skip it in ``_init_weights``
 HF_DONE = "_is_hf_initialized"
 
 
-class HFCausalLM(nn.Module):
+class HFCausalLM(nn.Module, ModelBase):
     """``self.hf`` is the transformers model; parameter names carry the ``hf.`` prefix."""
 
     def __init__(self, settings: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ from torch import nn
 
 from xirang import ConfigError
 from xirang.model import ModelShape
+from xirang.specs import SplitPlanBase
 
 #: architectures whose decoder layers carry Llama's module names (q/k/v/o_proj, gate/up/down_proj,
 #: input_layernorm, post_attention_layernorm, a final ``norm``)
@@ -46,7 +47,7 @@ class LayerView(MutableMapping):
         return len(self.layers)
 
 
-class HFParallelize:
+class HFParallelize(SplitPlanBase):
     """The ``hf`` family's answers to the questions a parallel strategy asks."""
 
     def layers(self, model: nn.Module) -> LayerView:

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from xirang import ConfigError, XirangError
-from xirang.specs import JobSpec
+from xirang.specs import JobSpec, SchedulerBase
 from xirang_kubernetes.manifests import (
     CONFIG_MOUNT,
     RunManifest,
@@ -62,7 +62,7 @@ BUILDERS = {"JobSet": jobset, "PyTorchJob": pytorchjob}
 _OWN = ("kind", "volume_size", "storage_class", "apply")
 
 
-class KubernetesScheduler:
+class KubernetesScheduler(SchedulerBase):
     detached = True  # writes the manifest for kubectl; the run happens in the cluster
 
     def __init__(self, **settings: Any) -> None:

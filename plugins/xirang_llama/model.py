@@ -19,6 +19,7 @@ from torch.distributed.tensor import DTensor
 from torch.nn import functional as F
 
 from xirang.model import document_mask, init_parameters, sample
+from xirang.specs import ModelBase
 
 
 @dataclass
@@ -263,7 +264,7 @@ class Layer(nn.Module):
 _DEPTH_SCALED = re.compile(r"layers\.(\d+)\..*(o_proj|down_proj|up_proj)\.weight$")
 
 
-class Llama(nn.Module):
+class Llama(nn.Module, ModelBase):
     #: ``forward`` takes document indices (``data.document_mask=true``)
     document_mask = True
 

@@ -12,9 +12,10 @@ from torch import nn
 
 from xirang import ConfigError
 from xirang.model import ModelShape, keep_stage_layers, parallelize_blocks
+from xirang.specs import SplitPlanBase
 
 
-class LlamaParallelize:
+class LlamaParallelize(SplitPlanBase):
     """The Llama family's answers to the questions a parallel strategy asks."""
 
     #: the ``model`` setting that counts layers (the planner's probes build one-layer models)

@@ -31,7 +31,7 @@ from typing import Any
 
 from xirang import ConfigError, XirangError, get_registry, peer_lost
 from xirang.launch import RunInterrupted, read_events, record_event, recovery_note, workers_problem
-from xirang.specs import JobSpec
+from xirang.specs import JobSpec, SchedulerBase
 from xirang.worker import DEVICES_ENV, RESTART_ENV
 from xirang_local.devices import Eviction, LocalDevices
 from xirang_local.nodes import NodeLost, Nodes
@@ -53,7 +53,7 @@ class LocalConfig:
     worker_quota: list[float] = field(default_factory=list)
 
 
-class LocalScheduler:
+class LocalScheduler(SchedulerBase):
     def __init__(self, **settings: Any) -> None:
         self.quota = check_quota(LocalConfig(**settings).worker_quota)
 

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from xirang import ConfigError
-from xirang.specs import JobSpec
+from xirang.specs import JobSpec, SchedulerBase
 from xirang_slurm import commands
 from xirang_slurm.executor import TERMINAL
 from xirang_slurm.script import BatchJob, render
@@ -37,7 +37,7 @@ class SlurmConfig:
     signal_grace_s: int = 60
 
 
-class SlurmScheduler:
+class SlurmScheduler(SchedulerBase):
     #: device, collective backend and calibration are resolved on the nodes (xirang_slurm.task)
     resolves_runtime = True
 

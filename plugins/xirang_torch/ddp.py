@@ -9,6 +9,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as TorchDDP
 
 from xirang.parallel import check_balance, compile_model
+from xirang.specs import StrategyBase
 
 
 @dataclass
@@ -27,7 +28,7 @@ class DDPConfig:
         check_balance(data, run_workers(data)[0])
 
 
-class DistributedDataParallel:
+class DistributedDataParallel(StrategyBase):
     compiles = True  # trainer.compile: blocks compiled before the DDP wrapper, as torchtitan does
 
     def __init__(self, **settings: Any) -> None:

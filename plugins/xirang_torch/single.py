@@ -7,9 +7,10 @@ from typing import Any
 from torch import nn
 
 from xirang.parallel import compile_model
+from xirang.specs import StrategyBase
 
 
-class SingleProcess:
+class SingleProcess(StrategyBase):
     compiles = True  # trainer.compile: its blocks are compiled here
 
     def wrap(self, model: nn.Module, ctx: Any) -> nn.Module:

@@ -21,6 +21,7 @@ from xirang.parallel import (
     fsdp_policy,
     resolve_degrees,
 )
+from xirang.specs import StrategyBase
 from xirang_torch import recompute, sharding
 from xirang_torch.mesh import build_mesh, coordinate, degree
 
@@ -48,7 +49,7 @@ class MeshConfig:
         check_balance(data, run_workers(data)[0])
 
 
-class MeshStrategy:
+class MeshStrategy(StrategyBase):
     compiles = True  # trainer.compile: blocks compiled after recompute, before data parallel
 
     def __init__(self, **settings: Any) -> None:

@@ -43,6 +43,7 @@ from xirang_core.checkpoint.snapshot import (
 from xirang_core.checkpoint.state import (
     StagingBuffers,
     StateAdapter,
+    TorchStateAdapter,
     adapter_for,
     capture_rng,
     restore_rng,
@@ -183,9 +184,8 @@ class CheckpointManager:
 
     def _apply(self, files: dict[str, ChunkedBytes]) -> None:
         """Put model, optimizer, RNG and data position back from a checkpoint's files."""
-        prepare = getattr(self.adapter, "prepare_load", None)
-        if prepare is not None:  # empty optimizer state of the stored shapes, no warm-up step
-            prepare(self.model, self.optimizer, dcp_metadata(files))
+        if isinstance(self.adapter, TorchStateAdapter):  # empty optimizer state, no warm-up
+            self.adapter.prepare_load(self.model, self.optimizer, dcp_metadata(files))
         model_sd, optim_sd = self.adapter.get_state_dict(self.model, self.optimizer)
         state = load_tensors(files, {"model": model_sd, "optim": optim_sd}, self.peers)
         self.adapter.set_state_dict(self.model, self.optimizer, state["model"], state["optim"])

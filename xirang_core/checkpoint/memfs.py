@@ -103,12 +103,12 @@ def memory_writer(
     """A DCP writer that stores every item in ``chunks`` and puts the metadata (rank 0's, as
     a pickle and as JSON) into ``fs``."""
     writer = ObjectWriter(chunks, before_write)
-    writer.fs = fs
+    writer.fs = fs  # type: ignore[assignment]  # torch types it FileSystem; uses FileSystemBase
     return writer
 
 
 def memory_reader(fs: MemoryFileSystem) -> RawReader:
     """A DCP reader over the files of ``fs``."""
     reader = RawReader("")
-    reader.fs = fs
+    reader.fs = fs  # type: ignore[assignment]  # as in memory_writer
     return reader

@@ -13,7 +13,7 @@ reader's position are kept as JSON, small and readable.
 from __future__ import annotations
 
 import random
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -25,6 +25,7 @@ from torch.utils._pytree import tree_map_only
 OPTIM_KEY = "optim"
 
 
+@runtime_checkable
 class StateAdapter(Protocol):
     """How model and optimizer state are taken out and put back (a strategy may supply it)."""
 
@@ -99,9 +100,7 @@ def _seed(param: Any, fqns: set[str], stored: dict[str, Any]) -> dict[str, torch
 
 def adapter_for(strategy: Any) -> StateAdapter:
     """The strategy itself when it knows how to give its state, the torch default otherwise."""
-    if hasattr(strategy, "get_state_dict") and hasattr(strategy, "set_state_dict"):
-        return strategy
-    return TorchStateAdapter()
+    return strategy if isinstance(strategy, StateAdapter) else TorchStateAdapter()
 
 
 class StagingBuffers:

@@ -25,7 +25,7 @@ from xirang_core.devices.reading import NodeReading
 from xirang_core.devices.tools import ToolRunner, run_tool
 from xirang_core.devices.visible import VisibleDevices, node_group
 from xirang_core.errors import ConfigError
-from xirang_core.specs import Calibration, DeviceInfo, HealthFinding, Topology
+from xirang_core.specs import Calibration, DeviceBackendBase, DeviceInfo, HealthFinding, Topology
 
 if TYPE_CHECKING:
     import torch
@@ -36,7 +36,7 @@ CALIBRATION_MATMUL_SIZE = 8192
 CALIBRATION_BUFFER_MB = 512
 
 
-class AcceleratorBackend:
+class AcceleratorBackend(DeviceBackendBase):
     """Implements :class:`xirang_core.specs.DeviceBackend` from a few vendor-specific methods."""
 
     type = ""

@@ -35,6 +35,6 @@ def check_trackers(values: Any, registry: Any, check_schema: Any) -> dict[str, A
         if schema is not None:
             options = check_schema(f"tracker.{key}", options, schema)
             # as a model family's: what types cannot say, through ``resolve(settings)``
-            options = getattr(schema, "resolve", lambda settings: settings)(options)
+            options = schema.resolve(options)
         checked[key] = {"name": name, **options}
     return checked

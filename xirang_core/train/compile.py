@@ -27,15 +27,13 @@ def compile_model(model: nn.Module, config: dict[str, Any]) -> None:
     from xirang_core.plugins import get_registry
 
     spec = get_registry().spec("model", config["model"]["family"])
-    if not getattr(spec, "parallelize", ""):
+    if not spec.parallelize:
         model.compile()
         return
     plan = spec.load_parallelize()
     for layer in plan.layers(model).values():
         layer.compile()
-    compile_head = getattr(plan, "compile_head", None)  # the output head and loss, if apart
-    if compile_head is not None:
-        compile_head(model)
+    plan.compile_head(model)  # the output head and loss, if the family compiles them apart
 
 
 def compiler_problem(device_type: str) -> str | None:

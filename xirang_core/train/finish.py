@@ -19,7 +19,8 @@ class Finishing:
     timed by :meth:`part`; only the main worker (``shown``) prints."""
 
     def __init__(self, shown: bool, eval_batches: int, sample_tokens: int) -> None:
-        self.shown, self.took = shown, {}
+        self.shown = shown
+        self.took: dict[str, float] = {}
         self.started = time.perf_counter()
         sample = f", sampling {sample_tokens} tokens" if sample_tokens > 0 else ""
         self._say(

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from typing import cast
 
 import torch
 from torch import nn
+
+from xirang_core.specs import Model
 
 #: name segments that wrappers (activation checkpointing, torch.compile, FSDP1) insert into
 #: parameter names; the family's ``param_init`` and the generators see the model's own names
@@ -38,7 +41,7 @@ def full_parameter(
     """The whole (unsharded) initial value of parameter ``name``, drawn on the CPU."""
     seed = torch.initial_seed() if seed is None else seed
     full = torch.empty(param.shape, dtype=param.dtype, device="cpu")
-    model.param_init(name, full, parameter_generator(seed, name))
+    cast(Model, model).param_init(name, full, parameter_generator(seed, name))
     return full
 
 
@@ -79,8 +82,7 @@ def materialize(model: nn.Module, device: torch.device | str, seed: int | None =
     for name, param in _parameters(model):
         full = full_parameter(model, name, param, seed)
         _local(param).copy_(_local_part(full, param))
-    if hasattr(model, "init_buffers"):
-        model.init_buffers()
+    cast(Model, model).init_buffers()  # a family's optional buffers (RoPE tables)
     return model
 
 
@@ -108,9 +110,9 @@ def _local(param: torch.Tensor) -> torch.Tensor:
 def _local_part(full: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
     """The slice of ``full`` that ``param``'s placements give this rank: the same split
     ``distribute_tensor`` makes, done locally (every rank drew the same ``full``)."""
-    if not hasattr(param, "placements"):
-        return full
-    from torch.distributed.tensor import distribute_tensor
+    from torch.distributed.tensor import DTensor, distribute_tensor
 
+    if not isinstance(param, DTensor):
+        return full
     mine = distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None)
     return mine.to_local()

@@ -19,7 +19,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -65,6 +65,23 @@ class LoopSettings:
     schedule: Any = field(default_factory=build_schedule)
 
 
+@dataclass(frozen=True)
+class Owned:
+    """The parts of a step the strategy's module runs itself
+    (:class:`~xirang_core.specs.TrainedModule`); None: the loop runs that part."""
+
+    xirang_step: Callable[[list[Any]], Any] | None = None
+    xirang_eval: Callable[[Any, int], float] | None = None
+    xirang_backward: Callable[[Any], None] | None = None
+    xirang_clip: Callable[[float], Any] | None = None
+
+
+def owned_by(model: torch.nn.Module) -> Owned:
+    """What ``model`` runs itself: the one place the loop reads a wrapped module's optional
+    :class:`~xirang_core.specs.TrainedModule` members, set as attributes in ``wrap``."""
+    return Owned(**{f.name: getattr(model, f.name, None) for f in fields(Owned)})
+
+
 class NonFiniteError(XirangError):
     """Training met a non-finite loss or gradient norm and ``trainer.nonfinite=stop``."""
 
@@ -96,7 +113,8 @@ class Trainer:
         self.precision = Precision(settings.precision, ctx.device)
         if ctx.device.type == "cpu":  # steps reuse the pages of their activations
             retain_freed_memory()
-        if self.precision.scaler is not None and hasattr(model, "xirang_backward"):
+        self.owned = owned_by(model)  # what the strategy's module runs itself
+        if self.precision.scaler is not None and self.owned.xirang_backward is not None:
             raise ConfigError(
                 "trainer.precision=fp16: this strategy runs backward itself, so xirang's "
                 "gradient scaler cannot apply; use the strategy's own precision setting"
@@ -123,7 +141,7 @@ class Trainer:
         lr = s.schedule.lr(step, s.max_steps, s.optim)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        run_step = getattr(self.model, "xirang_step", None)  # a pipeline runs whole steps
+        run_step = self.owned.xirang_step  # a pipeline runs whole steps
         if run_step is not None:
             with self.precision.autocast():  # the schedule's forwards run inside
                 total = run_step([self._batch(step, m) for m in range(s.accum_steps)])
@@ -167,7 +185,7 @@ class Trainer:
         steps): the optimizer skips a bad step's update on the device, and the count and
         first bad step wait on the device until :meth:`settle` reads them."""
         bad = ~self._finite_flags(loss, norm).all()
-        self.optimizer.found_inf = bad.float()
+        self.optimizer.found_inf = bad.float()  # type: ignore[attr-defined]  # GradScaler's flag
         count, first = self._pending or (torch.zeros((), dtype=torch.long, device=bad.device),) * 2
         self._pending = (count + bad, torch.where(bad & (first == 0), step, first))
 
@@ -253,7 +271,7 @@ class Trainer:
         """``loss.backward()``, unless the strategy owns backward (Colossal-AI's Booster scales
         and reduces gradients inside ``booster.backward``): the model then carries
         ``xirang_backward``, as a pipeline carries ``xirang_step``."""
-        owned = getattr(self.model, "xirang_backward", None)
+        owned = self.owned.xirang_backward
         if owned is not None:
             owned(loss)
         elif self.precision.scaler is not None:
@@ -265,7 +283,7 @@ class Trainer:
         """Clip by the global gradient norm (``inf``: measure only) and return it, pre-clip; a
         split model's norm spans all its shards (a strategy whose optimizer holds the
         gradients clips through ``xirang_clip``)."""
-        owned = getattr(self.model, "xirang_clip", None)
+        owned = self.owned.xirang_clip
         if owned is not None:
             return owned(max_norm)
         if self.ctx.mesh is not None:
@@ -421,7 +439,7 @@ class Trainer:
             )
 
             def advance(step: int, record: dict[str, Any] | None) -> None:
-                fields = {}
+                fields: dict[str, Any] = {}
                 if record is not None:
                     fields = {
                         "loss": f"{record['loss']:.3f}",
@@ -454,8 +472,13 @@ def collect_every(every: int) -> Iterator[Callable[[int], None]]:
     enabled = gc.isenabled()
     gc.disable()
     gc.collect(1)
+
+    def collect(step: int) -> None:
+        if step % every == 0:
+            gc.collect(1)
+
     try:
-        yield lambda step: None if step % every else gc.collect(1)
+        yield collect
     finally:
         if enabled:
             gc.enable()
@@ -483,7 +506,7 @@ def peak_memory(device: torch.device) -> int:
 def evaluate(model: torch.nn.Module, batches: TokenBatches, device: Any, n_batches: int) -> float:
     """Mean loss over ``n_batches`` held-out batches."""
     model.eval()
-    run_eval = getattr(model, "xirang_eval", None)  # a pipeline evaluates through its schedule
+    run_eval = owned_by(model).xirang_eval  # a pipeline evaluates through its schedule
     if run_eval is not None:
         mean = run_eval(batches, n_batches)
     else:

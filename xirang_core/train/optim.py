@@ -5,7 +5,7 @@ kernel choice and how a checkpoint's groups are brought to this run's."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import torch
@@ -46,7 +46,7 @@ def _choose(optimizer: torch.optim.Optimizer, impl: dict[str, bool]) -> None:
 FUSED_DEVICES = ("cuda", "cpu")
 
 
-def implementation(params: list[torch.Tensor]) -> dict[str, bool]:
+def implementation(params: Sequence[torch.Tensor]) -> dict[str, bool]:
     """How the optimizer's update runs: the device's kernels (:func:`kernels`) where every
     parameter is a plain tensor, or every one a DTensor of one device mesh (FSDP2 shards:
     DTensor runs the fused op on each shard, as torchtitan's default ``fused`` does);

@@ -12,6 +12,7 @@ the whole model before the strategy wraps it. Safetensors hold no code (no pickl
 from __future__ import annotations
 
 import json
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,7 +72,7 @@ def tokenizer_fix(folder: str) -> str:
 
 
 def check_pretrained(
-    spec: Any, settings: dict[str, Any], given: set[str] = frozenset()
+    spec: Any, settings: dict[str, Any], given: AbstractSet[str] = frozenset()
 ) -> dict[str, Any]:
     """``settings`` with ``pretrained`` made absolute and the directory's shape taken, except
     the settings in ``given`` (the user's), once the directory fits the run's model."""

@@ -15,7 +15,7 @@ from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -37,14 +37,14 @@ from xirang_core.faults import RunGuard
 from xirang_core.faults.health import local_device
 from xirang_core.hookcall import notify
 from xirang_core.plugins import Registry, get_registry
-from xirang_core.specs import Tokenizer, WorkerContext
+from xirang_core.specs import CommBackend, Model, Strategy, Tokenizer, WorkerContext
 from xirang_core.train import balance, profile, report
 from xirang_core.train.compile import compile_model
 from xirang_core.train.cost import cost_fields
 from xirang_core.train.finish import Finishing
 from xirang_core.train.init import materialize
 from xirang_core.train.interrupt import StopAtStepEnd, stop_on
-from xirang_core.train.loop import LoopSettings, Trainer, evaluate
+from xirang_core.train.loop import LoopSettings, Trainer, evaluate, owned_by
 from xirang_core.train.optim import build_optimizer, build_schedule
 from xirang_core.train.peak import MfuFigure, Peak, device_peak, run_peak_flops, trusted_mfu
 from xirang_core.train.pretrained import load_pretrained
@@ -68,8 +68,8 @@ class Assembly:
     train: TokenBatches
     val: TokenBatches
     settings: LoopSettings
-    comm: Any = None  # the comm option's hooks, when one is installed: they report bytes/overlap
-    strategy: Any = None  # the parallel strategy; it may say how its state is checkpointed
+    strategy: Strategy  # the parallel strategy; it may say how its state is checkpointed
+    comm: CommBackend | None = None  # the comm option's hooks, when one is installed
     params: int = 0  # the whole model's parameters, counted before a split keeps a stage's
     #: threads per worker, the cores the run may use here and the host's load at the start
     host: dict[str, Any] = field(default_factory=dict)
@@ -183,11 +183,11 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
     on_meta = starts_sharded(config, ctx, strategy)  # never with model.pretrained
     model = build_model(config, model_settings, ctx.device, registry, on_meta)
     load_pretrained(model, config, registry)  # model.pretrained=<dir>: before any split
-    flops_per_token = model.flops_per_token(data["seq_len"])  # of the whole model, before a split
-    params = model.num_params()  # likewise: a pipeline stage keeps only its own layers
-    if hasattr(strategy, "build_mesh"):
-        ctx.mesh = strategy.build_mesh(ctx)
-    if not getattr(strategy, "compiles", False):  # xirang_torch's compile between their wraps
+    family = cast(Model, model)  # the family's own members, beside nn.Module's
+    flops_per_token = family.flops_per_token(data["seq_len"])  # of the whole model, not a split
+    params = family.num_params()  # likewise: a pipeline stage keeps only its own layers
+    ctx.mesh = strategy.build_mesh(ctx)
+    if not strategy.compiles:  # xirang_torch's compile between their wraps
         compile_model(model, config)
     wrapped = strategy.wrap(model, ctx)
     if on_meta:  # the strategy sharded the empty model: each worker draws its own shards
@@ -232,7 +232,7 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
         model=model,
         wrapped=wrapped,
         # a strategy that must wrap the optimizer with the model (Colossal-AI's Booster) made it
-        optimizer=getattr(strategy, "optimizer", None) or build_optimizer(model, config["optim"]),
+        optimizer=strategy.optimizer or build_optimizer(model, config["optim"]),
         train=train,
         val=val,
         settings=settings,
@@ -277,12 +277,11 @@ def micro_batches(global_batch: int, data_world: int, micro: int) -> int:
     return accum
 
 
-def starts_sharded(config: dict[str, Any], ctx: WorkerContext, strategy: Any) -> bool:
+def starts_sharded(config: dict[str, Any], ctx: WorkerContext, strategy: Strategy) -> bool:
     """Whether the model is built on the meta device and materialised only after the strategy
     sharded it (FSDP2: each worker then holds its shards plus one whole parameter at a time,
     so a model too large for one worker starts). Pretrained weights load into a whole model."""
-    shards = getattr(strategy, "shards_parameters", None)
-    return bool(shards and shards(ctx)) and not config["model"].get("pretrained")
+    return strategy.shards_parameters(ctx) and not config["model"].get("pretrained")
 
 
 def build_model(
@@ -298,8 +297,8 @@ def build_model(
     family = registry.load("model", config["model"]["family"])
     if on_meta:
         with torch.device("meta"):
-            return family.from_config(settings)
-    return family.from_config(settings).to(device)
+            return cast(torch.nn.Module, family.from_config(settings))
+    return cast(torch.nn.Module, family.from_config(settings)).to(device)
 
 
 def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry) -> None:
@@ -364,7 +363,7 @@ def held_out_loss(parts: Assembly) -> float:
     ctx = parts.ctx
     evaluated = parts.wrapped if split_model(parts) else trained_model(parts)
     # a pipeline's evaluation runs a whole step's micro-batches per schedule run
-    pipelined = hasattr(evaluated, "xirang_eval")
+    pipelined = owned_by(evaluated).xirang_eval is not None
     count = parts.settings.eval_batches
     batches = count if pipelined else count * parts.settings.accum_steps
     return mean_over_workers(evaluate(evaluated, parts.val, ctx.device, batches), ctx)
@@ -385,20 +384,20 @@ def split_model(parts: Assembly) -> bool:
     """Whether the workers hold parts of one model (a mesh's split, or a strategy that splits
     with its own groups, such as Colossal-AI's hybrid_parallel), so that evaluating and
     sampling it take every worker together."""
-    return parts.ctx.mesh is not None or getattr(parts.strategy, "splits_model", False)
+    return parts.ctx.mesh is not None or parts.strategy.splits_model
 
 
 def trained_model(parts: Assembly) -> torch.nn.Module:
     """The module training changes: the model, or the strategy's stand-in for it
     (hybrid_parallel trains the Llama's Hugging Face twin and leaves the model untouched)."""
-    return getattr(parts.strategy, "trained", None) or parts.model
+    return parts.strategy.trained or parts.model
 
 
 def final_sample(config: dict[str, Any], parts: Assembly) -> str:
     """The trained model's continuation of the prompt. Sampling feeds growing prompts: a
     pipeline's stages and sequence parallel's even sequence shards take fixed shapes only, and
     compiled blocks run eager here rather than compile once per prompt length."""
-    if hasattr(parts.wrapped, "xirang_step") or config["parallel"].get("sp", False):
+    if owned_by(parts.wrapped).xirang_step is not None or config["parallel"].get("sp", False):
         return ""
     stance = torch.compiler.set_stance("force_eager") if config["trainer"]["compile"] else None
     with stance or contextlib.nullcontext():
@@ -443,7 +442,7 @@ def summarize(
         "run_dir": parts.ctx.run_dir,
         "project": config["project"],
         "model": config["model"]["name"],
-        "params": parts.params or parts.model.num_params(),
+        "params": parts.params or cast(Model, parts.model).num_params(),
         "steps": last["step"],
         "tokens": tokens,
         "global_batch": config["trainer"]["global_batch"],
@@ -491,7 +490,7 @@ def checked_mfu(config: dict[str, Any], mfu: float, registry: Registry) -> MfuFi
     def remeasure() -> Peak:
         backend = registry.create("device", config["device"])
         calibration = backend.calibrate(refresh=True)
-        accelerator = not getattr(backend, "shareable", False)
+        accelerator = not backend.shareable
         dtype = runtime.get("peak_dtype", "float32")
         return device_peak(calibration, dtype, runtime["device_model"], accelerator)
 
@@ -500,8 +499,8 @@ def checked_mfu(config: dict[str, Any], mfu: float, registry: Registry) -> MfuFi
 
 def comm_report(parts: Assembly, steps: int) -> dict[str, Any]:
     """The comm option's bytes on the wire and hidden communication (main worker's view)."""
-    report_of = getattr(parts.comm, "report", None)
-    return {"comm": report_of(steps)} if report_of and parts.ctx.world_size > 1 else {}
+    report = parts.comm.report(steps) if parts.comm and parts.ctx.world_size > 1 else None
+    return {"comm": report} if report is not None else {}
 
 
 def sample_text(
@@ -513,5 +512,5 @@ def sample_text(
         return ""
     torch.manual_seed(0)
     prompt = torch.tensor([tokenizer.encode(trainer["sample_prompt"])], device=device)
-    out = model.generate(prompt, trainer["sample_tokens"])
+    out = cast(Model, model).generate(prompt, trainer["sample_tokens"])
     return tokenizer.decode(out[0].tolist())

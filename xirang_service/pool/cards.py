@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from xirang_service.pool.errors import PoolError
 
@@ -68,7 +69,7 @@ class Throughputs:
         return sorted(self.table)
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, object], types: list[str]) -> Throughputs:
+    def from_mapping(cls, data: Mapping[str, Any], types: list[str]) -> Throughputs:
         """Build from a cluster file's ``throughputs`` section (validated, with clear errors)."""
         reference = str(data.get("reference") or (types[0] if types else ""))
         if types and reference not in types:
