@@ -1,0 +1,150 @@
+"""Plain data the core and plugins exchange: hardware, jobs, prices, a run's text, a worker."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """One accelerator (or the host CPU as a whole) as inventory reports it."""
+
+    type: str
+    index: int
+    model: str
+    memory_bytes: int
+    driver: str = ""
+    runtime: str = ""
+    pci_bus_id: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class InterconnectGroup:
+    """Devices that share one link class (``nvlink``, ``xgmi``, ``hccs``, ``pcie``, ``node``)."""
+
+    name: str
+    link: str
+    devices: tuple[int, ...]
+    bandwidth_gbps: float | None = None
+
+
+@dataclass(frozen=True)
+class Topology:
+    """How a node's devices are linked; the planner, comm hooks and pool read the groups."""
+
+    groups: tuple[InterconnectGroup, ...] = ()
+
+    def group_of(self, device: int) -> InterconnectGroup | None:
+        """The fastest-link group holding ``device`` (groups are listed fastest first)."""
+        return next((g for g in self.groups if device in g.devices), None)
+
+
+@dataclass(frozen=True)
+class HealthFinding:
+    """One health probe result; ``severity`` is ``ok``, ``warn`` or ``drain``."""
+
+    device: int | None
+    check: str
+    severity: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Measured performance of one device: the baseline for MFU, logical cards and the planner."""
+
+    device_model: str
+    matmul_tflops: Mapping[str, float]
+    memory_bandwidth_gbps: float
+    link_bandwidth_gbps: float | None = None
+    measured_at: str = ""
+    key: str = ""
+    #: the host's load average when each dtype's matmul figure (the best kept) was measured
+    measured_load: Mapping[str, float] = field(default_factory=dict)
+
+    def peak_flops(self, dtype: str = "float32") -> float:
+        """Measured FLOP/s for ``dtype``; falls back to the best dtype measured."""
+        tflops = self.matmul_tflops.get(dtype) or max(self.matmul_tflops.values(), default=0.0)
+        return tflops * 1e12
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What a scheduler needs to run one training job: the run directory holds the config."""
+
+    run_dir: str
+    nproc: int
+    project: str = "default"
+    max_restarts: int = 0
+    #: torchrun's multi-node form (``trainer.nnodes``/``node_rank``/``rdzv_endpoint``): this
+    #: launcher is node ``node_rank`` of ``nnodes`` running the same command
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str = ""
+
+
+@dataclass(frozen=True)
+class CostQuote:
+    """The price of device time under a policy, in the policy's currency."""
+
+    device_type: str
+    devices: int
+    seconds: float
+    amount: float
+    currency: str = "USD"
+
+
+@dataclass(frozen=True)
+class TextCorpus:
+    """A run's pinned snapshot as text: what :meth:`Tokenizer.prepare` may train on.
+
+    ``batches()`` yields the documents' texts, a list per shard, in the snapshot's stored order
+    (read afresh on each call); ``cache`` is the folder under ``XIRANG_HOME`` where trained
+    tokenizers are kept, one subfolder per key."""
+
+    snapshot: str
+    documents: int
+    batches: Callable[[], Iterator[list[str]]]
+    cache: Path
+
+
+@dataclass
+class WorkerContext:
+    """What one worker process knows about itself; handed to strategies and hooks."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    device: Any
+    run_dir: str
+    config: Any = None
+    #: the strategy's ``DeviceMesh`` (dims named ``pp``, ``dp``, ``tp``); None when unsplit
+    mesh: Any = None
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def data_rank(self) -> int:
+        """Which share of each global batch this worker reads: ranks that split one model
+        replica (tensor or pipeline parallel) read the same batches."""
+        return self._mesh_dim("dp", "get_local_rank", self.rank)
+
+    @property
+    def data_world(self) -> int:
+        """Number of model replicas the global batch is split over."""
+        return self._mesh_dim("dp", "size", self.world_size)
+
+    @property
+    def loss_replicas(self) -> int:
+        """Workers that compute the loss (all but the non-final pipeline stages)."""
+        return self.world_size // self._mesh_dim("pp", "size", 1)
+
+    def _mesh_dim(self, dim: str, method: str, default: int) -> int:
+        names = getattr(self.mesh, "mesh_dim_names", None) or ()
+        return getattr(self.mesh[dim], method)() if dim in names else default
