@@ -26,10 +26,12 @@ from xirang_core.errors import ConfigError, PluginError
 from xirang_core.specs import SPEC_KINDS, ImplSpec
 
 if TYPE_CHECKING:  # the protocols each kind's implementations follow
+    from xirang_core.data.interface import Dataset
     from xirang_core.specs import (
         Command,
         CommBackend,
         CostPolicy,
+        DatasetSpec,
         DeviceBackend,
         LRSchedule,
         Model,
@@ -63,6 +65,7 @@ REGISTRATION_HOOKS: dict[str, str] = {
     "command": "xirang_commands",
     "optimizer": "xirang_optimizers",
     "schedule": "xirang_lr_schedules",
+    "dataset": "xirang_datasets",
 }
 assert set(REGISTRATION_HOOKS) == {k.kind for k in SPEC_KINDS}
 
@@ -117,6 +120,8 @@ class Registry:
     @overload
     def spec(self, kind: Literal["storage"], name: str) -> StorageTierSpec: ...
     @overload
+    def spec(self, kind: Literal["dataset"], name: str) -> DatasetSpec: ...
+    @overload
     def spec(self, kind: str, name: str) -> ImplSpec: ...
     def spec(self, kind: str, name: str) -> Any:
         """The spec registered as ``name``; a clear error naming the valid choices otherwise."""
@@ -158,6 +163,8 @@ class Registry:
     def load(self, kind: Literal["optimizer"], name: str) -> Optimizer: ...
     @overload
     def load(self, kind: Literal["schedule"], name: str) -> type[LRSchedule]: ...
+    @overload
+    def load(self, kind: Literal["dataset"], name: str) -> type[Dataset]: ...
     def load(self, kind: str, name: str) -> Any:
         """Import the implementation of ``name``; says what to install when it cannot."""
         spec = self.spec(kind, name)

@@ -34,6 +34,7 @@ __all__ = [
     "CostPolicy",
     "CostPolicySpec",
     "CostQuote",
+    "DatasetSpec",
     "DeviceBackend",
     "DeviceBackendSpec",
     "DeviceInfo",
@@ -219,6 +220,14 @@ class LRScheduleSpec(ImplSpec):
     kind: ClassVar[str] = "schedule"
 
 
+@dataclass(frozen=True)
+class DatasetSpec(ImplSpec):
+    """A dataset (``data=<name>``); ``target`` is a :class:`~xirang_core.data.interface.Dataset`
+    class, the protocol beside the step loader it feeds."""
+
+    kind: ClassVar[str] = "dataset"
+
+
 SPEC_KINDS: tuple[type[ImplSpec], ...] = (
     DeviceBackendSpec,
     StrategySpec,
@@ -232,6 +241,7 @@ SPEC_KINDS: tuple[type[ImplSpec], ...] = (
     CommandSpec,
     OptimizerSpec,
     LRScheduleSpec,
+    DatasetSpec,
 )
 
 

@@ -23,11 +23,6 @@ def xirang_commands() -> list[CommandSpec]:
             description="rank the ways to split a model over a cluster (memory, step time)",
         ),
         CommandSpec(
-            name="data",
-            target="xirang_core.data.cli:main",
-            description="prepare, list, sync and verify dataset snapshots",
-        ),
-        CommandSpec(
             name="ckpt",
             target="xirang_core.checkpoint.cli:main",
             description="list, verify, keep and export (safetensors) a run's checkpoints",
