@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -30,6 +31,16 @@ def test_a_third_party_dataset_is_selected_prepared_once_and_trained(xirang: Kit
     assert config["data"]["name"] == "counting"
     assert config["runtime"]["counting_tokens"] > 0  # pinned at launch, read by the worker
     assert max(m["step"] for m in run.metrics if "loss" in m) == 4
+
+
+def test_two_workers_read_the_plugins_batches_from_the_runs_config(xirang: Kit) -> None:
+    """Each worker is its own process: it finds the plugin and what the launch pinned only
+    through the run's config.yaml, and reads its rank's half of every step."""
+    xirang.use(PLUGIN, path=Path(__file__).parents[2])  # the workers import it from here
+    run = xirang.train("data=counting", nproc=2)
+    assert run.returncode == 0, run.output
+    assert run.summary["data_snapshot"] == "counting-64x24"
+    assert run.summary["data_tokens"] == {"counting": 4 * 4 * 32}
 
 
 def test_an_unknown_dataset_names_the_installed_ones(xirang: Kit) -> None:
