@@ -54,17 +54,18 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from xirang_core.data.fetch import TierSettings
-from xirang_core.data.order import Partition
-from xirang_core.data.snapshot import Snapshot, load, save
-from xirang_core.data.stream import SourceRead, TokenSource
-from xirang_core.data.token_shards import (
+from xirang_data.fetch import TierSettings
+from xirang_data.snapshot import Snapshot, load, save
+from xirang_data.stream import SourceRead, TokenSource
+from xirang_data.token_shards import (
     COLUMN,
     KIND,
     token_table,
     tokens_tier,
     write_token_shard,
 )
+
+from xirang_core.data.order import Partition
 from xirang_core.data.tokens import NamedSource, TokenBatches
 from xirang_core.storage.cache import DiskCache
 from xirang_core.storage.locate import tier_for
@@ -206,8 +207,8 @@ def word_tokenizer(folder: Path, vocab: int) -> tuple[Path, str]:
 def train(args: argparse.Namespace, url: str, tmp: str, name: str, gb: float) -> dict:
     """A real training run over a ``gb`` corpus in S3, the cache folder sampled all along and
     the run's own peak resident memory (launcher and worker) taken from ``wait4``."""
-    from xirang_core.data.prepare import PrepareSettings, prepare
-    from xirang_core.data.quality import Rules
+    from xirang_data.prepare import PrepareSettings, prepare
+    from xirang_data.quality import Rules
 
     uri, cache_dir = f"s3://{BUCKET}/{name}", os.path.join(tmp, f"cache-{name}")
     file, fingerprint = word_tokenizer(Path(tmp), args.vocab)

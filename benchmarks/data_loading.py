@@ -77,9 +77,9 @@ def make_stream(tokens: int, span: int, batch: int) -> tuple[np.ndarray, np.ndar
 def write_xirang(stream: np.ndarray, offsets: np.ndarray, root: Path, shard_tokens: int) -> str:
     """The stream's documents as a token snapshot under ``root/tokens``; returns its id."""
     import pyarrow as pa
+    from xirang_data.snapshot import Snapshot, save
+    from xirang_data.token_shards import COLUMN, KIND, tokens_tier, write_token_shard
 
-    from xirang_core.data.snapshot import Snapshot, save
-    from xirang_core.data.token_shards import COLUMN, KIND, tokens_tier, write_token_shard
     from xirang_core.storage.locate import tier_for
 
     dst = tokens_tier(tier_for(str(root)))
@@ -109,12 +109,13 @@ def folder_bytes(path: Path) -> int:
 
 def xirang_loader(args: argparse.Namespace, start: int = 0):
     """The training path's batches from step ``start + 1``, read by DataLoader workers."""
-    from xirang_core.data.fetch import TierSettings
+    from xirang_data.fetch import TierSettings
+    from xirang_data.snapshot import load
+    from xirang_data.stream import SourceRead, TokenSource
+    from xirang_data.token_shards import tokens_tier
+
     from xirang_core.data.order import Partition
-    from xirang_core.data.snapshot import load
     from xirang_core.data.step_loader import loop_batches
-    from xirang_core.data.stream import SourceRead, TokenSource
-    from xirang_core.data.token_shards import tokens_tier
     from xirang_core.data.tokens import NamedSource, TokenBatches
     from xirang_core.storage.locate import tier_for
 
@@ -272,8 +273,9 @@ def warm(runner: Runner) -> dict:
 
 def cold(runner: Runner) -> dict:
     """Passes from the local S3 server into an empty cache (a fresh one every pass)."""
-    from xirang_core.data.sync import sync
-    from xirang_core.data.token_shards import tokens_tier
+    from xirang_data.sync import sync
+    from xirang_data.token_shards import tokens_tier
+
     from xirang_core.storage.local_s3 import local_s3
     from xirang_core.storage.locate import tier_for
 

@@ -96,10 +96,11 @@ def prepared_home(xirang_home: Path) -> Prepared:
     (with its token shards), the BPE tokenizer learnt from it and this host's device
     calibration, prepared the way ``xirang_core.run.launch`` does before it trains. Tests that
     do not test preparing itself start from these instead of paying for them again."""
+    from xirang_data.stdlib_corpus import ensure_prepared
+    from xirang_data.training import resolve_dataset
+
     from xirang_core.config import compose
-    from xirang_core.data.stdlib_corpus import ensure_prepared
     from xirang_core.data.tokenizer import resolve_tokenizer
-    from xirang_core.data.training import resolve_dataset
     from xirang_core.plugins import get_registry
     from xirang_core.run import resolve_runtime
 

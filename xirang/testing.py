@@ -69,6 +69,7 @@ def __getattr__(name: str) -> Any:
 def protocol_of(kind: str, spec: Any) -> type:
     """The Protocol in :mod:`xirang_core.specs` that a registry entry of ``kind`` implements."""
     from xirang_core import specs
+    from xirang_core.data.interface import Dataset
     from xirang_core.parallel.planning import Planner
     from xirang_service.pool.policy import PoolPolicySpec
 
@@ -88,6 +89,7 @@ def protocol_of(kind: str, spec: Any) -> type:
         "schedule": specs.LRSchedule,
         "tracker": specs.Tracker,
         "planner": Planner,
+        "dataset": Dataset,
     }[kind]
 
 

@@ -41,6 +41,7 @@ PLUGIN_GROUPS: dict[str, str] = {
     "cost": "cost",
     "tokenizer": "tokenizer",
     "schedule": "schedule",
+    "data": "dataset",
 }
 #: group options resolved by the core rather than a plugin
 AUTO = "auto"

@@ -16,6 +16,7 @@ from xirang_core.specs import (
     CommandSpec,
     CommBackendSpec,
     CostPolicySpec,
+    DatasetSpec,
     DeviceBackendSpec,
     LRScheduleSpec,
     ModelSpec,
@@ -90,6 +91,12 @@ def xirang_models() -> list[ModelSpec]:
 def xirang_tokenizers() -> list[TokenizerSpec]:
     """Tokenizers (``tokenizer=<name>``), each a :class:`~xirang_core.specs.Tokenizer` class:
     how a snapshot's text becomes the token ids a run trains on, and how ids read back."""
+
+
+@hookspec
+def xirang_datasets() -> list[DatasetSpec]:
+    """Datasets (``data=<name>``), each a :class:`~xirang_core.data.interface.Dataset` class:
+    what the launch pins once, and the token batches every rank trains and validates on."""
 
 
 @hookspec

@@ -1,6 +1,7 @@
 """Modules that left the kernel stay importable under their old names for one release.
 
-``xirang_core.pool``, ``.cost``, ``.console`` and ``.web`` moved to :mod:`xirang_service`.
+``xirang_core.pool``, ``.cost``, ``.console`` and ``.web`` moved to :mod:`xirang_service`;
+the snapshot pipeline's modules of ``xirang_core.data`` to the dataset plugin ``xirang_data``.
 A plugin written against the old names still loads: importing one warns
 (``DeprecationWarning``) and returns the very module object of the new name, so state, classes
 and ``isinstance`` checks are shared rather than duplicated.
@@ -24,6 +25,28 @@ MOVED.update(
         for n in ("calibrate", "timing", "simulate", "planner", "command")
     }
 )
+#: the snapshot pipeline left xirang_core.data for the dataset plugin xirang_data
+MOVED |= {
+    f"xirang_core.data.{n}": f"xirang_data.{n}"
+    for n in (
+        "cli",
+        "dataset",
+        "fetch",
+        "hf_dataset",
+        "prepare",
+        "quality",
+        "reader",
+        "shard_index",
+        "shards",
+        "snapshot",
+        "sources",
+        "stdlib_corpus",
+        "stream",
+        "sync",
+        "token_shards",
+        "training",
+    )
+}
 
 
 def new_name(fullname: str) -> str | None:

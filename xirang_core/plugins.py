@@ -26,11 +26,13 @@ from xirang_core.errors import ConfigError, PluginError
 from xirang_core.specs import DEFAULTS, SPEC_KINDS, ImplSpec, with_defaults
 
 if TYPE_CHECKING:  # the protocols each kind's implementations follow
+    from xirang_core.data.interface import Dataset
     from xirang_core.parallel.planning import Planner
     from xirang_core.specs import (
         Command,
         CommBackend,
         CostPolicy,
+        DatasetSpec,
         DeviceBackend,
         LRSchedule,
         Model,
@@ -65,6 +67,7 @@ REGISTRATION_HOOKS: dict[str, str] = {
     "optimizer": "xirang_optimizers",
     "schedule": "xirang_lr_schedules",
     "planner": "xirang_planners",
+    "dataset": "xirang_datasets",
 }
 assert set(REGISTRATION_HOOKS) == {k.kind for k in SPEC_KINDS}
 
@@ -119,6 +122,8 @@ class Registry:
     @overload
     def spec(self, kind: Literal["storage"], name: str) -> StorageTierSpec: ...
     @overload
+    def spec(self, kind: Literal["dataset"], name: str) -> DatasetSpec: ...
+    @overload
     def spec(self, kind: str, name: str) -> ImplSpec: ...
     def spec(self, kind: str, name: str) -> Any:
         """The spec registered as ``name``; a clear error naming the valid choices otherwise."""
@@ -162,6 +167,8 @@ class Registry:
     def load(self, kind: Literal["schedule"], name: str) -> type[LRSchedule]: ...
     @overload
     def load(self, kind: Literal["planner"], name: str) -> type[Planner]: ...
+    @overload
+    def load(self, kind: Literal["dataset"], name: str) -> type[Dataset]: ...
     def load(self, kind: str, name: str) -> Any:
         """Import the implementation of ``name``, its kind's optional members defaulted
         (:func:`~xirang_core.specs.with_defaults`); says what to install when it cannot."""

@@ -18,8 +18,8 @@ import yaml
 from omegaconf import DictConfig
 
 from xirang_core.config import AUTO, PRECISIONS, compose, validate
+from xirang_core.data.interface import open_dataset
 from xirang_core.data.tokenizer import resolve_tokenizer
-from xirang_core.data.training import resolve_dataset
 from xirang_core.devices.choice import collective_for, pick_device
 from xirang_core.devices.cores import available_cores, default_threads
 from xirang_core.errors import ConfigError
@@ -50,8 +50,7 @@ def launch(cfg: DictConfig, config: dict[str, Any] | None = None) -> dict[str, A
     join_trial(config, hydra)  # a pruned sweep's trial: where its study is
     if not resolves_remotely(config, registry):  # else where the workers run (Slurm's nodes)
         config["runtime"] = resolve_runtime(config, registry)
-    resolve_dataset(config["data"], config["storage"])  # pin the snapshot once, not per worker
-    resolve_tokenizer(config, registry)  # bpe trains here (once per snapshot), never in a worker
+    prepare_data(config, registry)
     found = torchrun.world()
     if found:  # torchrun is the scheduler: this process is rank 0's worker
         summary = train_as_rank_zero(config, run_dir, found, key)
@@ -113,9 +112,17 @@ def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any
     registry = get_registry()
     config = compose(overrides, registry)
     config["runtime"] = resolve_runtime(config, registry)
-    resolve_dataset(config["data"], config["storage"])
-    resolve_tokenizer(config, registry)
+    prepare_data(config, registry)
     return config
+
+
+def prepare_data(config: dict[str, Any], registry: Registry) -> None:
+    """The launch's one preparation of the data, never a worker's: the dataset pins what the
+    run trains on, the tokenizer is prepared on it (bpe trains here, once per snapshot), and
+    the dataset pins its tokens; config.yaml then tells every worker what was pinned."""
+    dataset = open_dataset(config, registry)
+    dataset.prepare(config)
+    resolve_tokenizer(config, registry, dataset)
 
 
 def resolves_remotely(config: dict[str, Any], registry: Registry) -> bool:

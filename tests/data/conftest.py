@@ -6,10 +6,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from xirang_data.prepare import PrepareSettings, prepare
+from xirang_data.quality import Rules
+from xirang_data.snapshot import Snapshot
 
-from xirang_core.data.prepare import PrepareSettings, prepare
-from xirang_core.data.quality import Rules
-from xirang_core.data.snapshot import Snapshot
 from xirang_core.storage.locate import tier_for
 from xirang_core.storage.tier import FsspecTier
 

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from xirang_core.data.training import run_batches
+from xirang_data.training import run_batches
 
 
 def main(config: str, rank: str, world: str, first: str, last: str, out: str, pause: str) -> None:

@@ -4,11 +4,11 @@ reading ahead follow a change of the shares rather than hand back rows of the ol
 from __future__ import annotations
 
 import torch
+from xirang_data.training import run_batches
 
 from tests.data.conftest import Make
 from tests.data.test_training import config
 from xirang_core.data.step_loader import loop_batches
-from xirang_core.data.training import run_batches
 from xirang_core.train.balance import Shares
 
 

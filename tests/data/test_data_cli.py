@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from xirang_data.cli import main
+from xirang_data.snapshot import load
 
-from xirang_core.data.cli import main
-from xirang_core.data.snapshot import load
 from xirang_core.errors import DataError
 from xirang_core.storage.locate import tier_for
 
@@ -78,9 +78,9 @@ def test_registered_as_a_subcommand() -> None:
 
 def test_snapshots_fit_80_columns(source: Path, tmp_path: Path, capsys, monkeypatch) -> None:
     from rich.console import Console
+    from xirang_data import cli
 
     from tests.test_narrow_terminal import fits
-    from xirang_core.data import cli
 
     dst = tmp_path / "dst"
     assert main(["prepare", str(source), str(dst), "--json"]) == 0

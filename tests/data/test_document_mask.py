@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from xirang_data.training import run_batches
 from xirang_llama.model import Llama, LlamaConfig
 
 from tests.conftest import QUICK, run_dirs
 from tests.data.conftest import Make
 from xirang_core.config import compose
 from xirang_core.data.document_mask import segments
-from xirang_core.data.training import run_batches
 from xirang_core.errors import ConfigError
 from xirang_core.plugins import get_registry
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from xirang_data.prepare import PrepareSettings, prepare
+from xirang_data.quality import Rules
+from xirang_data.training import run_batches
 
-from xirang_core.data.prepare import PrepareSettings, prepare
-from xirang_core.data.quality import Rules
-from xirang_core.data.training import run_batches
 from xirang_core.errors import ConfigError
 from xirang_core.storage.locate import tier_for
 

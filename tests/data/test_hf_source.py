@@ -8,10 +8,10 @@ from pathlib import Path
 import datasets
 import pyarrow as pa
 import pytest
+from xirang_data import shards
+from xirang_data.cli import main
+from xirang_data.snapshot import load
 
-from xirang_core.data import shards
-from xirang_core.data.cli import main
-from xirang_core.data.snapshot import load
 from xirang_core.errors import DataError
 from xirang_core.storage.locate import tier_for
 

@@ -7,13 +7,14 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from xirang_data.corpus import text_corpus
+from xirang_data.prepare import PrepareSettings, prepare
+from xirang_data.quality import Rules
+from xirang_data.training import run_batches
 
 from tests.data.conftest import Make
 from xirang_core.data.mixture import CHUNK, Schedule
-from xirang_core.data.prepare import PrepareSettings, prepare
-from xirang_core.data.quality import Rules
-from xirang_core.data.tokenizer import prepare_tokenizer, text_corpus
-from xirang_core.data.training import run_batches
+from xirang_core.data.tokenizer import prepare_tokenizer
 from xirang_core.errors import ConfigError
 from xirang_core.plugins import get_registry
 from xirang_core.storage.locate import tier_for

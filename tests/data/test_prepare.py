@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from xirang_data import shards
+from xirang_data.prepare import PrepareSettings, prepare
+from xirang_data.quality import Gate, Rules
+from xirang_data.snapshot import Snapshot, list_ids, load
 
 from tests.data.conftest import Make, samples
-from xirang_core.data import shards
-from xirang_core.data.prepare import PrepareSettings, prepare
-from xirang_core.data.quality import Gate, Rules
-from xirang_core.data.snapshot import Snapshot, list_ids, load
 from xirang_core.errors import DataError
 from xirang_core.storage.locate import tier_for
 

@@ -8,8 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from xirang_core.data import shards
-from xirang_core.data.snapshot import load
+from xirang_data import shards
+from xirang_data.snapshot import load
+
 from xirang_core.storage.locate import tier_for
 
 STRAY = "caf\xe9 au lait".encode("latin-1")  # one byte that is not UTF-8

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from xirang_data.fetch import TierSettings
+from xirang_data.reader import ReadSettings, ShardReader, StatefulLoader
 
 from tests.data.conftest import Make
-from xirang_core.data.fetch import TierSettings
-from xirang_core.data.reader import ReadSettings, ShardReader, StatefulLoader
 from xirang_core.errors import DataError
 
 

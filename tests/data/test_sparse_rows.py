@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from xirang_data import shards, token_shards
+from xirang_data.shard_index import ShardIndex
+from xirang_data.training import run_batches
 
 from tests.data.conftest import Make
 from tests.data.test_training import config
-from xirang_core.data import shards, token_shards
-from xirang_core.data.shard_index import ShardIndex
-from xirang_core.data.training import run_batches
 
 
 @settings(max_examples=40, deadline=None)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from xirang_data.dataset import check
+from xirang_data.training import run_batches
 
 from tests.data.conftest import Make
 from tests.data.test_training import config
-from xirang_core.data.dataset import check
 from xirang_core.data.step_loader import LoaderBatches, loop_batches, worker_batches
-from xirang_core.data.training import run_batches
 from xirang_core.errors import ConfigError
 
 

@@ -16,13 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from xirang_data.sync import sync
+from xirang_data.token_shards import tokens_tier
+from xirang_data.training import resolve_dataset
 
 from tests.conftest import ONE_LAYER_GPT, require_moto_server
 from tests.data.conftest import Make
-from xirang_core.data.sync import sync
-from xirang_core.data.token_shards import tokens_tier
 from xirang_core.data.tokenizer import resolve_tokenizer
-from xirang_core.data.training import resolve_dataset
 from xirang_core.plugins import get_registry
 from xirang_core.storage.locate import tier_for
 

@@ -9,15 +9,15 @@ import math
 
 import numpy as np
 import pytest
+from xirang_data import token_shards
+from xirang_data.cli import main
+from xirang_data.snapshot import Snapshot, list_ids, load, save
+from xirang_data.token_shards import find, token_dtype, tokens_tier, write_token_shard
+from xirang_data.training import resolve_dataset, run_batches
 from xirang_tokenizers.bytes import ByteTokenizer
 
 from tests.data.conftest import Make, samples
-from xirang_core.data import token_shards
-from xirang_core.data.cli import main
-from xirang_core.data.snapshot import Snapshot, list_ids, load, save
-from xirang_core.data.token_shards import find, token_dtype, tokens_tier, write_token_shard
 from xirang_core.data.tokenizer import resolve_tokenizer
-from xirang_core.data.training import resolve_dataset, run_batches
 from xirang_core.errors import ConfigError, DataError
 from xirang_core.plugins import get_registry
 from xirang_core.train.report import bits_per_byte

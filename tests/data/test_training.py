@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from xirang_data import token_shards
+from xirang_data.training import resolve_dataset, run_batches
 
 from tests.data.conftest import Make, samples
-from xirang_core.data import token_shards
 from xirang_core.data.order import EpochOrder
-from xirang_core.data.training import resolve_dataset, run_batches
 from xirang_core.errors import ConfigError, DataError
 
 

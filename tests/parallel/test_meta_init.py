@@ -125,7 +125,8 @@ def test_each_fsdp_worker_starts_below_the_models_size(tmp_path: Path) -> None:
     """ZeRO-3 over two workers: neither worker's peak RSS rises during start-up (build, wrap,
     materialise, optimizer, data) by as much as the whole model's fp32 parameters; then it
     trains a step."""
-    from xirang_core.data.training import resolve_dataset
+    from xirang_data.training import resolve_dataset
+
     from xirang_core.run import compose_config
 
     overrides = [f"model.{k}={v}" for k, v in LARGE.items()]

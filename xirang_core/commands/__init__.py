@@ -18,11 +18,6 @@ def xirang_commands() -> list[CommandSpec]:
             description="inventory, topology, health and calibration of this machine's devices",
         ),
         CommandSpec(
-            name="data",
-            target="xirang_core.data.cli:main",
-            description="prepare, list, sync and verify dataset snapshots",
-        ),
-        CommandSpec(
             name="ckpt",
             target="xirang_core.checkpoint.cli:main",
             description="list, verify, keep and export (safetensors) a run's checkpoints",

@@ -1,1 +1,2 @@
-"""Data: corpora packed into shards, and the batches a worker trains on."""
+"""Data as the run reads it: the dataset protocol (``interface``), token batches, the step
+loader and prefetch. The snapshot pipeline behind ``data=`` is the plugin ``xirang_data``."""

@@ -72,7 +72,7 @@ def worker_batches(
         batches.rows(first)
         pairs = pairs[1:]
         for named in batches.sources:
-            named.source.fetcher.settle()
+            named.source.settle()
     loader = torch.utils.data.DataLoader(
         _Chunks(batches, pairs, chunk),
         batch_size=None,
@@ -96,7 +96,8 @@ class LoaderBatches:
     def get(self, step: int, micro: int = 0) -> tuple[torch.Tensor, ...]:
         if self.batches.document_mask or step > self.last_step:
             return self.batches.get(step, micro)  # document flags are read in this process
-        if (step, micro) != self._next or self._shares is not self.batches.shares:
+        stale = (step, micro) != self._next or self._shares is not self.batches.shares
+        if self._rows is None or stale:
             self.close_workers()
             self._shares = self.batches.shares
             self._rows = worker_batches(

@@ -4,23 +4,19 @@ and rebuilt by every worker from what the run's config.yaml records.
 Three moments, three functions. When the config is composed, :func:`settle_vocab` fills
 ``model.vocab_size: 0`` with the tokenizer's vocabulary and refuses a model vocabulary too
 small for it (no corpus is read). After the dataset is pinned, :func:`resolve_tokenizer` lets
-the tokenizer train if it must (bpe, once per snapshot and settings) and records in
-``config["runtime"]["tokenizer"]`` what a worker needs; :func:`open_tokenizer` is that worker's
-side, and never trains.
+the tokenizer train on the dataset's text if it must (bpe, once per snapshot and settings),
+records in ``config["runtime"]["tokenizer"]`` what a worker needs, and has the dataset pin
+its tokens; :func:`open_tokenizer` is that worker's side, and never trains.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
+from xirang_core.data.interface import Dataset, open_dataset
 from xirang_core.errors import ConfigError, DataError
-from xirang_core.paths import xirang_home
 from xirang_core.plugins import Registry, get_registry
-from xirang_core.specs import TextCorpus, Tokenizer
-
-#: the snapshot column whose text is tokenized
-TEXT_FIELD = "text"
+from xirang_core.specs import Tokenizer
 
 
 def settle_vocab(config: dict[str, Any], registry: Registry) -> None:
@@ -55,23 +51,28 @@ def check_vocab(config: dict[str, Any], vocab: int) -> None:
         )
 
 
-def resolve_tokenizer(config: dict[str, Any], registry: Registry) -> Tokenizer:
-    """The launching process's step after the dataset is pinned (``data.snapshot`` set): the
-    tokenizer prepared (:func:`prepare_tokenizer`), then the token shards the run reads pinned
-    in ``config["runtime"]["tokens"]`` (small corpora are tokenised here, once)."""
-    from xirang_core.data.training import pin_tokens
-
-    tokenizer = prepare_tokenizer(config, registry)
-    pin_tokens(config, tokenizer)
+def resolve_tokenizer(
+    config: dict[str, Any], registry: Registry, dataset: Dataset | None = None
+) -> Tokenizer:
+    """The launching process's step after the dataset is prepared (``data.snapshot`` set): the
+    tokenizer prepared (:func:`prepare_tokenizer`), then the dataset's tokens pinned for the
+    workers (:meth:`Dataset.pin_tokens`: ``config["runtime"]["tokens"]`` for the snapshot
+    pipeline, whose small corpora are tokenised here, once)."""
+    dataset = dataset or open_dataset(config, registry)
+    tokenizer = prepare_tokenizer(config, registry, dataset)
+    dataset.pin_tokens(config, tokenizer)
     return tokenizer
 
 
-def prepare_tokenizer(config: dict[str, Any], registry: Registry) -> Tokenizer:
-    """The tokenizer prepared (trained when it learns from the corpus and no cached one fits),
-    the model's vocabulary checked against it, and ``config["runtime"]["tokenizer"]``
-    recorded."""
+def prepare_tokenizer(
+    config: dict[str, Any], registry: Registry, dataset: Dataset | None = None
+) -> Tokenizer:
+    """The tokenizer prepared (trained on the dataset's text when it learns from the corpus and
+    no cached one fits), the model's vocabulary checked against it, and
+    ``config["runtime"]["tokenizer"]`` recorded."""
     cls, settings = _tokenizer_class(config, registry)
-    tokenizer = cls.prepare(settings, text_corpus(config))
+    corpus = (dataset or open_dataset(config, registry)).text_corpus(config)
+    tokenizer = cls.prepare(settings, corpus)
     check_vocab(config, tokenizer.vocab_size)
     config.setdefault("runtime", {})["tokenizer"] = {
         "vocab_size": tokenizer.vocab_size,
@@ -94,66 +95,6 @@ def open_tokenizer(config: dict[str, Any], registry: Registry | None = None) -> 
             f"(fingerprint {recorded}, now {tokenizer.fingerprint}); launch the run again"
         )
     return tokenizer
-
-
-def text_corpus(config: dict[str, Any]) -> TextCorpus:
-    """The pinned snapshots' documents as text, read only if the tokenizer asks for them.
-
-    One snapshot gives its documents once each. A mixture gives as many documents as its
-    sources hold together, each source's share its weight (largest remainder): every document
-    of a source appears ``quota / documents`` times, rounded up or down evenly along the
-    source, so a heavy small source is repeated and a light large one thinned. Its key names
-    every source's snapshot and weight, so changing any of them trains anew."""
-    from xirang_core.data import dataset
-    from xirang_core.data.mixture import largest_remainder
-    from xirang_core.data.snapshot import load
-    from xirang_core.storage.locate import tier_for
-
-    data, storage = config["data"], config.get("storage")
-    dataset.resolve(data, storage)  # pins every source
-    pinned = dataset.sources(data)
-    docs = [load(tier_for(s.uri, storage), s.snapshot).samples for s in pinned]
-    if len(pinned) == 1:
-        quotas = docs
-        key = pinned[0].snapshot
-    else:
-        quotas = largest_remainder([s.weight for s in pinned], sum(docs)).tolist()
-        key = "mixture:" + ",".join(f"{s.snapshot}*{s.weight:g}" for s in pinned)
-
-    def batches() -> Iterator[list[str]]:
-        for source, have, want in zip(pinned, docs, quotas, strict=True):
-            yield from _repeated(_source_texts(data, storage, source), have, want)
-
-    return TextCorpus(key, int(sum(quotas)), batches, xirang_home() / "tokenizers")
-
-
-def _source_texts(data: dict[str, Any], storage: Any, source: Any) -> Iterator[list[str]]:
-    """One pinned snapshot's texts, a list per shard in index order, checksums checked."""
-    from xirang_core.data import dataset
-    from xirang_core.data.reader import ReadSettings
-
-    one = {k: v for k, v in data.items() if k != "sources"}
-    one.update(name="snapshot", uri=source.uri, snapshot=source.snapshot)
-    reader = dataset.open_reader(one, storage, ReadSettings())
-    try:
-        for shard in range(len(reader.snap.shards)):
-            table = reader.fetcher.table(shard, lambda s: float(s), {shard})
-            yield table.column(TEXT_FIELD).to_pylist()
-    finally:
-        reader.close()
-
-
-def _repeated(texts: Iterator[list[str]], have: int, want: int) -> Iterator[list[str]]:
-    """``want`` documents out of ``have``: document ``j`` ``(j+1)·want//have − j·want//have``
-    times, so repeats (or omissions) are spread evenly and the counts sum to ``want``."""
-    import numpy as np
-
-    seen = 0
-    for batch in texts:
-        j = np.arange(seen, seen + len(batch), dtype=np.int64)
-        copies = ((j + 1) * want // have - j * want // have).tolist()
-        seen += len(batch)
-        yield [text for text, n in zip(batch, copies, strict=True) for _ in range(n)]
 
 
 def _tokenizer_class(config: dict[str, Any], registry: Registry) -> tuple[Any, dict[str, Any]]:

@@ -9,7 +9,7 @@ sources the mixture's schedule says which source and which of its rows each glob
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import torch
@@ -17,11 +17,50 @@ import torch
 from xirang_core.data.document_mask import segments
 from xirang_core.data.mixture import Schedule
 from xirang_core.data.order import Partition
-from xirang_core.data.stream import TokenSource
 from xirang_core.specs import Tokenizer
 
 if TYPE_CHECKING:
     from xirang_core.train.balance import Shares
+
+
+class TokenSource(Protocol):
+    """The packed token rows of one source, by global row number: what a dataset plugin hands
+    :class:`TokenBatches` (the snapshot pipeline's is ``xirang_data.stream.TokenSource``).
+    Rows are a function of their number alone, so any rank, DataLoader worker or resumed run
+    reads the same row for the same number."""
+
+    @property
+    def span(self) -> int:
+        """Tokens a row holds: ``data.seq_len + 1`` (inputs and the shifted targets)."""
+        ...
+
+    @property
+    def bytes_per_token(self) -> float:
+        """Text bytes per token, for bits per byte (0 when unknown)."""
+        ...
+
+    def train_rows(self, rows: np.ndarray, sparse: bool = False) -> np.ndarray:
+        """Training rows ``rows`` as a [len(rows), span] int64 array (``sparse``: a first
+        batch read from only what its rows need, before the rest is loaded)."""
+        ...
+
+    def val_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Held-out rows ``rows`` as a [len(rows), span] int64 array."""
+        ...
+
+    def train_doc_starts(self, rows: np.ndarray) -> np.ndarray:
+        """For :meth:`train_rows`' rows: whether a document starts at each token (bool)."""
+        ...
+
+    def val_doc_starts(self, rows: np.ndarray) -> np.ndarray:
+        """For :meth:`val_rows`' rows: whether a document starts at each token (bool)."""
+        ...
+
+    def settle(self) -> None:
+        """Finish reads in flight: DataLoader workers forked next inherit what they loaded."""
+        ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -50,7 +89,7 @@ class TokenBatches:
         self.tokenizer, self.document_mask = tokenizer, document_mask
         weights = tuple(s.weight for s in sources)
         self.schedule = Schedule(weights, seed + (split == "val")) if len(sources) > 1 else None
-        self.seq_len = sources[0].source.read.span - 1
+        self.seq_len = sources[0].source.span - 1
         #: unequal micro-batches per rank (``parallel.balance``); None: ``accum`` each
         self.shares: Shares | None = None
 

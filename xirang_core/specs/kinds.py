@@ -180,6 +180,14 @@ class PlannerSpec(ImplSpec):
     kind: ClassVar[str] = "planner"
 
 
+@dataclass(frozen=True)
+class DatasetSpec(ImplSpec):
+    """A dataset (``data=<name>``); ``target`` is a :class:`~xirang_core.data.interface.Dataset`
+    class, the protocol beside the step loader it feeds."""
+
+    kind: ClassVar[str] = "dataset"
+
+
 SPEC_KINDS: tuple[type[ImplSpec], ...] = (
     DeviceBackendSpec,
     StrategySpec,
@@ -194,6 +202,7 @@ SPEC_KINDS: tuple[type[ImplSpec], ...] = (
     OptimizerSpec,
     LRScheduleSpec,
     PlannerSpec,
+    DatasetSpec,
 )
 
 

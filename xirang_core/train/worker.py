@@ -21,9 +21,9 @@ import torch
 import torch.distributed as dist
 import yaml
 
+from xirang_core.data.interface import open_dataset
 from xirang_core.data.step_loader import loop_batches
 from xirang_core.data.tokens import TokenBatches
-from xirang_core.data.training import run_batches
 from xirang_core.devices.accelerator import AcceleratorBackend
 from xirang_core.devices.cores import (
     OMP_DEFAULTS,
@@ -202,7 +202,8 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
     if seq_len > max_len:
         raise ConfigError(f"data.seq_len={seq_len} exceeds model.max_seq_len={max_len}")
     accum = micro_batches(trainer["global_batch"], ctx.data_world, micro)
-    train, val = run_batches(config, ctx.data_rank, ctx.data_world, micro, accum)
+    dataset = open_dataset(config, registry)
+    train, val = dataset.batches(config, ctx.data_rank, ctx.data_world, micro, accum)
     balancer = balance.for_run(config, ctx.data_rank, ctx.data_world, ctx.device)
     if balancer is not None:
         balance.begin(balancer, config, wrapped, train)

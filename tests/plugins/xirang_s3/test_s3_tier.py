@@ -10,15 +10,15 @@ import time
 from pathlib import Path
 
 import pytest
+from xirang_data.cli import main as data_cli
+from xirang_data.fetch import TierSettings
+from xirang_data.prepare import PrepareSettings, prepare
+from xirang_data.quality import Rules
+from xirang_data.reader import ReadSettings, ShardReader
+from xirang_data.snapshot import list_ids, load
+from xirang_data.sync import sync
+from xirang_data.training import run_batches
 
-from xirang_core.data.cli import main as data_cli
-from xirang_core.data.fetch import TierSettings
-from xirang_core.data.prepare import PrepareSettings, prepare
-from xirang_core.data.quality import Rules
-from xirang_core.data.reader import ReadSettings, ShardReader
-from xirang_core.data.snapshot import list_ids, load
-from xirang_core.data.sync import sync
-from xirang_core.data.training import run_batches
 from xirang_core.storage.locate import tier_for
 from xirang_core.storage.retry import RetryPolicy
 

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from xirang_data.prepare import PrepareSettings, prepare
+from xirang_data.quality import Rules
 
-from xirang_core.data.prepare import PrepareSettings, prepare
-from xirang_core.data.quality import Rules
 from xirang_core.storage.locate import tier_for
 
 WORDS = ("value", "index", "name", "result", "count", "items", "key", "data", "naïve", "Σ")

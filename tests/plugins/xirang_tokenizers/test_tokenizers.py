@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from xirang_data.training import resolve_dataset
 from xirang_tokenizers import bpe
 from xirang_tokenizers.bytes import ByteTokenizer
 from xirang_tokenizers.hf import HFTokenizer
 
 from xirang_core.config import compose
 from xirang_core.data.tokenizer import open_tokenizer, resolve_tokenizer
-from xirang_core.data.training import resolve_dataset
 from xirang_core.errors import ConfigError, DataError
 from xirang_core.plugins import get_registry
 

@@ -22,13 +22,12 @@ from datetime import datetime, timezone
 from rich.console import Console
 from rich.table import Table
 
-from xirang_core.data.prepare import PrepareSettings, prepare
-from xirang_core.data.quality import Report, Rules
-from xirang_core.data.snapshot import list_ids, load
-from xirang_core.data.sources import ERRORS, FORMATS, Decoding, iter_samples
-from xirang_core.data.sync import sync, verify
-from xirang_core.storage.locate import origin_errors, tier_for
-from xirang_core.terminal import help_text
+from xirang.data import help_text, origin_errors, tier_for
+from xirang_data.prepare import PrepareSettings, prepare
+from xirang_data.quality import Report, Rules
+from xirang_data.snapshot import list_ids, load
+from xirang_data.sources import ERRORS, FORMATS, Decoding, iter_samples
+from xirang_data.sync import sync, verify
 
 console = Console(highlight=False)
 
@@ -123,19 +122,19 @@ def _prepare(args: argparse.Namespace) -> int:
 def _tokenize(args: argparse.Namespace) -> int:
     """The token snapshot of DST's snapshot in the run config's tokenizer (trained first when it
     learns from the corpus), written by worker processes with a progress bar."""
-    from xirang_core.config import compose
-    from xirang_core.data.token_shards import tokenize_snapshot
-    from xirang_core.data.tokenizer import prepare_tokenizer
-    from xirang_core.data.training import resolve_dataset
-    from xirang_core.plugins import get_registry
+    from xirang import get_registry
+    from xirang.data import compose, prepare_tokenizer
+    from xirang_data.token_shards import tokenize_snapshot
+    from xirang_data.training import SnapshotDataset
 
     registry = get_registry()
     pin = [f"data.snapshot={args.snapshot}"] if args.snapshot else []
     overrides = [f"tokenizer={args.tokenizer}", "data=snapshot", f"data.uri={args.dst}", *pin]
     config = compose([*overrides, *args.set], registry)
-    resolve_dataset(config["data"], config["storage"])
+    dataset = SnapshotDataset()
+    dataset.prepare(config)
     started = time.perf_counter()
-    tokenizer = prepare_tokenizer(config, registry)
+    tokenizer = prepare_tokenizer(config, registry, dataset)
     tier = tier_for(args.dst, config["storage"])
     snap = load(tier, config["data"]["snapshot"])
     recipe = {"tokenizer": config["tokenizer"], "runtime": config["runtime"]}

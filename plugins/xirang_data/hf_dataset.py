@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from xirang_core.errors import DataError
+from xirang import DataError
 
 STATE = "state.json"
 DICT = "dataset_dict.json"

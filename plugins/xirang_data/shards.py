@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from xirang_core.errors import DataError
+from xirang import DataError
 
 ROWS_PER_BATCH = 1024
 SHARD_KEY = re.compile(r"^(shards|quarantine)/[0-9a-f]{64}\.arrow$")

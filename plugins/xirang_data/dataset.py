@@ -5,15 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from xirang_core.data.fetch import TierSettings
-from xirang_core.data.reader import ReadSettings, ShardReader
-from xirang_core.data.snapshot import Snapshot, load
-from xirang_core.errors import ConfigError
-from xirang_core.overrides import did_you_mean
-from xirang_core.paths import xirang_home
-from xirang_core.storage.cache import check_separate
-from xirang_core.storage.retry import RetryPolicy
-from xirang_core.storage.tier import FsspecTier
+from xirang import ConfigError, xirang_home
+from xirang.data import FsspecTier, RetryPolicy, check_separate, did_you_mean
+from xirang_data.fetch import TierSettings
+from xirang_data.reader import ReadSettings, ShardReader
+from xirang_data.snapshot import Snapshot, load
 
 
 @dataclass
@@ -152,8 +148,8 @@ def sources(data: dict[str, Any]) -> list[Source]:
 def resolve(data: dict[str, Any], storage: dict[str, Any] | None) -> tuple[FsspecTier, Snapshot]:
     """The origin tier and the pinned snapshot; records ``uri`` and ``snapshot`` in ``data`` so
     the run's config.yaml names exactly the bytes it trains on."""
-    from xirang_core.data.stdlib_corpus import ensure_prepared
-    from xirang_core.storage.locate import origin_errors, tier_for
+    from xirang.data import origin_errors, tier_for
+    from xirang_data.stdlib_corpus import ensure_prepared
 
     cfg = check(data)
     data["val_fraction"] = cfg.val_fraction  # as held out: config.yaml says what was
@@ -174,7 +170,7 @@ def resolve(data: dict[str, Any], storage: dict[str, Any] | None) -> tuple[Fsspe
 
 def _pin_held_out(data: dict[str, Any], storage: dict[str, Any] | None) -> None:
     """Pin the snapshot of a separate held-out dataset (``data.val_snapshot``)."""
-    from xirang_core.storage.locate import origin_errors, tier_for
+    from xirang.data import origin_errors, tier_for
 
     source = held_out_source(data)
     if source is None:
@@ -188,7 +184,7 @@ def _resolve_mixture(
 ) -> tuple[FsspecTier, Snapshot]:
     """Pin every source's snapshot; ``uri`` and ``snapshot`` name the first source (the run's
     ``data_snapshot``); a tokenizer that learns trains on every source by weight."""
-    from xirang_core.storage.locate import origin_errors, tier_for
+    from xirang.data import origin_errors, tier_for
 
     first = None
     for raw in data["sources"]:

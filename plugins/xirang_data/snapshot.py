@@ -14,9 +14,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from xirang_core.data.shards import ShardInfo
-from xirang_core.errors import DataError
-from xirang_core.storage.tier import FsspecTier
+from xirang import DataError
+from xirang.data import FsspecTier
+from xirang_data.shards import ShardInfo
 
 SNAPSHOT_DIR = "snapshots"
 ID_LENGTH = 16

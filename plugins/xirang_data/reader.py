@@ -1,7 +1,7 @@
 """The reader: an iterable dataset of batches streamed from a snapshot's shards.
 
 It yields Arrow tables of ``batch_size`` rows, taken column-wise from decoded shards (no
-per-sample work), in the deterministic order of :mod:`xirang_core.data.order`. While a block is
+per-sample work), in the deterministic order of :class:`xirang.data.EpochOrder`. While a block is
 read, the shards of the next ones are prefetched in reading order. ``state_dict()`` is a position
 in the global order, so a run resumes mid-epoch exactly, on the same or another number of ranks.
 """
@@ -18,11 +18,10 @@ import pyarrow as pa
 import pyarrow.compute  # imported once here, not lazily in every data-loader worker
 import torch
 
-from xirang_core.data.fetch import ProcessFetcher, ShardFetcher, TierSettings
-from xirang_core.data.order import EpochOrder, Partition
-from xirang_core.data.snapshot import Snapshot
-from xirang_core.errors import DataError
-from xirang_core.storage.tier import FsspecTier
+from xirang import DataError
+from xirang.data import EpochOrder, FsspecTier, Partition
+from xirang_data.fetch import ProcessFetcher, ShardFetcher, TierSettings
+from xirang_data.snapshot import Snapshot
 
 #: batches gathered by one columnar ``take`` and then sliced: per-batch cost becomes a slice
 BATCHES_PER_TAKE = 64

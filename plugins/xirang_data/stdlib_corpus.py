@@ -18,12 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from xirang_core.data.prepare import PrepareSettings, prepare
-from xirang_core.data.quality import Rules
-from xirang_core.data.snapshot import SNAPSHOT_DIR
-from xirang_core.data.sources import parse
-from xirang_core.paths import xirang_home
-from xirang_core.storage.locate import tier_for
+from xirang import xirang_home
+from xirang.data import tier_for
+from xirang_data.prepare import PrepareSettings, prepare
+from xirang_data.quality import Rules
+from xirang_data.snapshot import SNAPSHOT_DIR
+from xirang_data.sources import parse
 
 SHARD_SAMPLES = 256
 #: how the files become samples; a change prepares the corpus afresh rather than reusing a

@@ -16,7 +16,7 @@ import struct
 import numpy as np
 import pyarrow as pa
 
-from xirang_core.errors import DataError
+from xirang import DataError
 
 #: the end of an Arrow IPC file: int32 footer length, then this
 MAGIC = b"ARROW1"

@@ -12,12 +12,11 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from xirang_core.data import shards
-from xirang_core.data.shards import ShardInfo
-from xirang_core.data.snapshot import load, save
-from xirang_core.errors import DataError
-from xirang_core.storage.retry import Throttle
-from xirang_core.storage.tier import FsspecTier
+from xirang import DataError
+from xirang.data import FsspecTier, Throttle
+from xirang_data import shards
+from xirang_data.shards import ShardInfo
+from xirang_data.snapshot import load, save
 
 
 @dataclass

@@ -20,8 +20,8 @@ from typing import Any
 
 import fsspec
 
-from xirang_core.data import hf_dataset
-from xirang_core.errors import DataError
+from xirang import DataError
+from xirang_data import hf_dataset
 
 FORMATS = ("auto", "files", "lines", "jsonl", "parquet", "hf")
 #: what a byte the encoding cannot decode does: quarantines its sample, becomes U+FFFD, or goes

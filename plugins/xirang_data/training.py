@@ -1,20 +1,18 @@
 """What the training run asks of the data pipeline: pinned snapshots, their token shards, and
-the token batches of one rank streamed from them."""
+the token batches of one rank streamed from them; :class:`SnapshotDataset` is the
+:class:`xirang.data.Dataset` behind ``data=stdlib``, ``snapshot`` and ``mixture``."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any
 
-from xirang_core.data import dataset, token_shards
-from xirang_core.data.order import Partition
-from xirang_core.data.snapshot import load
-from xirang_core.data.stream import HELD_OUT_ALL, SourceRead, TokenSource
-from xirang_core.data.tokenizer import open_tokenizer
-from xirang_core.data.tokens import NamedSource, TokenBatches
-from xirang_core.errors import ConfigError
-from xirang_core.specs import Tokenizer
-from xirang_core.storage.locate import tier_for
+from xirang import ConfigError
+from xirang.data import NamedSource, Partition, TokenBatches, open_tokenizer, tier_for
+from xirang.specs import TextCorpus, Tokenizer
+from xirang_data import corpus, dataset, token_shards
+from xirang_data.snapshot import load
+from xirang_data.stream import HELD_OUT_ALL, SourceRead, TokenSource
 
 
 def resolve_dataset(data: dict[str, Any], storage: dict[str, Any] | None = None) -> str:
@@ -26,12 +24,14 @@ def resolve_dataset(data: dict[str, Any], storage: dict[str, Any] | None = None)
     return snap.id
 
 
-def pin_tokens(config: dict[str, Any], tokenizer: Tokenizer) -> list[str]:
+def pin_tokens(config: dict[str, Any], tokenizer: Tokenizer, prepared: bool = False) -> list[str]:
     """The token snapshot of every source in the run's tokenizer, recorded in
-    ``config["runtime"]["tokens"]``. The embedded corpus and small snapshots are tokenised here
-    once; a larger snapshot without token shards is a :class:`ConfigError` naming the command."""
+    ``config["runtime"]["tokens"]`` (``prepared``: the launch pinned ``data`` already). The
+    embedded corpus and small snapshots are tokenised here once; a larger snapshot without
+    token shards is a :class:`ConfigError` naming the command."""
     data, storage = config["data"], config.get("storage")
-    dataset.resolve(data, storage)
+    if not prepared:
+        dataset.resolve(data, storage)
     runtime = config.setdefault("runtime", {})
     recipe = {"tokenizer": config["tokenizer"], "runtime": {"tokenizer": runtime.get("tokenizer")}}
     held_out = dataset.held_out_source(data)
@@ -74,7 +74,7 @@ def run_batches(
         cfg.val_fraction,
         tokenizer.vocab_size,
     )
-    named = []
+    named: list[NamedSource] = []
     for source, token_id in zip(dataset.sources(data), pinned, strict=True):
         name = source.uri.rstrip("/").rsplit("/", 1)[-1]
         if any(n.name == name for n in named):  # two roots of one name: say which is which
@@ -109,3 +109,28 @@ def _stream(
     origin = token_shards.tokens_tier(tier)
     settings = dataset.tier_settings(cfg, origin.root)
     return TokenSource(snap, origin, settings, replace(read, rebuild=rebuild))
+
+
+class SnapshotDataset:
+    """The snapshot pipeline as the run's :class:`xirang.data.Dataset`: the launch pins the
+    snapshots once (:meth:`prepare`), and what it pinned is not looked up again for the
+    tokenizer's text or the token shards; workers stream their rank's rows."""
+
+    def __init__(self) -> None:
+        self.prepared = False
+
+    def prepare(self, config: dict[str, Any]) -> str:
+        snapshot = resolve_dataset(config["data"], config.get("storage"))
+        self.prepared = True
+        return snapshot
+
+    def text_corpus(self, config: dict[str, Any]) -> TextCorpus:
+        return corpus.text_corpus(config, self.prepared)
+
+    def pin_tokens(self, config: dict[str, Any], tokenizer: Tokenizer) -> list[str]:
+        return pin_tokens(config, tokenizer, self.prepared)
+
+    def batches(
+        self, config: dict[str, Any], rank: int, world: int, micro: int, accum: int
+    ) -> tuple[TokenBatches, TokenBatches]:
+        return run_batches(config, rank, world, micro, accum)

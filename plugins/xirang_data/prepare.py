@@ -17,11 +17,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from xirang_core.data import shards
-from xirang_core.data.quality import Gate, Report, Rules, content_bytes, quarantine_row
-from xirang_core.data.snapshot import Snapshot, save
-from xirang_core.errors import DataError
-from xirang_core.storage.tier import FsspecTier
+from xirang import DataError
+from xirang.data import FsspecTier
+from xirang_data import shards
+from xirang_data.quality import Gate, Report, Rules, content_bytes, quarantine_row
+from xirang_data.snapshot import Snapshot, save
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,7 @@ def prepare(
             f"{dict(report.reasons)}); nothing to train on"
         )
     quarantine = _write_quarantine(dst, rejected)
+    assert writer.schema is not None  # set by the first chunk, and a sample passed
     schema = {f.name: str(f.type) for f in writer.schema}
     meta = {**meta, "created": time.time(), "report": report.as_dict(), "rules": asdict(rules)}
     snap = Snapshot(schema, tuple(writer.infos), quarantine, meta)

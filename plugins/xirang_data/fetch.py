@@ -8,6 +8,7 @@ evicts the one needed furthest in the future.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Callable
@@ -16,12 +17,11 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from xirang_core.data import shards
-from xirang_core.data.shards import ShardInfo
-from xirang_core.errors import DataError
-from xirang_core.storage.cache import DiskCache, NextUse, furthest_first
-from xirang_core.storage.retry import RetryPolicy, Throttle
-from xirang_core.storage.tier import FsspecTier
+from xirang import DataError
+from xirang.data import DiskCache, FsspecTier, NextUse, RetryPolicy, Throttle, furthest_first
+from xirang_data import shards
+from xirang_data.shards import ShardInfo
+from xirang_data.snapshot import Snapshot
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,9 @@ class ShardFetcher:
                 self.inflight[shard] = future
                 if index < extra:
                     needed.append(future)
-            future.add_done_callback(lambda f, s=shard: self._prefetched(s, f, next_use, protect))
+            future.add_done_callback(
+                functools.partial(self._prefetched, shard, next_use=next_use, protect=protect)
+            )
 
     def _load_after(
         self, first: list[Future], shard: int, next_use: Callable[[int], float], protect: set[int]
@@ -165,6 +167,12 @@ class ProcessFetcher:
     """A :class:`ShardFetcher` made on first use in each process: a reader or source pickled
     into a data-loader worker, or forked, reopens its origin there instead of sharing one.
     Owners set ``origin``, ``snap``, ``tiers``, ``_fetcher = None`` and ``_pid``."""
+
+    origin: FsspecTier
+    snap: Snapshot
+    tiers: TierSettings
+    _fetcher: ShardFetcher | None
+    _pid: int
 
     @property
     def fetcher(self) -> ShardFetcher:

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from xirang_core.errors import DataError
-from xirang_core.specs import import_target
+from xirang import DataError
+from xirang.specs import import_target
 
 EXAMPLES_PER_REASON = 3
 #: the share of a text's characters that may be control characters (escape codes, form feeds)

@@ -29,13 +29,12 @@ from functools import cached_property, lru_cache
 import numpy as np
 import pyarrow as pa
 
-from xirang_core.data.fetch import ProcessFetcher, ShardFetcher, TierSettings
-from xirang_core.data.order import EpochOrder
-from xirang_core.data.shard_index import ShardIndex
-from xirang_core.data.snapshot import Snapshot
-from xirang_core.data.token_shards import check_dtype
-from xirang_core.errors import DataError
-from xirang_core.storage.tier import FsspecTier
+from xirang import DataError
+from xirang.data import EpochOrder, FsspecTier
+from xirang_data.fetch import ProcessFetcher, ShardFetcher, TierSettings
+from xirang_data.shard_index import ShardIndex
+from xirang_data.snapshot import Snapshot
+from xirang_data.token_shards import check_dtype
 
 #: packed blocks kept: the one being read (a row crossing into the next copies its tail first)
 BLOCKS_KEPT = 1
@@ -145,6 +144,14 @@ class TokenSource(ProcessFetcher):
     @cached_property
     def rows_per_epoch(self) -> int:
         return int(self.train_tokens.sum()) // self.read.span
+
+    @property
+    def span(self) -> int:
+        return self.read.span
+
+    def settle(self) -> None:
+        """Wait for the shard loads in flight (forked DataLoader workers inherit them)."""
+        self.fetcher.settle()
 
     @property
     def bytes_per_token(self) -> float:

@@ -18,7 +18,7 @@ import itertools
 import json
 import multiprocessing
 import posixpath
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,13 +28,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from xirang_core.data import shards
-from xirang_core.data.prepare import write_shard_bytes
-from xirang_core.data.shards import ShardInfo
-from xirang_core.data.snapshot import Snapshot, list_ids, load, save
-from xirang_core.errors import DataError
-from xirang_core.specs import Tokenizer
-from xirang_core.storage.tier import FsspecTier
+from xirang import DataError
+from xirang.data import FsspecTier
+from xirang.specs import Tokenizer
+from xirang_data import shards
+from xirang_data.prepare import write_shard_bytes
+from xirang_data.shards import ShardInfo
+from xirang_data.snapshot import Snapshot, list_ids, load, save
 
 TOKENS_DIR = "tokens"
 COLUMN = "tokens"
@@ -44,7 +44,7 @@ AUTO_TOKENIZE_BYTES = 64 * 2**20
 #: zstd is kept only when it saves at least this fraction of the raw bytes
 MIN_SAVING = 0.1
 #: tokens a record batch holds (whole documents): a resumed run's first batch decodes only the
-#: record batches its rows read (xirang_core/data/shard_index.py), about this many tokens each
+#: record batches its rows read (shard_index.py), about this many tokens each
 BATCH_TOKENS = 2**16
 #: tokenizers rebuilt in this process, by their recipe
 _TOKENIZERS: dict[str, Tokenizer] = {}
@@ -142,7 +142,7 @@ def tokenize_shard(
     src: FsspecTier, dst: FsspecTier, info: ShardInfo, recipe: Recipe
 ) -> tuple[ShardInfo, int, int]:
     """One text shard to one token shard; returns its entry, its tokens and its text bytes."""
-    from xirang_core.data.tokenizer import open_tokenizer
+    from xirang.data import open_tokenizer
 
     data = src.read(info.key)
     if not shards.checksum_ok(data, info):
@@ -157,7 +157,7 @@ def tokenize_shard(
     return write_token_shard(dst, table), len(table.column(0).chunk(0).values), n_bytes
 
 
-def token_table(docs: list[list[int]], dtype: np.dtype) -> pa.Table:
+def token_table(docs: Sequence[Sequence[int] | np.ndarray], dtype: np.dtype) -> pa.Table:
     """Documents' ids as one list column: values in ``dtype``, offsets per document."""
     lengths = np.fromiter((len(d) for d in docs), np.int64, count=len(docs))
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
