@@ -27,14 +27,4 @@ def xirang_commands() -> list[CommandSpec]:
             target="xirang_core.data.cli:main",
             description="prepare, list, sync and verify dataset snapshots",
         ),
-        CommandSpec(
-            name="ckpt",
-            target="xirang_core.checkpoint.cli:main",
-            description="list, verify, keep and export (safetensors) a run's checkpoints",
-        ),
-        CommandSpec(
-            name="drill",
-            target="xirang_core.faults.drill:main",
-            description="fault drills: kill workers, corrupt checkpoints, fail saves; compare",
-        ),
     ]
