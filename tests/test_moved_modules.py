@@ -17,6 +17,9 @@ import pytest
         ("xirang_core.cost.money", "xirang_service.cost.money"),
         ("xirang_core.console", "xirang_service.console"),
         ("xirang_core.web.limits", "xirang_service.web.limits"),
+        ("xirang_core.checkpoint.export", "xirang_ckpt.export"),
+        ("xirang_core.faults.drill", "xirang_ckpt.drill"),
+        ("xirang_core.comm.scaling", "xirang_comm.scaling"),
     ],
 )
 def test_an_old_module_name_warns_and_is_the_new_module(old: str, new: str) -> None:

@@ -22,6 +22,7 @@ PRIVATE = ("xirang_core", "xirang_service")
 #: every SDK module a plugin may import from
 SDK_MODULES = [
     "xirang",
+    "xirang.checkpoint",
     "xirang.comm",
     "xirang.cost",
     "xirang.data",

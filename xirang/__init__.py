@@ -19,6 +19,7 @@ from xirang_core.hookcall import optional
 from xirang_core.hookspecs import hookimpl, hookspec
 from xirang_core.paths import xirang_home
 from xirang_core.plugins import conf_folder, get_registry
+from xirang_core.terminal import help_text
 
 try:
     __version__ = version("xirang")
@@ -33,6 +34,7 @@ __all__ = [
     "__version__",
     "conf_folder",
     "get_registry",
+    "help_text",
     "hookimpl",
     "hookspec",
     "optional",

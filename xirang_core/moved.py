@@ -47,6 +47,18 @@ MOVED |= {
         "training",
     )
 }
+# the tools became plugins: xirang ckpt and xirang drill (xirang_ckpt), xirang bench (xirang_comm)
+MOVED.update(
+    {
+        "xirang_core.checkpoint.cli": "xirang_ckpt.cli",
+        "xirang_core.checkpoint.export": "xirang_ckpt.export",
+        "xirang_core.checkpoint.interop": "xirang_ckpt.interop",
+        "xirang_core.faults.drill": "xirang_ckpt.drill",
+        "xirang_core.comm.bench": "xirang_comm.bench",
+        "xirang_core.comm.bench_report": "xirang_comm.bench_report",
+        "xirang_core.comm.scaling": "xirang_comm.scaling",
+    }
+)
 
 
 def new_name(fullname: str) -> str | None:

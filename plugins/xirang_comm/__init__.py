@@ -111,7 +111,7 @@ def xirang_commands() -> list[CommandSpec]:
     return [
         CommandSpec(
             name="bench",
-            target="xirang_core.comm.bench:main",
+            target="xirang_comm.bench:main",
             description="benchmarks: `xirang bench comm` (collectives, scaling, cost model)",
         )
     ]

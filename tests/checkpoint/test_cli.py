@@ -9,10 +9,10 @@ import pytest
 import torch
 import yaml
 from safetensors.torch import load_file
+from xirang_ckpt.cli import main
 
 from tests.checkpoint.helpers import build, manager, train_step
 from xirang_core.checkpoint.chunks import chunk_key
-from xirang_core.checkpoint.cli import main
 from xirang_core.errors import ConfigError
 
 

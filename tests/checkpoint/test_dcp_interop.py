@@ -12,10 +12,10 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+from xirang_ckpt.cli import main
 
 from tests.checkpoint.helpers import build, manager, saved_run, train_step
 from xirang_core.checkpoint.chunks import RefusedCheckpoint
-from xirang_core.checkpoint.cli import main
 from xirang_core.checkpoint.store import CheckpointStore
 from xirang_core.errors import ConfigError
 

@@ -13,9 +13,9 @@ import torch.distributed.checkpoint as dcp
 from safetensors.torch import load_file
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+from xirang_ckpt.cli import main
 
 from tests.checkpoint.helpers import build, manager, saved_run, train_step
-from xirang_core.checkpoint.cli import main
 
 OLD_LAYOUT = Path(__file__).parent / "data" / "old-layout"
 

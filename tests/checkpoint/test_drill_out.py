@@ -6,9 +6,9 @@ import os
 from pathlib import Path
 
 import pytest
+from xirang_ckpt.drill import main
 
 from xirang_core.errors import ConfigError
-from xirang_core.faults.drill import main
 
 
 def test_drill_runs_go_under_xirang_home(

@@ -7,10 +7,10 @@ import random
 from pathlib import Path
 
 import pytest
+from xirang_ckpt.drill import run_drill, same_weights, train_run, with_defaults
 
 from tests.conftest import ONE_LAYER_GPT
 from xirang_core.checkpoint.events import read_events
-from xirang_core.faults.drill import run_drill, same_weights, train_run, with_defaults
 
 pytestmark = pytest.mark.slow
 

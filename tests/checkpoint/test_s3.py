@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from xirang_ckpt.cli import listing
 
 from tests.checkpoint.helpers import build, params, train_step
 from tests.plugins.xirang_s3.conftest import S3Server, s3_server  # noqa: F401 - the fixture
-from xirang_core.checkpoint.cli import listing
 from xirang_core.checkpoint.manager import CheckpointManager
 from xirang_core.checkpoint.snapshot import SaveFailed
 from xirang_core.plugins import get_registry

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import torch
 import yaml
+from xirang_ckpt.cli import main
 
 from tests.checkpoint.helpers import build, manager, train_step
 from xirang_core.checkpoint.chunks import RefusedCheckpoint, chunk_key
-from xirang_core.checkpoint.cli import main
 from xirang_core.checkpoint.config import CheckpointConfig, check_checkpoint
 from xirang_core.checkpoint.signing import KEY_ENV, KEY_FILE_ENV
 from xirang_core.checkpoint.store import CheckpointStore

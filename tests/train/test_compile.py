@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from xirang_ckpt.export import model_tensors
 
 from tests.conftest import QUICK, run_dirs
-from xirang_core.checkpoint.export import model_tensors
 from xirang_core.checkpoint.store import CheckpointStore
 from xirang_core.plugins import get_registry
 from xirang_core.train.compile import compile_model, compiler_problem

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 import torch
+from xirang_ckpt.export import model_tensors
 from xirang_cpu.backend import CpuBackend
 
 from tests.conftest import run_dirs
-from xirang_core.checkpoint.export import model_tensors
 from xirang_core.checkpoint.store import CheckpointStore
 from xirang_core.config import compose
 from xirang_core.errors import ConfigError

@@ -7,6 +7,7 @@ manifest written last; they run in the background and skip chunks that did not c
 
 Modules: ``config`` (settings), ``manager`` (restore/save/finish in a worker), ``snapshot`` (one
 save in flight), ``store`` (a run's checkpoints: list, verify, commit, retain), ``chunks``,
-``manifest``, ``state`` (RNG, state dicts), ``interval`` (Young/Daly), ``export``, ``cli``.
+``manifest``, ``state`` (RNG, state dicts), ``interval`` (Young/Daly). The tools over a run's
+checkpoints (``xirang ckpt``, ``xirang drill``) are the plugin ``xirang_ckpt``.
 This package imports nothing heavy itself, so the config schema loads without torch.
 """

@@ -17,14 +17,4 @@ def xirang_commands() -> list[CommandSpec]:
             target="xirang_core.commands.devices:main",
             description="inventory, topology, health and calibration of this machine's devices",
         ),
-        CommandSpec(
-            name="ckpt",
-            target="xirang_core.checkpoint.cli:main",
-            description="list, verify, keep and export (safetensors) a run's checkpoints",
-        ),
-        CommandSpec(
-            name="drill",
-            target="xirang_core.faults.drill:main",
-            description="fault drills: kill workers, corrupt checkpoints, fail saves; compare",
-        ),
     ]

@@ -116,6 +116,6 @@ def periodic_many(rank: int, world: int, options: list[tuple[str, dict[str, Any]
 
 def train_many(rank: int, world: int, runs: list[Any]) -> list[dict[str, Any]]:
     """Several tiny-GPT trainings (``scaling.TrainSettings``) in one process group."""
-    from xirang_core.comm.scaling import train
+    from xirang_comm.scaling import train
 
     return [train(rank, world, run) for run in runs]

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 from comm_workers import train_many
+from xirang_comm.scaling import TrainSettings
 
 from xirang_core.comm.launch import run_group
-from xirang_core.comm.scaling import TrainSettings
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::FutureWarning")]
 

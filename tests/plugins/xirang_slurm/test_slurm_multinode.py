@@ -25,13 +25,13 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from xirang_ckpt.export import model_tensors
 from xirang_slurm import inventory
 from xirang_slurm.commands import parse_records
 from xirang_slurm.executor import SlurmExecutor
 
 from tests.conftest import run_dirs
 from tests.plugins.xirang_slurm.conftest import MultiNodeSlurm
-from xirang_core.checkpoint.export import model_tensors
 from xirang_core.checkpoint.store import CheckpointStore
 from xirang_service.pool.client import PoolClient
 from xirang_service.pool.rest import serve

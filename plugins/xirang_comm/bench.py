@@ -14,12 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from xirang_core.comm import bench_report
-from xirang_core.comm.cost_model import OPS, ClusterDescription, Link, bus_bandwidth, fit_link
-from xirang_core.comm.launch import run_group
-from xirang_core.comm.scaling import TrainSettings, time_collectives, train
-from xirang_core.errors import ConfigError
-from xirang_core.terminal import help_text
+from xirang import ConfigError, get_registry, help_text
+from xirang.comm import OPS, ClusterDescription, Link, bus_bandwidth, fit_link, run_group
+from xirang_comm import bench_report
+from xirang_comm.scaling import TrainSettings, time_collectives, train
 
 BENCHES = ("comm",)
 
@@ -94,8 +92,6 @@ def run_comm_bench(args: argparse.Namespace) -> dict[str, Any]:
 def stated_bandwidth() -> float:
     """Bytes/s the topology states for the host's link, else the host's measured memory
     bandwidth (loopback gloo moves bytes through memory)."""
-    from xirang_core.plugins import get_registry
-
     device = get_registry().create("device", {"name": "cpu"})
     group = device.topology().group_of(0)
     if group is not None and group.bandwidth_gbps:

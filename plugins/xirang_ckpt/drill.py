@@ -22,10 +22,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from xirang_core.checkpoint.events import read_events
-from xirang_core.errors import ConfigError
-from xirang_core.paths import xirang_home
-from xirang_core.terminal import help_text
+from xirang import ConfigError, help_text, xirang_home
+from xirang.launch import read_events
 
 SCENARIOS = ("kill", "corrupt", "fail_save", "storage")
 #: a small, quick run unless the user overrides any of these
@@ -161,15 +159,15 @@ def recomputed(events: list[dict[str, Any]]) -> int:
 
 def same_weights(a: Path, b: Path) -> bool:
     """Whether the newest checkpoints of two runs hold bitwise-equal model tensors."""
-    import torch
+    import torch  # torch and the checkpoint tools load only once a drill compares weights
 
-    from xirang_core.checkpoint.cli import _pick, open_store
-    from xirang_core.checkpoint.export import model_tensors
+    from xirang_ckpt.cli import open_store, pick_manifest
+    from xirang_ckpt.export import model_tensors
 
     tensors = []
     for run in (a, b):
         store = open_store(str(run))
-        tensors.append(model_tensors(store, _pick(store, None)))
+        tensors.append(model_tensors(store, pick_manifest(store, None)))
     return tensors[0].keys() == tensors[1].keys() and all(
         torch.equal(tensors[0][k], tensors[1][k]) for k in tensors[0]
     )

@@ -14,10 +14,19 @@ from typing import Any
 
 import yaml
 
-from xirang_core.checkpoint.chunks import CorruptCheckpoint, RefusedCheckpoint
-from xirang_core.checkpoint.store import CheckpointStore
-from xirang_core.errors import ConfigError
-from xirang_core.terminal import help_text
+from xirang import ConfigError, get_registry, help_text
+from xirang.checkpoint import (
+    CheckpointConfig,
+    CheckpointStore,
+    CorruptCheckpoint,
+    RefusedCheckpoint,
+    check_loadable,
+    checkpoint_uri,
+    dcp_names,
+    open_tier,
+)
+from xirang_ckpt.export import export_hf, export_safetensors, export_tokenizer
+from xirang_ckpt.interop import export_dcp, import_folder
 
 CONFIG_FILE = "config.yaml"
 
@@ -72,23 +81,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def open_store(run: str) -> CheckpointStore:
     """The checkpoints of a run directory, or of a checkpoint root given directly."""
-    from xirang_core.checkpoint.config import CheckpointConfig
-    from xirang_core.checkpoint.tiers import checkpoint_uri, open_tier
-
     if (Path(run) / CONFIG_FILE).is_file():
         config = _run_config(run, "")
         settings = CheckpointConfig(**(config.get("checkpoint") or {}))
         uri = checkpoint_uri(settings.uri, run)
-        return CheckpointStore(open_tier(uri, config.get("storage"), _registry()))
+        return CheckpointStore(open_tier(uri, config.get("storage"), get_registry()))
     if "://" not in run and not Path(run).is_dir():
         raise ConfigError(f"{run}: not a run directory (no {CONFIG_FILE}) nor a checkpoint folder")
-    return CheckpointStore(open_tier(run, None, _registry()))
-
-
-def _registry() -> Any:
-    from xirang_core.plugins import get_registry
-
-    return get_registry()
+    return CheckpointStore(open_tier(run, None, get_registry()))
 
 
 def listing(store: CheckpointStore) -> list[dict[str, Any]]:
@@ -162,28 +162,22 @@ def cmd_verify(store: CheckpointStore, args: argparse.Namespace) -> int:
 def _check(store: CheckpointStore, manifest: Any) -> None:
     """Every chunk against the manifest, and the checkpoint loadable without a pickle (what
     export and resume will check again before they load it)."""
-    from xirang_core.checkpoint.snapshot import check_loadable, dcp_names
-
     store.verify(manifest)
     check_loadable(store.read_files(manifest, dcp_names(manifest.files)), f"step {manifest.step}")
     store.verify_dcp_folder(manifest)
 
 
 def cmd_export(store: CheckpointStore, args: argparse.Namespace) -> int:
-    from xirang_core.checkpoint.export import export_hf, export_safetensors, export_tokenizer
-
-    manifest = _pick(store, args.step)
+    manifest = pick_manifest(store, args.step)
     out = args.out or args.output
     if args.format == "dcp":
-        from xirang_core.checkpoint.interop import export_dcp
-
         out = out or Path(args.run) / f"dcp-step{manifest.step}"
         count = export_dcp(store, manifest, out)
     elif args.format == "hf":
         config = _run_config(args.run, "--format hf")
         out = out or Path(args.run) / f"hf-step{manifest.step}"
         special = export_tokenizer(config, out)
-        count = export_hf(store, manifest, out, config.get("model") or {}, _registry(), special)
+        count = export_hf(store, manifest, out, config.get("model") or {}, get_registry(), special)
     else:
         out = out or Path(args.run) / f"model-step{manifest.step}.safetensors"
         count = export_safetensors(store, manifest, out)
@@ -192,8 +186,6 @@ def cmd_export(store: CheckpointStore, args: argparse.Namespace) -> int:
 
 
 def cmd_import(store: CheckpointStore, args: argparse.Namespace) -> int:
-    from xirang_core.checkpoint.interop import import_folder
-
     result = import_folder(args.folder, store, args.step)
     print(f"imported {args.folder} as step {result.step}: {result.location}")
     return 0
@@ -218,7 +210,7 @@ def cmd_keep(store: CheckpointStore, args: argparse.Namespace) -> int:
     return 0
 
 
-def _pick(store: CheckpointStore, step: int | None) -> Any:
+def pick_manifest(store: CheckpointStore, step: int | None) -> Any:
     """The manifest of ``step``, or of the newest checkpoint that verifies; a refused one
     (unsigned under a key, needing a pickle) is an error, never silently passed over."""
     for cand in store.candidates():

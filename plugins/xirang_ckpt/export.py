@@ -8,20 +8,34 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-from xirang_core.checkpoint.manifest import Manifest
-from xirang_core.checkpoint.memfs import memory_reader
-from xirang_core.checkpoint.snapshot import check_loadable, dcp_filesystem, dcp_names
-from xirang_core.checkpoint.store import CheckpointStore
-from xirang_core.errors import ConfigError
+from xirang import ConfigError
+from xirang.checkpoint import (
+    CheckpointStore,
+    Manifest,
+    check_loadable,
+    dcp_filesystem,
+    dcp_names,
+    memory_reader,
+)
+from xirang.data import open_tokenizer
 
 MODEL_PREFIX = "model."
 TOKENIZER_CONFIG = "tokenizer_config.json"
+
+
+@runtime_checkable
+class NamesEosToken(Protocol):
+    """A tokenizer over a Hugging Face ``tokenizers`` backend that names the token ending each
+    document (``tokenizer=hf``): an export writes its special tokens' ids into the config."""
+
+    eos_token: str
+    backend: Any
 
 
 def model_tensors(store: CheckpointStore, manifest: Manifest) -> dict[str, torch.Tensor]:
@@ -94,14 +108,12 @@ def export_tokenizer(config: dict[str, Any], out: Path) -> dict[str, int]:
     so ``AutoTokenizer.from_pretrained(out)`` encodes as the run did; returns its
     :func:`special_token_ids`, named in ``tokenizer_config.json`` too. Runs from before the
     tokenizer group trained on bytes, which is what their config then gets."""
-    from xirang_core.data.tokenizer import open_tokenizer
-
     config = {**config, "tokenizer": config.get("tokenizer") or {"name": "bytes"}}
     tokenizer = open_tokenizer(config)
     tokenizer.save(out)
-    eos = getattr(tokenizer, "eos_token", "")
-    if not eos:
+    if not isinstance(tokenizer, NamesEosToken) or not tokenizer.eos_token:
         return {}
+    eos = tokenizer.eos_token
     path = out / TOKENIZER_CONFIG
     settings = json.loads(path.read_text()) if path.is_file() else {}
     for key in ("bos_token", "eos_token", "pad_token"):

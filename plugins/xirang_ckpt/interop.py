@@ -26,21 +26,22 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
 
-from xirang_core.checkpoint import dcpmeta
-from xirang_core.checkpoint.chunks import RefusedCheckpoint
-from xirang_core.checkpoint.manifest import Manifest
-from xirang_core.checkpoint.memfs import MemoryFileSystem, memory_reader
-from xirang_core.checkpoint.snapshot import (
+from xirang import ConfigError
+from xirang.checkpoint import (
+    CheckpointStore,
     Collective,
+    Manifest,
+    MemoryFileSystem,
+    RefusedCheckpoint,
     SaveResult,
     Snapshot,
     check_loadable,
     dcp_filesystem,
     dcp_names,
+    dcpmeta,
+    memory_reader,
     write_snapshot,
 )
-from xirang_core.checkpoint.store import CheckpointStore
-from xirang_core.errors import ConfigError
 
 #: top-level keys of torchtitan's checkpoints that are not the model's tensors
 NOT_MODEL = ("optimizer", "optim", "train_state", "lr_scheduler", "dataloader")
@@ -187,7 +188,7 @@ def import_folder(folder: Path, store: CheckpointStore, step: int | None) -> Sav
         raise ConfigError(f"{folder}: no model tensors in the checkpoint")
     rank_state = {"rng": None, "data": None}  # not in a DCP checkpoint: resume starts them anew
     snap = Snapshot(step, tensors, rank_state, {"step": step, "imported_from": str(folder)})
-    extra = {"config": {}, "dataset_snapshot": None}
+    extra: dict[str, Any] = {"config": {}, "dataset_snapshot": None}
     return write_snapshot(snap, store, Collective(), extra)
 
 
