@@ -281,6 +281,13 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
         ("xirang ckpt export --format hf {run} my-model",)
     ),
     # docs/parallel.md
+    "python -m xirang parallel=ddp trainer.nproc=2 'scheduler.worker_quota=[1.0,1.0]' "
+    "parallel.balance=adaptive parallel.balance_every=2 '+drill={slow:[[4,1,0.05]]}' "
+    "model=gpt_tiny tokenizer=bytes trainer.global_batch=8 trainer.micro_batch=1 "
+    "trainer.max_steps=16 trainer.sample_tokens=0": Slow(
+        "two workers under cgroup quotas, one dropped to 0.05 core (root): a minute or more; "
+        "tests/parallel/test_straggler.py runs the same drill"
+    ),
     "python benchmarks/hetero.py [--model llama_small] [--quota 0.4] [--steps 12]": Skip(
         "needs the cgroup v1 CPU controller as root, and minutes"
     ),

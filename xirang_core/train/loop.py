@@ -309,6 +309,8 @@ class Trainer:
         ``torch.compile`` compiled count in ``compile_s``, not in the records' tokens/s."""
         s = self.settings
         self.model.train()
+        if self.balance is not None:  # a resume may have put the checkpoint's shares back
+            self.batches = prefetched(self._source, self.ctx.device, self.balance.count)
         records: list[dict[str, Any]] = []
         started = mark = time.perf_counter()
         mark_step, compiling = start_step - 1, (0.0, 0)  # compile time and steps since mark
