@@ -293,6 +293,9 @@ _DEPTH_SCALED = re.compile(r"layers\.(\d+)\..*(o_proj|down_proj|up_proj)\.weight
 class Llama(nn.Module):
     #: ``forward`` takes document indices (``data.document_mask=true``)
     document_mask = True
+    #: tensor parallel may split the vocabulary (embeddings, head, loss); a pipeline stage's
+    #: split turns it off (:meth:`LlamaParallelize.split_stage`)
+    vocab_parallel = True
 
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()

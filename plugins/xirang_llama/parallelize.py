@@ -92,8 +92,12 @@ class LlamaParallelize:
 
     @staticmethod
     def _parallelize_ends(model: nn.Module, mesh: Any) -> None:
-        """Embeddings rowwise and head colwise over ``mesh`` (whichever this pipeline stage
-        holds); a tied pair is split alike (both ``Shard(0)``) and tied again."""
+        """Embeddings rowwise and head colwise over ``mesh``; a tied pair is split alike (both
+        ``Shard(0)``) and tied again. A pipeline stage keeps them replicated: its schedule
+        computes the loss outside the model, on whole logits (the vocabulary-parallel loss
+        under a pipeline is not done yet: its collectives did not pair up across stages)."""
+        if not model.vocab_parallel:
+            return
         from torch.distributed.tensor import Replicate, Shard
         from torch.distributed.tensor.parallel import (
             ColwiseParallel,
@@ -125,6 +129,7 @@ class LlamaParallelize:
         """Keep only this stage's contiguous, balanced share of layers; the first stage keeps
         the embeddings, the last the final norm and head. Returns the kept layer range."""
         kept = keep_stage_layers(self.layers(model), stage, stages)
+        model.vocab_parallel = stages == 1
         if stage > 0 and not (stage == stages - 1 and model.cfg.tie_embeddings):
             # a tied last stage keeps the embedding module as the owner of the weight it
             # shares with the head, so that weight keeps its whole-model name in checkpoints

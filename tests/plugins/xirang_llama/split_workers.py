@@ -70,3 +70,27 @@ def layout(model: torch.nn.Module) -> dict[str, Any]:
         "head": str(getattr(model.lm_head.weight, "placements", "")),
         "tied": model.embed_tokens.weight is model.lm_head.weight,
     }
+
+
+def started_weights(rank: int, world: int, cases: list[tuple[LlamaConfig, ParallelPlan]]) -> list:
+    """Per case: every parameter's whole value (gathered from the shards, by the model's own
+    names) of the Llama built on the meta device, split, then materialised."""
+    from xirang_core.train.init import materialize
+
+    found = []
+    for cfg, plan in cases:
+        with torch.device("meta"):
+            model = Llama(cfg)
+        fns = LlamaParallelize()
+        mesh = build_mesh("cpu", plan.dp, plan.tp, plan.pp)
+        if plan.tp > 1:
+            fns.apply_tp(model, mesh["tp"], plan.sp)
+        model = MeshStrategy._data_parallel(model, fns, mesh, plan, "fp32")
+        materialize(model, "cpu", SEED)
+        found.append(
+            {
+                model_name(n): p.full_tensor() if hasattr(p, "full_tensor") else p.detach()
+                for n, p in model.named_parameters()
+            }
+        )
+    return found

@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 import torch
-from split_workers import split_steps, whole_step
-from xirang_llama.model import LlamaConfig
+from split_workers import SEED, split_steps, started_weights, whole_step
+from xirang_llama.model import Llama, LlamaConfig
 
 from xirang_core.comm.launch import run_group
 from xirang_core.parallel.plan import ParallelPlan
+from xirang_core.train.init import full_parameter, model_name
 
 
 def config(tied: bool) -> LlamaConfig:
@@ -62,3 +63,33 @@ def test_tensor_parallel_splits_embeddings_and_head_over_the_vocabulary(split: d
         assert layout["embed"] == "(Shard(dim=0),)"
         assert layout["head"] == "(Shard(dim=0),)"
     assert split["sp tied"][0]["layout"]["tied"]
+
+
+def assert_started_as_built_whole(weights: dict[str, torch.Tensor], cfg: LlamaConfig) -> None:
+    """Every gathered parameter equals the model built whole, and its serial draw."""
+    torch.manual_seed(SEED)
+    whole = Llama(cfg)
+    expected = {model_name(n): p for n, p in whole.named_parameters()}
+    assert weights.keys() == expected.keys()
+    for name, value in weights.items():
+        assert torch.equal(value, expected[name]), name
+        assert torch.equal(value, full_parameter(whole, name, value, SEED)), name
+
+
+def test_sharded_start_draws_the_weights_of_the_whole_model() -> None:
+    """Built on meta, split (FSDP2 units, vocabulary-split TP) and materialised from the
+    shards each rank cuts on the CPU: the gathered weights are the whole model's, bit for
+    bit, on every rank."""
+    ranks = run_group(started_weights, 2, list(CASES.values()))
+    for rank in ranks:
+        for (cfg, _), weights in zip(CASES.values(), rank, strict=True):
+            assert_started_as_built_whole(weights, cfg)
+
+
+@pytest.mark.slow
+def test_sharded_start_over_fsdp_and_tensor_parallel_at_once() -> None:
+    """dp2 x tp2: FSDP2 shards tensor parallel's shards (``_StridedShard``), and each rank's
+    cut of the serial draw still gathers to the whole model's weights."""
+    cases = [(config(False), ParallelPlan(dp=2, tp=2, zero=3))]
+    (weights,) = run_group(started_weights, 4, cases)[0]
+    assert_started_as_built_whole(weights, cases[0][0])
