@@ -28,6 +28,7 @@ service's dictionaries as they are (:class:`~xirang_service.web.answers.JSONAnsw
 models document the answers, the fuzz test checks them, nothing validates them again per request.
 """
 
+import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query
@@ -35,7 +36,8 @@ from fastapi import Path as PathParam
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from xirang_service.pool import api_models as m
-from xirang_service.pool.errors import PoolError
+from xirang_service.pool.errors import LEADER_HEADER, PoolError
+from xirang_service.pool.replica import Replica
 from xirang_service.pool.service import PoolService
 from xirang_service.web.answers import JSONAnswer
 from xirang_service.web.fields import ERRORS, ErrorOut, install_errors
@@ -59,6 +61,45 @@ IdempotencyKey = Annotated[
 def serve(service: PoolService, host: str, port: int, limits: Limits = LIMITS) -> WebServer:
     """A server bound to ``host:port`` (port 0 = any free port); call serve_forever()."""
     return WebServer(BodyLimit(app(service), limits), host, port, limits)
+
+
+def serve_replica(replica: Replica, host: str, port: int, limits: Limits = LIMITS) -> WebServer:
+    """A server for one replica (:mod:`xirang_service.pool.replica`): the pool API while it
+    leads, 503 naming the leader while it stands by."""
+    return WebServer(BodyLimit(Switch(replica), limits), host, port, limits)
+
+
+class Switch:
+    """ASGI: the API of the replica's current service, built once per term; while there is
+    none, every request is a 503 with ``Retry-After: 1``, the leader's URL in the
+    ``X-Xirang-Leader`` header and the answer's ``leader`` (when known), nothing changed."""
+
+    def __init__(self, replica: Replica) -> None:
+        self.replica = replica
+        self._api: tuple[PoolService | None, Any] = (None, None)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        service = self.replica.service
+        if service is None:
+            return await _standby(send, *self.replica.standby_answer())
+        built_for, api = self._api
+        if built_for is not service:
+            api = app(service)
+            self._api = (service, api)
+        await api(scope, receive, send)
+
+
+async def _standby(send: Any, message: str, leader: str) -> None:
+    body = json.dumps({"error": message, "leader": leader or None}).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"retry-after", b"1"),
+    ]
+    if leader:
+        headers.append((LEADER_HEADER.lower().encode(), leader.encode()))
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def app(service: PoolService) -> FastAPI:

@@ -170,12 +170,14 @@ class PoolStore:
         return row["value"] if row else None
 
     def set_meta(self, key: str, value: str) -> None:
-        self.db.execute(_UPSERT_META, (key, value))
+        with self._tx():  # a write: fenced like the others (a replica that lost its lease)
+            self.db.execute(_UPSERT_META, (key, value))
 
     def save_handle(self, job_id: int, handle: str) -> None:
         """What the executor calls a started job (a Slurm job id), stored the moment it is
         known, so a restarted pool finds the job on its cluster again."""
-        self.db.execute(_UPSERT_HANDLE, (job_id, handle))
+        with self._tx():
+            self.db.execute(_UPSERT_HANDLE, (job_id, handle))
 
     def submitted_as(self, project: str, key: str) -> int | None:
         """The job a project's earlier submission with idempotency ``key`` made, if any."""
