@@ -1,17 +1,20 @@
 """``xirang pool``: run the pool service, use it, and simulate policies on traces.
 
     xirang pool serve --cluster cluster.yaml [--store pool.db | postgresql://..]
+                      [--host H --port P --advertise URL]
                       [--policy ..] [--prices book.yaml] [--cost-db cost.db]
     xirang pool status | queue | jobs [--state running] [--json]
     xirang pool history JOB
     xirang pool cancel JOB
     xirang pool quota [PROJECT --guaranteed N --borrow-limit N --team T
-                               --max-priority CLASS --run-as USER]
+                               --max-priority CLASS --run-as USER --max-jobs N
+                               --max-payload-bytes BYTES --rate PER_S --burst N]
     xirang pool drain NODE [--reason TEXT] | undrain NODE
     xirang pool simulate --trace philly.csv --cluster cluster.yaml
                          --policy fifo,priority,hetero
 
-Clients read XIRANG_POOL_URL and XIRANG_POOL_TOKEN (a project's token, or the operator's).
+Clients read XIRANG_POOL_URL (replicas: their URLs, comma-separated) and XIRANG_POOL_TOKEN
+(a project's token, or the operator's).
 Operator commands send --token, else XIRANG_POOL_OPERATOR_TOKEN, else XIRANG_POOL_TOKEN, else
 the token pool serve kept beside its default state, if it serves at that URL.
 """
@@ -136,6 +139,31 @@ def _parser() -> argparse.ArgumentParser:
         metavar="USER",
         help="the Unix account the project's jobs run as (needed by --executor slurm)",
     )
+    quota.add_argument(
+        "--max-jobs",
+        type=int,
+        metavar="N",
+        help="jobs the project may have queued or running at once (more: 429; default 2000)",
+    )
+    quota.add_argument(
+        "--max-payload-bytes",
+        type=int,
+        metavar="BYTES",
+        help="JSON bytes of those jobs' payloads together (more: 413; default 32 MiB)",
+    )
+    quota.add_argument(
+        "--rate",
+        type=float,
+        metavar="PER_S",
+        help="requests per second the project may send (more: 429 with Retry-After; "
+        "0, the default: no limit)",
+    )
+    quota.add_argument(
+        "--burst",
+        type=int,
+        metavar="N",
+        help="requests it may send at once above the rate (0, the default: the rate's second)",
+    )
     quota.add_argument("--rotate-token", action="store_true")
     quota.set_defaults(run=_quota)
 
@@ -245,11 +273,16 @@ def _view(args: argparse.Namespace) -> int:
     return _print(args, _client(args).call("GET", path))
 
 
+#: a project's limits (docs/pool.md, Limits per tenant), as ``xirang pool quota`` sets them
+_LIMITS = ("max_jobs", "max_payload_bytes", "rate", "burst")
+
+
 def _quota(args: argparse.Namespace) -> int:
     if not args.project:
         return _print(args, _client(args).call("GET", "/v1/projects"))
     body: dict[str, Any] = {"rotate_token": args.rotate_token}
-    for key in ("guaranteed", "borrow_limit", "team", "max_priority", "run_as"):
+    settable = ("guaranteed", "borrow_limit", "team", "max_priority", "run_as", *_LIMITS)
+    for key in settable:
         if getattr(args, key) is not None:
             body[key] = getattr(args, key)
     return _print(args, _operator_client(args).call("PUT", f"/v1/projects/{args.project}", body))

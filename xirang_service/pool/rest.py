@@ -120,10 +120,13 @@ def _routes(pool: PoolService) -> APIRouter:
     bearer = HTTPBearer(auto_error=False, description="a project's token or the operator's")
 
     def who(auth: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> str:
-        return pool.whoami(auth.credentials.strip() if auth else "")
+        """The caller (401 without a valid token), within its project's rate (429)."""
+        you = pool.whoami(auth.credentials.strip() if auth else "")
+        pool.throttle(you)
+        return you
 
     Who = Annotated[str, Depends(who)]
-    router = APIRouter(prefix="/v1", responses=ERRORS)
+    router = APIRouter(prefix="/v1", responses={**ERRORS, **_RATED})
 
     @router.get("/status", response_model=m.StatusOut)
     def status(you: Who) -> Any:
@@ -140,7 +143,10 @@ def _routes(pool: PoolService) -> APIRouter:
         responses={
             402: {"model": ErrorOut, "description": "the project's budget refuses"},
             413: {"model": ErrorOut, "description": "over the body limit or max_payload_bytes"},
-            429: {"model": ErrorOut, "description": "the project has max_jobs queued or running"},
+            429: {
+                "model": ErrorOut,
+                "description": "the project has max_jobs queued or running, or is over its rate",
+            },
         },
     )
     def submit(you: Who, body: m.SubmitIn, key: IdempotencyKey = None) -> Any:
@@ -210,6 +216,9 @@ def _routes(pool: PoolService) -> APIRouter:
     return router
 
 
+_RATED: dict[int | str, dict[str, Any]] = {
+    429: {"model": ErrorOut, "description": "the project is over its request rate (Retry-After)"}
+}
 _CONFLICT: dict[int | str, dict[str, Any]] = {
     409: {"model": ErrorOut, "description": "the job has already ended"}
 }

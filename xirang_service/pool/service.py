@@ -47,6 +47,7 @@ from xirang_service.pool.quota import (
     DEFAULT_MAX_PRIORITY,
     Project,
 )
+from xirang_service.pool.rates import RateBuckets
 from xirang_service.pool.store import PoolStore, check_bucket
 
 log = logging.getLogger("xirang.pool")
@@ -139,6 +140,7 @@ class PoolService:
         self._keys: list[tuple[str, str, int]] = []  # submissions' idempotency keys, likewise
         self._sizes: dict[int, int] = {}  # live jobs' payload bytes, for the project caps
         self._stale = False  # memory may differ from the store: reload before the next change
+        self.rates = RateBuckets()
         self.view = View()
         self.restored = self._load()
         self._adopt()
@@ -249,6 +251,13 @@ class PoolService:
             if hmac.compare_digest(digest, token_hash):
                 return name
         raise PoolError(f"invalid token: {TOKEN_HELP}", 401)
+
+    def throttle(self, who: str) -> None:
+        """Count one request of ``who`` against its project's rate (429 beyond it); the
+        operator's are not limited. Read from the published view: no lock, no store."""
+        row = self.view.quotas.get(who)
+        if row is not None:
+            self.rates.take(who, row["rate"], row["burst"])
 
     def _visible(self, who: str, job: Job) -> None:
         if who not in (OPERATOR, job.project):
@@ -431,6 +440,8 @@ class PoolService:
                 "run_as",
                 "max_jobs",
                 "max_payload_bytes",
+                "rate",
+                "burst",
             },
         )
         with self.lock:
@@ -448,6 +459,8 @@ class PoolService:
                 body.get(
                     "max_payload_bytes", old.max_payload_bytes if old else DEFAULT_MAX_PAYLOAD_BYTES
                 ),
+                body.get("rate", old.rate if old else 0.0),
+                body.get("burst", old.burst if old else 0),
             ).check()
             _check_account(project)
             token = ""
@@ -562,6 +575,8 @@ class PoolService:
             "run_as": project.run_as,
             "max_jobs": project.max_jobs,
             "max_payload_bytes": project.max_payload_bytes,
+            "rate": project.rate,
+            "burst": project.burst,
             "used": quotas.used[project.name],
             "borrowed": quotas.borrowed[project.name],
         }
@@ -718,7 +733,7 @@ class PoolService:
 
 
 #: a project's caps: in its ``/v1/projects`` row, not in the status' project table
-_CAPS = ("max_jobs", "max_payload_bytes")
+_CAPS = ("max_jobs", "max_payload_bytes", "rate", "burst")
 
 
 def describe(job: Job) -> dict[str, Any]:
