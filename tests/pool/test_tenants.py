@@ -195,3 +195,44 @@ def test_a_rate_in_the_cluster_file_applies_and_a_bad_one_is_named(tmp_path: Pat
     bad = {**data, "projects": [{"name": "nlp", "rate": "fast"}]}
     error = refused(lambda: clusterfile.build(bad))
     assert "projects[0]" in str(error) and "rate must be requests per second" in str(error)
+
+
+def test_a_tenant_with_every_seat_taken_waits_while_another_is_served(
+    tmp_path: Path, cluster_file: Path
+) -> None:
+    """One token's requests in progress are at most ``seats_per_token`` (2): its next waits
+    for one of them, another tenant's does not (reads a tenant loops on from many threads take
+    the interpreter from others only through its seats)."""
+    with served(str(tmp_path / "pool.db"), cluster_file) as pool:
+        entered, release = threading.Semaphore(0), threading.Event()
+        jobs = pool.service.jobs
+
+        def slow_jobs(who: str, state: str = "") -> list[dict[str, Any]]:
+            entered.release()
+            release.wait(30)
+            return jobs(who, state)
+
+        pool.service.jobs = slow_jobs  # type: ignore[method-assign]
+        nlp = pool.client("nlp")
+        answers: dict[str, Any] = {}
+
+        def ask(name: str, who: str, path: str) -> threading.Thread:
+            def run() -> None:
+                answers[name] = pool.client(who).call("GET", path)
+
+            thread = threading.Thread(target=run)
+            thread.start()
+            return thread
+
+        held = [ask(f"held{i}", "nlp", "/v1/jobs") for i in range(2)]
+        for _ in held:
+            assert entered.acquire(timeout=30)  # both of nlp's seats are taken
+        third = ask("third", "nlp", "/v1/queue")
+        assert pool.client("cv").call("GET", "/v1/queue") == []  # another tenant: at once
+        assert pool.client("operator").call("GET", "/v1/status")["queued"] == 0
+        assert third.is_alive() and "third" not in answers  # nlp's next waits for a seat
+        release.set()
+        for thread in [*held, third]:
+            thread.join(30)
+        assert answers["third"] == [] and answers["held0"] == [] == answers["held1"]
+        assert nlp.call("GET", "/v1/queue") == []  # its seats are free again

@@ -29,6 +29,7 @@ import os
 import signal
 import socket
 import threading
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -342,22 +343,22 @@ def _started(args: argparse.Namespace) -> tuple[Any, Any, str, PoolBudgets]:
     paths = _state_files(args.state, args.cost_db)
     created = [p for p in paths if not p.exists()]
     folders = sorted({p.parent for p in created if not p.parent.exists()}, reverse=True)
-    opened: list[Any] = []
+    opened: list[Callable[[], None]] = []  # what to close if the start fails, in order
     try:
         budgets = _budgets(args.prices, args.cost_db)
-        opened.append(budgets)
+        opened.append(budgets.close)
         token, token_file = _operator_token(beside_state(args.state, TOKEN_SUFFIX))
         build = _builder(args, token, budgets)
         replica = Replica(PoolStore(args.state), partial(PoolStore, args.state), build, "")
-        opened.append(replica)
+        opened.append(replica.close)
         server = _listening(replica, args)
-        opened.append(server)
+        opened.append(server.server_close)
         replica.url = args.advertise or _advertised(*server.server_address[:2])
         replica.step()
         return replica, server, token_file, budgets
     except BaseException:
-        for thing in reversed(opened):
-            getattr(thing, "server_close", getattr(thing, "close", None))()
+        for close in reversed(opened):
+            close()
         for path in created:
             path.unlink(missing_ok=True)
         for folder in folders:  # deepest first; only what this start made and left empty

@@ -331,7 +331,7 @@ class PostgresDatabase:
                     f"this pool replica lost its leader lease on {self.location} (its database "
                     "connection was cut); nothing changed, try again (another replica leads)"
                 )
-            with self._guarded(db), db.transaction():
+            with self._guarded(db), db.transaction(), db.pipeline():
                 self._in_transaction = True
                 try:
                     yield

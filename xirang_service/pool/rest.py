@@ -41,7 +41,7 @@ from xirang_service.pool.replica import Replica
 from xirang_service.pool.service import PoolService
 from xirang_service.web.answers import JSONAnswer
 from xirang_service.web.fields import ERRORS, ErrorOut, install_errors
-from xirang_service.web.limits import BodyLimit
+from xirang_service.web.limits import BodyLimit, TenantShare
 from xirang_service.web.server import Limits, WebServer
 
 LIMITS = Limits(max_body_bytes=64 * 1024)
@@ -60,13 +60,16 @@ IdempotencyKey = Annotated[
 
 def serve(service: PoolService, host: str, port: int, limits: Limits = LIMITS) -> WebServer:
     """A server bound to ``host:port`` (port 0 = any free port); call serve_forever()."""
-    return WebServer(BodyLimit(app(service), limits), host, port, limits)
+    return WebServer(
+        TenantShare(BodyLimit(app(service), limits), limits.seats_per_token), host, port, limits
+    )
 
 
 def serve_replica(replica: Replica, host: str, port: int, limits: Limits = LIMITS) -> WebServer:
     """A server for one replica (:mod:`xirang_service.pool.replica`): the pool API while it
     leads, 503 naming the leader while it stands by."""
-    return WebServer(BodyLimit(Switch(replica), limits), host, port, limits)
+    shared = TenantShare(BodyLimit(Switch(replica), limits), limits.seats_per_token)
+    return WebServer(shared, host, port, limits)
 
 
 class Switch:

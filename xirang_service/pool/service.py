@@ -48,6 +48,7 @@ from xirang_service.pool.quota import (
     Project,
 )
 from xirang_service.pool.rates import RateBuckets
+from xirang_service.pool.rows import Rows
 from xirang_service.pool.store import PoolStore, check_bucket
 
 log = logging.getLogger("xirang.pool")
@@ -101,7 +102,7 @@ class View:
     attribute assignment) and never changed after, so readers need no lock."""
 
     #: every job as the API shows it, by id
-    jobs: dict[int, dict[str, Any]] = field(default_factory=dict)
+    jobs: Rows = field(default_factory=Rows)
     #: queued job ids in scheduling order
     queue: tuple[int, ...] = ()
     #: each project's quota row, by name
@@ -167,12 +168,13 @@ class PoolService:
         """A new :class:`View` from the engine, which the store now matches: the ``changed``
         jobs described again, the others' rows kept (or, ``everything``, all rebuilt)."""
         engine, cluster = self.engine, self.engine.cluster
-        jobs = {} if everything else dict(self.view.jobs)
         aside = self.store.set_aside() if everything else self.view.set_aside
+        rows = {}
         for job in changed:
-            jobs[job.id] = describe(job)
+            rows[job.id] = describe(job)
             if job.state.finished:  # no longer counts towards its project's payload cap
                 self._sizes.pop(job.id, None)
+        jobs = Rows(rows) if everything else self.view.jobs.updated(rows)
         projects = engine.quotas.projects.values()
         self.view = View(
             jobs=jobs,
