@@ -23,9 +23,12 @@ headers, connections, time) are :class:`~xirang_service.web.server.Limits`.
     GET    /v1/usage?since=&until=&bucket=    device-seconds per project, type and time bucket
 
 Handlers are plain functions, so FastAPI runs them in its thread pool: the service's lock and
-its store writes never block the event loop that reads other clients' requests. They answer the
-service's dictionaries as they are (:class:`~xirang_service.web.answers.JSONAnswer`): the response
-models document the answers, the fuzz test checks them, nothing validates them again per request.
+its store writes never block the event loop that reads other clients' requests. The token
+check alone runs on the loop (a hash and a look-up in the published view, no lock or store):
+it saves every request a hop through the pool, a tenant's limits (rate, seats) included.
+Handlers answer the service's dictionaries as they are
+(:class:`~xirang_service.web.answers.JSONAnswer`): the response models document the answers,
+the fuzz test checks them, nothing validates them again per request.
 """
 
 import json
@@ -122,7 +125,7 @@ def app(service: PoolService) -> FastAPI:
 def _routes(pool: PoolService) -> APIRouter:
     bearer = HTTPBearer(auto_error=False, description="a project's token or the operator's")
 
-    def who(auth: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> str:
+    async def who(auth: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> str:
         """The caller (401 without a valid token), within its project's rate (429)."""
         you = pool.whoami(auth.credentials.strip() if auth else "")
         pool.throttle(you)
