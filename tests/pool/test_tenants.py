@@ -236,3 +236,20 @@ def test_a_tenant_with_every_seat_taken_waits_while_another_is_served(
             thread.join(30)
         assert answers["third"] == [] and answers["held0"] == [] == answers["held1"]
         assert nlp.call("GET", "/v1/queue") == []  # its seats are free again
+
+
+def test_a_repeated_read_answers_each_change_at_once(tmp_path: Path, cluster_file: Path) -> None:
+    """Reads are picked once per published view: the next change is seen by the next read."""
+    with served(str(tmp_path / "pool.db"), cluster_file) as pool:
+        nlp = pool.client("nlp")
+        assert (
+            nlp.call("GET", "/v1/jobs?state=running")
+            == nlp.call("GET", "/v1/jobs?state=running")
+            == []
+        )
+        job = nlp.submit(cards=1)
+        assert [j["id"] for j in nlp.call("GET", "/v1/jobs?state=running")] == [job["id"]]
+        nlp.cancel(job["id"])
+        assert nlp.call("GET", "/v1/jobs?state=running") == []
+        assert [j["state"] for j in nlp.call("GET", "/v1/jobs")] == ["cancelled"]
+        assert pool.client("cv").call("GET", "/v1/jobs") == []  # picked per asker

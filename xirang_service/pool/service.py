@@ -99,7 +99,8 @@ class RecordingExecutor:
 @dataclass(frozen=True)
 class View:
     """What the read routes answer, as of the last stored change. Published whole (one
-    attribute assignment) and never changed after, so readers need no lock."""
+    attribute assignment) and never changed after (but for the cache ``picked``), so readers
+    need no lock."""
 
     #: every job as the API shows it, by id
     jobs: Rows = field(default_factory=Rows)
@@ -113,6 +114,9 @@ class View:
     summary: dict[str, Any] = field(default_factory=dict)
     #: the stored rows the last load could not use (the operator's status shows them)
     set_aside: list[dict[str, Any]] = field(default_factory=list)
+    #: ``jobs(who, state)``'s rows as of this view, filled by the reads that ask (a cache:
+    #: the only part of a view written after it is published, whole entries at a time)
+    picked: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
 
 
 class PoolService:
@@ -509,11 +513,17 @@ class PoolService:
         return self.budgets.job_charge(state, job_id, now)
 
     def jobs(self, who: str, state: str = "") -> list[dict[str, Any]]:
-        rows = [
-            row
-            for row in self.view.jobs.values()
-            if who in (OPERATOR, row["project"]) and (not state or row["state"] == state)
-        ]
+        """The jobs ``who`` may see (in ``state``), each with its cost. The rows are picked
+        once per view and asker: a tenant polling its queue repeats the same question far more
+        often than the pool changes, and each pick scans every job the pool ever held."""
+        view = self.view
+        rows = view.picked.get((who, state))
+        if rows is None:
+            rows = view.picked[(who, state)] = [
+                row
+                for row in view.jobs.values()
+                if who in (OPERATOR, row["project"]) and (not state or row["state"] == state)
+            ]
         return priced(rows, self.budgets.governor.store)  # the cost store has its own lock
 
     def job_history(self, who: str, job_id: int) -> dict[str, Any]:
