@@ -28,6 +28,7 @@ KINDS = (
     "CLI command",
     "Tracker",
     "Planner",
+    "Dataset",
 )
 
 

@@ -13,6 +13,7 @@ from xirang_core.devices.cgroup import CPU_CGROUP, own_cgroup, set_cpu_quota
 from xirang_core.devices.cgroup import PREFIX as CPU_CGROUP_PREFIX
 from xirang_core.parallel.plan import workers_problem
 from xirang_core.train import report, resume
+from xirang_core.train.balance_settings import check as check_balance
 from xirang_core.train.interrupt import RunInterrupted, stop_on
 from xirang_core.train.report import SUMMARY_FILE
 
@@ -21,6 +22,7 @@ __all__ = [
     "CPU_CGROUP_PREFIX",
     "SUMMARY_FILE",
     "RunInterrupted",
+    "check_balance",
     "own_cgroup",
     "read_events",
     "record_event",

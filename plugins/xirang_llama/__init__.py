@@ -10,7 +10,7 @@ def xirang_models() -> list[ModelSpec]:
         ModelSpec(
             name="llama",
             target="xirang_llama.model:Llama",
-            schema="xirang_llama.model:LlamaConfig",
+            schema="xirang_llama.config:LlamaConfig",
             parallelize="xirang_llama.parallelize:LlamaParallelize",
             hf="xirang_llama.hf:LlamaHF",
             description="Llama 3 (RoPE, RMSNorm, SwiGLU, grouped-query attention)",

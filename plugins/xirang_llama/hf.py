@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from xirang import ConfigError
-from xirang_llama.model import LLAMA3_SCALING
+from xirang_llama.config import LLAMA3_SCALING, LlamaConfig
 
 #: (xirang setting, Hugging Face key) pairs that carry the same value
 _SAME = (
@@ -40,8 +40,6 @@ class LlamaHF:
     ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
         """``config.json`` contents and tensors by Hugging Face name; a tied head is left out
         (``transformers`` ties it to the embedding on load)."""
-        from xirang_llama.model import LlamaConfig
-
         known = {f.name for f in fields(LlamaConfig)}
         cfg = LlamaConfig(**{k: v for k, v in settings.items() if k in known})
         dtype = next(iter(state.values())).dtype if state else torch.float32

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -20,72 +19,7 @@ from torch.nn import functional as F
 
 from xirang.model import document_mask, init_parameters, sample
 from xirang.specs import ModelBase
-
-
-@dataclass
-class LlamaConfig:
-    dim: int = 128
-    n_layers: int = 4
-    n_heads: int = 4
-    n_kv_heads: int = 2
-    ffn_dim: int = 384
-    #: 0: the tokenizer's vocabulary (resolved before any worker starts)
-    vocab_size: int = 0
-    max_seq_len: int = 256
-    rope_theta: float = 500000.0
-    norm_eps: float = 1e-5
-    tie_embeddings: bool = False
-    #: RoPE frequency scaling as transformers names it: {} for none, or Llama 3.1's
-    #: {rope_type: llama3, factor, low_freq_factor, high_freq_factor,
-    #: original_max_position_embeddings}
-    rope_scaling: dict[str, Any] = field(default_factory=dict)
-    #: a Hugging Face Llama directory to start from (xirang ckpt export --format hf)
-    pretrained: str = ""
-
-    @property
-    def head_dim(self) -> int:
-        return self.dim // self.n_heads
-
-    def check(self) -> None:
-        """Raise ValueError naming the setting that cannot build a model."""
-        if self.vocab_size < 1:
-            raise ValueError(
-                f"vocab_size={self.vocab_size}: must be at least 1; 0 takes the tokenizer's "
-                "vocabulary, which is not known here (give the model option a vocab_size, or "
-                "model.vocab_size=<n> on a run)"
-            )
-        if self.n_heads < 1 or self.dim % self.n_heads:
-            raise ValueError(f"dim={self.dim} must be a multiple of n_heads={self.n_heads}")
-        if self.head_dim % 2:
-            raise ValueError(f"head_dim={self.head_dim} (dim / n_heads) must be even for RoPE")
-        if self.n_kv_heads < 1 or self.n_heads % self.n_kv_heads:
-            raise ValueError(
-                f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads} (grouped "
-                "queries share a key/value head)"
-            )
-        if self.rope_scaling:
-            check_rope_scaling(self.rope_scaling)
-        if min(self.dim, self.ffn_dim, self.max_seq_len) < 1 or self.n_layers < 0:
-            raise ValueError("dim, ffn_dim and max_seq_len must be >= 1, n_layers >= 0")
-
-
-#: the keys of Llama 3.1's RoPE scaling (``rope_type: llama3``)
-LLAMA3_SCALING = (
-    "factor",
-    "low_freq_factor",
-    "high_freq_factor",
-    "original_max_position_embeddings",
-)
-
-
-def check_rope_scaling(scaling: dict[str, Any]) -> None:
-    """Raise ValueError unless ``scaling`` is a RoPE scaling this model computes."""
-    kind = scaling.get("rope_type", scaling.get("type"))
-    if kind != "llama3":
-        raise ValueError(f"rope_scaling: rope_type={kind!r}; computed here: 'llama3' (or {{}})")
-    missing = [k for k in LLAMA3_SCALING if k not in scaling]
-    if missing:
-        raise ValueError(f"rope_scaling: rope_type 'llama3' needs {', '.join(missing)}")
+from xirang_llama.config import LlamaConfig
 
 
 def rope_tables(

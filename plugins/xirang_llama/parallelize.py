@@ -14,6 +14,7 @@ from torch.distributed.tensor import DTensor
 from xirang import ConfigError
 from xirang.model import ModelShape, keep_stage_layers, parallelize_blocks
 from xirang.specs import SplitPlanBase
+from xirang_llama.config import LlamaConfig
 
 
 class LlamaParallelize(SplitPlanBase):
@@ -41,8 +42,6 @@ class LlamaParallelize(SplitPlanBase):
         """Model dimensions for the planner, from the ``model`` config section. Grouped-query
         attention narrows k and v to ``n_kv_heads`` heads; SwiGLU has three FFN matrices and
         keeps four ``ffn_dim``-wide activations for backward."""
-        from xirang_llama.model import LlamaConfig
-
         cfg = LlamaConfig(**settings)
         try:  # every run asks before its workers start: bad settings stop here
             cfg.check()

@@ -25,14 +25,14 @@ def xirang_parallel_strategies() -> list[StrategySpec]:
         StrategySpec(
             name="ddp",
             target="xirang_torch.ddp:DistributedDataParallel",
-            schema="xirang_torch.ddp:DDPConfig",
+            schema="xirang_torch.settings:DDPConfig",
             description="data parallel: full replica per worker, gradients all-reduced in buckets",
         ),
         *(
             StrategySpec(
                 name=name,
                 target="xirang_torch.strategy:MeshStrategy",
-                schema="xirang_torch.strategy:MeshConfig",
+                schema="xirang_torch.settings:MeshConfig",
                 description=description,
             )
             for name, description in MESH_STRATEGIES.items()

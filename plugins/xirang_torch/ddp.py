@@ -2,30 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as TorchDDP
 
-from xirang.parallel import check_balance, compile_model
+from xirang.parallel import compile_model
 from xirang.specs import StrategyBase
-
-
-@dataclass
-class DDPConfig:
-    bucket_cap_mb: int = 25
-    static_graph: bool = False
-    balance: str = "uniform"  # uniform | calibrated | adaptive (xirang_core.train.balance)
-    balance_every: int = 10  # adaptive: steps between moves of the shares
-    balance_shares: list[int] = field(default_factory=list)  # fixed micro-batches per rank
-
-    @staticmethod
-    def check(data: dict[str, Any]) -> None:
-        """``parallel.balance*``: checked at compose for the run's workers."""
-        from xirang.launch import run_workers
-
-        check_balance(data, run_workers(data)[0])
+from xirang_torch.settings import DDPConfig
 
 
 class DistributedDataParallel(StrategyBase):

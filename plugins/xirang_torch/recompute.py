@@ -17,9 +17,6 @@ from typing import Any
 import torch
 from torch import nn
 
-#: what ``parallel.recompute`` may be
-MODES = ("none", "full", "selective")
-
 #: ops whose outputs op-level selective recompute keeps (torchtitan's ``_save_list``): the
 #: attention kernels of every device, and the matmuls (every other one, see
 #: :func:`_policy`); reduce-scatter under sequence parallel, so backward never re-communicates
@@ -31,20 +28,6 @@ _SAVED_OPS = {
     torch.ops._c10d_functional.reduce_scatter_tensor.default,
 }
 _MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default}
-
-
-def check_settings(mode: str, every: int) -> str | None:
-    """Why ``parallel.recompute`` / ``parallel.recompute_every`` cannot run, or None."""
-    if mode not in MODES:
-        return f"parallel.recompute={mode!r}: valid values are {', '.join(MODES)}"
-    if every < 0:
-        return f"parallel.recompute_every={every}: must be 0 (op-level) or a layer count >= 1"
-    if every and mode != "selective":
-        return (
-            f"parallel.recompute_every={every} applies to parallel.recompute=selective only "
-            f"(got recompute={mode})"
-        )
-    return None
 
 
 def checkpoint_layers(layers: nn.ModuleDict, mode: str = "full", every: int = 0) -> None:

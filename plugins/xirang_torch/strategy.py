@@ -8,14 +8,12 @@ per block (``trainer.compile``), then data parallel.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from torch import nn
 
 from xirang.parallel import (
     ParallelPlan,
-    check_balance,
     check_plan,
     compile_model,
     fsdp_policy,
@@ -24,38 +22,7 @@ from xirang.parallel import (
 from xirang.specs import StrategyBase
 from xirang_torch import recompute, sharding
 from xirang_torch.mesh import build_mesh, coordinate, degree
-
-
-@dataclass
-class MeshConfig:
-    """Degrees (0 = the workers the others leave), ZeRO stage, recompute and pipeline schedule."""
-
-    dp: int = 0
-    tp: int = 1
-    pp: int = 1
-    sp: bool = False
-    zero: int = 3
-    recompute: str = "none"  # none | full | selective (see xirang_torch.recompute)
-    recompute_every: int = 0  # selective: 0 = op-level policy, N = every Nth layer in full
-    schedule: str = "1f1b"
-    balance: str = "uniform"  # uniform | calibrated | adaptive: data parallel only (fsdp)
-    balance_every: int = 10  # adaptive: steps between moves of the shares
-    balance_shares: list[int] = field(default_factory=list)  # fixed micro-batches per rank
-
-    @staticmethod
-    def check(data: dict[str, Any]) -> None:
-        """``parallel.recompute*`` and ``parallel.balance*``: checked at compose for the run's
-        workers."""
-        from xirang import ConfigError
-        from xirang.launch import run_workers
-
-        section = data["parallel"]
-        problem = recompute.check_settings(
-            section.get("recompute", "none"), section.get("recompute_every", 0)
-        )
-        if problem:
-            raise ConfigError(problem)
-        check_balance(data, run_workers(data)[0])
+from xirang_torch.settings import MeshConfig
 
 
 class MeshStrategy(StrategyBase):

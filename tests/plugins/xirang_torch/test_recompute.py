@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from xirang_llama.model import Llama, LlamaConfig
-from xirang_torch.recompute import check_settings, checkpoint_layers
+from xirang_torch.recompute import checkpoint_layers
+from xirang_torch.settings import check_settings
 
 from xirang_core.errors import ConfigError
 from xirang_core.plugins import get_registry

@@ -1,0 +1,70 @@
+"""The settings of ``parallel=ddp`` and the mesh strategies (fsdp, tp, pp, hybrids), apart
+from the strategies: checked when the run's config is composed, without importing torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from xirang import ConfigError
+from xirang.launch import check_balance, run_workers
+
+#: what ``parallel.recompute`` may be
+MODES = ("none", "full", "selective")
+
+
+def check_settings(mode: str, every: int) -> str | None:
+    """Why ``parallel.recompute`` / ``parallel.recompute_every`` cannot run, or None."""
+    if mode not in MODES:
+        return f"parallel.recompute={mode!r}: valid values are {', '.join(MODES)}"
+    if every < 0:
+        return f"parallel.recompute_every={every}: must be 0 (op-level) or a layer count >= 1"
+    if every and mode != "selective":
+        return (
+            f"parallel.recompute_every={every} applies to parallel.recompute=selective only "
+            f"(got recompute={mode})"
+        )
+    return None
+
+
+@dataclass
+class DDPConfig:
+    bucket_cap_mb: int = 25
+    static_graph: bool = False
+    balance: str = "uniform"  # uniform | calibrated | adaptive (xirang_core.train.balance)
+    balance_every: int = 10  # adaptive: steps between moves of the shares
+    balance_shares: list[int] = field(default_factory=list)  # fixed micro-batches per rank
+
+    @staticmethod
+    def check(data: dict[str, Any]) -> None:
+        """``parallel.balance*``: checked at compose for the run's workers."""
+        check_balance(data, run_workers(data)[0])
+
+
+@dataclass
+class MeshConfig:
+    """Degrees (0 = the workers the others leave), ZeRO stage, recompute and pipeline schedule."""
+
+    dp: int = 0
+    tp: int = 1
+    pp: int = 1
+    sp: bool = False
+    zero: int = 3
+    recompute: str = "none"  # none | full | selective (see xirang_torch.recompute)
+    recompute_every: int = 0  # selective: 0 = op-level policy, N = every Nth layer in full
+    schedule: str = "1f1b"
+    balance: str = "uniform"  # uniform | calibrated | adaptive: data parallel only (fsdp)
+    balance_every: int = 10  # adaptive: steps between moves of the shares
+    balance_shares: list[int] = field(default_factory=list)  # fixed micro-batches per rank
+
+    @staticmethod
+    def check(data: dict[str, Any]) -> None:
+        """``parallel.recompute*`` and ``parallel.balance*``: checked at compose for the run's
+        workers."""
+        section = data["parallel"]
+        problem = check_settings(
+            section.get("recompute", "none"), section.get("recompute_every", 0)
+        )
+        if problem:
+            raise ConfigError(problem)
+        check_balance(data, run_workers(data)[0])
