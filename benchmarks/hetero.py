@@ -6,12 +6,16 @@ sleeps). Same model, global batch and steps for every run, alternating round by 
 
 - (a) uniform: DDP splits each step's micro-batches evenly, as DDP, FSDP and torchtitan do;
 - (b) balanced: ``parallel.balance=adaptive``, started from even shares so that the move to
-  the measured speeds is itself measured (``straggler_rebalance_steps``: the first step that
-  runs the shares the run ends with);
-- each worker alone (one process under its quota) for its solo tokens/s.
+  the measured speeds is itself measured;
+- each worker alone (one process under its quota) for its solo tokens/s;
+- once after the rounds, the straggler run: both workers start with a full core and even
+  shares, and at the end of step ``--slow-at`` worker 1's quota drops to ``--quota`` (the drill
+  fault ``drill.slow``, the same cgroup mechanism). ``straggler_rebalance_steps`` is how many
+  steps after the drop the first step runs with work moved off worker 1; ``--plot`` draws each
+  rank's share of the step over that run.
 
 Last line: ``hetero_efficiency=<balanced tok/s over the sum of the solo tok/s>
-speedup_vs_uniform=<balanced over uniform tok/s> straggler_rebalance_steps=<n>
+speedup_vs_uniform=<balanced over uniform tok/s> straggler_rebalance_steps=<n, or none>
 loss_diff=<max |balanced - uniform| loss over the logged steps>``. Needs root (the cgroups).
 """
 
@@ -28,8 +32,11 @@ from pathlib import Path
 from typing import Any
 
 
-def train(folder: Path, name: str, args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
-    """One run of ``python -m xirang``; its summary and logged losses and shares per step."""
+def train(
+    folder: Path, name: str, args: argparse.Namespace, extra: list[str], steps: int = 0
+) -> dict[str, Any]:
+    """One run of ``python -m xirang`` (``steps``: other than ``--steps``); its summary and
+    logged losses and shares per step."""
     run_dir = folder / name
     command = [
         sys.executable,
@@ -40,7 +47,7 @@ def train(folder: Path, name: str, args: argparse.Namespace, extra: list[str]) -
         f"data.seq_len={args.seq_len}",
         f"trainer.global_batch={args.global_batch}",
         "trainer.micro_batch=1",
-        f"trainer.max_steps={args.steps}",
+        f"trainer.max_steps={steps or args.steps}",
         "trainer.log_every=1",
         "trainer.sample_tokens=0",
         "trainer.threads=1",
@@ -58,8 +65,9 @@ def train(folder: Path, name: str, args: argparse.Namespace, extra: list[str]) -
     return {"tokens_per_s": summary["tokens_per_s"], "records": records}
 
 
-def runs(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
-    """Every configuration once per round, in turn (drift in the machine's load hits all)."""
+def runs(args: argparse.Namespace, tmp: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every configuration once per round, in turn (drift in the machine's load hits all),
+    then the straggler run."""
     quotas = f"[1.0,{args.quota}]"
     half = args.global_batch // 2
     configs = {
@@ -76,17 +84,48 @@ def runs(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
         "solo_slow": [f"scheduler.worker_quota=[{args.quota}]"],
     }
     found: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
-    with tempfile.TemporaryDirectory(prefix="xirang-hetero-") as tmp:
-        for round_ in range(args.rounds):
-            for name, extra in configs.items():
-                found[name].append(train(Path(tmp), f"{name}-{round_}", args, extra))
+    for round_ in range(args.rounds):
+        for name, extra in configs.items():
+            found[name].append(train(tmp, f"{name}-{round_}", args, extra))
+    straggler = [
+        *configs["balanced"][:2],  # ddp, two workers
+        "scheduler.worker_quota=[1.0,1.0]",  # both full until the drop
+        *configs["balanced"][3:],  # adaptive from even shares
+        f"+drill={{slow:[[{args.slow_at},1,{args.quota}]]}}",
+    ]
+    found["straggler"] = [train(tmp, "straggler", args, straggler, args.straggler_steps)]
     return found
 
 
-def rebalance_steps(records: list[dict[str, Any]]) -> int:
-    """The first step that runs the shares the balanced run ends with."""
-    final = records[-1]["balance_shares"]
-    return next(r["step"] for r in records if r["balance_shares"] == final)
+def rebalance_steps(records: list[dict[str, Any]], slow_at: int) -> int | None:
+    """Steps after the drop at ``slow_at`` until the first step that runs with fewer of the
+    step's micro-batches on worker 1 than it had then; None if none did."""
+    shares = {r["step"]: r["balance_shares"] for r in records}
+    moved = (step for step in sorted(shares) if step > slow_at)
+    return next((s - slow_at for s in moved if shares[s][1] < shares[slow_at][1]), None)
+
+
+def plot_shares(records: list[dict[str, Any]], slow_at: int, quota: float, out: Path) -> None:
+    """Each rank's share of the step's micro-batches over the straggler run, the drop marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    steps = [r["step"] for r in records]
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    for rank in range(len(records[0]["balance_shares"])):
+        share = [r["balance_shares"][rank] / sum(r["balance_shares"]) for r in records]
+        ax.step(steps, share, where="post", label=f"rank {rank}")
+    ax.axvline(slow_at, color="grey", linestyle="--", label=f"rank 1 quota 1.0 -> {quota}")
+    for straggler in records[-1].get("balance_stragglers", []):
+        ax.axvline(straggler["step"], color="red", linestyle=":", label="straggler reported")
+    ax.set(xlabel="step", ylabel="share of the step", ylim=(0, 1), title="adaptive shares")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
 
 
 def main() -> None:
@@ -98,10 +137,17 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=2, help="parallel.balance_every")
     parser.add_argument("--quota", type=float, default=0.4, help="the slow worker's CPUs")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--slow-at", type=int, default=4, help="the straggler run's drop")
+    parser.add_argument("--straggler-steps", type=int, default=16)
+    parser.add_argument("--plot", type=Path, default=Path("hetero_straggler_shares.png"))
     parser.add_argument("--override", nargs="*", default=[], help="more overrides, each run")
     args = parser.parse_args()
     os.environ.setdefault("GOMP_SPINCOUNT", "1000")  # waiting threads sleep (tests/conftest.py)
-    found = runs(args)
+    with tempfile.TemporaryDirectory(prefix="xirang-hetero-") as tmp:
+        found = runs(args, Path(tmp))
+    straggler = found.pop("straggler")[0]["records"]
+    plot_shares(straggler, args.slow_at, args.quota, args.plot)
+    rebalanced = rebalance_steps(straggler, args.slow_at)
     speed = {name: statistics.median(r["tokens_per_s"] for r in rs) for name, rs in found.items()}
     balanced, uniform = found["balanced"][-1]["records"], found["uniform"][-1]["records"]
     loss_diff = max(abs(b["loss"] - u["loss"]) for b, u in zip(balanced, uniform, strict=True))
@@ -110,9 +156,16 @@ def main() -> None:
         f" + {speed['solo_slow']:.1f}, uniform {speed['uniform']:.1f}"
     )
     print(
+        "straggler run shares by step: "
+        + " ".join(f"{r['step']}:{r['balance_shares']}" for r in straggler)
+        + f"; stragglers reported: {straggler[-1].get('balance_stragglers', [])}; "
+        f"plot: {args.plot}"
+    )
+    print(
         f"hetero_efficiency={speed['balanced'] / (speed['solo_fast'] + speed['solo_slow']):.3f} "
         f"speedup_vs_uniform={speed['balanced'] / speed['uniform']:.3f} "
-        f"straggler_rebalance_steps={rebalance_steps(balanced)} loss_diff={loss_diff:.2e}"
+        f"straggler_rebalance_steps={'none' if rebalanced is None else rebalanced} "
+        f"loss_diff={loss_diff:.2e}"
     )
 
 

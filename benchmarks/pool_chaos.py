@@ -1,30 +1,38 @@
-"""The pool under chaos, on loopback, bounded in time: ``xirang pool serve`` on a throwaway
-PostgreSQL (its own cluster, in a temporary folder, as tests/pool/postgres.py makes it), with
+"""The pool under chaos, on loopback, bounded in time: two ``xirang pool serve`` replicas on a
+throwaway PostgreSQL (its own cluster, in a temporary folder, as tests/pool/postgres.py makes
+it), one leading by the store's lease, the other standing by, with
 
 - ``--clients`` client threads submitting (each with an idempotency key, retried with it after
-  a lost answer, a refused connection or a 503, until acknowledged) and cancelling what they
-  submitted, spread over ten projects;
-- one tenant hammering reads (``/v1/jobs/<id>/charge``, ``/v1/jobs``) from 8 threads;
-- ``--kills`` kill -9s of the service, each restarted at once (as a supervisor would; there is
-  no standby replica yet, so ``failover_s`` is the restart's time to serve again);
-- ``--db-restarts`` PostgreSQL restarts (stopped 3 s, then started; the service is not);
-- a slow-body attacker: another process holding ``--attack`` connections from 127.0.0.2, each a
-  valid POST head and then one body byte every 5 s, reconnecting whatever the server cuts (by
-  default more than the server's 4096 connections, so only the per-address limit and the
-  whole-body deadline keep the others served).
+  a lost answer, a refused connection or a 503, until acknowledged; ``PoolClient`` given both
+  replicas' URLs, one round over them per attempt, so ``p99_submit_ms`` times one attempt as
+  before) and cancelling what they submitted, spread over eight projects;
+- one tenant hammering reads (``/v1/jobs/<id>/charge``, ``/v1/jobs?state=queued``) from 8
+  threads;
+- ``--kills`` kill -9s of the leader, each followed by the killed replica's restart as the new
+  standby (as a supervisor would), the next kill once it stands by; ``failover_s`` is the time
+  from the kill until the standby acknowledges a write (a probe submitting to it every 50 ms);
+- ``--db-restarts`` PostgreSQL restarts (stopped 3 s, then started; the replicas are not);
+- a slow-body attacker: another process holding ``--attack`` connections to the leader from
+  127.0.0.2, each a valid POST head and then one body byte every 5 s, reconnecting whatever
+  the server cuts (by default more than the server's 4096 connections, so only the
+  per-address limit and the whole-body deadline keep the others served).
 
-One after the other, a third of ``--duration`` each (kills, then database restarts, then the
-attack, which gets at least its third however long the restarts took), then every
-acknowledged job is looked up in the store.
+One after the other (kills, then database restarts, then the attack for a third of
+``--duration``), then every acknowledged job is looked up in the store. Last, with the
+clients stopped and the jobs they left in the pool, another tenant submits and cancels one job
+at a time for ``--fair-s`` seconds alone, then as long again while a tenant hammers reads from
+another process (8 threads): its submit p99 idle and hammered.
 
-    python benchmarks/pool_chaos.py [--duration 60] [--clients 200] [--attack 5000]
+    python benchmarks/pool_chaos.py [--duration 45] [--clients 200] [--kills 4] [--attack 5000]
 
 Last line: ``acked=<jobs acknowledged> lost=<acknowledged, not in the store>
 duplicated=<jobs beyond the first for one idempotency key> phantom=<jobs in the store no client
 saw acknowledged> p99_submit_ms=<p99 of acknowledged submit requests> failover_s=<longest time
-from a kill -9 to serving again> db_outage_503_s=<longest time writes still failed after the
-database was back> slow_attack_ok_ratio=<share of legitimate requests answered during the
-attack>``. Answers of 500 are counted on the line before.
+from a kill -9 of the leader to the standby acknowledging a write> db_outage_503_s=<longest
+time writes still failed after the database was back> slow_attack_ok_ratio=<share of
+legitimate requests answered during the attack> submit_p99_idle_ms=<another tenant's submit
+p99, alone> submit_p99_hammered_ms=<the same while a tenant hammers reads>``. Answers of 500
+are counted on the line before.
 """
 
 from __future__ import annotations
@@ -39,6 +47,8 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -90,8 +100,29 @@ class Tally:
     writes_ok: list[float] = field(default_factory=list)  # times of acknowledged submits
 
 
+HAMMER = r"""
+import sys, threading, urllib.request
+url, token, job, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+import time
+end = time.monotonic() + seconds
+def get(path):
+    request = urllib.request.Request(url + path, headers={"Authorization": "Bearer " + token})
+    try:
+        urllib.request.urlopen(request, timeout=30).read()
+    except OSError:
+        time.sleep(0.05)
+def loop():
+    while time.monotonic() < end:
+        get("/v1/jobs?state=queued")
+        get(f"/v1/jobs/{job}/charge")
+threads = [threading.Thread(target=loop) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+"""
+
+
 class Service:
-    """``xirang pool serve`` in its own process on one port, killed and restarted."""
+    """One ``xirang pool serve`` replica in its own process on one port, killed and restarted."""
 
     def __init__(self, folder: Path, store: str, cluster: Path) -> None:
         self.folder, self.store, self.cluster = folder, store, cluster
@@ -101,22 +132,20 @@ class Service:
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> float:
-        """Start it; seconds until it answers."""
+    def start(self) -> int:
+        """Start it; the status it answers first (200 leading, 503 standing by)."""
         env = {**os.environ, "XIRANG_HOME": str(self.folder)}
         env["XIRANG_POOL_OPERATOR_TOKEN"] = OPERATOR
         command = [sys.executable, "-m", "xirang", "pool", "serve", "--store", self.store]
         command += ["--cluster", str(self.cluster), "--port", str(self.port)]
-        log = (self.folder / "serve.log").open("ab")
-        started = time.monotonic()
+        log = (self.folder / f"serve-{self.port}.log").open("ab")
         self.process = subprocess.Popen(command, env=env, stdout=log, stderr=log)
         while True:
             try:
-                PoolClient(self.url, OPERATOR, timeout=5).call("GET", "/v1/status")
-                return time.monotonic() - started
-            except (PoolError, OSError):
+                return status(self.url)
+            except OSError:
                 if self.process.poll() is not None:
-                    raise SystemExit((self.folder / "serve.log").read_text()[-3000:]) from None
+                    raise SystemExit(log.name + " ended") from None
                 time.sleep(0.05)
 
     def kill(self) -> None:
@@ -125,9 +154,22 @@ class Service:
         self.process.wait()
 
 
-def client(url: str, token: str, stop: threading.Event, tally: Tally) -> None:
+def status(url: str) -> int:
+    """The status of GET /v1/status at ``url`` (OSError: nothing answers)."""
+    request = urllib.request.Request(url + "/v1/status")
+    request.add_header("Authorization", f"Bearer {OPERATOR}")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except urllib.error.URLError as exc:
+        raise OSError(str(exc.reason)) from None
+
+
+def client(urls: list[str], token: str, stop: threading.Event, tally: Tally) -> None:
     """Submit, retrying with the same key until acknowledged, then cancel; repeat."""
-    pool = PoolClient(url, token, timeout=30)
+    pool = PoolClient(urls, token, timeout=30, retry_s=0)  # one round: the loop retries
     while not stop.is_set():
         key = uuid.uuid4().hex
         job_id = submit(pool, key, stop, tally)
@@ -172,9 +214,9 @@ def answered(pool: PoolClient, tally: Tally, call) -> None:  # type: ignore[no-u
         note(tally, started, exc)
 
 
-def reader(url: str, token: str, stop: threading.Event, tally: Tally) -> None:
+def reader(urls: list[str], token: str, stop: threading.Event, tally: Tally) -> None:
     """A tenant hammering the read routes: the queue, and the charge of a job of its own."""
-    pool = PoolClient(url, token, timeout=30)
+    pool = PoolClient(urls, token, timeout=30, retry_s=0)  # one round: the loop retries
     job_id = submit(pool, uuid.uuid4().hex, stop, tally)
     while not stop.is_set():
         answered(pool, tally, lambda: pool.call("GET", "/v1/jobs?state=queued"))
@@ -183,11 +225,12 @@ def reader(url: str, token: str, stop: threading.Event, tally: Tally) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--duration", type=float, default=60.0)
+    parser.add_argument("--duration", type=float, default=45.0)
     parser.add_argument("--clients", type=int, default=200)
     parser.add_argument("--attack", type=int, default=5000)
-    parser.add_argument("--kills", type=int, default=3)
+    parser.add_argument("--kills", type=int, default=4)
     parser.add_argument("--db-restarts", type=int, default=2)
+    parser.add_argument("--fair-s", type=float, default=6.0)
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="xirang-chaos-"))
     cluster = folder / "cluster.json"
@@ -200,30 +243,30 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace, folder: Path, store: str, server: str, cluster: Path) -> None:
-    service = Service(folder, store, cluster)
-    service.start()
-    operator = PoolClient(service.url, OPERATOR)
+    replicas = [Service(folder, store, cluster), Service(folder, store, cluster)]
+    assert replicas[0].start() == 200 and replicas[1].start() == 503  # leader, standby
+    urls = [r.url for r in replicas]
+    operator = PoolClient(urls, OPERATOR)
     tokens = [operator.call("PUT", f"/v1/projects/{p}", {})["token"] for p in PROJECTS]
     tally, stop = Tally(), threading.Event()
     threads = [
-        threading.Thread(target=client, args=(service.url, tokens[i % 9], stop, tally))
+        threading.Thread(target=client, args=(urls, tokens[i % 8], stop, tally))
         for i in range(args.clients)
-    ] + [
-        threading.Thread(target=reader, args=(service.url, tokens[9], stop, tally))
-        for _ in range(8)
-    ]
+    ] + [threading.Thread(target=reader, args=(urls, tokens[9], stop, tally)) for _ in range(8)]
     for thread in threads:
         thread.start()
     began, third = time.monotonic(), args.duration / 3
-    failover = [kill_and_restart(service) for _ in pause_each(args.kills, third)]
+    failover = [fail_over(replicas, tokens[8]) for _ in pause_each(args.kills, 1.0)]
     outage = [restart_database(server, tally) for _ in pause_each(args.db_restarts, third)]
     left = began + args.duration - time.monotonic()  # restarts may have overrun their third
-    window = attack(service.port, args.attack, max(third, left))
+    window = attack(leader(replicas).port, args.attack, max(third, left))
     stop.set()
     for thread in threads:
         thread.join(timeout=120)
-    report(tally, store, failover, outage, window)
-    service.kill()
+    fair = fairness(leader(replicas).url, tokens[8], tokens[9], args.fair_s)
+    report(tally, store, failover, outage, window, fair)
+    for replica in replicas:
+        replica.kill()
 
 
 def pause_each(times: int, seconds: float):  # type: ignore[no-untyped-def]
@@ -234,11 +277,36 @@ def pause_each(times: int, seconds: float):  # type: ignore[no-untyped-def]
     time.sleep(seconds / (times + 1))
 
 
-def kill_and_restart(service: Service) -> float:
+def leader(replicas: list[Service]) -> Service:
+    """The replica that leads now (waiting for one)."""
+    while True:
+        for replica in replicas:
+            try:
+                if status(replica.url) == 200:
+                    return replica
+            except OSError:
+                pass
+        time.sleep(0.05)
+
+
+def fail_over(replicas: list[Service], token: str) -> float:
+    """kill -9 the leader; seconds until the standby acknowledges a write (a probe's submit
+    every 50 ms, each at most once: no retries hide the time). The killed one is then
+    started again, and stands by, before the next kill."""
+    old = leader(replicas)
+    standby = next(r for r in replicas if r is not old)
     killed = time.monotonic()
-    service.kill()
-    service.start()
-    return time.monotonic() - killed
+    old.kill()
+    probe = PoolClient(standby.url, token, timeout=30, retry_s=0)
+    while True:
+        try:
+            probe.submit(cards=1, name=f"probe-{uuid.uuid4().hex}")
+            break
+        except PoolError:
+            time.sleep(0.05)
+    took = time.monotonic() - killed
+    assert old.start() == 503, "the restarted replica should stand by"
+    return took
 
 
 def restart_database(server: str, tally: Tally) -> float:
@@ -263,15 +331,47 @@ def attack(port: int, connections: int, seconds: float) -> tuple[float, float]:
     return start, time.monotonic()
 
 
+def fairness(url: str, token: str, hammerer: str, seconds: float) -> tuple[float, float]:
+    """Another tenant's submit p99 (ms) alone, then while ``hammerer`` hammers reads from
+    another process (so the two share no interpreter here)."""
+    pool = PoolClient(url, token, timeout=30)
+    idle = probe_submits(pool, seconds)
+    mine = PoolClient(url, hammerer).submit(cards=1, name="probe-hammer")["id"]
+    command = [sys.executable, "-c", HAMMER, url, hammerer, str(mine), str(seconds + 2)]
+    hammer = subprocess.Popen(command)
+    time.sleep(1.0)  # its threads are reading
+    hammered = probe_submits(pool, seconds)
+    hammer.wait()
+    return idle, hammered
+
+
+def probe_submits(pool: PoolClient, seconds: float) -> float:
+    """Submit and cancel one job at a time for ``seconds``; the submits' p99 in ms."""
+    times: list[float] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        started = time.monotonic()
+        job = pool.submit(cards=1, name="probe")
+        times.append((time.monotonic() - started) * 1000)
+        pool.cancel(job["id"])
+    return p99(times)
+
+
+def p99(ms: list[float]) -> float:
+    ms = sorted(ms)
+    return ms[min(len(ms) - 1, int(0.99 * len(ms)))] if ms else float("nan")
+
+
 def report(
     tally: Tally,
     location: str,
     failover: list[float],
     outage: list[float],
     window: tuple[float, float],
+    fair: tuple[float, float],
 ) -> None:
     store = PoolStore(location)
-    jobs = store.jobs()
+    jobs = [job for job in store.jobs() if not job.name.startswith("probe")]
     store.close()
     names = Counter(job.name for job in jobs)
     acked_keys = {key for key, _ in tally.acked}
@@ -280,8 +380,6 @@ def report(
     duplicated = sum(n - 1 for n in names.values() if n > 1)
     phantom = sum(name not in acked_keys for name in names)
     during = [ok for started, ok in tally.requests if window[0] <= started <= window[1]]
-    ms = sorted(tally.submit_ms)
-    p99 = ms[min(len(ms) - 1, int(0.99 * len(ms)))] if ms else float("nan")
     print(
         f"requests={len(tally.requests)} errors_500={len(tally.errors_500)} "
         f"attack_requests={len(during)} failovers={[round(f, 2) for f in failover]} "
@@ -289,9 +387,10 @@ def report(
     )
     print(
         f"acked={len(tally.acked)} lost={lost} duplicated={duplicated} phantom={phantom} "
-        f"p99_submit_ms={p99:.1f} failover_s={max(failover, default=0):.2f} "
+        f"p99_submit_ms={p99(tally.submit_ms):.1f} failover_s={max(failover, default=0):.2f} "
         f"db_outage_503_s={max(outage, default=0):.2f} "
-        f"slow_attack_ok_ratio={sum(during) / max(1, len(during)):.4f}"
+        f"slow_attack_ok_ratio={sum(during) / max(1, len(during)):.4f} "
+        f"submit_p99_idle_ms={fair[0]:.1f} submit_p99_hammered_ms={fair[1]:.1f}"
     )
 
 

@@ -9,20 +9,26 @@ side is :mod:`xirang.worker`.
 
 from xirang_core.checkpoint.events import read_events, record_event, recovery_note
 from xirang_core.config import run_workers
+from xirang_core.devices.cgroup import CPU_CGROUP, own_cgroup, set_cpu_quota
+from xirang_core.devices.cgroup import PREFIX as CPU_CGROUP_PREFIX
 from xirang_core.parallel.plan import workers_problem
 from xirang_core.train import report, resume
 from xirang_core.train.interrupt import RunInterrupted, stop_on
 from xirang_core.train.report import SUMMARY_FILE
 
 __all__ = [
+    "CPU_CGROUP",
+    "CPU_CGROUP_PREFIX",
     "SUMMARY_FILE",
     "RunInterrupted",
+    "own_cgroup",
     "read_events",
     "record_event",
     "recovery_note",
     "report",
     "resume",
     "run_workers",
+    "set_cpu_quota",
     "stop_on",
     "workers_problem",
 ]

@@ -281,6 +281,7 @@ def validate(
     data["model"] = _check_model(data.get("model"), registry)
     command_line = _hydra_overrides() if overrides is None else overrides
     _take_folder_tokenizer(data, registry, command_line)
+    _take_family_tokenizer(data, registry, command_line)
     settle_vocab(data, registry)  # model.vocab_size: 0 -> the tokenizer's; too small -> error
     given = model_overrides(command_line)
     if _check_pretrained(data["model"], registry, given):  # took the folder's shape
@@ -369,6 +370,19 @@ def _take_folder_tokenizer(data: dict[str, Any], registry: Registry, overrides: 
     tokenizer = folder_tokenizer(data["model"], overrides)
     if tokenizer is not None:
         data["tokenizer"] = _check_plugin_group("tokenizer", "tokenizer", tokenizer, registry)
+
+
+def _take_family_tokenizer(data: dict[str, Any], registry: Registry, overrides: list[str]) -> None:
+    """A family written for one tokenizer (:attr:`ModelSpec.tokenizer`) reads its data with
+    that tokenizer unless the command line names one."""
+    from xirang_core.train.pretrained import names_tokenizer
+
+    wanted = registry.spec("model", data["model"]["family"]).tokenizer
+    if not wanted or data["tokenizer"]["name"] == wanted:
+        return
+    if not any(names_tokenizer(o) for o in overrides):
+        chosen = {"name": wanted}
+        data["tokenizer"] = _check_plugin_group("tokenizer", "tokenizer", chosen, registry)
 
 
 def _check_pretrained(model: dict[str, Any], registry: Registry, given: set[str]) -> bool:

@@ -65,6 +65,9 @@ def check(data: dict[str, Any]) -> DataConfig:
     if not 0 <= cfg.val_fraction < 1:
         raise ConfigError(f"data.val_fraction={cfg.val_fraction}: must be in [0, 1)")
     cfg.val_fraction = _held_out_share(cfg)
+    for key in ("seq_len", "shuffle_block", "origin_concurrency"):
+        if getattr(cfg, key) < 1:
+            raise ConfigError(f"data.{key}={getattr(cfg, key)}: must be at least 1")
     if not isinstance(cfg.num_workers, int) or cfg.num_workers < 0:
         raise ConfigError(
             f"data.num_workers={cfg.num_workers}: must be a whole number >= 0 (0 reads in the "

@@ -259,6 +259,33 @@ class Layer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
+class VocabParallelLoss(torch.autograd.Function):
+    """Mean cross-entropy of logits sharded over the vocabulary (``Shard(-1)``), forward and
+    backward under torch's ``loss_parallel``: each rank reduces its share of the softmax, and
+    the whole-vocabulary logits are never gathered (torchtitan's TP plan). The context must
+    hold in backward too, and the training loop runs ``loss.backward()`` outside the model,
+    so backward enters it here. The loss comes back as a plain (replicated) tensor."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: DTensor, targets: torch.Tensor) -> torch.Tensor:
+        from torch.distributed.tensor.parallel import loss_parallel
+
+        with torch.enable_grad(), loss_parallel():
+            inner = logits.detach().requires_grad_()
+            loss = F.cross_entropy(inner.flatten(0, -2), targets.reshape(-1))
+        ctx.inner, ctx.loss = inner, loss
+        return loss.to_local()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        from torch.distributed.tensor.parallel import loss_parallel
+
+        grad = DTensor.from_local(grad, ctx.loss.device_mesh, ctx.loss.placements)
+        with loss_parallel():
+            (logits_grad,) = torch.autograd.grad(ctx.loss, ctx.inner, grad)
+        return logits_grad, None
+
+
 #: torchtitan's depth-scaled projections (its wo, w2 and w3): std 0.02 / sqrt(2 (layer + 1));
 #: searched, not matched, so wrapper prefixes (recompute, compile) in a name do not matter
 _DEPTH_SCALED = re.compile(r"layers\.(\d+)\..*(o_proj|down_proj|up_proj)\.weight$")
@@ -267,6 +294,9 @@ _DEPTH_SCALED = re.compile(r"layers\.(\d+)\..*(o_proj|down_proj|up_proj)\.weight
 class Llama(nn.Module, ModelBase):
     #: ``forward`` takes document indices (``data.document_mask=true``)
     document_mask = True
+    #: tensor parallel may split the vocabulary (embeddings, head, loss); a pipeline stage's
+    #: split turns it off (:meth:`LlamaParallelize.split_stage`)
+    vocab_parallel = True
 
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
@@ -338,6 +368,10 @@ class Llama(nn.Module, ModelBase):
         from the blocks (:meth:`LlamaParallelize.compile_head`), fusing the norm, the logits'
         casts and the loss's log-softmax."""
         logits = self.lm_head(self.norm(x))
+        if isinstance(logits, DTensor):  # a vocabulary-sharded head (tensor parallel)
+            if targets is None:
+                return logits.full_tensor()
+            return VocabParallelLoss.apply(logits, targets)
         if targets is None:
             return logits
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from xirang import ConfigError
 from xirang.model import ModelShape, keep_stage_layers, parallelize_blocks
@@ -30,8 +31,10 @@ class LlamaParallelize(SplitPlanBase):
         graph: eager, autocast writes the bf16 logits, casts them to fp32 and the loss runs a
         separate log-softmax over them, forward and backward. Measured on llama_small (batch
         8 x 512, bf16, 2 CPU threads, best of 6): a step 1.29x faster than the blocks compiled
-        alone. A pipeline stage without the head has nothing to compile."""
-        if getattr(model, "lm_head", None) is not None:
+        alone. A pipeline stage without the head has nothing to compile; a vocabulary-sharded
+        head (tensor parallel) runs its loss eagerly, under ``loss_parallel``."""
+        head = getattr(model, "lm_head", None)
+        if head is not None and not isinstance(head.weight, DTensor):
             model.head_loss = torch.compile(model.head_loss)
 
     def shape(self, settings: dict[str, Any], seq_len: int) -> ModelShape:
@@ -63,9 +66,14 @@ class LlamaParallelize(SplitPlanBase):
         )
 
     def apply_tp(self, model: nn.Module, mesh: Any, sequence_parallel: bool) -> None:
-        """Megatron layout per layer: q, k, v, gate and up split by columns (heads, hidden
-        units), o and down by rows; with sequence parallel the RMSNorms and the residual
-        stream are split along the sequence. Embeddings and head stay replicated."""
+        """torchtitan's plan: the Megatron layout per layer (q, k, v, gate and up split by
+        columns: heads, hidden units; o and down by rows; with sequence parallel the RMSNorms
+        and the residual stream split along the sequence), the embedding table split by rows
+        (vocabulary: each rank looks up its share, one all-reduce joins them) and the output
+        head by columns (vocabulary), its logits left sharded for the vocabulary-parallel
+        loss (:class:`~xirang_llama.model.VocabParallelLoss`): neither the table nor the
+        logits (128k wide at Llama 3) is held whole by any rank."""
+        self._parallelize_ends(model, mesh)
         parallelize_blocks(
             self.layers(model),
             model.norm,
@@ -83,10 +91,46 @@ class LlamaParallelize(SplitPlanBase):
             gathered=("self_attn", "mlp"),
         )
 
+    @staticmethod
+    def _parallelize_ends(model: nn.Module, mesh: Any) -> None:
+        """Embeddings rowwise and head colwise over ``mesh``; a tied pair is split alike (both
+        ``Shard(0)``) and tied again. A pipeline stage keeps them replicated: its schedule
+        computes the loss outside the model, on whole logits (the vocabulary-parallel loss
+        under a pipeline is not done yet: its collectives did not pair up across stages)."""
+        if not model.vocab_parallel:
+            return
+        from torch.distributed.tensor import Replicate, Shard
+        from torch.distributed.tensor.parallel import (
+            ColwiseParallel,
+            RowwiseParallel,
+            parallelize_module,
+        )
+
+        if model.embed_tokens is not None:
+            rowwise = RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())
+            parallelize_module(model.embed_tokens, mesh, rowwise)
+        if model.lm_head is not None:
+            colwise = ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)
+            parallelize_module(model.lm_head, mesh, colwise)
+            if model.cfg.tie_embeddings and model.embed_tokens is not None:
+                model.lm_head.weight = model.embed_tokens.weight
+
+    def fsdp_units(self, model: nn.Module) -> list[list[nn.Module]]:
+        """The FSDP2 units beside the layers, in forward order (torchtitan's layout): the
+        embeddings, then the final norm with the head, so neither stays gathered in the root
+        all step. A tied pair shares one parameter and so one unit. A pipeline stage names
+        only the parts it holds."""
+        ends = [model.embed_tokens], [model.norm, model.lm_head]
+        if model.cfg.tie_embeddings and model.embed_tokens is not None:
+            ends = [], [model.embed_tokens, model.norm, model.lm_head]
+        units = [[m for m in unit if m is not None] for unit in ends]
+        return [unit for unit in units if unit]
+
     def split_stage(self, model: nn.Module, stage: int, stages: int) -> tuple[int, int]:
         """Keep only this stage's contiguous, balanced share of layers; the first stage keeps
         the embeddings, the last the final norm and head. Returns the kept layer range."""
         kept = keep_stage_layers(self.layers(model), stage, stages)
+        model.vocab_parallel = stages == 1
         if stage > 0 and not (stage == stages - 1 and model.cfg.tie_embeddings):
             # a tied last stage keeps the embedding module as the owner of the weight it
             # shares with the head, so that weight keeps its whole-model name in checkpoints

@@ -11,7 +11,7 @@ def xirang_schedulers() -> list[SchedulerSpec]:
         SchedulerSpec(
             name="local",
             target="xirang_local.scheduler:LocalScheduler",
-            schema="xirang_local.scheduler:LocalConfig",
+            schema="xirang_local.settings:LocalConfig",
             description="run here: in-process for one worker, elastic launcher for several",
         )
     ]

@@ -20,12 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from xirang import ConfigError
-from xirang.launch import record_event
+from xirang.launch import CPU_CGROUP, CPU_CGROUP_PREFIX, own_cgroup, record_event, set_cpu_quota
 
-#: the cgroup v1 CPU controller's mount point
-CPU_CGROUP = Path("/sys/fs/cgroup/cpu")
-#: the scheduling period each quota is a share of, in microseconds (the kernel's default)
-PERIOD_US = 100_000
 #: the worker's cgroup folders, by local rank, for the worker to join (set by the launcher)
 CGROUPS_ENV = "XIRANG_WORKER_CGROUPS"
 
@@ -52,7 +48,7 @@ def worker_cgroups(quota: Sequence[float], nproc: int, run_dir: str) -> Iterator
             f"node (trainer.nproc={nproc}): give one CPU count per worker"
         )
     _check_controller()
-    tag, home = f"xirang-{uuid.uuid4().hex[:8]}", own_cgroup()
+    tag, home = f"{CPU_CGROUP_PREFIX}{uuid.uuid4().hex[:8]}", own_cgroup()
     made: list[Path] = []
     try:
         for rank, cpus in enumerate(quota):
@@ -75,19 +71,9 @@ def _check_controller() -> None:
         )
 
 
-def own_cgroup() -> Path:
-    """This process's cgroup of the CPU controller (``/proc/self/cgroup``)."""
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "cpu" in controllers.split(","):
-            return CPU_CGROUP / path.lstrip("/")
-    return CPU_CGROUP
-
-
 def _make(folder: Path, cpus: float) -> Path:
     folder.mkdir()
-    (folder / "cpu.cfs_period_us").write_text(str(PERIOD_US))
-    (folder / "cpu.cfs_quota_us").write_text(str(round(cpus * PERIOD_US)))
+    set_cpu_quota(folder, cpus)
     return folder
 
 

@@ -25,7 +25,6 @@ import os
 import sys
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,21 +35,13 @@ from xirang.worker import DEVICES_ENV, RESTART_ENV
 from xirang_local.devices import Eviction, LocalDevices
 from xirang_local.nodes import NodeLost, Nodes
 from xirang_local.quota import check_quota, in_own_cgroup, join, worker_cgroups
+from xirang_local.settings import LocalConfig
 
 log = logging.getLogger("xirang.local")
 
 
 class WorkerFailed(XirangError):
     exit_code = 1
-
-
-@dataclass
-class LocalConfig:
-    """``scheduler=local``'s settings (checked at compose)."""
-
-    #: CPU counts, one per worker on this node, each worker's cgroup CPU quota
-    #: (:mod:`xirang_local.quota`); empty: no quota
-    worker_quota: list[float] = field(default_factory=list)
 
 
 class LocalScheduler(SchedulerBase):

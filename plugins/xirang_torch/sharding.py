@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
 from torch import nn
@@ -24,8 +24,13 @@ def shard_model(
     zero: int,
     mp_policy: Any = None,
     balanced: bool = False,
+    ends: Sequence[Sequence[nn.Module]] = (),
 ) -> nn.Module:
-    """Shard each layer, then the rest (embeddings, head) as the root unit. ``mp_policy`` (a
+    """Shard each layer, then each of ``ends`` (the family's units beside the layers, in
+    forward order: embeddings, then final norm and head), then the root (what is left).
+    torchtitan's layout: the ends are units of their own, gathered only around their own
+    forward and backward rather than all step in the root; the last one (the head) is not
+    resharded after forward, as backward starts with it at once. ``mp_policy`` (a
     ``MixedPrecisionPolicy``, from ``trainer.precision``) gathers 16-bit parameters and reduces
     gradients in fp32; the sharded parameters, the optimizer's, stay fp32.
 
@@ -39,6 +44,10 @@ def shard_model(
     policy = mp_policy or MixedPrecisionPolicy()
     for layer in layers.values():
         fully_shard(layer, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy)
+    for position, unit in enumerate(ends, start=1):
+        last = position == len(ends)
+        unit_reshard = reshard and not last
+        fully_shard(list(unit), mesh=mesh, reshard_after_forward=unit_reshard, mp_policy=policy)
     fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy)
     if balanced:
         cast(Any, model).set_reshard_after_forward(False)  # fully_shard made it an FSDPModule

@@ -35,7 +35,8 @@ class MeshConfig:
     pp: int = 1
     sp: bool = False
     zero: int = 3
-    recompute: str = "none"
+    recompute: str = "none"  # none | full | selective (see xirang_torch.recompute)
+    recompute_every: int = 0  # selective: 0 = op-level policy, N = every Nth layer in full
     schedule: str = "1f1b"
     balance: str = "uniform"  # uniform | calibrated | adaptive: data parallel only (fsdp)
     balance_every: int = 10  # adaptive: steps between moves of the shares
@@ -43,9 +44,17 @@ class MeshConfig:
 
     @staticmethod
     def check(data: dict[str, Any]) -> None:
-        """``parallel.balance*``: checked at compose for the run's workers."""
+        """``parallel.recompute*`` and ``parallel.balance*``: checked at compose for the run's
+        workers."""
+        from xirang import ConfigError
         from xirang.launch import run_workers
 
+        section = data["parallel"]
+        problem = recompute.check_settings(
+            section.get("recompute", "none"), section.get("recompute_every", 0)
+        )
+        if problem:
+            raise ConfigError(problem)
         check_balance(data, run_workers(data)[0])
 
 
@@ -56,9 +65,12 @@ class MeshStrategy(StrategyBase):
         self.config = MeshConfig(**settings)
 
     def plan(self, world: int, micro_batch: int) -> ParallelPlan:
+        """The plan's degrees. Selective recompute is planned as none: the planner's memory
+        model knows none and full, and none over-estimates what selective keeps."""
         c = self.config
         dp, tp, pp = resolve_degrees(c.dp, c.tp, c.pp, world)
-        return ParallelPlan(dp, tp, pp, c.sp, c.zero, micro_batch, c.recompute, c.schedule)
+        planned = "full" if c.recompute == "full" else "none"
+        return ParallelPlan(dp, tp, pp, c.sp, c.zero, micro_batch, planned, c.schedule)
 
     def shards_parameters(self, ctx: Any) -> bool:
         """Whether :meth:`wrap` shards parameters over data parallel (FSDP2, zero >= 1): the
@@ -86,8 +98,9 @@ class MeshStrategy(StrategyBase):
             fns.split_stage(model, coordinate(mesh, "pp"), plan.pp)
         if plan.tp > 1:
             fns.apply_tp(model, mesh["tp"], plan.sp)
-        if plan.recompute == "full":
-            recompute.checkpoint_layers(fns.layers(model))
+        recompute.checkpoint_layers(
+            fns.layers(model), self.config.recompute, self.config.recompute_every
+        )
         compile_model(model, ctx.config)
         precision = trainer.get("precision", "fp32")
         balanced = self.config.balance != "uniform"
@@ -111,7 +124,9 @@ class MeshStrategy(StrategyBase):
             return sharding.replicate_model(model, mesh["dp"], plan.pp > 1, balanced)
         policy = fsdp_policy(precision)
         layers = fns.layers(model)
-        return sharding.shard_model(model, layers, mesh["dp"], plan.zero, policy, balanced)
+        units = getattr(fns, "fsdp_units", None)  # embeddings and head apart, if named
+        ends = units(model) if units is not None else ()
+        return sharding.shard_model(model, layers, mesh["dp"], plan.zero, policy, balanced, ends)
 
     @staticmethod
     def _pipeline(

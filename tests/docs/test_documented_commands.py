@@ -281,6 +281,13 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
         ("xirang ckpt export --format hf {run} my-model",)
     ),
     # docs/parallel.md
+    "python -m xirang parallel=ddp trainer.nproc=2 'scheduler.worker_quota=[1.0,1.0]' "
+    "parallel.balance=adaptive parallel.balance_every=2 '+drill={slow:[[4,1,0.05]]}' "
+    "model=gpt_tiny tokenizer=bytes trainer.global_batch=8 trainer.micro_batch=1 "
+    "trainer.max_steps=16 trainer.sample_tokens=0": Slow(
+        "two workers under cgroup quotas, one dropped to 0.05 core (root): a minute or more; "
+        "tests/parallel/test_straggler.py runs the same drill"
+    ),
     "python benchmarks/hetero.py [--model llama_small] [--quota 0.4] [--steps 12]": Skip(
         "needs the cgroup v1 CPU controller as root, and minutes"
     ),
@@ -311,6 +318,7 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
     ),
     "xirang pool quota nlp --guaranteed 64 --borrow-limit 64 --team research": Pool(),
     "xirang pool quota nlp --max-priority high": Pool(),
+    "xirang pool quota nlp --max-jobs 500 --max-payload-bytes 4194304 --rate 20 --burst 40": Pool(),
     # the docs' account does not exist here; nobody does, on any Debian or Red Hat host
     "xirang pool quota nlp --run-as nlp-jobs": Pool(("xirang pool quota nlp --run-as nobody",)),
     "xirang pool status | queue | jobs --state running | cancel 12": Pool(

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import torch
 
 from tests.conftest import ONE_LAYER_GPT
+from xirang_core.checkpoint.events import read_events
 from xirang_core.config import compose
 from xirang_core.data.order import Partition
 from xirang_core.errors import ConfigError
-from xirang_core.train.balance import Shares, even_shares, proportional, step_time
+from xirang_core.train.balance import (
+    STRAGGLER_WINDOWS,
+    Balancer,
+    Shares,
+    device_name,
+    even_shares,
+    proportional,
+    step_time,
+    summary_fields,
+)
 
 
 def step_rows(shares: Shares, micro_batch: int) -> list[list[int]]:
@@ -84,3 +97,79 @@ def test_shares_must_cover_every_rank() -> None:
                 "parallel.balance=adaptive",
             ]
         )
+
+
+def test_a_rank_far_below_its_calibration_is_reported_once_after_its_windows(
+    tmp_path: Path,
+) -> None:
+    """Rank 1 was calibrated as fast as rank 0, then runs at 40% of it: after
+    STRAGGLER_WINDOWS windows in a row it is a straggler, with one event; a rank that only
+    dips for a window is not."""
+    balancer = Balancer("adaptive", 2, Shares((4, 4)), 0, torch.device("cpu"), str(tmp_path))
+    balancer.expected = [1.0, 1.0]
+    balancer.watch(2, [1.0, 0.3])  # one slow window, then back
+    balancer.watch(4, [1.0, 0.9])
+    for window in range(STRAGGLER_WINDOWS + 2):
+        balancer.watch(6 + 2 * window, [1.0, 0.4])
+    events = [e for e in read_events(tmp_path) if e["event"] == "straggler"]
+    assert [(e["rank"], e["step"], e["speed_ratio"]) for e in events] == [
+        (1, 6 + 2 * (STRAGGLER_WINDOWS - 1), 0.4)
+    ]
+    assert list(balancer.stragglers) == [1]
+    figures = balancer.figures(1.0, 1)
+    assert figures["balance_stragglers"][0]["rank"] == 1
+    assert summary_fields(figures)["balance"]["stragglers"][0]["speed_ratio"] == 0.4
+
+
+def test_a_slower_rank_calibrated_slow_is_no_straggler(tmp_path: Path) -> None:
+    """A device calibrated at 40% of the other, running at 40%, is what was expected."""
+    balancer = Balancer("adaptive", 2, Shares((6, 2)), 0, torch.device("cpu"), str(tmp_path))
+    balancer.expected = [2.5, 1.0]
+    for window in range(2 * STRAGGLER_WINDOWS):
+        balancer.watch(2 + 2 * window, [1.0, 0.4])
+    assert balancer.stragglers == {}
+    assert read_events(tmp_path) == []
+
+
+def saved_shares(device: str) -> dict:
+    return {
+        "shares": [6, 2],
+        "device": device,
+        "speeds": [3.0, 1.0],
+        "expected": [1.0, 1.0],
+        "stragglers": [{"rank": 1, "step": 8, "speed_ratio": 0.33, "share": 2, "of": 8}],
+    }
+
+
+def test_adaptive_resumes_from_the_checkpoints_shares_on_the_same_devices() -> None:
+    balancer = Balancer("adaptive", 2, Shares((4, 4)), 0, torch.device("cpu"))
+    dealt: list[Shares] = []
+    balancer.on_reshare = dealt.append
+    balancer.load_state_dict(saved_shares(device_name(torch.device("cpu"))))
+    assert balancer.shares == Shares((6, 2)) and dealt == [Shares((6, 2))]
+    assert balancer.expected == [1.0, 1.0] and list(balancer.stragglers) == [1]
+    # and what a checkpoint keeps is what a resume reads
+    assert Balancer("adaptive", 2, Shares((4, 4)), 0, torch.device("cpu")).state_dict()[
+        "shares"
+    ] == [4, 4]
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        None,  # a checkpoint of a run that did not balance
+        saved_shares("cpu quota=0.4"),  # another device (here: under another CPU quota)
+        {**saved_shares("cpu"), "shares": [4, 2, 2]},  # another world
+    ],
+)
+def test_a_resume_on_other_devices_keeps_the_calibrated_shares(state: dict | None) -> None:
+    balancer = Balancer("adaptive", 2, Shares((5, 3)), 0, torch.device("cpu"))
+    balancer.load_state_dict(state)
+    assert balancer.shares == Shares((5, 3))
+
+
+def test_calibrated_shares_are_not_replaced_by_a_checkpoints() -> None:
+    """``calibrated`` keeps its (given or calibrated) shares: they are fixed for the run."""
+    balancer = Balancer("calibrated", 2, Shares((5, 3)), 0, torch.device("cpu"))
+    balancer.load_state_dict(saved_shares("cpu"))
+    assert balancer.shares == Shares((5, 3))

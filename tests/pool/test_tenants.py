@@ -1,11 +1,15 @@
 """One tenant cannot crowd out the others: a project's queued and running jobs and their
 payload bytes are capped (429 and 413, naming the cap and how to raise it; the operator sets
 them, they survive a restart), reads answer without the service's lock, and a job's charge is
-priced from that job's rows, the same as from the whole pool's state."""
+priced from that job's rows, the same as from the whole pool's state. A project over its request
+rate is a 429 with Retry-After, and only that project."""
 
 from __future__ import annotations
 
+import http.client
+import json
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +22,8 @@ from xirang_service.cost.governor import Governor, PoolBudgets
 from xirang_service.cost.meter import Meter
 from xirang_service.cost.pricebook import PriceBook
 from xirang_service.cost.store import CostStore
+from xirang_service.pool import clusterfile
+from xirang_service.pool.cli import main as cli_main
 from xirang_service.pool.errors import PoolError
 from xirang_service.pool.quota import DEFAULT_MAX_JOBS, DEFAULT_MAX_PAYLOAD_BYTES
 from xirang_service.pool.service import OPERATOR as OPERATOR_WHO
@@ -134,3 +140,116 @@ def test_a_charge_priced_from_its_own_rows_equals_the_whole_state_price(
             pool.job_charge("cv", ids[0])  # another project's job does not exist for cv
     finally:
         pool.store.close()
+
+
+def _get(pool: Any, who: str) -> tuple[int, dict[str, str], dict[str, Any]]:
+    """GET /v1/jobs as ``who``: status, headers (lower-case names) and answer."""
+    conn = http.client.HTTPConnection(pool.host, pool.port, timeout=10)
+    try:
+        conn.request("GET", "/v1/jobs", headers={"Authorization": f"Bearer {pool.tokens[who]}"})
+        answer = conn.getresponse()
+        return (
+            answer.status,
+            {k.lower(): v for k, v in answer.getheaders()},
+            json.loads(answer.read()),
+        )
+    finally:
+        conn.close()
+
+
+def test_a_project_over_its_request_rate_is_429_with_retry_after_and_others_are_served(
+    store_location: str, cluster_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with served(store_location, cluster_file) as pool:
+        args = ["--url", pool.url, "--token", OPERATOR, "--json", "quota", "nlp"]
+        assert cli_main([*args, "--rate", "0.5", "--burst", "2", "--max-jobs", "7"]) == 0
+        row = json.loads(capsys.readouterr().out)
+        assert (row["rate"], row["burst"], row["max_jobs"]) == (0.5, 2, 7)
+        assert [_get(pool, "nlp")[0] for _ in range(2)] == [200, 200]  # its burst
+        status, headers, answer = _get(pool, "nlp")
+        assert status == 429 and int(headers["retry-after"]) >= 1
+        assert "over its request rate (0.5/s, bursts of 2)" in answer["error"]
+        assert "--rate" in answer["error"]
+        assert _get(pool, "cv")[0] == 200  # another tenant, and the operator, are not limited
+        assert all(_get(pool, "operator")[0] == 200 for _ in range(5))
+        time.sleep(int(headers["retry-after"]))  # the bucket refilled by then
+        assert _get(pool, "nlp")[0] == 200
+        for bad in ({"rate": -1}, {"rate": "5"}, {"burst": 1.5}):
+            error = refused(
+                lambda bad=bad: pool.client("operator").call("PUT", "/v1/projects/cv", bad)
+            )
+            assert error.status == 400 and next(iter(bad)) in str(error)
+    restarted = PoolService(PoolStore(store_location), None, "priority", OPERATOR)
+    try:
+        (row,) = restarted.quotas("nlp")
+        assert (row["rate"], row["burst"]) == (0.5, 2)  # stored with the project
+    finally:
+        restarted.store.close()
+
+
+def test_a_rate_in_the_cluster_file_applies_and_a_bad_one_is_named(tmp_path: Path) -> None:
+    data = {"groups": [{"type": "gpu", "nodes": 1, "devices": 4}]}
+    good = {**data, "projects": [{"name": "nlp", "rate": 2, "burst": 3}]}
+    _, _, quotas = clusterfile.build(good)
+    assert (quotas.projects["nlp"].rate, quotas.projects["nlp"].burst) == (2.0, 3)
+    bad = {**data, "projects": [{"name": "nlp", "rate": "fast"}]}
+    error = refused(lambda: clusterfile.build(bad))
+    assert "projects[0]" in str(error) and "rate must be requests per second" in str(error)
+
+
+def test_a_tenant_with_every_seat_taken_waits_while_another_is_served(
+    tmp_path: Path, cluster_file: Path
+) -> None:
+    """One token's requests in progress are at most ``seats_per_token`` (2): its next waits
+    for one of them, another tenant's does not (reads a tenant loops on from many threads take
+    the interpreter from others only through its seats)."""
+    with served(str(tmp_path / "pool.db"), cluster_file) as pool:
+        entered, release = threading.Semaphore(0), threading.Event()
+        jobs = pool.service.jobs
+
+        def slow_jobs(who: str, state: str = "") -> list[dict[str, Any]]:
+            entered.release()
+            release.wait(30)
+            return jobs(who, state)
+
+        pool.service.jobs = slow_jobs  # type: ignore[method-assign]
+        nlp = pool.client("nlp")
+        answers: dict[str, Any] = {}
+
+        def ask(name: str, who: str, path: str) -> threading.Thread:
+            def run() -> None:
+                answers[name] = pool.client(who).call("GET", path)
+
+            thread = threading.Thread(target=run)
+            thread.start()
+            return thread
+
+        held = [ask(f"held{i}", "nlp", "/v1/jobs") for i in range(2)]
+        for _ in held:
+            assert entered.acquire(timeout=30)  # both of nlp's seats are taken
+        third = ask("third", "nlp", "/v1/queue")
+        assert pool.client("cv").call("GET", "/v1/queue") == []  # another tenant: at once
+        assert pool.client("operator").call("GET", "/v1/status")["queued"] == 0
+        assert third.is_alive() and "third" not in answers  # nlp's next waits for a seat
+        release.set()
+        for thread in [*held, third]:
+            thread.join(30)
+        assert answers["third"] == [] and answers["held0"] == [] == answers["held1"]
+        assert nlp.call("GET", "/v1/queue") == []  # its seats are free again
+
+
+def test_a_repeated_read_answers_each_change_at_once(tmp_path: Path, cluster_file: Path) -> None:
+    """Reads are picked once per published view: the next change is seen by the next read."""
+    with served(str(tmp_path / "pool.db"), cluster_file) as pool:
+        nlp = pool.client("nlp")
+        assert (
+            nlp.call("GET", "/v1/jobs?state=running")
+            == nlp.call("GET", "/v1/jobs?state=running")
+            == []
+        )
+        job = nlp.submit(cards=1)
+        assert [j["id"] for j in nlp.call("GET", "/v1/jobs?state=running")] == [job["id"]]
+        nlp.cancel(job["id"])
+        assert nlp.call("GET", "/v1/jobs?state=running") == []
+        assert [j["state"] for j in nlp.call("GET", "/v1/jobs")] == ["cancelled"]
+        assert pool.client("cv").call("GET", "/v1/jobs") == []  # picked per asker

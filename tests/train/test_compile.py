@@ -86,3 +86,41 @@ def test_the_llama_head_and_loss_compile_with_its_blocks(tiny: dict[str, Any]) -
     assert model.head_loss is not eager and list(model.state_dict()) == names
     x, targets = torch.randn(2, 8, 16), torch.randint(0, 32, (2, 8))
     torch.testing.assert_close(model.head_loss(x, targets), eager(x, targets))
+
+
+class HeldOut:
+    """Held-out batches as the loop reads them: ``get(i)`` -> (inputs, targets)."""
+
+    def get(self, i: int) -> tuple[Any, Any]:
+        import torch
+
+        x = torch.randint(0, 40, (2, 8), generator=torch.Generator().manual_seed(i))
+        return x, x
+
+
+def test_evaluation_runs_the_compiled_blocks_without_compiling_again() -> None:
+    """No gradients and eval mode fail the training graph's guards: evaluation runs those
+    blocks eager rather than compile each again, and its loss is the eager model's."""
+    import copy
+
+    import torch
+    from xirang_llama.model import Llama, LlamaConfig
+
+    from xirang_core.train.compile import compiled_frames
+    from xirang_core.train.loop import evaluate
+
+    torch.manual_seed(0)
+    eager = Llama(
+        LlamaConfig(dim=16, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=32, vocab_size=40)
+    )
+    model = copy.deepcopy(eager)
+    for layer in model.layers.values():
+        layer.compile(backend="eager")  # dynamo's guards and frames, no code generation
+    torch._dynamo.reset()
+    x, y = HeldOut().get(99)
+    model(x, y).backward()  # the training graph
+    trained = compiled_frames()
+    assert trained > 0
+    loss = evaluate(model, HeldOut(), "cpu", 2)
+    assert compiled_frames() == trained
+    assert loss == pytest.approx(evaluate(eager, HeldOut(), "cpu", 2), rel=1e-6)

@@ -89,6 +89,8 @@ class CheckpointManager:
         self.staging = StagingBuffers()
         self.last_saved = 0
         self.last_result: SaveResult | None = None
+        #: more of each rank's JSON state, by key: objects with state_dict/load_state_dict
+        self.stateful: dict[str, Any] = {}
 
     @classmethod
     def from_config(
@@ -198,6 +200,8 @@ class CheckpointManager:
         loader = getattr(self.reader, "load_state_dict", None)
         if own is not None and loader is not None and rank_state.get("data") is not None:
             loader(rank_state["data"])
+        for key, part in self.stateful.items():  # every rank: a part may agree with the others
+            part.load_state_dict(rank_state.get(key))
 
     # --- save ------------------------------------------------------------------------------
 
@@ -240,6 +244,7 @@ class CheckpointManager:
         rank_state = {
             "rng": capture_rng(self.ctx.device),
             "data": state_dict() if state_dict is not None else {"step": step},
+            **{key: part.state_dict() for key, part in self.stateful.items()},
         }
         trainer = {
             "step": step,

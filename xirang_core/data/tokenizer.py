@@ -18,6 +18,9 @@ from xirang_core.errors import ConfigError, DataError
 from xirang_core.plugins import Registry, get_registry
 from xirang_core.specs import Tokenizer
 
+#: a byte-level tokenizer's vocabulary: a model this small was written for tokenizer=bytes
+BYTES = 256
+
 
 def settle_vocab(config: dict[str, Any], registry: Registry) -> None:
     """``model.vocab_size`` against the tokenizer's largest vocabulary: 0 takes it, a smaller
@@ -47,7 +50,8 @@ def check_vocab(config: dict[str, Any], vocab: int) -> None:
         raise ConfigError(
             f"model.vocab_size={size} is smaller than the vocabulary of tokenizer={name} "
             f"({vocab} ids). Use model.vocab_size=0 (the tokenizer's) or any size >= {vocab} "
-            f"(a padded size such as a multiple of 64 is fine)."
+            f"(a padded size such as a multiple of 64 is fine)"
+            + ("; a model written for bytes takes tokenizer=bytes." if size <= BYTES else ".")
         )
 
 

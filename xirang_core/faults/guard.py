@@ -51,6 +51,8 @@ class RunGuard:
             getattr(parts, "strategy", None),
             injector.fail_hook if injector else None,
         )
+        if getattr(parts, "balancer", None) is not None:  # adaptive shares resume too
+            manager.stateful["balance"] = parts.balancer
         if injector is not None:
             injector.corrupt_latest = lambda: corrupt_newest(manager)
         settings = CheckpointConfig(**(config.get("checkpoint") or {}))

@@ -102,6 +102,12 @@ class _Held:
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
+    """The tensor holding ``t``'s storage: a DTensor's local shard, or the result inside a
+    collective's not yet awaited output (a vocabulary-parallel embedding's all-reduce)."""
+    from torch.distributed._functional_collectives import AsyncCollectiveTensor
+
+    if isinstance(t, AsyncCollectiveTensor):
+        return t.elem
     return t._local_tensor if hasattr(t, "_local_tensor") else t
 
 

@@ -126,6 +126,9 @@ class ModelSpec(ImplSpec):
     #: optional ``"module:Class"``: the family's Hugging Face mapping (:class:`HFInterop`), used
     #: by ``xirang ckpt export --format hf`` and ``model.pretrained=<dir>``
     hf: str = ""
+    #: the tokenizer option (``tokenizer=<name>``) the family is written for, if only one
+    #: fits it (a byte-level model: ``"bytes"``); a run that names no tokenizer takes it
+    tokenizer: str = ""
 
     def load_parallelize(self) -> SplitPlan:
         """An instance of the family's split plan, :class:`SplitPlanBase`'s defaults filled."""

@@ -22,10 +22,18 @@ the gradient sync, is left out. ``calibrated`` times forwards of one micro-batch
 at start-up; ``adaptive`` also moves shares toward the measured speeds every
 ``parallel.balance_every`` steps, only when the predicted step time improves by more than
 :data:`HYSTERESIS` (noise does not make shares oscillate).
+
+A rank that slows mid-run is rebalanced at the next move (within ``balance_every`` steps). One
+whose speed, relative to the fastest rank's, stays below :data:`STRAGGLER_RATIO` of what its
+calibration (or the shares it started with) said for :data:`STRAGGLER_WINDOWS` windows in a
+row is reported once: a ``straggler`` event in the run directory, a warning, the metrics'
+``balance_stragglers`` and the run summary. Under ``adaptive`` the shares a checkpoint holds
+are where a resume on the same world and devices starts (:meth:`Balancer.load_state_dict`).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +41,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from xirang_core.checkpoint.events import record_event
+from xirang_core.devices.cgroup import worker_quota
 from xirang_core.errors import ConfigError
+
+log = logging.getLogger("xirang.balance")
 
 MODES = ("uniform", "calibrated", "adaptive")
 #: strategies whose gradient average tolerates unequal micro-batch counts per rank
@@ -46,6 +58,10 @@ SMOOTHING = 0.5
 WHOLE_OVER_FORWARD = 3.0
 #: forwards timed at start-up for ``calibrated`` (after one untimed warm-up)
 CALIBRATION_FORWARDS = 2
+#: a rank is a straggler below this fraction of its expected speed relative to the fastest
+STRAGGLER_RATIO = 0.6
+#: ... for this many windows of ``balance_every`` steps in a row (``adaptive``)
+STRAGGLER_WINDOWS = 3
 
 
 @dataclass(frozen=True)
@@ -83,6 +99,14 @@ def proportional(total: int, speeds: list[float]) -> Shares:
         spare = [r for r in range(len(counts)) if counts[r] > 1]
         counts[min(spare, key=lambda r: exact[r] - counts[r])] -= 1
     return Shares(tuple(counts))
+
+
+def relative_speeds(speeds: list[float], expected: list[float]) -> list[float]:
+    """Each rank's speed over its expected speed, as a fraction of the fastest rank's: 1.0 for
+    the rank furthest ahead of its calibration, 0.4 for one at 40% of what it promised. A
+    load that slows every rank alike leaves these at 1."""
+    over = [v / max(e, 1e-12) for v, e in zip(speeds, expected, strict=True)]
+    return [o / max(max(over), 1e-12) for o in over]
 
 
 def step_time(shares: Shares, speeds: list[float]) -> float:
@@ -129,11 +153,21 @@ class Balancer:
     its compute time, and (``adaptive``) the periodic move toward the measured speeds."""
 
     def __init__(
-        self, mode: str, every: int, shares: Shares, rank: int, device: torch.device
+        self,
+        mode: str,
+        every: int,
+        shares: Shares,
+        rank: int,
+        device: torch.device,
+        run_dir: str = "",
     ) -> None:
         self.mode, self.every, self.shares, self.rank = mode, every, shares, rank
-        self.device = device
+        self.device, self.run_dir = device, run_dir  # run_dir: rank 0 writes events there
         self.world = len(shares.counts)
+        #: each rank's speed as calibrated (or as the shares it started with say), relative
+        self.expected = [float(c) for c in shares.counts]
+        self._lagging = [0] * self.world  # windows in a row each rank was far below it
+        self.stragglers: dict[int, dict[str, Any]] = {}  # reported, by rank
         self.ratio = WHOLE_OVER_FORWARD  # forward and backward over forward, measured
         self._started = self._forward_s = 0.0
         self._window = [0.0, 0.0]  # micro-batches, compute seconds since the last move
@@ -197,6 +231,12 @@ class Balancer:
         speeds = self._speeds = [
             SMOOTHING * p + (1 - SMOOTHING) * m for p, m in zip(past, measured, strict=True)
         ]
+        moved = self._move(speeds)
+        self.watch(step, speeds)
+        return moved
+
+    def _move(self, speeds: list[float]) -> bool:
+        """The shares by ``speeds`` when they predict a step faster by :data:`HYSTERESIS`."""
         target = proportional(self.shares.total, speeds)
         if step_time(target, speeds) >= (1 - HYSTERESIS) * step_time(self.shares, speeds):
             return False
@@ -204,6 +244,39 @@ class Balancer:
         if self.on_reshare is not None:
             self.on_reshare(target)
         return True
+
+    def watch(self, step: int, speeds: list[float]) -> None:
+        """Count the windows each rank stays far below its expected speed; report a rank once
+        it has for :data:`STRAGGLER_WINDOWS` in a row (rebalancing absorbs it, but its device
+        is still not what it was calibrated as: throttled, shared or failing)."""
+        for rank, ratio in enumerate(relative_speeds(speeds, self.expected)):
+            self._lagging[rank] = self._lagging[rank] + 1 if ratio < STRAGGLER_RATIO else 0
+            if self._lagging[rank] >= STRAGGLER_WINDOWS and rank not in self.stragglers:
+                self._report(step, rank, ratio)
+
+    def _report(self, step: int, rank: int, ratio: float) -> None:
+        found = {
+            "rank": rank,
+            "step": step,
+            "speed_ratio": round(ratio, 3),
+            "share": self.shares.counts[rank],
+            "of": self.shares.total,
+        }
+        self.stragglers[rank] = found
+        if self.rank != 0:
+            return
+        windows = f"{STRAGGLER_WINDOWS} windows of {self.every} steps"
+        record_event(self.run_dir, "straggler", windows=STRAGGLER_WINDOWS, **found)
+        log.warning(
+            "balance: rank %d is a straggler: at %.0f%% of its calibrated speed (relative to "
+            "the fastest rank) for %s, at step %d; it now runs %d of the %d micro-batches",
+            rank,
+            100 * ratio,
+            windows,
+            step,
+            found["share"],
+            found["of"],
+        )
 
     def figures(self, step_s: float, steps: int) -> dict[str, Any]:
         """For the metrics record (every rank calls it): each rank's share, compute time per
@@ -213,11 +286,42 @@ class Balancer:
         self._logged = [0.0, 0.0]
         speeds = [m / s if s > 0 else 0.0 for m, s in gathered]
         bound = self.shares.total / sum(speeds) if all(speeds) else 0.0
+        stragglers = [self.stragglers[r] for r in sorted(self.stragglers)]
         return {
             "balance_shares": list(self.shares.counts),
             "balance_compute_ms": [round(1e3 * s / max(steps, 1), 3) for _, s in gathered],
             "balance_efficiency": round(bound / step_s, 4) if step_s > 0 else 0.0,
+            **({"balance_stragglers": stragglers} if stragglers else {}),
         }
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps (each rank's JSON): the shares, the speeds they came from,
+        what was expected of each rank, the stragglers reported, and this rank's device."""
+        return {
+            "shares": list(self.shares.counts),
+            "device": device_name(self.device),
+            "speeds": self._speeds,
+            "expected": self.expected,
+            "stragglers": [self.stragglers[r] for r in sorted(self.stragglers)],
+        }
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        """Under ``adaptive``, start from the checkpoint's shares when every rank runs on the
+        device it ran on then (same world, same device and CPU quota); otherwise keep the
+        shares calibrated now: the saved ones described other devices. Every rank calls it
+        (a collective)."""
+        if self.mode != "adaptive":
+            return
+        state = state or {"shares": [], "device": ""}  # a run that did not balance saved none
+        same = len(state["shares"]) == self.world and state["device"] == device_name(self.device)
+        if not all(flag for flag, _ in gather([float(same), 0.0], self.device)):
+            log.info("balance: the devices differ from the checkpoint's; shares as calibrated")
+            return
+        self.shares = Shares(tuple(state["shares"]))
+        self._speeds, self.expected = list(state["speeds"]), list(state["expected"])
+        self.stragglers = {s["rank"]: s for s in state["stragglers"]}
+        if self.on_reshare is not None:
+            self.on_reshare(self.shares)
 
     def calibrate(self, model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> None:
         """``calibrated``/``adaptive`` without given shares: time forwards of one micro-batch
@@ -232,8 +336,8 @@ class Balancer:
                 model(*inputs)
             self._sync()
         seconds = (time.perf_counter() - started) / CALIBRATION_FORWARDS
-        speeds = [1 / s for _, s in gather([1.0, seconds], self.device)]
-        self.shares = proportional(self.shares.total, speeds)
+        self.expected = [1 / s for _, s in gather([1.0, seconds], self.device)]
+        self.shares = proportional(self.shares.total, self.expected)
 
 
 class Unwatched:
@@ -249,6 +353,16 @@ class Unwatched:
         pass
 
 
+def device_name(device: torch.device) -> str:
+    """What a rank computes on, as far as its speed goes: the device's model, and the CPU
+    quota of the worker's cgroup (``scheduler.worker_quota``, a drill's ``slow``) if any."""
+    module = getattr(torch, device.type, None)
+    named = device.type != "cpu" and hasattr(module, "get_device_name")
+    name = module.get_device_name(device) if named else device.type  # type: ignore[union-attr]
+    quota = worker_quota()
+    return f"{name} quota={quota}" if quota is not None else name
+
+
 def gather(values: list[float], device: torch.device) -> list[tuple[float, float]]:
     """Every rank's (micro-batches, seconds) pair, in rank order."""
     mine = torch.tensor(values, dtype=torch.float64, device=device)
@@ -259,7 +373,7 @@ def gather(values: list[float], device: torch.device) -> list[tuple[float, float
     return [(float(t[0]), float(t[1])) for t in every]
 
 
-def for_run(config: dict[str, Any], rank: int, world: int, device: torch.device) -> Balancer | None:
+def for_run(config: dict[str, Any], ctx: Any) -> Balancer | None:
     """This rank's balancer, or None under ``parallel.balance=uniform`` (today's split)."""
     parallel, trainer = config["parallel"], config["trainer"]
     mode = parallel.get("balance", "uniform")
@@ -267,8 +381,9 @@ def for_run(config: dict[str, Any], rank: int, world: int, device: torch.device)
         return None
     total = trainer["global_batch"] // trainer["micro_batch"]
     given = parallel.get("balance_shares") or []
-    shares = Shares(tuple(given)) if given else even_shares(total, world)
-    return Balancer(mode, parallel.get("balance_every", 10), shares, rank, device)
+    shares = Shares(tuple(given)) if given else even_shares(total, ctx.data_world)
+    every = parallel.get("balance_every", 10)
+    return Balancer(mode, every, shares, ctx.data_rank, ctx.device, ctx.run_dir)
 
 
 def begin(balancer: Balancer, config: dict[str, Any], model: torch.nn.Module, batches: Any) -> None:
@@ -281,7 +396,8 @@ def begin(balancer: Balancer, config: dict[str, Any], model: torch.nn.Module, ba
 
 
 def summary_fields(last: dict[str, Any]) -> dict[str, Any]:
-    """The run summary's view: the final shares and balance efficiency (the last record's)."""
+    """The run summary's view: the final shares, balance efficiency and the stragglers
+    reported (the last record's)."""
     if "balance_shares" not in last:
         return {}
     return {
@@ -289,5 +405,6 @@ def summary_fields(last: dict[str, Any]) -> dict[str, Any]:
             "shares": last["balance_shares"],
             "compute_ms": last["balance_compute_ms"],
             "efficiency": last["balance_efficiency"],
+            "stragglers": last.get("balance_stragglers", []),
         }
     }

@@ -12,11 +12,14 @@ work on the device at all, so a missing C++ compiler or Triton is one error befo
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
+from collections.abc import Iterator
 from typing import Any
 
+import torch
 from torch import nn
 
 
@@ -34,6 +37,17 @@ def compile_model(model: nn.Module, config: dict[str, Any]) -> None:
     for layer in plan.layers(model).values():
         layer.compile()
     plan.compile_head(model)  # the output head and loss, if the family compiles them apart
+
+
+@contextlib.contextmanager
+def without_recompiling() -> Iterator[None]:
+    """Inside, compiled blocks whose guards fail run eager rather than compile again. For
+    evaluation: no gradients and eval mode fail the training graph's guards, so each compiled
+    block (and the compiled head) compiled a second graph at the first evaluation, minutes at
+    scale for a few held-out batches, and counted against dynamo's recompile limit. Code whose
+    guards hold still runs compiled; without compiled code this changes nothing."""
+    with torch.compiler.set_stance("eager_on_recompile"):
+        yield
 
 
 def compiler_problem(device_type: str) -> str | None:

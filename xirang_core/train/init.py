@@ -9,7 +9,9 @@ equivalence tests rely on it, and a resumed or resharded run never depends on bu
 from __future__ import annotations
 
 import hashlib
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import cast
 
 import torch
@@ -51,15 +53,53 @@ def _parameters(model: nn.Module) -> Iterator[tuple[str, nn.Parameter]]:
         yield model_name(name), param
 
 
+#: most parameters drawn at once, each on a thread of its own: one generator draws serially
+#: (the CPU's Mersenne Twister), so threads are what runs the draws in parallel; each holds
+#: one whole parameter meanwhile
+INIT_THREADS = 8
+
+
+def drawn(
+    model: nn.Module,
+    named: list[tuple[str, nn.Parameter]],
+    seed: int | None,
+    device: torch.device | None = None,
+) -> Iterator[tuple[nn.Parameter, torch.Tensor]]:
+    """``(parameter, its initial value)`` for each of ``named``, in order, drawn up to
+    :data:`INIT_THREADS` (at most torch's thread count) at a time: the whole value, or the
+    part of it this rank stores for a DTensor parameter, cut on the CPU (:func:`_local_part`).
+    Each parameter has its own generator, so values do not depend on which thread draws them
+    or when. With ``device`` (an accelerator) each thread makes it current first, so no thread
+    opens a context on another device."""
+    seed = torch.initial_seed() if seed is None else seed
+    workers = max(1, min(INIT_THREADS, torch.get_num_threads()))
+
+    def draw(name: str, param: nn.Parameter) -> torch.Tensor:
+        if device is not None and device.type not in ("cpu", "meta"):
+            torch.accelerator.set_device_index(device)
+        return _local_part(full_parameter(model, name, param, seed), param)
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="xirang-init") as pool:
+        window: deque[tuple[nn.Parameter, Future[torch.Tensor]]] = deque()
+        for name, param in named:
+            window.append((param, pool.submit(draw, name, param)))
+            if len(window) >= workers:
+                done, future = window.popleft()
+                yield done, future.result()
+        while window:
+            done, future = window.popleft()
+            yield done, future.result()
+
+
 @torch.no_grad()
 def init_parameters(model: nn.Module, seed: int | None = None) -> None:
     """Initialise every parameter of a materialised, unsplit ``model`` in place through its
     family's ``param_init(name, tensor, generator)``; ``seed`` defaults to torch's initial seed
     (the worker seeds torch with ``config.seed`` before building the model). Parameters on the
     meta device are left alone: :func:`materialize` draws them once they have storage."""
-    for name, param in _parameters(model):
-        if not param.is_meta:
-            param.copy_(full_parameter(model, name, param, seed))
+    materialised = [(n, p) for n, p in _parameters(model) if not p.is_meta]
+    for param, value in drawn(model, materialised, seed):
+        param.copy_(value)
 
 
 @torch.no_grad()
@@ -68,9 +108,12 @@ def materialize(model: nn.Module, device: torch.device | str, seed: int | None =
     since) storage on ``device``, then fill each parameter's local part with the matching part
     of the value :func:`init_parameters` would give it.
 
-    One parameter's whole value exists at a time (drawn on the CPU; a sharded one is split on
-    its mesh's device): a worker's peak is its own shards plus the largest parameter, never
-    the whole model. A DTensor parameter (FSDP2's
+    A few parameters' whole values exist at a time (:data:`INIT_THREADS`, drawn on the CPU
+    and cut there): a worker's peak is its own shards plus that many of the largest
+    parameters, never the whole model, and only its own part of each reaches ``device``.
+    Drawing only the shard is not possible without changing the weights: the CPU generator's
+    stream has no skip-ahead, so rank r's values come after every value before them, and a
+    device's generator (Philox) draws a different stream. A DTensor parameter (FSDP2's
     ``Shard(0)``, padded when uneven; tensor parallel's shards; both at once) receives the
     slice its placements give this rank, so the weights equal the single-process ones bit for
     bit at any world size. Buffers come from the family's optional ``init_buffers()``.
@@ -79,9 +122,9 @@ def materialize(model: nn.Module, device: torch.device | str, seed: int | None =
     model.to_empty(device=device)
     for holder, attr, owner, owner_attr in ties:  # plain tensors come back one per holder
         setattr(holder, attr, getattr(owner, owner_attr))
-    for name, param in _parameters(model):
-        full = full_parameter(model, name, param, seed)
-        _local(param).copy_(_local_part(full, param))
+    device = torch.device(device)
+    for param, local in drawn(model, list(_parameters(model)), seed, device):
+        _local(param).copy_(local)
     cast(Model, model).init_buffers()  # a family's optional buffers (RoPE tables)
     return model
 
@@ -108,11 +151,25 @@ def _local(param: torch.Tensor) -> torch.Tensor:
 
 
 def _local_part(full: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
-    """The slice of ``full`` that ``param``'s placements give this rank: the same split
-    ``distribute_tensor`` makes, done locally (every rank drew the same ``full``)."""
-    from torch.distributed.tensor import DTensor, distribute_tensor
+    """The slice of ``full`` that ``param``'s placements give this rank: the split
+    ``distribute_tensor(..., src_data_rank=None)`` makes, done on the CPU, where ``full`` is
+    (``distribute_tensor`` first copies the whole tensor to the mesh's device). Every rank
+    drew the same ``full``; a replicated dimension keeps it whole."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+    from torch.distributed.tensor.placement_types import _StridedShard
 
     if not isinstance(param, DTensor):
         return full
-    mine = distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None)
-    return mine.to_local()
+
+    mesh, local = param.device_mesh, full
+    for index, placement in enumerate(param.placements):
+        dim = getattr(placement, "dim", 0) % max(1, full.ndim)
+        if isinstance(placement, _StridedShard):  # FSDP2 over tensor parallel's shards
+            local = _StridedShard._make_shard_tensor(
+                dim, local, mesh, index, None, split_factor=placement.split_factor
+            )
+        elif isinstance(placement, Shard):
+            local = Shard._make_shard_tensor(dim, local, mesh, index, None)
+        elif not isinstance(placement, Replicate):
+            raise ValueError(f"a parameter placed {placement} has no initial value to draw")
+    return local

@@ -32,7 +32,7 @@ from xirang_core.hookcall import notify
 from xirang_core.specs import WorkerContext
 from xirang_core.sweep.prune import pruned_here
 from xirang_core.train.balance import Balancer, Unwatched
-from xirang_core.train.compile import compiled_frames
+from xirang_core.train.compile import compiled_frames, without_recompiling
 from xirang_core.train.host_memory import retain_freed_memory
 from xirang_core.train.optim import build_schedule
 from xirang_core.train.precision import Precision
@@ -309,6 +309,8 @@ class Trainer:
         ``torch.compile`` compiled count in ``compile_s``, not in the records' tokens/s."""
         s = self.settings
         self.model.train()
+        if self.balance is not None:  # a resume may have put the checkpoint's shares back
+            self.batches = prefetched(self._source, self.ctx.device, self.balance.count)
         records: list[dict[str, Any]] = []
         started = mark = time.perf_counter()
         mark_step, compiling = start_step - 1, (0.0, 0)  # compile time and steps since mark
@@ -504,13 +506,16 @@ def peak_memory(device: torch.device) -> int:
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, batches: TokenBatches, device: Any, n_batches: int) -> float:
-    """Mean loss over ``n_batches`` held-out batches."""
+    """Mean loss over ``n_batches`` held-out batches; compiled blocks are not compiled again."""
     model.eval()
     run_eval = owned_by(model).xirang_eval  # a pipeline evaluates through its schedule
-    if run_eval is not None:
-        mean = run_eval(batches, n_batches)
-    else:
-        losses = [model(*(t.to(device) for t in batches.get(i))).item() for i in range(n_batches)]
-        mean = sum(losses) / len(losses)
+    with without_recompiling():
+        if run_eval is not None:
+            mean = run_eval(batches, n_batches)
+        else:
+            losses = [
+                model(*(t.to(device) for t in batches.get(i))).item() for i in range(n_batches)
+            ]
+            mean = sum(losses) / len(losses)
     model.train()
     return mean

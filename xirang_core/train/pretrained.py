@@ -48,13 +48,13 @@ def folder_tokenizer(model: dict[str, Any], overrides: list[str]) -> dict[str, s
     rows stand for that tokenizer's ids, and another tokenizer's ids would index the wrong
     rows (silently, when its vocabulary is no larger)."""
     folder = model.get("pretrained")
-    if not folder or any(_names_tokenizer(o) for o in overrides):
+    if not folder or any(names_tokenizer(o) for o in overrides):
         return None
     path = Path(folder).expanduser().resolve()
     return {"name": "hf", "path": str(path)} if (path / TOKENIZER_FILE).is_file() else None
 
 
-def _names_tokenizer(override: str) -> bool:
+def names_tokenizer(override: str) -> bool:
     """Whether a command-line override sets the tokenizer (``tokenizer=``, ``tokenizer.*=``)."""
     key = override.split("=", 1)[0].lstrip("+~")
     return key == "tokenizer" or key.startswith("tokenizer.")

@@ -202,7 +202,7 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
     accum = micro_batches(trainer["global_batch"], ctx.data_world, micro)
     dataset = open_dataset(config, registry)
     train, val = dataset.batches(config, ctx.data_rank, ctx.data_world, micro, accum)
-    balancer = balance.for_run(config, ctx.data_rank, ctx.data_world, ctx.device)
+    balancer = balance.for_run(config, ctx)
     if balancer is not None:
         balance.begin(balancer, config, wrapped, train)
     train = loop_batches(train, trainer["max_steps"], data.get("num_workers", 0))

@@ -174,8 +174,30 @@ def nodes(source: ConsoleSource, who: str, page_no: int, csrf: str = "") -> str:
         ],
         "nodes",
     )
-    more = pager("/nodes", page_no, len(rows), PAGE_SIZE)
+    more = pager("/nodes", page_no, len(rows), PAGE_SIZE) + _stragglers(source.stragglers())
     return page("Node health", display_name(who), body + more, csrf)
+
+
+def _stragglers(rows: list[dict[str, Any]]) -> str:
+    """Ranks of running jobs slower than calibrated even after rebalancing, if any."""
+    if not rows:
+        return ""
+    head = "<h2>Stragglers in running jobs</h2>"
+    return head + table(
+        ["job", "name", "device type", "rank", "since step", "speed vs calibrated"],
+        [
+            [
+                Raw(f'<a href="/jobs/{int(s["job"])}">{int(s["job"])}</a>'),
+                s["name"],
+                s["device_type"],
+                s["rank"],
+                s["step"],
+                f"{s['speed_ratio']:.0%}",
+            ]
+            for s in rows
+        ],
+        "stragglers",
+    )
 
 
 def cost(source: ConsoleSource, who: str, csrf: str = "") -> str:

@@ -124,6 +124,12 @@ class ConsoleSource:
             found = job_history(self.pool, job_id, self.costs)
         return found if found is not None and who in (OPERATOR, found["project"]) else None
 
+    def stragglers(self) -> list[dict[str, Any]]:
+        """Running jobs' straggler ranks (:func:`view.stragglers`), read once per snapshot."""
+        return self.per_viewer(
+            "stragglers", OPERATOR, lambda: view.stragglers(self.snapshot().state)
+        )
+
     def quotas_for(self, who: str) -> list[dict[str, Any]]:
         return _mine(self.snapshot().quotas, who)
 

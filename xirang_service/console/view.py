@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from xirang_core.checkpoint.events import read_events
 from xirang_service.console.state import PoolState
 from xirang_service.cost.money import split_exact
 from xirang_service.pool.jobs import Job, JobState, priority_name
@@ -55,6 +56,28 @@ def nodes(state: PoolState) -> list[dict[str, Any]]:
         for n in state.nodes
     ]
     return sorted(rows, key=lambda r: (r["healthy"], r["name"]))
+
+
+def stragglers(state: PoolState) -> list[dict[str, Any]]:
+    """Ranks that running jobs' balancers reported as stragglers (``straggler`` events in the
+    run directory a job names): still far slower than calibrated after rebalancing, so their
+    device is throttled, shared or failing. One small file read per such job."""
+    rows = []
+    for job in state.live_jobs():
+        run_dir = job.payload.get("run_dir")
+        if job.state is not JobState.RUNNING or not run_dir:
+            continue
+        try:
+            events = read_events(run_dir)
+        except (OSError, ValueError):  # unreadable here, or a line being written
+            continue
+        rows += [
+            {"job": job.id, "name": job.name or f"job-{job.id}", "device_type": job.device_type}
+            | {k: e[k] for k in ("rank", "step", "speed_ratio")}
+            for e in events
+            if e["event"] == "straggler"
+        ]
+    return rows
 
 
 def jobs(state: PoolState, now: float) -> list[dict[str, Any]]:

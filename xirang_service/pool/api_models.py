@@ -15,7 +15,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 
 from xirang_service.cost.usage import check_report
 from xirang_service.pool.jobs import MAX_CARDS, PRIORITIES, check_cards, parse_priority
-from xirang_service.pool.quota import MAX_JOBS_CAP, MAX_PAYLOAD_CAP
+from xirang_service.pool.quota import MAX_JOBS_CAP, MAX_PAYLOAD_CAP, MAX_RATE
 from xirang_service.web.fields import StrictModel, Text, check_json, text, via
 
 #: project and node names, as the paths have always matched them
@@ -96,6 +96,10 @@ class QuotaIn(StrictModel):
     max_jobs: Annotated[int, Field(ge=1, le=MAX_JOBS_CAP)] | None = None
     #: the JSON bytes of those jobs' payloads together (more: 413)
     max_payload_bytes: Annotated[int, Field(ge=1, le=MAX_PAYLOAD_CAP)] | None = None
+    #: requests per second the project may send (0: no limit; more: 429 with Retry-After)
+    rate: Annotated[float, Field(ge=0, le=MAX_RATE)] | None = None
+    #: requests it may send at once above the rate (0: the rate's one second)
+    burst: Annotated[int, Field(ge=0, le=MAX_RATE)] | None = None
 
 
 class Answer(BaseModel):
@@ -177,6 +181,8 @@ class ProjectOut(QuotaOut):
 
     max_jobs: int
     max_payload_bytes: int
+    rate: float
+    burst: int
 
 
 class QuotaSetOut(ProjectOut):

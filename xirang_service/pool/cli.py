@@ -1,17 +1,20 @@
 """``xirang pool``: run the pool service, use it, and simulate policies on traces.
 
     xirang pool serve --cluster cluster.yaml [--store pool.db | postgresql://..]
+                      [--host H --port P --advertise URL]
                       [--policy ..] [--prices book.yaml] [--cost-db cost.db]
     xirang pool status | queue | jobs [--state running] [--json]
     xirang pool history JOB
     xirang pool cancel JOB
     xirang pool quota [PROJECT --guaranteed N --borrow-limit N --team T
-                               --max-priority CLASS --run-as USER]
+                               --max-priority CLASS --run-as USER --max-jobs N
+                               --max-payload-bytes BYTES --rate PER_S --burst N]
     xirang pool drain NODE [--reason TEXT] | undrain NODE
     xirang pool simulate --trace philly.csv --cluster cluster.yaml
                          --policy fifo,priority,hetero
 
-Clients read XIRANG_POOL_URL and XIRANG_POOL_TOKEN (a project's token, or the operator's).
+Clients read XIRANG_POOL_URL (replicas: their URLs, comma-separated) and XIRANG_POOL_TOKEN
+(a project's token, or the operator's).
 Operator commands send --token, else XIRANG_POOL_OPERATOR_TOKEN, else XIRANG_POOL_TOKEN, else
 the token pool serve kept beside its default state, if it serves at that URL.
 """
@@ -19,11 +22,14 @@ the token pool serve kept beside its default state, if it serves at that URL.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
 import signal
+import socket
 import threading
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +39,7 @@ from xirang_core.plugins import get_registry
 from xirang_core.specs import SchedulerSpec, import_target
 from xirang_core.terminal import help_text
 from xirang_service.pool.client import PoolClient
+from xirang_service.pool.database import LOCK_SUFFIX, redact
 from xirang_service.pool.errors import PoolError
 from xirang_service.pool.jobs import PRIORITIES
 
@@ -83,6 +90,13 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8476)
     serve.add_argument(
+        "--advertise",
+        default="",
+        metavar="URL",
+        help="the URL clients reach this replica at, which standbys name while it leads "
+        "(default http://HOST:PORT; docs/pool.md, High availability)",
+    )
+    serve.add_argument(
         "--executor",
         default="local",
         choices=executor_names(),
@@ -126,6 +140,31 @@ def _parser() -> argparse.ArgumentParser:
         metavar="USER",
         help="the Unix account the project's jobs run as (needed by --executor slurm)",
     )
+    quota.add_argument(
+        "--max-jobs",
+        type=int,
+        metavar="N",
+        help="jobs the project may have queued or running at once (more: 429; default 2000)",
+    )
+    quota.add_argument(
+        "--max-payload-bytes",
+        type=int,
+        metavar="BYTES",
+        help="JSON bytes of those jobs' payloads together (more: 413; default 32 MiB)",
+    )
+    quota.add_argument(
+        "--rate",
+        type=float,
+        metavar="PER_S",
+        help="requests per second the project may send (more: 429 with Retry-After; "
+        "0, the default: no limit)",
+    )
+    quota.add_argument(
+        "--burst",
+        type=int,
+        metavar="N",
+        help="requests it may send at once above the rate (0, the default: the rate's second)",
+    )
     quota.add_argument("--rotate-token", action="store_true")
     quota.set_defaults(run=_quota)
 
@@ -166,7 +205,11 @@ def _client_options(parser: argparse.ArgumentParser, after_command: bool) -> Non
     """--url, --token and --json, before the command; after it as well, where they default
     to nothing (SUPPRESS) so that an option given before the command is kept."""
     unset = argparse.SUPPRESS if after_command else None
-    parser.add_argument("--url", default=unset or "", help="pool service URL (XIRANG_POOL_URL)")
+    parser.add_argument(
+        "--url",
+        default=unset or "",
+        help="pool service URL, or the replicas' URLs comma-separated (XIRANG_POOL_URL)",
+    )
     parser.add_argument("--token", default=unset or "", help="token (XIRANG_POOL_TOKEN)")
     parser.add_argument(
         "--json", action="store_true", default=unset or False, help="machine-readable output"
@@ -201,7 +244,7 @@ def _operator_client(args: argparse.Namespace) -> PoolClient:
     if client.token:
         return client
     kept = kept_operator_token(default_state(), client.url)
-    return PoolClient(client.url, kept[0], source=f"the file {kept[1]}") if kept else client
+    return PoolClient(client.urls, kept[0], source=f"the file {kept[1]}") if kept else client
 
 
 def kept_operator_token(state: str, url: str) -> tuple[str, Path] | None:
@@ -231,11 +274,16 @@ def _view(args: argparse.Namespace) -> int:
     return _print(args, _client(args).call("GET", path))
 
 
+#: a project's limits (docs/pool.md, Limits per tenant), as ``xirang pool quota`` sets them
+_LIMITS = ("max_jobs", "max_payload_bytes", "rate", "burst")
+
+
 def _quota(args: argparse.Namespace) -> int:
     if not args.project:
         return _print(args, _client(args).call("GET", "/v1/projects"))
     body: dict[str, Any] = {"rotate_token": args.rotate_token}
-    for key in ("guaranteed", "borrow_limit", "team", "max_priority", "run_as"):
+    settable = ("guaranteed", "borrow_limit", "team", "max_priority", "run_as", *_LIMITS)
+    for key in settable:
         if getattr(args, key) is not None:
             body[key] = getattr(args, key)
     return _print(args, _operator_client(args).call("PUT", f"/v1/projects/{args.project}", body))
@@ -247,7 +295,7 @@ def _serve(args: argparse.Namespace) -> int:
     require("xirang pool serve")
     from xirang_service.web.server import settle_heap
 
-    service, server, token_file = _started(args)
+    replica, server, token_file, budgets = _started(args)
     settle_heap()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -255,55 +303,62 @@ def _serve(args: argparse.Namespace) -> int:
     thread.start()
     host, port = server.server_address[:2]
     _record_url(args.state, token_file, str(host), int(port))
+    service = replica.service
+    role = (
+        f"{service.restored} job(s) restored"
+        if service is not None
+        else f"standing by: the leader is {replica.leader or 'not known yet'}"
+    )
     print(
-        f"xirang pool: http://{host}:{port} (state {service.store.path}, policy {args.policy}, "
-        f"{service.restored} job(s) restored)",
+        f"xirang pool: http://{host}:{port} (state {redact(args.state)}, policy "
+        f"{args.policy}, {role})",
         flush=True,
     )
     if token_file:
         print(f"operator token written to {token_file}", flush=True)
-    if not service.budgets.metered:
+    if not budgets.metered:
         print(
             "xirang pool: no --prices, so pool jobs are not metered here; budgets act only on "
             "charges recorded elsewhere (runs, `xirang console --prices`)",
             flush=True,
         )
-    try:
-        while not stop.wait(2.0):
-            service.tick()
-    except KeyboardInterrupt:
-        pass
+    with contextlib.suppress(KeyboardInterrupt):
+        replica.run(stop)
     server.shutdown()
-    service.store.close()
-    service.budgets.close()
+    replica.close()  # a leader's lease goes with its connection: a standby takes over now
+    budgets.close()
     return 0
 
 
-def _started(args: argparse.Namespace) -> tuple[Any, Any, str]:
-    """The service over its store, and its server bound to the port; with the token file
-    it generated ('' when the token came from the environment). A start that fails (no
-    --cluster for a new pool, a bad cluster file or policy, a port in use) removes every
-    file it created, so no empty store or orphaned token is left to be found later."""
-    from xirang_service.pool.service import PoolService
+def _started(args: argparse.Namespace) -> tuple[Any, Any, str, PoolBudgets]:
+    """The replica over its store, leading if it took the store's lease (a first start, or
+    no other replica serves a PostgreSQL store), and its server bound to the port; with the
+    token file it generated ('' when the token came from the environment) and the budgets.
+    A start that fails (no --cluster for a new pool, a bad cluster file or policy, a port
+    in use, an SQLite store another server holds) removes every file it created, so no
+    empty store or orphaned token is left to be found later."""
+    from xirang_service.pool.replica import Replica
     from xirang_service.pool.store import PoolStore
 
     paths = _state_files(args.state, args.cost_db)
     created = [p for p in paths if not p.exists()]
     folders = sorted({p.parent for p in created if not p.parent.exists()}, reverse=True)
-    store: PoolStore | None = None
-    budgets: PoolBudgets | None = None
+    opened: list[Callable[[], None]] = []  # what to close if the start fails, in order
     try:
         budgets = _budgets(args.prices, args.cost_db)
+        opened.append(budgets.close)
         token, token_file = _operator_token(beside_state(args.state, TOKEN_SUFFIX))
-        store = PoolStore(args.state)
-        cluster = args.cluster or _inventory_cluster_file(args, store)
-        executor = _executor(args.executor)
-        service = PoolService(store, cluster, args.policy, token, executor, budgets=budgets)
-        return service, _listening(service, args), token_file
+        build = _builder(args, token, budgets)
+        replica = Replica(PoolStore(args.state), partial(PoolStore, args.state), build, "")
+        opened.append(replica.close)
+        server = _listening(replica, args)
+        opened.append(server.server_close)
+        replica.url = args.advertise or _advertised(*server.server_address[:2])
+        replica.step()
+        return replica, server, token_file, budgets
     except BaseException:
-        for opened in (store, budgets):
-            if opened is not None:
-                opened.close()
+        for close in reversed(opened):
+            close()
         for path in created:
             path.unlink(missing_ok=True)
         for folder in folders:  # deepest first; only what this start made and left empty
@@ -312,12 +367,33 @@ def _started(args: argparse.Namespace) -> tuple[Any, Any, str]:
         raise
 
 
-def _listening(service: Any, args: argparse.Namespace) -> Any:
-    """The service's server, bound to ``--host``/``--port``; one clear error when it cannot be."""
-    from xirang_service.pool.rest import serve
+def _builder(args: argparse.Namespace, token: str, budgets: PoolBudgets) -> Any:
+    """How a replica that took the lease builds the pool over its store: every term gets
+    its own executor (a new leader adopts the running jobs' stored handles)."""
+    from xirang_service.pool.service import PoolService
+
+    def build(store: Any) -> PoolService:
+        cluster = args.cluster or _inventory_cluster_file(args, store)
+        executor = _executor(args.executor)
+        return PoolService(store, cluster, args.policy, token, executor, budgets=budgets)
+
+    return build
+
+
+def _advertised(host: str, port: int) -> str:
+    """The URL a leader records for the standbys to name: its host, or, bound to every
+    address, this machine's name."""
+    if host in ("0.0.0.0", "::"):
+        host = socket.getfqdn()
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def _listening(replica: Any, args: argparse.Namespace) -> Any:
+    """The replica's server, bound to ``--host``/``--port``; one clear error when it cannot be."""
+    from xirang_service.pool.rest import serve_replica
 
     try:
-        return serve(service, args.host, args.port)
+        return serve_replica(replica, args.host, args.port)
     except OSError as exc:
         raise PoolError(
             f"cannot listen on {args.host}:{args.port} ({exc.strerror or exc}); another service "
@@ -334,7 +410,7 @@ def _state_files(state: str, cost_db: str) -> list[Path]:
     cost = [Path(f"{cost_db or default_path()}{s}") for s in sqlite]
     if "://" in state:
         return kept + cost
-    return [Path(state + s) for s in sqlite] + kept + cost
+    return [Path(state + s) for s in (*sqlite, LOCK_SUFFIX)] + kept + cost
 
 
 def _record_url(state: str, token_file: str, host: str, port: int) -> None:

@@ -1,11 +1,19 @@
 """A small client of the pool's REST API, used by the CLI and ``scheduler=pool``.
 
 The URL comes from ``XIRANG_POOL_URL`` (default ``http://127.0.0.1:8476``) and the token from
-``XIRANG_POOL_TOKEN``; both can be passed explicitly. Errors the service answers with become
-:class:`PoolError` carrying its message, so the user sees the service's one clear line; so
-does a connection lost before the answer came, naming the request. A submission carries an
-``Idempotency-Key``, and is sent again with it when the answer was lost: the service answers
-the job the first attempt made, so a retry never makes a second job.
+``XIRANG_POOL_TOKEN``; both can be passed explicitly. The URL may be a comma-separated list
+(or a list): the replicas of one pool (docs/pool.md, High availability). Errors the service
+answers with become :class:`PoolError` carrying its message, so the user sees the service's
+one clear line; so does a connection lost before the answer came, naming the request.
+
+A 503 means the request changed nothing (a standby, a store that is away, an election under
+way): the client tries the leader the answer names (when it is one of its endpoints), else
+its next endpoint, and after a round of them waits the answer's ``Retry-After``, for up to
+``retry_s`` in all. An endpoint that refuses the connection (a killed replica) is skipped
+for the next; when every endpoint of a round refuses, no pool serves and the error comes at
+once. A submission carries an ``Idempotency-Key``, and is sent again with it when the answer
+was lost: the service answers the job the first attempt made, so a retry never makes a
+second job; so are reads and cancels (a repeated cancel changes nothing).
 """
 
 from __future__ import annotations
@@ -13,25 +21,38 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
-from xirang_service.pool.errors import OPERATOR_HELP, TOKEN_HELP, PoolError
+from xirang_service.pool.errors import LEADER_HEADER, OPERATOR_HELP, TOKEN_HELP, PoolError
 
 DEFAULT_URL = "http://127.0.0.1:8476"
-#: how many times a submission is sent when its answer is lost
+#: how many times a retry-safe request is sent when its answer is lost
 SUBMIT_ATTEMPTS = 3
+#: how long a request is retried while the pool answers 503 (a failover takes up to 10 s)
+RETRY_S = 20.0
 
 
 class PoolClient:
     def __init__(
-        self, url: str = "", token: str = "", timeout: float = 30.0, source: str = ""
+        self,
+        url: str | Sequence[str] = "",
+        token: str = "",
+        timeout: float = 30.0,
+        source: str = "",
+        retry_s: float = RETRY_S,
     ) -> None:
-        self.url = (url or os.environ.get("XIRANG_POOL_URL") or DEFAULT_URL).rstrip("/")
+        given = url or os.environ.get("XIRANG_POOL_URL") or DEFAULT_URL
+        listed = given.split(",") if isinstance(given, str) else list(given)
+        #: every replica's URL; ``url`` is the one in use (the last that answered)
+        self.urls = [u.strip().rstrip("/") for u in listed if u.strip()] or [DEFAULT_URL]
+        self.url = self.urls[0]
         self.token = token or os.environ.get("XIRANG_POOL_TOKEN", "")
-        self.timeout = timeout
+        self.timeout, self.retry_s = timeout, retry_s
         #: where the token came from, named when the service refuses it
         self.source = source or ("--token" if token else "XIRANG_POOL_TOKEN")
 
@@ -42,8 +63,43 @@ class PoolClient:
         body: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
     ) -> Any:
+        """One request, retried as the module says; its JSON answer, or PoolError."""
         if not self.token:  # every endpoint needs one: say where it comes from, not just 401
             raise PoolError(f"missing token: {TOKEN_HELP}", 401)
+        safe = method in ("GET", "DELETE") or "Idempotency-Key" in (headers or {})
+        deadline, lost = time.monotonic() + self.retry_s, 0
+        untried, answered = list(self.urls), False
+        while True:
+            if self.url in untried:
+                untried.remove(self.url)
+            try:
+                return self._once(method, path, body, headers)
+            except _Unavailable as exc:
+                answered = True
+                if exc.leader in self.urls and exc.leader != self.url:
+                    self.url = exc.leader
+                    continue
+                error: PoolError = exc
+                wait = exc.retry_after
+            except _Refused as exc:
+                error, wait = exc, 0.0
+            except LostAnswer as exc:
+                lost += 1
+                if not safe or lost >= SUBMIT_ATTEMPTS:
+                    raise
+                error, wait, answered = exc, 0.0, True
+            if untried:
+                self.url = untried[0]
+                continue
+            if not answered or time.monotonic() + wait > deadline:
+                raise error
+            time.sleep(wait)
+            untried, answered = list(self.urls), False
+
+    def _once(
+        self, method: str, path: str, body: dict[str, Any] | None, headers: dict[str, str] | None
+    ) -> Any:
+        """``method path`` at the endpoint in use, once."""
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(self.url + path, data=data, method=method)
         request.add_header("Authorization", f"Bearer {self.token}")
@@ -58,11 +114,14 @@ class PoolClient:
                 message = json.loads(exc.read()).get("error", exc.reason)
             except ValueError:
                 message = exc.reason
-            raise PoolError(f"pool service: {message}{self._refused(exc.code)}", exc.code) from None
+            text = f"pool service: {message}{self._refused(exc.code)}"
+            if exc.code == 503:
+                raise _Unavailable(text, exc.headers) from None
+            raise PoolError(text, exc.code) from None
         except urllib.error.URLError as exc:
-            raise PoolError(
-                f"cannot reach the pool service at {self.url} ({exc.reason}); start it with "
-                "`xirang pool serve` or set XIRANG_POOL_URL"
+            raise _Refused(
+                f"cannot reach the pool service at {', '.join(self.urls)} ({exc.reason}); start "
+                "it with `xirang pool serve` or set XIRANG_POOL_URL"
             ) from None
         except (http.client.HTTPException, OSError) as exc:  # RemoteDisconnected, a reset
             raise LostAnswer(
@@ -88,14 +147,9 @@ class PoolClient:
 
     def submit(self, key: str = "", **job: Any) -> dict[str, Any]:
         """Queue a job under idempotency ``key`` (a fresh one if not given), sending it again
-        while its answer is lost: the service answers the one job it made."""
-        headers = {"Idempotency-Key": key or uuid.uuid4().hex}
-        for _ in range(SUBMIT_ATTEMPTS - 1):
-            try:
-                return self.call("POST", "/v1/jobs", job, headers)
-            except LostAnswer:
-                continue
-        return self.call("POST", "/v1/jobs", job, headers)
+        while its answer is lost or the pool fails over: the service answers the one job it
+        made."""
+        return self.call("POST", "/v1/jobs", job, {"Idempotency-Key": key or uuid.uuid4().hex})
 
     def job(self, job_id: int) -> dict[str, Any]:
         return self.call("GET", f"/v1/jobs/{job_id}")
@@ -115,3 +169,19 @@ class PoolClient:
 
 class LostAnswer(PoolError):
     """The connection broke before the service answered: the request may have taken effect."""
+
+
+class _Unavailable(PoolError):
+    """A 503: nothing changed; ``retry_after`` seconds and the ``leader`` a standby named."""
+
+    def __init__(self, message: str, headers: Any) -> None:
+        super().__init__(message, 503)
+        try:
+            self.retry_after = max(1.0, float(headers.get("Retry-After") or 1))
+        except ValueError:
+            self.retry_after = 1.0
+        self.leader = (headers.get(LEADER_HEADER) or "").rstrip("/")
+
+
+class _Refused(PoolError):
+    """No connection to an endpoint: the request was never sent."""

@@ -13,7 +13,8 @@
       prices: {v100: 2.5, p100: 1.5}                   # per device-hour (optional)
     projects:
       - {name: nlp, guaranteed: 64, borrow_limit: 128, team: research, max_priority: high,
-         run_as: nlp-jobs}         # the Unix account its jobs run as (docs/pool.md)
+         run_as: nlp-jobs,         # the Unix account its jobs run as (docs/pool.md)
+         max_jobs: 2000, max_payload_bytes: 33554432, rate: 20, burst: 40}   # limits
 
 Relative paths resolve against the cluster file's folder.
 """
@@ -106,7 +107,7 @@ def _entry(section: str, index: int | None, value: Any, make: Any, *args: Any) -
 def _project(entry: dict[str, Any]) -> Project:
     if "max_priority" in entry:  # a class name (normal, high, ...) in the file
         entry = {**entry, "max_priority": parse_priority(entry["max_priority"])}
-    return Project(**entry)
+    return Project(**entry).check()  # inside _entry: the error names the entry
 
 
 def load(path: str | Path) -> tuple[Cluster, Throughputs, QuotaBook]:

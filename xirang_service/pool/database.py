@@ -7,8 +7,10 @@ auto-incrementing key and how a write transaction begins.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import math
+import os
 import re
 import select
 import sqlite3
@@ -51,6 +53,10 @@ class Database(Protocol):
     def columns(self, table: str) -> set[str]: ...
 
     def transaction(self) -> Any: ...
+
+    def try_lead(self) -> bool: ...
+
+    def leads(self) -> bool: ...
 
     def close(self) -> None: ...
 
@@ -118,6 +124,10 @@ def _keep_private(path: str) -> None:
             file.chmod(0o600)
 
 
+#: beside an SQLite store: the file its one server holds locked
+LOCK_SUFFIX = ".serve-lock"
+
+
 class SQLiteDatabase:
     """One SQLite file in WAL mode, so other processes read while the service writes."""
 
@@ -131,6 +141,33 @@ class SQLiteDatabase:
         self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")
+        self._lock_fd: int | None = None
+
+    def try_lead(self) -> bool:
+        """Hold the file's serving lock (``flock``, released by the kernel when this process
+        ends, kill -9 included): an SQLite store has one server, since two would each keep
+        the pool in memory and overwrite each other. Another server holding it is an error,
+        not a standby: replicas need PostgreSQL."""
+        if self._lock_fd is not None or self.location == ":memory:":
+            return True
+        # a file of its own: closing another descriptor of the database file would drop
+        # SQLite's own POSIX locks on it
+        fd = os.open(self.location + LOCK_SUFFIX, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise PoolError(
+                f"the pool store {self.location} is served by another `xirang pool serve` "
+                "(it holds the file's lock): an SQLite store has one server; stop that one, or "
+                "put the pool on PostgreSQL (--store postgresql://...) to run replicas "
+                f"(the lock is the file {self.location + LOCK_SUFFIX})"
+            ) from None
+        self._lock_fd = fd
+        return True
+
+    def leads(self) -> bool:
+        return True  # the lock lives as long as this process
 
     def execute(self, sql: str, args: Sequence[Any] = ()) -> Cursor:
         return self.db.execute(sql, tuple(args))
@@ -157,6 +194,9 @@ class SQLiteDatabase:
 
     def close(self) -> None:
         self.db.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the file releases its flock
+            self._lock_fd = None
 
 
 class PostgresDatabase:
@@ -186,6 +226,7 @@ class PostgresDatabase:
         self._url = url  # holds the password: reconnecting needs it, nothing prints it
         self._pause, self._next_try, self._why = RECONNECT_FIRST_S, 0.0, ""
         self._in_transaction = False
+        self._leading: Any = None  # the connection that took the leader's lease
         self.lock = threading.RLock()
         try:
             self.db = self._connect()
@@ -281,19 +322,53 @@ class PostgresDatabase:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
+        """A write transaction; refused (StoreUnavailable) on a replica that took the lease
+        and lost it since (fencing: another may lead by now)."""
         with self.lock:
             db = self._live()
-            with self._guarded(db), db.transaction():
+            if self._leading is not None and db is not self._leading:
+                raise StoreUnavailable(
+                    f"this pool replica lost its leader lease on {self.location} (its database "
+                    "connection was cut); nothing changed, try again (another replica leads)"
+                )
+            with self._guarded(db), db.transaction(), db.pipeline():
                 self._in_transaction = True
                 try:
                     yield
                 finally:
                     self._in_transaction = False
 
+    def try_lead(self) -> bool:
+        """Take the leader's lease unless another replica holds it: a session advisory lock
+        (``pg_try_advisory_lock``) on this connection, which PostgreSQL releases when the
+        session ends (its replica killed, its connection cut), so a standby's next try wins.
+        The writes go through the same connection: once it is replaced, :meth:`transaction`
+        refuses them, so a replica that lost the lease never writes beside the new leader."""
+        with self.lock:
+            if self.leads():
+                return True
+            db = self._live()
+            with self._guarded(db):
+                row = db.execute("SELECT pg_try_advisory_lock(%s) AS won", (LEADER_KEY,))
+                won = bool(row.fetchone()["won"])  # type: ignore[index]
+            if won:
+                self._leading = db
+            return won
+
+    def leads(self) -> bool:
+        """Whether this replica still holds the lease: its connection is the one that took
+        it and is alive (a lease once lost is taken again only by :meth:`try_lead`)."""
+        with self.lock:
+            db = self._leading
+            return db is not None and db is self.db and not _dead(db)
+
     def close(self) -> None:
-        self.db.close()
+        with self.lock:  # not under another thread's statement
+            self.db.close()
 
 
+#: the advisory lock every replica of one pool database contends for (b"xirang" as a number)
+LEADER_KEY = int.from_bytes(b"xirang", "big")
 #: the pause after a failed reconnection, doubled after each one up to the longest
 RECONNECT_FIRST_S, RECONNECT_MAX_S = 0.25, 2.0
 #: how long one attempt to reach the server may take (unless the URL sets connect_timeout)

@@ -42,3 +42,16 @@ class StoreUnavailable(PoolError):
     def __init__(self, message: str, retry_after: int = 1) -> None:
         super().__init__(message, 503)
         self.headers = {"Retry-After": str(max(1, retry_after))}
+
+
+#: the header a standby replica names the leader's URL in (with its 503)
+LEADER_HEADER = "X-Xirang-Leader"
+
+
+class RateLimited(PoolError):
+    """A project sent requests faster than its ``rate``: 429, with ``Retry-After`` (whole
+    seconds) saying when its bucket holds a request again."""
+
+    def __init__(self, message: str, retry_after: int = 1) -> None:
+        super().__init__(message, 429)
+        self.headers = {"Retry-After": str(max(1, retry_after))}

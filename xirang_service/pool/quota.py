@@ -26,6 +26,8 @@ DEFAULT_MAX_JOBS = 2_000
 DEFAULT_MAX_PAYLOAD_BYTES = 32 * 1024 * 1024
 #: the largest of either the operator may set
 MAX_JOBS_CAP, MAX_PAYLOAD_CAP = 1_000_000, 2**40
+#: the highest request rate (per second) and burst the operator may set; rate 0: no limit
+MAX_RATE = 1_000_000
 
 
 @dataclass
@@ -34,7 +36,10 @@ class Project:
     may ask for (operator-set, like Kueue's WorkloadPriorityClass with an admission policy);
     ``run_as`` the Unix account its jobs run as on a cluster (Slurm runs a job as its
     submitter), never the pool service's own. ``max_jobs`` and ``max_payload_bytes`` cap its
-    queued and running jobs and their payloads' JSON bytes (Slurm's ``MaxSubmitJobs``)."""
+    queued and running jobs and their payloads' JSON bytes (Slurm's ``MaxSubmitJobs``);
+    ``rate`` its requests per second, with bursts of ``burst`` (a token bucket; 0: the rate's
+    one second, at least 1), so one tenant's loop cannot take the service's time from the
+    others (rate 0: no limit)."""
 
     name: str
     guaranteed: int = 0
@@ -45,6 +50,8 @@ class Project:
     run_as: str = ""
     max_jobs: int = DEFAULT_MAX_JOBS
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    rate: float = 0.0
+    burst: int = 0
 
     def check(self) -> Project:
         if not self.name or not self.name.replace("-", "").replace("_", "").isalnum():
@@ -59,12 +66,27 @@ class Project:
         ):
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
                 raise PoolError(f"project '{self.name}': {cap} must be 1..{most}, got {value!r}")
+        self._check_rate()
         if self.run_as and not ACCOUNT.match(self.run_as):
             raise PoolError(
                 f"project '{self.name}': run_as {self.run_as!r} is not a Unix account name "
                 "(lower-case letters, digits, '_' and '-', at most 32)"
             )
         return self
+
+    def _check_rate(self) -> None:
+        rate, burst = self.rate, self.burst
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= MAX_RATE:
+            raise PoolError(
+                f"project '{self.name}': rate must be requests per second 0..{MAX_RATE} "
+                f"(0: no limit), got {rate!r}"
+            )
+        if isinstance(burst, bool) or not isinstance(burst, int) or not 0 <= burst <= MAX_RATE:
+            raise PoolError(
+                f"project '{self.name}': burst must be a whole number of requests 0..{MAX_RATE} "
+                f"(0: the rate's one second), got {burst!r}"
+            )
+        self.rate = float(rate)
 
     def admit_priority(self, priority: int) -> None:
         """Refuse (403) a priority above the project's highest allowed class, naming those

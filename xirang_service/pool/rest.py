@@ -23,11 +23,15 @@ headers, connections, time) are :class:`~xirang_service.web.server.Limits`.
     GET    /v1/usage?since=&until=&bucket=    device-seconds per project, type and time bucket
 
 Handlers are plain functions, so FastAPI runs them in its thread pool: the service's lock and
-its store writes never block the event loop that reads other clients' requests. They answer the
-service's dictionaries as they are (:class:`~xirang_service.web.answers.JSONAnswer`): the response
-models document the answers, the fuzz test checks them, nothing validates them again per request.
+its store writes never block the event loop that reads other clients' requests. The token
+check alone runs on the loop (a hash and a look-up in the published view, no lock or store):
+it saves every request a hop through the pool, a tenant's limits (rate, seats) included.
+Handlers answer the service's dictionaries as they are
+(:class:`~xirang_service.web.answers.JSONAnswer`): the response models document the answers,
+the fuzz test checks them, nothing validates them again per request.
 """
 
+import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query
@@ -35,11 +39,12 @@ from fastapi import Path as PathParam
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from xirang_service.pool import api_models as m
-from xirang_service.pool.errors import PoolError
+from xirang_service.pool.errors import LEADER_HEADER, PoolError
+from xirang_service.pool.replica import Replica
 from xirang_service.pool.service import PoolService
 from xirang_service.web.answers import JSONAnswer
 from xirang_service.web.fields import ERRORS, ErrorOut, install_errors
-from xirang_service.web.limits import BodyLimit
+from xirang_service.web.limits import BodyLimit, TenantShare
 from xirang_service.web.server import Limits, WebServer
 
 LIMITS = Limits(max_body_bytes=64 * 1024)
@@ -58,7 +63,49 @@ IdempotencyKey = Annotated[
 
 def serve(service: PoolService, host: str, port: int, limits: Limits = LIMITS) -> WebServer:
     """A server bound to ``host:port`` (port 0 = any free port); call serve_forever()."""
-    return WebServer(BodyLimit(app(service), limits), host, port, limits)
+    return WebServer(
+        TenantShare(BodyLimit(app(service), limits), limits.seats_per_token), host, port, limits
+    )
+
+
+def serve_replica(replica: Replica, host: str, port: int, limits: Limits = LIMITS) -> WebServer:
+    """A server for one replica (:mod:`xirang_service.pool.replica`): the pool API while it
+    leads, 503 naming the leader while it stands by."""
+    shared = TenantShare(BodyLimit(Switch(replica), limits), limits.seats_per_token)
+    return WebServer(shared, host, port, limits)
+
+
+class Switch:
+    """ASGI: the API of the replica's current service, built once per term; while there is
+    none, every request is a 503 with ``Retry-After: 1``, the leader's URL in the
+    ``X-Xirang-Leader`` header and the answer's ``leader`` (when known), nothing changed."""
+
+    def __init__(self, replica: Replica) -> None:
+        self.replica = replica
+        self._api: tuple[PoolService | None, Any] = (None, None)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        service = self.replica.service
+        if service is None:
+            return await _standby(send, *self.replica.standby_answer())
+        built_for, api = self._api
+        if built_for is not service:
+            api = app(service)
+            self._api = (service, api)
+        await api(scope, receive, send)
+
+
+async def _standby(send: Any, message: str, leader: str) -> None:
+    body = json.dumps({"error": message, "leader": leader or None}).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"retry-after", b"1"),
+    ]
+    if leader:
+        headers.append((LEADER_HEADER.lower().encode(), leader.encode()))
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def app(service: PoolService) -> FastAPI:
@@ -78,11 +125,14 @@ def app(service: PoolService) -> FastAPI:
 def _routes(pool: PoolService) -> APIRouter:
     bearer = HTTPBearer(auto_error=False, description="a project's token or the operator's")
 
-    def who(auth: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> str:
-        return pool.whoami(auth.credentials.strip() if auth else "")
+    async def who(auth: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> str:
+        """The caller (401 without a valid token), within its project's rate (429)."""
+        you = pool.whoami(auth.credentials.strip() if auth else "")
+        pool.throttle(you)
+        return you
 
     Who = Annotated[str, Depends(who)]
-    router = APIRouter(prefix="/v1", responses=ERRORS)
+    router = APIRouter(prefix="/v1", responses={**ERRORS, **_RATED})
 
     @router.get("/status", response_model=m.StatusOut)
     def status(you: Who) -> Any:
@@ -99,7 +149,10 @@ def _routes(pool: PoolService) -> APIRouter:
         responses={
             402: {"model": ErrorOut, "description": "the project's budget refuses"},
             413: {"model": ErrorOut, "description": "over the body limit or max_payload_bytes"},
-            429: {"model": ErrorOut, "description": "the project has max_jobs queued or running"},
+            429: {
+                "model": ErrorOut,
+                "description": "the project has max_jobs queued or running, or is over its rate",
+            },
         },
     )
     def submit(you: Who, body: m.SubmitIn, key: IdempotencyKey = None) -> Any:
@@ -169,6 +222,9 @@ def _routes(pool: PoolService) -> APIRouter:
     return router
 
 
+_RATED: dict[int | str, dict[str, Any]] = {
+    429: {"model": ErrorOut, "description": "the project is over its request rate (Retry-After)"}
+}
 _CONFLICT: dict[int | str, dict[str, Any]] = {
     409: {"model": ErrorOut, "description": "the job has already ended"}
 }

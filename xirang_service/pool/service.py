@@ -47,6 +47,8 @@ from xirang_service.pool.quota import (
     DEFAULT_MAX_PRIORITY,
     Project,
 )
+from xirang_service.pool.rates import RateBuckets
+from xirang_service.pool.rows import Rows
 from xirang_service.pool.store import PoolStore, check_bucket
 
 log = logging.getLogger("xirang.pool")
@@ -97,10 +99,11 @@ class RecordingExecutor:
 @dataclass(frozen=True)
 class View:
     """What the read routes answer, as of the last stored change. Published whole (one
-    attribute assignment) and never changed after, so readers need no lock."""
+    attribute assignment) and never changed after (but for the cache ``picked``), so readers
+    need no lock."""
 
     #: every job as the API shows it, by id
-    jobs: dict[int, dict[str, Any]] = field(default_factory=dict)
+    jobs: Rows = field(default_factory=Rows)
     #: queued job ids in scheduling order
     queue: tuple[int, ...] = ()
     #: each project's quota row, by name
@@ -111,6 +114,9 @@ class View:
     summary: dict[str, Any] = field(default_factory=dict)
     #: the stored rows the last load could not use (the operator's status shows them)
     set_aside: list[dict[str, Any]] = field(default_factory=list)
+    #: ``jobs(who, state)``'s rows as of this view, filled by the reads that ask (a cache:
+    #: the only part of a view written after it is published, whole entries at a time)
+    picked: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
 
 
 class PoolService:
@@ -139,6 +145,7 @@ class PoolService:
         self._keys: list[tuple[str, str, int]] = []  # submissions' idempotency keys, likewise
         self._sizes: dict[int, int] = {}  # live jobs' payload bytes, for the project caps
         self._stale = False  # memory may differ from the store: reload before the next change
+        self.rates = RateBuckets()
         self.view = View()
         self.restored = self._load()
         self._adopt()
@@ -165,12 +172,13 @@ class PoolService:
         """A new :class:`View` from the engine, which the store now matches: the ``changed``
         jobs described again, the others' rows kept (or, ``everything``, all rebuilt)."""
         engine, cluster = self.engine, self.engine.cluster
-        jobs = {} if everything else dict(self.view.jobs)
         aside = self.store.set_aside() if everything else self.view.set_aside
+        rows = {}
         for job in changed:
-            jobs[job.id] = describe(job)
+            rows[job.id] = describe(job)
             if job.state.finished:  # no longer counts towards its project's payload cap
                 self._sizes.pop(job.id, None)
+        jobs = Rows(rows) if everything else self.view.jobs.updated(rows)
         projects = engine.quotas.projects.values()
         self.view = View(
             jobs=jobs,
@@ -249,6 +257,13 @@ class PoolService:
             if hmac.compare_digest(digest, token_hash):
                 return name
         raise PoolError(f"invalid token: {TOKEN_HELP}", 401)
+
+    def throttle(self, who: str) -> None:
+        """Count one request of ``who`` against its project's rate (429 beyond it); the
+        operator's are not limited. Read from the published view: no lock, no store."""
+        row = self.view.quotas.get(who)
+        if row is not None:
+            self.rates.take(who, row["rate"], row["burst"])
 
     def _visible(self, who: str, job: Job) -> None:
         if who not in (OPERATOR, job.project):
@@ -431,6 +446,8 @@ class PoolService:
                 "run_as",
                 "max_jobs",
                 "max_payload_bytes",
+                "rate",
+                "burst",
             },
         )
         with self.lock:
@@ -448,6 +465,8 @@ class PoolService:
                 body.get(
                     "max_payload_bytes", old.max_payload_bytes if old else DEFAULT_MAX_PAYLOAD_BYTES
                 ),
+                body.get("rate", old.rate if old else 0.0),
+                body.get("burst", old.burst if old else 0),
             ).check()
             _check_account(project)
             token = ""
@@ -494,11 +513,17 @@ class PoolService:
         return self.budgets.job_charge(state, job_id, now)
 
     def jobs(self, who: str, state: str = "") -> list[dict[str, Any]]:
-        rows = [
-            row
-            for row in self.view.jobs.values()
-            if who in (OPERATOR, row["project"]) and (not state or row["state"] == state)
-        ]
+        """The jobs ``who`` may see (in ``state``), each with its cost. The rows are picked
+        once per view and asker: a tenant polling its queue repeats the same question far more
+        often than the pool changes, and each pick scans every job the pool ever held."""
+        view = self.view
+        rows = view.picked.get((who, state))
+        if rows is None:
+            rows = view.picked[(who, state)] = [
+                row
+                for row in view.jobs.values()
+                if who in (OPERATOR, row["project"]) and (not state or row["state"] == state)
+            ]
         return priced(rows, self.budgets.governor.store)  # the cost store has its own lock
 
     def job_history(self, who: str, job_id: int) -> dict[str, Any]:
@@ -562,6 +587,8 @@ class PoolService:
             "run_as": project.run_as,
             "max_jobs": project.max_jobs,
             "max_payload_bytes": project.max_payload_bytes,
+            "rate": project.rate,
+            "burst": project.burst,
             "used": quotas.used[project.name],
             "borrowed": quotas.borrowed[project.name],
         }
@@ -718,7 +745,7 @@ class PoolService:
 
 
 #: a project's caps: in its ``/v1/projects`` row, not in the status' project table
-_CAPS = ("max_jobs", "max_payload_bytes")
+_CAPS = ("max_jobs", "max_payload_bytes", "rate", "burst")
 
 
 def describe(job: Job) -> dict[str, Any]:

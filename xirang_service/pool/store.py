@@ -38,7 +38,8 @@ CREATE TABLE IF NOT EXISTS projects (
     borrow_limit INTEGER, token_hash TEXT NOT NULL DEFAULT '',
     max_priority INTEGER NOT NULL DEFAULT 1, run_as TEXT NOT NULL DEFAULT '',
     max_jobs INTEGER NOT NULL DEFAULT {max_jobs},
-    max_payload_bytes BIGINT NOT NULL DEFAULT {max_payload});
+    max_payload_bytes BIGINT NOT NULL DEFAULT {max_payload},
+    rate DOUBLE PRECISION NOT NULL DEFAULT 0, burst INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS nodes (
     name TEXT PRIMARY KEY, type TEXT NOT NULL, devices INTEGER NOT NULL, leaf TEXT NOT NULL,
     spine TEXT NOT NULL, domain_size INTEGER NOT NULL, healthy INTEGER NOT NULL,
@@ -84,6 +85,8 @@ _ADDED_COLUMNS = (
     ("projects", "run_as", "TEXT NOT NULL DEFAULT ''"),
     ("projects", "max_jobs", f"INTEGER NOT NULL DEFAULT {DEFAULT_MAX_JOBS}"),
     ("projects", "max_payload_bytes", f"BIGINT NOT NULL DEFAULT {DEFAULT_MAX_PAYLOAD_BYTES}"),
+    ("projects", "rate", "DOUBLE PRECISION NOT NULL DEFAULT 0"),
+    ("projects", "burst", "INTEGER NOT NULL DEFAULT 0"),
 )
 #: the most time buckets one usage query may fill (a tiny bucket over a long range is a typo)
 MAX_BUCKETS = 100_000
@@ -114,6 +117,8 @@ _PROJECT_COLUMNS = (
     "run_as",
     "max_jobs",
     "max_payload_bytes",
+    "rate",
+    "burst",
 )
 _UPSERT_PROJECT = upsert("projects", _PROJECT_COLUMNS, "name")
 #: the rows every reader skips: those a restart set aside
@@ -170,12 +175,14 @@ class PoolStore:
         return row["value"] if row else None
 
     def set_meta(self, key: str, value: str) -> None:
-        self.db.execute(_UPSERT_META, (key, value))
+        with self._tx():  # a write: fenced like the others (a replica that lost its lease)
+            self.db.execute(_UPSERT_META, (key, value))
 
     def save_handle(self, job_id: int, handle: str) -> None:
         """What the executor calls a started job (a Slurm job id), stored the moment it is
         known, so a restarted pool finds the job on its cluster again."""
-        self.db.execute(_UPSERT_HANDLE, (job_id, handle))
+        with self._tx():
+            self.db.execute(_UPSERT_HANDLE, (job_id, handle))
 
     def submitted_as(self, project: str, key: str) -> int | None:
         """The job a project's earlier submission with idempotency ``key`` made, if any."""
@@ -616,7 +623,7 @@ def _no_node(row: Mapping[str, Any]) -> None:
 
 def _project(row: Mapping[str, Any]) -> Project:
     """A stored project row, checked as an operator's edit is."""
-    for column in ("guaranteed", "max_priority", "max_jobs", "max_payload_bytes"):
+    for column in ("guaranteed", "max_priority", "max_jobs", "max_payload_bytes", "burst"):
         if isinstance(row[column], bool) or not isinstance(row[column], int):
             raise ValueError(f"column {column} holds {row[column]!r}")
     limit = row["borrow_limit"]
@@ -632,5 +639,7 @@ def _project(row: Mapping[str, Any]) -> Project:
         str(row["run_as"]),
         row["max_jobs"],
         row["max_payload_bytes"],
+        row["rate"],
+        row["burst"],
     )
     return project.check()

@@ -87,3 +87,40 @@ async def _answer(send: Any, status: int, message: str) -> None:
     ]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+class TenantShare:
+    """ASGI middleware: the requests of one token (a tenant) served at once are at most
+    ``seats``; its others wait here, on the event loop, holding no worker thread and taking
+    no interpreter time, until one of its own ends. A tenant looping reads from many threads
+    then competes with another tenant's submit through ``seats`` requests, not through all of
+    them: every request the service serves takes the interpreter's lock (the GIL) several
+    times, and each waits behind every thread that wants it (as Kubernetes' API Priority and
+    Fairness gives each flow its seats). Requests without a token are not queued (the app
+    answers them 401 at once), so a client without one cannot hold a tenant's seats, and a
+    request's body deadline (:class:`BodyLimit`, inside this) starts once it is seated."""
+
+    def __init__(self, app: Any, seats: int) -> None:
+        self.app, self.seats = app, seats
+        self._queues: dict[bytes, tuple[asyncio.Semaphore, list[int]]] = {}
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        token = _bearer(scope) if scope["type"] == "http" else b""
+        if not token:
+            return await self.app(scope, receive, send)
+        seat, users = self._queues.setdefault(token, (asyncio.Semaphore(self.seats), [0]))
+        users[0] += 1
+        try:
+            async with seat:
+                await self.app(scope, receive, send)
+        finally:
+            users[0] -= 1
+            if not users[0]:  # nobody of this token left: forget it (tokens are unbounded)
+                del self._queues[token]
+
+
+def _bearer(scope: Scope) -> bytes:
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            return bytes(value)
+    return b""

@@ -51,6 +51,8 @@ class Limits:
     read_timeout_s: float = 10.0
     #: to send a request's whole body, from the end of its head
     body_timeout_s: float = 10.0
+    #: requests of one token served at once; its others wait their turn (:mod:`.limits`)
+    seats_per_token: int = 2
 
 
 class WebServer:

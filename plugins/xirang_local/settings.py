@@ -1,0 +1,24 @@
+"""``scheduler=local``'s settings, apart from the scheduler: checked when the run's config is
+composed (a quota this machine cannot give is refused then), without importing torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from xirang_local.quota import check_quota
+
+
+@dataclass
+class LocalConfig:
+    """``scheduler=local``'s settings (checked at compose)."""
+
+    #: CPU counts, one per worker on this node, each worker's cgroup CPU quota
+    #: (:mod:`xirang_local.quota`); empty: no quota
+    worker_quota: list[float] = field(default_factory=list)
+
+    @staticmethod
+    def resolve(settings: dict[str, Any]) -> dict[str, Any]:
+        """The composed ``scheduler`` section, its quotas checked against this machine."""
+        check_quota(settings.get("worker_quota") or [])
+        return settings
