@@ -20,6 +20,8 @@ import pytest
         ("xirang_core.checkpoint.export", "xirang_ckpt.export"),
         ("xirang_core.faults.drill", "xirang_ckpt.drill"),
         ("xirang_core.comm.scaling", "xirang_comm.scaling"),
+        ("xirang_core.devices.accelerator", "xirang.devices.accelerator"),
+        ("xirang_core.devices.visible", "xirang.devices.visible"),
     ],
 )
 def test_an_old_module_name_warns_and_is_the_new_module(old: str, new: str) -> None:

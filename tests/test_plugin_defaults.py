@@ -81,3 +81,48 @@ def test_a_strategy_without_the_base_trains(xirang, tmp_path):
     run = xirang.train("parallel=plain", "model=gpt_tiny")
     assert run.summary["steps"] == 4
     assert run.summary["final_loss"] > 0
+
+
+DEVICE_PLUGIN = '''
+from xirang import conf_folder, hookimpl
+from xirang.specs import DeviceBackendSpec
+
+
+class OldBackend:
+    """Written before ``torch_type`` existed: no base class."""
+
+    type = "old"
+
+
+class XpuBackend(OldBackend):
+    """Names torch's device type itself."""
+
+    torch_type = "xpu"
+
+
+@hookimpl
+def xirang_device_backends():
+    return [
+        DeviceBackendSpec(name="old", target="xirang_olddevice:OldBackend"),
+        DeviceBackendSpec(name="oldxpu", target="xirang_olddevice:XpuBackend"),
+    ]
+
+
+@hookimpl
+def xirang_config_search_paths():
+    return conf_folder(__file__)
+'''
+
+
+def test_a_device_backend_without_the_base_gets_torch_type_cpu_or_keeps_its_own(xirang, tmp_path):
+    """The worker reads ``torch_type`` (which allocator settings apply) from every backend, so
+    one written before the member existed is the host's to torch, as the CPU backend is."""
+    source = tmp_path / "src"
+    (source / "conf" / "device").mkdir(parents=True)
+    (source / "xirang_olddevice.py").write_text(textwrap.dedent(DEVICE_PLUGIN))
+    for name in ("old", "oldxpu"):
+        (source / "conf" / "device" / f"{name}.yaml").write_text(f"name: {name}\n")
+    xirang.use("xirang_olddevice", path=source)
+    assert xirang.registry.create("device", {"name": "old"}).torch_type == "cpu"
+    assert xirang.registry.create("device", {"name": "oldxpu"}).torch_type == "xpu"
+    assert xirang.registry.create("device", {"name": "cpu"}).torch_type == "cpu"

@@ -1,7 +1,8 @@
 """Modules that left the kernel stay importable under their old names for one release.
 
 ``xirang_core.pool``, ``.cost``, ``.console`` and ``.web`` moved to :mod:`xirang_service`;
-the snapshot pipeline's modules of ``xirang_core.data`` to the dataset plugin ``xirang_data``.
+the snapshot pipeline's modules of ``xirang_core.data`` to the dataset plugin ``xirang_data``;
+the device SDK's modules of ``xirang_core.devices`` to :mod:`xirang.devices`.
 A plugin written against the old names still loads: importing one warns
 (``DeprecationWarning``) and returns the very module object of the new name, so state, classes
 and ``isinstance`` checks are shared rather than duplicated.
@@ -59,6 +60,22 @@ MOVED.update(
         "xirang_core.comm.scaling": "xirang_comm.scaling",
     }
 )
+
+# the device SDK (the accelerator base and the readers only device plugins use) left the kernel
+MOVED |= {
+    f"xirang_core.devices.{n}": f"xirang.devices.{n}"
+    for n in (
+        "accelerator",
+        "compat",
+        "health",
+        "linkmatrix",
+        "pci",
+        "reading",
+        "replay",
+        "tools",
+        "visible",
+    )
+}
 
 
 def new_name(fullname: str) -> str | None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from xirang_core.devices.accelerator import AcceleratorBackend
-from xirang_core.devices.reading import DeviceReading, NodeReading
+from xirang.devices.accelerator import AcceleratorBackend
+from xirang.devices.reading import DeviceReading, NodeReading
 
 
 class TwoCpuDevices(AcceleratorBackend):
@@ -49,7 +49,7 @@ def test_refresh_measures_again() -> None:
 def test_calibration_runs_in_a_child_process(monkeypatch) -> None:
     """The launching process keeps no device context or calibration buffers: the measurement
     happens in a spawned child (a patch of this process's measuring code does not reach it)."""
-    import xirang_core.devices.accelerator as accelerator
+    import xirang.devices.accelerator as accelerator
 
     def here(*args, **kwargs):
         raise AssertionError("calibration measured in the launching process")

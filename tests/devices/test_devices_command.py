@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from xirang.devices.replay import ReplayRunner
 from xirang_core.commands import devices
-from xirang_core.devices.replay import ReplayRunner
 
 CUDA_FIXTURES = Path(__file__).parents[1] / "plugins" / "xirang_cuda" / "fixtures"
 

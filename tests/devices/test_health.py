@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xirang_core.devices.health import (
+from xirang.devices.health import (
     DRAIN,
     OK,
     WARN,
@@ -13,8 +13,8 @@ from xirang_core.devices.health import (
     missing_from_driver,
     worst,
 )
-from xirang_core.devices.pci import pci_devices
-from xirang_core.devices.reading import DeviceReading
+from xirang.devices.pci import pci_devices
+from xirang.devices.reading import DeviceReading
 
 
 def test_a_healthy_device_gets_one_ok_finding() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from xirang_core.devices.linkmatrix import build_topology, parse_link_table
+from xirang.devices.linkmatrix import build_topology, parse_link_table
 
 TIERS = (("nvlink", lambda c: c.startswith("NV")), ("pcie", lambda c: c in {"PIX", "PHB"}))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from xirang_core.devices.reading import bus_key, parse_float, parse_int
+from xirang.devices.reading import bus_key, parse_float, parse_int
 
 hex_byte = st.integers(0, 255)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from xirang_core.devices.replay import ReplayRunner
-from xirang_core.devices.tools import ToolOutput, kernel_log, run_tool
+from xirang.devices.replay import ReplayRunner
+from xirang.devices.tools import ToolOutput, kernel_log, run_tool
 
 
 def test_a_missing_tool_is_an_error_not_an_exception() -> None:

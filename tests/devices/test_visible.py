@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from xirang_core.devices.reading import DeviceReading
-from xirang_core.devices.visible import ascend, cuda, rocm, select
+from xirang.devices.reading import DeviceReading
+from xirang.devices.visible import ascend, cuda, rocm, select
 from xirang_core.specs import HealthFinding, InterconnectGroup, Topology
 
 #: four GPUs as NVML lists them (PCI order), the third with two MIG instances

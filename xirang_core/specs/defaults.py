@@ -17,6 +17,7 @@ class DeviceBackendBase:
     """Defaults of :class:`DeviceBackend`'s optional members; a backend class inherits them."""
 
     shareable: bool = False
+    torch_type: str = "cpu"
 
     def supports_dtype(self, name: str) -> bool:
         return name == "float32"

@@ -56,6 +56,9 @@ class DeviceBackend(Protocol):
     #: optional (:class:`DeviceBackendBase`: False): several workers may share one device (the
     #: host CPU), so ``trainer.nproc`` may exceed the inventory and the peak is not a datasheet's
     shareable: bool
+    #: optional (:class:`DeviceBackendBase`: "cpu"): torch's device type and module of this
+    #: family (``cuda`` also serves ROCm; Ascend's is ``npu``), which sets the allocator defaults
+    torch_type: str
 
     def caveats(self) -> list[str]:
         """Warnings about this host's setup, logged once per run; optional (none)."""

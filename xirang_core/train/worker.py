@@ -24,7 +24,6 @@ import yaml
 from xirang_core.data.interface import open_dataset
 from xirang_core.data.step_loader import loop_batches
 from xirang_core.data.tokens import TokenBatches
-from xirang_core.devices.accelerator import AcceleratorBackend
 from xirang_core.devices.cores import (
     OMP_DEFAULTS,
     available_cores,
@@ -106,8 +105,7 @@ def open_worker(config: dict[str, Any], run_dir: str, registry: Registry) -> Wor
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))  # this node's workers
     torch.set_num_threads(config["trainer"]["threads"] or default_threads(local_world))
     backend = registry.create("device", config["device"])
-    torch_type = backend.torch_type if isinstance(backend, AcceleratorBackend) else "cpu"
-    allocator_defaults(torch_type, os.environ)  # before the device's first use reads it
+    allocator_defaults(backend.torch_type, os.environ)  # before the device's first use reads it
     device = backend.torch_device(local_device(local_rank))  # healthy ones, as placed
     ctx = WorkerContext(rank, local_rank, world_size, device, run_dir, config)
     backend_name = config["runtime"]["collective_backend"]

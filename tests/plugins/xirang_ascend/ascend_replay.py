@@ -12,8 +12,8 @@ from pathlib import Path
 from xirang_ascend import compat, smi, topo
 from xirang_ascend.backend import AscendBackend
 
-from xirang_core.devices.compat import TorchBuild
-from xirang_core.devices.replay import ReplayRunner
+from xirang.devices.compat import TorchBuild
+from xirang.devices.replay import ReplayRunner
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FILES = {smi.COMMAND: "npu-smi.txt", topo.COMMAND: "topo.txt"}
@@ -28,7 +28,7 @@ def with_torch_npu(monkeypatch, version: str = "2.1.0.post3", torch: str = "2.1.
     """Pretend torch ``torch`` and torch_npu ``version`` are installed and see 8 NPUs."""
     import xirang_ascend.backend as module
 
-    import xirang_core.devices.compat as shared
+    import xirang.devices.compat as shared
 
     monkeypatch.setattr(shared, "torch_build", lambda: TorchBuild(torch, None, None))
     monkeypatch.setattr(module, "torch_npu_view", lambda: compat.TorchNpu(version, "", True, 8))

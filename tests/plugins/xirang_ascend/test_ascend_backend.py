@@ -6,9 +6,9 @@ from ascend_replay import backend, with_torch_npu
 from xirang_ascend import smi
 from xirang_ascend.compat import TorchNpu, check
 
-from xirang_core.devices.compat import TorchBuild
-from xirang_core.devices.health import DRAIN, OK, WARN, worst
-from xirang_core.devices.reading import DeviceReading, NodeReading
+from xirang.devices.compat import TorchBuild
+from xirang.devices.health import DRAIN, OK, WARN, worst
+from xirang.devices.reading import DeviceReading, NodeReading
 from xirang_core.plugins import get_registry
 
 NODE = NodeReading("npu-smi", (DeviceReading(0, model="Ascend 910B3"),))

@@ -16,8 +16,8 @@ from pathlib import Path
 from xirang_cuda import compat, fabric, smi, topo
 from xirang_cuda.backend import CudaBackend
 
-from xirang_core.devices.compat import TorchBuild
-from xirang_core.devices.replay import ReplayRunner
+from xirang.devices.compat import TorchBuild
+from xirang.devices.replay import ReplayRunner
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FILES = {
@@ -43,7 +43,7 @@ def as_cuda_host(
     monkeypatch, build: TorchBuild = CUDA_BUILD, gpus: int = 8, arch=("sm_80", "sm_90")
 ):
     """Pretend torch is a CUDA build that sees ``gpus`` GPUs of compute capability 9.0."""
-    import xirang_core.devices.compat as shared
+    import xirang.devices.compat as shared
 
     seen = compat.TorchCuda(True, gpus, ((9, 0),) * gpus, tuple(arch))
     monkeypatch.setattr(shared, "torch_build", lambda: build)

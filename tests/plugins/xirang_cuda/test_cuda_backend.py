@@ -6,7 +6,7 @@ import pytest
 from cuda_replay import as_cuda_host, backend
 from xirang_cuda.backend import CudaBackend
 
-from xirang_core.devices.tools import ToolOutput
+from xirang.devices.tools import ToolOutput
 from xirang_core.errors import ConfigError
 from xirang_core.plugins import get_registry
 from xirang_core.specs import DeviceBackend

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from xirang_cuda.compat import NATIVE, NONE, PTX, TorchCuda, check, code_for
 
-from xirang_core.devices.compat import TorchBuild
-from xirang_core.devices.health import DRAIN, WARN
-from xirang_core.devices.reading import DeviceReading, NodeReading
-from xirang_core.devices.visible import cuda
+from xirang.devices.compat import TorchBuild
+from xirang.devices.health import DRAIN, WARN
+from xirang.devices.reading import DeviceReading, NodeReading
+from xirang.devices.visible import cuda
 
 H100 = (DeviceReading(0, model="NVIDIA H100 80GB HBM3"),)
 SEES_H100 = TorchCuda(True, 1, ((9, 0),), ("sm_80", "sm_90"))

@@ -7,7 +7,7 @@ import re
 from cuda_replay import FIXTURES, as_cuda_host, backend
 from xirang_cuda import fabric
 
-from xirang_core.devices.health import DRAIN, WARN
+from xirang.devices.health import DRAIN, WARN
 
 
 def test_two_trays_report_the_same_nvlink_domain() -> None:

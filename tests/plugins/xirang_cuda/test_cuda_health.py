@@ -7,7 +7,7 @@ from pathlib import Path
 from cuda_replay import FIXTURES, as_cuda_host, backend
 from xirang_cuda import xid
 
-from xirang_core.devices.health import DRAIN, OK, WARN, worst
+from xirang.devices.health import DRAIN, OK, WARN, worst
 
 
 def _by_check(findings):

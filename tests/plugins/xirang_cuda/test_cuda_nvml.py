@@ -8,7 +8,7 @@ from cuda_replay import replay
 from xirang_cuda import nvml
 from xirang_cuda.backend import CudaBackend
 
-from xirang_core.devices.health import DRAIN, assess
+from xirang.devices.health import DRAIN, assess
 
 
 class GpuIsLost(Exception):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from cuda_replay import FIXTURES, replay
 from xirang_cuda import smi
 
-from xirang_core.devices.replay import ReplayRunner
+from xirang.devices.replay import ReplayRunner
 
 
 def test_dgx_inventory_reads_every_gpu() -> None:

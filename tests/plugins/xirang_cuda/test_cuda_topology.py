@@ -6,7 +6,7 @@ from cuda_replay import FIXTURES, backend, replay
 from xirang_cuda import topo
 from xirang_cuda.backend import CudaBackend
 
-from xirang_core.devices.replay import ReplayRunner
+from xirang.devices.replay import ReplayRunner
 
 
 def _groups(box: str) -> list[tuple[str, tuple[int, ...]]]:

@@ -13,8 +13,8 @@ from pathlib import Path
 from xirang_rocm import compat, ras, smi, topo
 from xirang_rocm.backend import RocmBackend
 
-from xirang_core.devices.compat import TorchBuild
-from xirang_core.devices.replay import ReplayRunner
+from xirang.devices.compat import TorchBuild
+from xirang.devices.replay import ReplayRunner
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FILES = {
@@ -33,7 +33,7 @@ def backend(box: str) -> RocmBackend:
 
 
 def as_rocm_host(monkeypatch, arch=("gfx90a", "gfx942"), gpus: int = 8) -> None:
-    import xirang_core.devices.compat as shared
+    import xirang.devices.compat as shared
 
     monkeypatch.setattr(shared, "torch_build", lambda: ROCM_BUILD)
     monkeypatch.setattr(compat, "torch_rocm", lambda: compat.TorchRocm(True, gpus, tuple(arch)))

@@ -8,9 +8,9 @@ from rocm_replay import FIXTURES, as_rocm_host, backend
 from xirang_rocm import amdsmi_reader, ras, smi
 from xirang_rocm.compat import TorchRocm, check
 
-from xirang_core.devices.compat import TorchBuild
-from xirang_core.devices.health import DRAIN, OK, WARN, worst
-from xirang_core.devices.reading import DeviceReading, NodeReading
+from xirang.devices.compat import TorchBuild
+from xirang.devices.health import DRAIN, OK, WARN, worst
+from xirang.devices.reading import DeviceReading, NodeReading
 from xirang_core.plugins import get_registry
 
 

@@ -15,8 +15,8 @@ from types import SimpleNamespace
 from xirang_rocm import amdsmi_reader, smi
 from xirang_rocm.backend import RocmBackend
 
-from xirang_core.devices.health import DRAIN, OK, WARN, assess
-from xirang_core.devices.replay import ReplayRunner
+from xirang.devices.health import DRAIN, OK, WARN, assess
+from xirang.devices.replay import ReplayRunner
 
 BUS = "0000:0c:00.0"
 #: label -> (critical, emergency) in millidegrees

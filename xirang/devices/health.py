@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from xirang_core.devices.reading import DeviceReading, Sensor, bus_key
+from xirang.devices.reading import DeviceReading, Sensor, bus_key
 from xirang_core.specs import HealthFinding
 
 OK, WARN, DRAIN = "ok", "warn", "drain"

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from xirang_core.devices.reading import DeviceReading, NodeReading, bus_key
+from xirang.devices.reading import DeviceReading, NodeReading, bus_key
 from xirang_core.specs import HealthFinding, InterconnectGroup, Topology
 
 CUDA_VARIABLE = "CUDA_VISIBLE_DEVICES"

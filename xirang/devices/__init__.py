@@ -7,18 +7,13 @@ health levels, calibration, and the replay runner its tests drive the parsers wi
 surface for device plugins. Importing this module does not import torch.
 """
 
-from xirang_core.devices import compat, visible
-from xirang_core.devices.accelerator import AcceleratorBackend
-from xirang_core.devices.calibration import (
-    cached_calibration,
-    measure_matmul_tflops,
-    measure_memory_bandwidth_gbps,
-)
-from xirang_core.devices.compat import TorchBuild, blocker, caveat, short, version_tuple
-from xirang_core.devices.health import DRAIN, OK, WARN, HealthLimits
-from xirang_core.devices.linkmatrix import LinkTable, Tier, build_topology, parse_link_table
-from xirang_core.devices.pci import SYSFS_PCI
-from xirang_core.devices.reading import (
+from xirang.devices import compat, visible
+from xirang.devices.accelerator import AcceleratorBackend
+from xirang.devices.compat import TorchBuild, blocker, caveat, short, version_tuple
+from xirang.devices.health import DRAIN, OK, WARN, HealthLimits
+from xirang.devices.linkmatrix import LinkTable, Tier, build_topology, parse_link_table
+from xirang.devices.pci import SYSFS_PCI
+from xirang.devices.reading import (
     DeviceReading,
     NodeReading,
     Sensor,
@@ -26,9 +21,14 @@ from xirang_core.devices.reading import (
     parse_float,
     parse_int,
 )
-from xirang_core.devices.replay import ReplayRunner
-from xirang_core.devices.tools import ToolOutput, ToolRunner, import_optional, kernel_log, run_tool
-from xirang_core.devices.visible import VENDOR_INDEX, VisibleDevices, everything
+from xirang.devices.replay import ReplayRunner
+from xirang.devices.tools import ToolOutput, ToolRunner, import_optional, kernel_log, run_tool
+from xirang.devices.visible import VENDOR_INDEX, VisibleDevices, everything
+from xirang_core.devices.calibration import (
+    cached_calibration,
+    measure_matmul_tflops,
+    measure_memory_bandwidth_gbps,
+)
 
 __all__ = [
     "DRAIN",

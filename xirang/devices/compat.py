@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from xirang_core.devices.health import DRAIN, WARN
+from xirang.devices.health import DRAIN, WARN
 from xirang_core.specs import HealthFinding
 
 

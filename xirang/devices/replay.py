@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xirang_core.devices.tools import ToolOutput
+from xirang.devices.tools import ToolOutput
 
 
 @dataclass

@@ -13,17 +13,17 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from xirang.devices.health import DRAIN, OK, WARN, HealthLimits, assess, missing_from_driver
+from xirang.devices.pci import SYSFS_PCI, pci_devices
+from xirang.devices.reading import NodeReading
+from xirang.devices.tools import ToolRunner, run_tool
+from xirang.devices.visible import VisibleDevices, node_group
 from xirang_core.devices.calibration import (
     cached_calibration,
     measure_device_to_device_gbps,
     measure_matmul_tflops,
     measure_memory_bandwidth_gbps,
 )
-from xirang_core.devices.health import DRAIN, OK, WARN, HealthLimits, assess, missing_from_driver
-from xirang_core.devices.pci import SYSFS_PCI, pci_devices
-from xirang_core.devices.reading import NodeReading
-from xirang_core.devices.tools import ToolRunner, run_tool
-from xirang_core.devices.visible import VisibleDevices, node_group
 from xirang_core.errors import ConfigError
 from xirang_core.specs import Calibration, DeviceBackendBase, DeviceInfo, HealthFinding, Topology
 
@@ -80,8 +80,8 @@ class AcceleratorBackend(DeviceBackendBase):
 
     def visible(self, node: NodeReading) -> VisibleDevices:
         """The devices of ``node`` this process's torch sees, in ordinal order
-        (:mod:`xirang_core.devices.visible` applies the vendor's variables)."""
-        from xirang_core.devices import visible
+        (:mod:`xirang.devices.visible` applies the vendor's variables)."""
+        from xirang.devices import visible
 
         return visible.cuda(node.devices, os.environ)
 
