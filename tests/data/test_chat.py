@@ -7,13 +7,15 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 import yaml
 from torch.nn import functional as F
-from xirang_data.chat import ChatRows, Template, encode
+from xirang_data.chat import ChatDataset, ChatRows, Template, encode
 from xirang_gpt.model import GPT, GPTConfig
 from xirang_tokenizers.bytes import ByteTokenizer
 
+from xirang import DataError
 from xirang.data import Partition, TokenBatches
 from xirang.testing import Kit
 from xirang_core.data.step_loader import LoaderBatches
@@ -167,3 +169,24 @@ def test_a_conversation_without_a_reply_is_one_error_naming_its_line(xirang: Kit
     assert run.returncode != 0
     assert f"xirang error: data.path={data} line 2: no assistant message" in run.output
     assert "Traceback" not in run.output
+
+
+def test_a_template_in_chat_template_jinja_is_read_too(tmp_path) -> None:
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    (folder / "chat_template.jinja").write_text(CHATML)
+    template = Template(folder)
+    prompt = template.render(conversation(1)[:2], prompt=True)
+    assert prompt.endswith("<|im_start|>user\nWhat is 1 plus 1?<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_a_reply_past_seq_len_and_a_changed_file_are_each_one_error(tmp_path) -> None:
+    tokenizer = ByteTokenizer("\n\n")
+    with pytest.raises(DataError, match=r"conversation 1: its first assistant reply starts past"):
+        encode([conversation(1)], Template(None), tokenizer, span=20)
+    data = write_jsonl(tmp_path / "chat.jsonl", 4)
+    config = {"data": {"name": "chat", "path": str(data)}}
+    snapshot = ChatDataset().prepare(config)
+    write_jsonl(data, 5)
+    with pytest.raises(DataError, match=f"changed since the launch pinned {snapshot}"):
+        ChatDataset().pin_tokens(config, tokenizer)
