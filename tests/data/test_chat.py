@@ -146,10 +146,10 @@ def test_a_run_fine_tunes_on_a_jsonl_with_the_tokenizers_chat_template(
         "model=gpt_tiny",
         "trainer.max_steps=6",
         "trainer.eval_every=3",
-        in_process=False,
+        nproc=2,  # each worker reads the file, the template and the pin from config.yaml
     )
     assert run.returncode == 0, run.output
-    assert run.summary["data_snapshot"].startswith("chat-")
+    assert run.summary["data_snapshot"].startswith("chat-") and run.summary["world_size"] == 2
     assert run.run_dir is not None
     config = yaml.safe_load((run.run_dir / "config.yaml").read_text())
     assert config["data"]["path"] == str(data) and config["runtime"]["chat_conversations"] == 20
