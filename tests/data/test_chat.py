@@ -9,17 +9,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.distributed as dist
 import yaml
 from torch.nn import functional as F
 from xirang_data.chat import ChatDataset, ChatRows, Template, encode
 from xirang_gpt.model import GPT, GPTConfig
 from xirang_tokenizers.bytes import ByteTokenizer
 
+from tests.conftest import ONE_LAYER_GPT
 from xirang import DataError
 from xirang.data import Partition, TokenBatches
 from xirang.testing import Kit
 from xirang_core.data.step_loader import LoaderBatches
 from xirang_core.data.tokens import NamedSource
+from xirang_core.plugins import get_registry
+from xirang_core.run import compose_config
+from xirang_core.train.loop import Trainer
+from xirang_core.train.worker import assemble, open_worker
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
@@ -190,3 +196,40 @@ def test_a_reply_past_seq_len_and_a_changed_file_are_each_one_error(tmp_path) ->
     write_jsonl(data, 5)
     with pytest.raises(DataError, match=f"changed since the launch pinned {snapshot}"):
         ChatDataset().pin_tokens(config, tokenizer)
+
+
+def test_accumulated_micro_batches_train_as_the_whole_batch_of_replies(tmp_path) -> None:
+    """Replies of very different lengths fall unevenly into micro-batches: the step still
+    averages over all its reply tokens, so 4 micro-batches update as one batch of 8 does."""
+    lines = []
+    for i in range(24):
+        reply = "ok " * (1 + 9 * (i % 4))
+        messages = [
+            {"role": "user", "content": f"say {i}"},
+            {"role": "assistant", "content": reply},
+        ]
+        lines.append(json.dumps({"messages": messages}))
+    (tmp_path / "chat.jsonl").write_text("\n".join(lines) + "\n")
+    run = [*ONE_LAYER_GPT, "device=cpu", "trainer.global_batch=8", "trainer.max_steps=3"]
+    run += ["data=chat", f"data.path={tmp_path / 'chat.jsonl'}", "data.seq_len=48"]
+    whole = trained_in_process([*run, "trainer.grad_accum=1"], tmp_path / "whole")
+    accumulated = trained_in_process([*run, "trainer.grad_accum=4"], tmp_path / "accum")
+    assert all(torch.allclose(accumulated[k], whole[k], atol=1e-5) for k in whole)
+
+
+def trained_in_process(overrides: list[str], run_dir: Path) -> dict[str, torch.Tensor]:
+    """The weights after one worker, in this process, trains the launched run ``overrides``."""
+    config = compose_config(overrides)  # the launch: runtime resolved, the data pinned
+    registry = get_registry()
+    run_dir.mkdir()
+    ctx = open_worker(config, str(run_dir), registry)
+    try:
+        parts = assemble(config, ctx, registry)
+        trainer = Trainer(
+            parts.wrapped, parts.optimizer, parts.train, parts.settings, ctx, registry.hook, None
+        )
+        trainer.fit()
+        return {k: v.clone() for k, v in parts.model.state_dict().items()}
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -96,6 +96,9 @@ class TokenBatches:
         #: fine-tuning's prompts): each source then also has ``train_loss_mask(rows)`` and
         #: ``val_loss_mask(rows)``, [len(rows), span] bool, True where a token is a target
         self.loss_mask = loss_mask
+        #: the rows of one optimizer step over every rank (reshare deals them, never changes them)
+        self.rows_per_step = accum * part.global_batch
+        self._step_targets: tuple[int, int] | None = None  # (step, its trained targets)
         weights = tuple(s.weight for s in sources)
         self.schedule = Schedule(weights, seed + (split == "val")) if len(sources) > 1 else None
         self.seq_len = sources[0].source.span - 1
@@ -152,6 +155,21 @@ class TokenBatches:
     def _read_starts(self, source: TokenSource, rows: np.ndarray) -> np.ndarray:
         train = self.split == "train"
         return source.train_doc_starts(rows) if train else source.val_doc_starts(rows)
+
+    def loss_weight(self, step: int, micro: int) -> float:
+        """What the loop multiplies this micro-batch's mean loss by: its trained targets over
+        an even share of the step's (every micro-batch of every rank), 1.0 without
+        ``loss_mask``. The step's loss and gradient are then the mean over all its trained
+        targets, as transformers' ``num_items_in_batch`` makes them, however unevenly the
+        replies fall into micro-batches and ranks; each rank counts the step's targets itself."""
+        if not self.loss_mask:
+            return 1.0
+        if self._step_targets is None or self._step_targets[0] != step:
+            first = (step - 1) * self.rows_per_step
+            rows = np.arange(first, first + self.rows_per_step)
+            self._step_targets = (step, int(self.trained(rows)[:, 1:].sum()))
+        mine = int(self.trained(self.positions(step, micro))[:, 1:].sum())
+        return mine * (self.rows_per_step / self.part.batch_size) / self._step_targets[1]
 
     def _read_loss_mask(self, source: Any, rows: np.ndarray) -> np.ndarray:
         """A ``loss_mask`` source's flags (methods beyond :class:`TokenSource`'s)."""
