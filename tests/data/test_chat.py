@@ -141,6 +141,7 @@ def test_dataloader_workers_keep_the_mask() -> None:
 def test_a_run_fine_tunes_on_a_jsonl_with_the_tokenizers_chat_template(
     xirang: Kit, tmp_path
 ) -> None:
+    xirang.check("dataset", "chat")  # registered, and its class follows xirang.data.Dataset
     data = write_jsonl(tmp_path / "chat.jsonl", 20)
     folder = chatml_tokenizer(tmp_path / "tok")
     run = xirang.train(
