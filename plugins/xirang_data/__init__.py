@@ -31,6 +31,11 @@ def xirang_datasets() -> list[DatasetSpec]:
             target=_DATASET,
             description="weighted snapshots; every global row's source follows from its number",
         ),
+        DatasetSpec(
+            name="chat",
+            target="xirang_data.chat:ChatDataset",
+            description="conversations (JSONL messages) for fine-tuning on assistant replies",
+        ),
     ]
 
 

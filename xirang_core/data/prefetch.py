@@ -17,7 +17,8 @@ from typing import Any, Protocol
 
 import torch
 
-Batch = tuple[torch.Tensor, torch.Tensor]
+#: inputs and targets, then whatever else the model takes (with data.document_mask, documents)
+Batch = tuple[torch.Tensor, ...]
 
 
 class Batches(Protocol):

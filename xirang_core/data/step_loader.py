@@ -94,8 +94,8 @@ class LoaderBatches:
         self._shares = batches.shares  # the workers read as these deal (parallel.balance)
 
     def get(self, step: int, micro: int = 0) -> tuple[torch.Tensor, ...]:
-        if self.batches.document_mask or step > self.last_step:
-            return self.batches.get(step, micro)  # document flags are read in this process
+        if self.batches.document_mask or self.batches.loss_mask or step > self.last_step:
+            return self.batches.get(step, micro)  # document and loss flags: read here
         stale = (step, micro) != self._next or self._shares is not self.batches.shares
         if self._rows is None or stale:
             self.close_workers()

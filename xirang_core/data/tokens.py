@@ -9,7 +9,7 @@ sources the mixture's schedule says which source and which of its rows each glob
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -21,6 +21,10 @@ from xirang_core.specs import Tokenizer
 
 if TYPE_CHECKING:
     from xirang_core.train.balance import Shares
+
+
+#: a target left out of the loss: ``F.cross_entropy``'s default ``ignore_index`` (transformers')
+IGNORE = -100
 
 
 class TokenSource(Protocol):
@@ -84,9 +88,17 @@ class TokenBatches:
         split: str,
         tokenizer: Tokenizer,
         document_mask: bool = False,
+        loss_mask: bool = False,
     ) -> None:
         self.sources, self.part, self.accum, self.split = sources, part, accum, split
         self.tokenizer, self.document_mask = tokenizer, document_mask
+        #: targets the sources mark as not trained on are :data:`IGNORE` (supervised
+        #: fine-tuning's prompts): each source then also has ``train_loss_mask(rows)`` and
+        #: ``val_loss_mask(rows)``, [len(rows), span] bool, True where a token is a target
+        self.loss_mask = loss_mask
+        #: the rows of one optimizer step over every rank (reshare deals them, never changes them)
+        self.rows_per_step = accum * part.global_batch
+        self._step_targets: tuple[int, int] | None = None  # (step, its trained targets)
         weights = tuple(s.weight for s in sources)
         self.schedule = Schedule(weights, seed + (split == "val")) if len(sources) > 1 else None
         self.seq_len = sources[0].source.span - 1
@@ -121,6 +133,10 @@ class TokenBatches:
         """Whether a document starts at each position of :meth:`rows`' rows."""
         return self._gather(positions, self._read_starts, np.bool_)
 
+    def trained(self, positions: np.ndarray) -> np.ndarray:
+        """With ``loss_mask``: whether each position of :meth:`rows`' rows is trained on."""
+        return self._gather(positions, self._read_loss_mask, np.bool_)
+
     def _gather(self, positions: np.ndarray, read, dtype) -> np.ndarray:
         """``read(source, rows)`` of each global row's source (the mixture's schedule)."""
         if self.schedule is None:
@@ -140,15 +156,41 @@ class TokenBatches:
         train = self.split == "train"
         return source.train_doc_starts(rows) if train else source.val_doc_starts(rows)
 
+    def loss_weight(self, step: int, micro: int) -> float:
+        """What the loop multiplies this micro-batch's mean loss by: its trained targets over
+        an even share of the step's (every micro-batch of every rank), 1.0 without
+        ``loss_mask``. The step's loss and gradient are then the mean over all its trained
+        targets, as transformers' ``num_items_in_batch`` makes them, however unevenly the
+        replies fall into micro-batches and ranks; each rank counts the step's targets itself."""
+        if not self.loss_mask:
+            return 1.0
+        if self._step_targets is None or self._step_targets[0] != step:
+            first = (step - 1) * self.rows_per_step
+            rows = np.arange(first, first + self.rows_per_step)
+            self._step_targets = (step, int(self.trained(rows)[:, 1:].sum()))
+        mine = int(self.trained(self.positions(step, micro))[:, 1:].sum())
+        return mine * (self.rows_per_step / self.part.batch_size) / self._step_targets[1]
+
+    def _read_loss_mask(self, source: Any, rows: np.ndarray) -> np.ndarray:
+        """A ``loss_mask`` source's flags (methods beyond :class:`TokenSource`'s)."""
+        train = self.split == "train"
+        return source.train_loss_mask(rows) if train else source.val_loss_mask(rows)
+
     def get(self, step: int, micro: int = 0) -> tuple[torch.Tensor, ...]:
         """(inputs, targets), and with ``data.document_mask`` each input's document in its
-        row (:func:`~xirang_core.data.document_mask.segments`) for the model's ``forward``."""
+        row (:func:`~xirang_core.data.document_mask.segments`) for the model's ``forward``.
+        With ``loss_mask`` the targets not trained on are :data:`IGNORE`, which the models'
+        cross-entropy leaves out of the loss and of its mean."""
         positions = self.positions(step, micro)
         tokens = torch.from_numpy(self.rows(positions))
+        targets = tokens[:, 1:]
+        if self.loss_mask:
+            trained = torch.from_numpy(self.trained(positions)[:, 1:])
+            targets = torch.where(trained, targets, IGNORE)
         if not self.document_mask:
-            return tokens[:, :-1], tokens[:, 1:]
+            return tokens[:, :-1], targets
         documents = segments(self.doc_starts(positions)[:, :-1])
-        return tokens[:, :-1], tokens[:, 1:], torch.from_numpy(documents).long()
+        return tokens[:, :-1], targets, torch.from_numpy(documents).long()
 
     def tokens_seen(self, steps: int) -> dict[str, int]:
         """Training tokens (inputs) each source gave the whole run in its first ``steps``."""

@@ -253,12 +253,18 @@ class Trainer:
             with self._sync_context(last=last):
                 watch.start()
                 with self.precision.autocast():
-                    loss = self.model(*batch) / divisor
+                    loss = self.model(*batch) * self._loss_weight(step, micro) / divisor
                 watch.forward_done(last)
                 self._backward(loss)
                 watch.backward_done(last)
             total += loss.detach()
         return total
+
+    def _loss_weight(self, step: int, micro: int) -> float:
+        """A micro-batch's share of the step's trained targets (``TokenBatches.loss_weight``:
+        fine-tuning's reply tokens); 1.0 for batches that train on every target."""
+        weight = getattr(self._source, "loss_weight", None)
+        return weight(step, micro) if weight is not None else 1.0
 
     def _batch(self, step: int, micro: int) -> Any:
         """The batch, timing the wait for it: whether the data path keeps up with training."""
