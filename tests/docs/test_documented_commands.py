@@ -81,6 +81,9 @@ class Service:
     #: the docs' ``postgresql://...`` store is a fresh database on a throwaway PostgreSQL server
     #: (tests/pool/postgres.py: skipped without PostgreSQL locally, a failure in CI)
     postgres: bool = False
+    #: a pool server of its own, on a copy of the docs' pool state (``XIRANG_HOME`` apart): the
+    #: docs restart their pool this way, and an SQLite store has one server at a time
+    own_state: bool = False
 
 
 @dataclass(frozen=True)
@@ -205,7 +208,7 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
         )
     ),
     "xirang console": Service("xirang console: http://", ("/login", "/metrics")),
-    "xirang pool serve --prices book.yaml": Service("xirang pool: http://"),
+    "xirang pool serve --prices book.yaml": Service("xirang pool: http://", own_state=True),
     "xirang plugins [--json]": As(("xirang plugins", "xirang plugins --json")),
     "pytest": Skip("the test suite itself"),
     # docs/checkpoint.md
@@ -460,13 +463,15 @@ def _on_port(command: str, port: int) -> str:
     return f"{command} --port {port}"
 
 
-def _start(command: str, work: Path, ready: str) -> tuple[subprocess.Popen, str]:
-    """A service started in ``work``, once it printed a line holding ``ready``, with what it
-    printed so far."""
+def _start(
+    command: str, work: Path, ready: str, home: Path | None = None
+) -> tuple[subprocess.Popen, str]:
+    """A service started in ``work`` (with ``XIRANG_HOME`` at ``home``, if given), once it
+    printed a line holding ``ready``, with what it printed so far."""
     process = subprocess.Popen(
         ["bash", "-c", f"exec {command}"],
         cwd=work,
-        env=_env(work),
+        env={**_env(work), **({"XIRANG_HOME": str(home)} if home else {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -534,7 +539,8 @@ def _check_service(
     pooled: PoolService = request.getfixturevalue("pool")
     work: Path = request.getfixturevalue("workspace")
     port = int(text.rsplit("--port ", 1)[1].split()[0])
-    process, printed = _start(text, work, entry.ready)
+    home = _copied_home(work) if entry.own_state else None
+    process, printed = _start(text, work, entry.ready, home)
     token = (work / entry.token_file).read_text().strip() if entry.token_file else pooled.token
     try:
         for path in entry.paths:
@@ -548,6 +554,23 @@ def _check_service(
             _BACKGROUND.append(process)
         else:
             _stop(process)
+
+
+def _copied_home(work: Path) -> Path:
+    """A copy of the docs' ``XIRANG_HOME``, each SQLite store copied through SQLite's backup
+    (the running pool's write-ahead log included), its serving lock left behind."""
+    import shutil
+    import sqlite3
+    from contextlib import closing
+
+    home, copy = work / "home", work / "home-own"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(home, copy, ignore=shutil.ignore_patterns("*.db*"))
+    for store in home.rglob("*.db"):
+        target = copy / store.relative_to(home)
+        with closing(sqlite3.connect(store)) as source, closing(sqlite3.connect(target)) as to:
+            source.backup(to)
+    return copy
 
 
 def _get(url: str, token: str) -> tuple[int, str]:
