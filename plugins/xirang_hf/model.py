@@ -26,6 +26,10 @@ HF_DONE = "_is_hf_initialized"
 class HFCausalLM(nn.Module, ModelBase):
     """``self.hf`` is the transformers model; parameter names carry the ``hf.`` prefix."""
 
+    #: ``param_init`` swaps a parameter of the module for its stand-in and draws from torch's
+    #: global generator (transformers' ``_init_weights``): one parameter at a time
+    param_init_threadsafe = False
+
     def __init__(self, settings: dict[str, Any]) -> None:
         super().__init__()
         from transformers import AutoModelForCausalLM

@@ -59,6 +59,8 @@ class ModelBase:
     """Defaults of :class:`Model`'s optional members; a model family's module inherits them
     (beside ``torch.nn.Module``)."""
 
+    param_init_threadsafe: bool = True
+
     def init_buffers(self) -> None:
         return None
 

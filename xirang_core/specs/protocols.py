@@ -205,6 +205,10 @@ class Model(Protocol):
     ``parallelize`` object, so strategies never look inside the module.
     """
 
+    #: whether ``param_init`` may run for several parameters at once on threads; optional
+    #: (:class:`ModelBase`: yes). A family whose init changes the module while it draws says no.
+    param_init_threadsafe: bool
+
     @classmethod
     def from_config(cls, settings: dict[str, Any]) -> Model:
         """A freshly initialised model (on the current default device, which may be ``meta``)."""

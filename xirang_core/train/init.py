@@ -17,7 +17,7 @@ from typing import cast
 import torch
 from torch import nn
 
-from xirang_core.specs import Model
+from xirang_core.specs import Model, ModelBase, with_defaults
 
 #: name segments that wrappers (activation checkpointing, torch.compile, FSDP1) insert into
 #: parameter names; the family's ``param_init`` and the generators see the model's own names
@@ -72,7 +72,9 @@ def drawn(
     or when. With ``device`` (an accelerator) each thread makes it current first, so no thread
     opens a context on another device."""
     seed = torch.initial_seed() if seed is None else seed
-    workers = max(1, min(INIT_THREADS, torch.get_num_threads()))
+    family = cast(Model, with_defaults(model, ModelBase))
+    threads = INIT_THREADS if family.param_init_threadsafe else 1
+    workers = max(1, min(threads, torch.get_num_threads()))
 
     def draw(name: str, param: nn.Parameter) -> torch.Tensor:
         if device is not None and device.type not in ("cpu", "meta"):
