@@ -22,6 +22,7 @@ import pytest
         ("xirang_core.comm.scaling", "xirang_comm.scaling"),
         ("xirang_core.devices.accelerator", "xirang.devices.accelerator"),
         ("xirang_core.devices.visible", "xirang.devices.visible"),
+        ("xirang_core.train.pretrained", "xirang_core.checkpoint.pretrained"),
     ],
 )
 def test_an_old_module_name_warns_and_is_the_new_module(old: str, new: str) -> None:

@@ -365,7 +365,7 @@ def _check_model(values: Any, registry: Registry) -> dict[str, Any]:
 def _take_folder_tokenizer(data: dict[str, Any], registry: Registry, overrides: list[str]) -> None:
     """``model.pretrained=<dir>`` with a tokenizer.json: the run reads its data with that
     tokenizer unless the command line names one."""
-    from xirang_core.train.pretrained import folder_tokenizer
+    from xirang_core.checkpoint.pretrained import folder_tokenizer
 
     tokenizer = folder_tokenizer(data["model"], overrides)
     if tokenizer is not None:
@@ -375,7 +375,7 @@ def _take_folder_tokenizer(data: dict[str, Any], registry: Registry, overrides: 
 def _take_family_tokenizer(data: dict[str, Any], registry: Registry, overrides: list[str]) -> None:
     """A family written for one tokenizer (:attr:`ModelSpec.tokenizer`) reads its data with
     that tokenizer unless the command line names one."""
-    from xirang_core.train.pretrained import names_tokenizer
+    from xirang_core.checkpoint.pretrained import names_tokenizer
 
     wanted = registry.spec("model", data["model"]["family"]).tokenizer
     if not wanted or data["tokenizer"]["name"] == wanted:
@@ -391,7 +391,7 @@ def _check_pretrained(model: dict[str, Any], registry: Registry, given: set[str]
     changed any setting."""
     if not model.get("pretrained"):
         return False
-    from xirang_core.train.pretrained import check_pretrained
+    from xirang_core.checkpoint.pretrained import check_pretrained
 
     settings = {k: v for k, v in model.items() if k not in ("family", "name")}
     checked = check_pretrained(registry.spec("model", model["family"]), settings, given)

@@ -61,6 +61,10 @@ MOVED.update(
     }
 )
 
+# what a pretrained folder says (shape, tokenizer, weights) is read below the training loop,
+# beside the checkpoints, so config and data can ask it without importing train/
+MOVED["xirang_core.train.pretrained"] = "xirang_core.checkpoint.pretrained"
+
 # the device SDK (the accelerator base and the readers only device plugins use) left the kernel
 MOVED |= {
     f"xirang_core.devices.{n}": f"xirang.devices.{n}"

@@ -109,6 +109,4 @@ def memory_writer(
 
 def memory_reader(fs: MemoryFileSystem) -> RawReader:
     """A DCP reader over the files of ``fs``."""
-    reader = RawReader("")
-    reader.fs = fs  # type: ignore[assignment]  # as in memory_writer
-    return reader
+    return RawReader(fs)

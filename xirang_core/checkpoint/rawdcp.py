@@ -21,7 +21,7 @@ import threading
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 import torch
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
@@ -46,6 +46,9 @@ from xirang_core.checkpoint.chunks import (
     RefusedCheckpoint,
     chunk_key,
 )
+
+if TYPE_CHECKING:  # memfs builds on this module
+    from xirang_core.checkpoint.memfs import MemoryFileSystem
 
 #: the files of checkpoints written before xirang used torch's item format
 RAW_SUFFIX = ".raw"
@@ -110,8 +113,8 @@ def _archive(tensor: torch.Tensor) -> list[Any]:
         flat = flat.contiguous().clone()
     layout = _Layout()
     with torch.serialization.skip_data():
-        torch.save(flat, layout)
-    data = memoryview(flat.reshape(-1).view(torch.uint8).numpy()) if _nbytes(flat) else b""
+        torch.save(flat, cast(IO[bytes], layout))  # a binary stream, as torch.save writes one
+    data = flat.reshape(-1).view(torch.uint8).numpy().data if _nbytes(flat) else b""
     return layout.parts(data)
 
 
@@ -165,6 +168,11 @@ class RawReader(FileSystemReader):
     out of the archive directly when xirang wrote them) and the raw files of older xirang
     checkpoints. DCP's pickled ``.metadata`` is never loaded: the JSON copy is."""
 
+    def __init__(self, files: MemoryFileSystem) -> None:
+        super().__init__("")
+        self.fs = files  # type: ignore[assignment]  # torch types it FileSystem; uses the base
+        self.files = files  # the same, typed: its ``data`` keeps chunked files unjoined
+
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         """The JSON metadata; a checkpoint with only DCP's pickled ``.metadata`` is refused."""
         path = self.fs.concat_path(self.path, dcpmeta.METADATA_FILE)
@@ -172,7 +180,7 @@ class RawReader(FileSystemReader):
             if self.fs.exists(self.fs.concat_path(self.path, dcpmeta.PICKLE_METADATA)):
                 raise dcpmeta.pickle_refusal("checkpoint")
             raise CorruptCheckpoint(f"checkpoint: no {dcpmeta.METADATA_FILE}")
-        return dcpmeta.from_json(bytes(self.fs.data(path)), "checkpoint")
+        return dcpmeta.from_json(bytes(self.files.data(path)), "checkpoint")
 
     def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, **kw: Any) -> None:
         super().set_up_storage_reader(metadata, is_coordinator, **kw)
@@ -226,7 +234,7 @@ class RawReader(FileSystemReader):
 
     def _file(self, relative_path: str) -> Any:
         """The file's bytes as the filesystem holds them (chunked files stay unjoined)."""
-        data = self.fs.data(self.fs.concat_path(self.path, relative_path))
+        data = self.files.data(self.fs.concat_path(self.path, relative_path))
         return data if hasattr(data, "segments") else _Whole(data)
 
     def _fill(self, target: torch.Tensor, req: ReadItem, data: Any, at: int, length: int) -> None:

@@ -25,6 +25,13 @@ class Batches(Protocol):
     def get(self, step: int, micro: int = 0) -> Batch: ...
 
 
+class StepBatches(Batches, Protocol):
+    """What the trainer reads: a rank's micro-batches per step, and each one's share of the
+    step's trained targets (1.0 where every target trains; less for fine-tuning's replies)."""
+
+    def loss_weight(self, step: int, micro: int) -> float: ...
+
+
 def prefetched(batches: Batches, device: torch.device, accum: int) -> Batches:
     """``batches`` read one ahead onto ``device``; unchanged on devices without streams (CPU)."""
     device = torch.device(device)

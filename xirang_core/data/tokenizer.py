@@ -39,7 +39,7 @@ def check_vocab(config: dict[str, Any], vocab: int) -> None:
     if size == 0:
         model["vocab_size"] = vocab
     elif size < vocab and model.get("pretrained"):  # the weights fix the vocabulary
-        from xirang_core.train.pretrained import tokenizer_fix
+        from xirang_core.checkpoint.pretrained import tokenizer_fix
 
         raise ConfigError(
             f"tokenizer={name} has {vocab} ids, more than the {size} rows of the weights in "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -45,8 +45,8 @@ def _squared_norm(grads: list[torch.Tensor]) -> torch.Tensor:
         if isinstance(g, DTensor):
             by_layout[(g.device_mesh, g.placements)].append(g)
     for group in by_layout.values():
-        norm = torch.nn.utils.get_total_norm(group, norm_type=2.0)
-        total = total + norm.full_tensor().float().pow(2)
+        norm = torch.nn.utils.get_total_norm(group, norm_type=2.0)  # a DTensor for DTensors
+        total = total + cast(DTensor, norm).full_tensor().float().pow(2)
     return total
 
 

@@ -60,6 +60,10 @@ class SyntheticBatches:
         tokens = torch.stack(rows)
         return tokens[:, :-1], tokens[:, 1:]
 
+    def loss_weight(self, step: int, micro: int) -> float:
+        """Every target trains: each micro-batch's mean loss counts alike."""
+        return 1.0
+
 
 def plan_config(config: dict[str, Any], plan: ParallelPlan) -> dict[str, Any]:
     """``config`` set up to run ``plan``: its strategy, worker count and micro-batch."""

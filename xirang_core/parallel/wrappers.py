@@ -25,6 +25,7 @@ hits them alike and mostly cancels in the differences; each figure is floored at
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -94,7 +95,7 @@ def measure_wrappers(world: int, parts: Any, micro_batch: int) -> dict[str, Any]
     for _ in range(ROUNDS):  # alternating: a spell of outside load hits every variant alike
         for name, step in steps.items():
             for m in MICRO_COUNTS:
-                seconds = time_together(lambda s=step, m=m: s(m), repeats=1)
+                seconds = time_together(functools.partial(step, m), repeats=1)
                 found[name][m] = min(found[name][m], seconds)
     for prefix, module in (("", parts.block), ("root_", parts.rest)):
         params = list(module.parameters())

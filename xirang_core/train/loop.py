@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from xirang_core.data.prefetch import prefetched
+from xirang_core.data.prefetch import StepBatches, prefetched
 from xirang_core.data.tokens import TokenBatches
 from xirang_core.errors import ConfigError, XirangError
 from xirang_core.hookcall import notify
@@ -93,7 +93,7 @@ class Trainer:
         self,
         model: torch.nn.Module,
         optimizer: torch.optim.Optimizer,
-        batches: TokenBatches,
+        batches: StepBatches,
         settings: LoopSettings,
         ctx: WorkerContext,
         hook: Any,
@@ -261,10 +261,9 @@ class Trainer:
         return total
 
     def _loss_weight(self, step: int, micro: int) -> float:
-        """A micro-batch's share of the step's trained targets (``TokenBatches.loss_weight``:
-        fine-tuning's reply tokens); 1.0 for batches that train on every target."""
-        weight = getattr(self._source, "loss_weight", None)
-        return weight(step, micro) if weight is not None else 1.0
+        """A micro-batch's share of the step's trained targets (fine-tuning's reply tokens);
+        1.0 for batches that train on every target."""
+        return self._source.loss_weight(step, micro)
 
     def _batch(self, step: int, micro: int) -> Any:
         """The batch, timing the wait for it: whether the data path keeps up with training."""

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 import yaml
 
+from xirang_core.checkpoint.pretrained import load_pretrained
 from xirang_core.data.interface import open_dataset
 from xirang_core.data.step_loader import loop_batches
 from xirang_core.data.tokens import TokenBatches
@@ -46,7 +47,6 @@ from xirang_core.train.interrupt import StopAtStepEnd, stop_on
 from xirang_core.train.loop import LoopSettings, Trainer, evaluate, owned_by
 from xirang_core.train.optim import build_optimizer, build_schedule
 from xirang_core.train.peak import MfuFigure, Peak, device_peak, run_peak_flops, trusted_mfu
-from xirang_core.train.pretrained import load_pretrained
 from xirang_core.train.segments import SegmentLog, WholeRun
 
 log = logging.getLogger("xirang.devices")

@@ -110,6 +110,7 @@ class CostStore:
     def spent_micro(self, scope: str, name: str) -> int:
         """Everything charged so far to a project (``scope='project'``) or one job: a run's
         directory, or a pool job id, whose allocations are charged as ``<id>@<start>``."""
+        args: tuple[str, ...]
         if scope == "project":
             where, args = "project = ?", (name,)
         else:

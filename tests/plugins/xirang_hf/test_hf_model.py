@@ -10,10 +10,10 @@ import torch
 from xirang_hf.model import HFCausalLM
 from xirang_hf.parallelize import HFParallelize
 
+from xirang_core.checkpoint.pretrained import load_pretrained
 from xirang_core.errors import ConfigError
 from xirang_core.parallel.plan import ParallelPlan, check_plan
 from xirang_core.plugins import get_registry
-from xirang_core.train.pretrained import load_pretrained
 
 FAMILY = ("family", "name")
 

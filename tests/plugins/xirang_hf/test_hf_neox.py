@@ -12,8 +12,8 @@ from safetensors import safe_open
 
 from tests.conftest import run_dirs
 from tests.plugins.xirang_hf.conftest import TINY_RUN
+from xirang_core.checkpoint.pretrained import load_pretrained
 from xirang_core.plugins import get_registry
-from xirang_core.train.pretrained import load_pretrained
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import torch
 
+from xirang_core.checkpoint.pretrained import load_pretrained
 from xirang_core.config import compose
 from xirang_core.errors import ConfigError
 from xirang_core.plugins import get_registry
-from xirang_core.train.pretrained import load_pretrained
 
 SCALING = {
     "rope_type": "llama3",
