@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # the protocols each kind's implementations follow
         CostPolicy,
         DatasetSpec,
         DeviceBackend,
+        DeviceBackendSpec,
         LRSchedule,
         Model,
         ModelSpec,
@@ -113,6 +114,8 @@ class Registry:
     def names(self, kind: str) -> list[str]:
         return sorted(self.specs.get(kind, {}))
 
+    @overload
+    def spec(self, kind: Literal["device"], name: str) -> DeviceBackendSpec: ...
     @overload
     def spec(self, kind: Literal["parallel"], name: str) -> StrategySpec: ...
     @overload

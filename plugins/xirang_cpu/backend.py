@@ -46,9 +46,6 @@ class CpuBackend(DeviceBackendBase):
     def detect(self) -> tuple[bool, str]:
         return True, "the host CPU is always available"
 
-    def present(self) -> tuple[bool, str]:
-        return self.detect()
-
     def inventory(self) -> list[DeviceInfo]:
         import torch
 

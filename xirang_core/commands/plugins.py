@@ -79,8 +79,7 @@ def _no_device(registry: Registry, name: str) -> str:
     check (the vendor's library or tool); ``xirang devices`` adds torch's view of them."""
     try:
         backend = registry.load("device", name)()
-        probe = getattr(backend, "present", backend.detect)
-        found, why = probe()
+        found, why = backend.present()
     except Exception as exc:  # a backend that cannot load or probe is listed, not fatal
         found, why = False, f"{type(exc).__name__}: {exc}"
     return "" if found else f"installed, no device: {why}"

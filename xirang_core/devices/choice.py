@@ -21,7 +21,7 @@ def pick_device(registry: Registry) -> str:
     passed over silently: one warning line names it and why, then the next backend is taken."""
     specs = sorted(
         (registry.spec("device", n) for n in registry.names("device")),
-        key=lambda s: -getattr(s, "priority", 0),
+        key=lambda s: -s.priority,
     )
     reasons = []
     for spec in specs:
@@ -35,7 +35,7 @@ def pick_device(registry: Registry) -> str:
             backend, usable, why = None, False, f"{type(exc).__name__}: {exc}"
         if usable:
             return spec.name
-        if getattr(backend, "present", lambda: (False, ""))()[0]:
+        if backend is not None and backend.present()[0]:
             log.warning("device=auto: %s hardware is present but not usable: %s", spec.name, why)
         reasons.append(f"{spec.name}: {why}")
     raise ConfigError("device=auto found no usable device: " + "; ".join(reasons))

@@ -56,7 +56,7 @@ def local_cluster(workers: int, registry: Any = None, device: str = "auto") -> C
     backend = registry.create("device", {"name": name})
     inventory = backend.inventory()
     calibration = backend.calibrate()
-    shared = getattr(backend, "shareable", False)
+    shared = backend.shareable
     share = 1 / workers if shared else 1.0
     cores = os.cpu_count() or 1
     rate = calibration.peak_flops("float32") / 1e12

@@ -21,7 +21,7 @@ MAX_WORKERS = 64
 def model_shape(config: dict[str, Any], registry: Registry) -> ModelShape | None:
     """The configured model's shape from its family's split plan, or None without one."""
     spec = registry.spec("model", config["model"]["family"])
-    if not getattr(spec, "parallelize", ""):
+    if not spec.parallelize:
         return None
     settings = {k: v for k, v in config["model"].items() if k not in ("family", "name")}
     return spec.load_parallelize().shape(settings, config["data"]["seq_len"])

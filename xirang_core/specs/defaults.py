@@ -5,7 +5,7 @@ A class that inherits none of them (written before a member existed) is given th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 if TYPE_CHECKING:
     from xirang_core.specs.records import WorkerContext
@@ -24,6 +24,10 @@ class DeviceBackendBase:
 
     def caveats(self) -> list[str]:
         return []
+
+    def present(self) -> tuple[bool, str]:
+        """A backend with no torch-free reading of its hardware answers as ``detect`` does."""
+        return cast(Any, self).detect()
 
 
 class StrategyBase:

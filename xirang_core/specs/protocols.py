@@ -63,6 +63,11 @@ class DeviceBackend(Protocol):
     def caveats(self) -> list[str]:
         """Warnings about this host's setup, logged once per run; optional (none)."""
 
+    def present(self) -> tuple[bool, str]:
+        """Whether the hardware is there (usable or not), read without torch: ``xirang
+        plugins`` lists it, and ``device=auto`` warns about hardware it cannot use; optional
+        (:class:`DeviceBackendBase`: what ``detect`` says)."""
+
 
 @runtime_checkable
 class Strategy(Protocol):
