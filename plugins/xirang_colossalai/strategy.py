@@ -11,10 +11,10 @@
 The ZeRO and hybrid plugins keep gradients in the optimizer's partitions, so the Booster owns
 backward (``booster.backward`` scales and reduces), clipping (``trainer.grad_clip`` is the
 plugin's ``max_norm``: its optimizer measures and clips the norm inside its step, where the
-gradients are) and, with ``pp > 1``, the whole step (``booster.execute_pipeline``). The boosted
-model carries the loop's hooks for these (``xirang_backward``, ``xirang_clip``,
-``xirang_step``), as a native pipeline carries ``xirang_step``; TorchDDP trains through the
-plain loop. ``hybrid_parallel`` shards a Llama-shaped model with Colossal-AI's own ShardFormer
+gradients are) and, with ``pp > 1``, the whole step (``booster.execute_pipeline``). The
+strategy's :meth:`~ColossalStrategy.runner` hands these to the loop (``backward``, ``clip``,
+``step``, ``evaluate``), as a native pipeline's runner has ``step``; TorchDDP trains through
+the plain loop. ``hybrid_parallel`` shards a Llama-shaped model with Colossal-AI's own ShardFormer
 policy (``shard.py``). Gemini's default ``precision: fp32`` becomes bf16 (it has no fp32).
 
 The Booster needs the optimizer together with the model, so this strategy builds xirang's
@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from xirang import ConfigError
-from xirang.specs import StrategyBase
+from xirang.specs import StepRunner, StrategyBase
 from xirang_colossalai.settings import GPU_ONLY, ColossalConfig, check_plugin
 
 
@@ -70,19 +70,19 @@ class ColossalStrategy(StrategyBase):
         if target is not model:
             model.hf = self.model  # the wrapper's forward (logits, loss) runs the sharded model
             wrapped = self.trained = model
-        if config.plugin != "torch_ddp":
-            self._own_the_step(wrapped)
+        if config.plugin != "torch_ddp" and self.booster.plugin.support_no_sync():
+            wrapped.no_sync = lambda: self.booster.no_sync(self.model, self.optimizer)
         return wrapped
 
-    def _own_the_step(self, boosted: nn.Module) -> None:
-        """Hand the loop the Booster's backward, clipping, no-sync and pipeline step."""
-        boosted.xirang_backward = self.backward
-        boosted.xirang_clip = clipped_in_step
-        if self.booster.plugin.support_no_sync():
-            boosted.no_sync = lambda: self.booster.no_sync(self.model, self.optimizer)
+    def runner(self, wrapped: nn.Module) -> StepRunner:
+        """The Booster's backward and clipping (and with ``pp > 1`` its pipeline's whole step
+        and evaluation) for the loop; TorchDDP trains through the loop's own."""
+        if self.config.plugin == "torch_ddp":
+            return StepRunner()
         if self.config.pp > 1:
-            boosted.xirang_step = self.pipeline_step
-            boosted.xirang_eval = self.pipeline_eval
+            step, evaluate = self.pipeline_step, self.pipeline_eval
+            return StepRunner(step, evaluate, self.backward, clipped_in_step)
+        return StepRunner(backward=self.backward, clip=clipped_in_step)
 
     def backward(self, loss: torch.Tensor) -> None:
         self.booster.backward(loss, self.optimizer)

@@ -1,9 +1,9 @@
 """Pipeline parallel through ``torch.distributed.pipelining``: one stage per ``pp`` rank, a
 GPipe or 1F1B schedule over the micro-batches of each optimizer step.
 
-The trainer sees a model that carries ``xirang_step`` (run a whole step: every micro-batch's
-forward and backward) and ``xirang_eval`` (mean loss over held-out batches), so the loop itself
-has no pipeline-specific code.
+The strategy hands the trainer a step runner whose ``step`` runs a whole step (every
+micro-batch's forward and backward) and whose ``evaluate`` gives the mean loss over held-out
+batches, so the loop itself has no pipeline-specific code.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from xirang.parallel import (
     fsdp_policy,
     resolve_degrees,
 )
-from xirang.specs import StrategyBase
+from xirang.specs import StepRunner, StrategyBase
 from xirang_torch import recompute, sharding
 from xirang_torch.mesh import build_mesh, coordinate, degree
 from xirang_torch.settings import MeshConfig
@@ -30,6 +30,7 @@ class MeshStrategy(StrategyBase):
 
     def __init__(self, **settings: Any) -> None:
         self.config = MeshConfig(**settings)
+        self._runners: dict[int, StepRunner] = {}  # per wrapped module: a pipeline's schedule
 
     def plan(self, world: int, micro_batch: int) -> ParallelPlan:
         """The plan's degrees. Selective recompute is planned as none: the planner's memory
@@ -73,8 +74,12 @@ class MeshStrategy(StrategyBase):
         balanced = self.config.balance != "uniform"
         wrapped = self._data_parallel(model, fns, mesh, plan, precision, balanced)
         if plan.pp > 1:
-            self._pipeline(wrapped, model, fns, ctx, plan)
+            self._runners[id(wrapped)] = self._pipeline(wrapped, model, fns, ctx, plan)
         return wrapped
+
+    def runner(self, wrapped: nn.Module) -> StepRunner:
+        """A pipeline's whole step and evaluation run through its schedule; else the loop's."""
+        return self._runners.get(id(wrapped), StepRunner())
 
     @staticmethod
     def _data_parallel(
@@ -98,7 +103,7 @@ class MeshStrategy(StrategyBase):
     @staticmethod
     def _pipeline(
         wrapped: nn.Module, model: nn.Module, fns: Any, ctx: Any, plan: ParallelPlan
-    ) -> None:
+    ) -> StepRunner:
         from xirang_torch.pipeline import PipelineRunner
 
         trainer = ctx.config["trainer"]
@@ -110,8 +115,7 @@ class MeshStrategy(StrategyBase):
             plan.micro_batches(trainer["global_batch"]),
         )
         runner.tie(fns.tied(model))
-        wrapped.xirang_step = runner.step
-        wrapped.xirang_eval = runner.evaluate
+        return StepRunner(step=runner.step, evaluate=runner.evaluate)
 
 
 def _shards(plan: ParallelPlan) -> bool:

@@ -186,7 +186,8 @@ def _train_and_measure(
         schedule, accum, micro, seq_len, 1, trainer_cfg["grad_clip"], config["optim"], 0.0, 0.0
     )
     loop.precision = trainer_cfg.get("precision", "fp32")  # as the run computes
-    trainer = Trainer(wrapped, optimizer, batches, loop, ctx, registry.hook, None)
+    runner = strategy.runner(wrapped)
+    trainer = Trainer(wrapped, optimizer, batches, loop, ctx, registry.hook, None, None, runner)
     meter = SavedTensorMeter(wrapped)
     losses, times = [], []
     resume = config.get("smoke", {})

@@ -5,7 +5,10 @@ A class that inherits none of them (written before a member existed) is given th
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from xirang_core.specs.records import StepRunner
 
 if TYPE_CHECKING:
     from xirang_core.specs.records import WorkerContext
@@ -43,6 +46,33 @@ class StrategyBase:
 
     def shards_parameters(self, ctx: WorkerContext) -> bool:
         return False
+
+    def runner(self, wrapped: Any) -> StepRunner:
+        return legacy_runner(wrapped)
+
+
+#: the attributes of the deprecated :class:`~xirang_core.specs.TrainedModule`, per runner field
+LEGACY_RUNNER = {
+    "step": "xirang_step",
+    "evaluate": "xirang_eval",
+    "backward": "xirang_backward",
+    "clip": "xirang_clip",
+}
+
+
+def legacy_runner(wrapped: Any) -> StepRunner:
+    """The step runner of a strategy written before ``runner`` existed, from the attributes it
+    set on its module (:class:`~xirang_core.specs.TrainedModule`); it warns when there are any."""
+    found = {f: getattr(wrapped, a) for f, a in LEGACY_RUNNER.items() if hasattr(wrapped, a)}
+    if found:
+        warnings.warn(
+            f"{type(wrapped).__name__} carries {', '.join(LEGACY_RUNNER[f] for f in found)}: "
+            "a strategy now returns a StepRunner from runner(wrapped); the attributes are read "
+            "for one more release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+    return StepRunner(**found)
 
 
 class SchedulerBase:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         DeviceInfo,
         HealthFinding,
         JobSpec,
+        StepRunner,
         TextCorpus,
         Topology,
         WorkerContext,
@@ -102,11 +103,17 @@ class Strategy(Protocol):
         """True: the model is built on the meta device and materialised after ``wrap``."""
         ...
 
+    def runner(self, wrapped: torch.nn.Module) -> StepRunner:
+        """What of a step the strategy runs itself for the module ``wrap`` returned (a
+        pipeline's whole step, a Booster's backward); the worker asks once, after ``wrap``, and
+        hands it to the trainer. Optional (:class:`StrategyBase`: the loop runs everything)."""
+        ...
+
 
 class TrainedModule(Protocol):
-    """What the module a :class:`Strategy`'s ``wrap`` returns may run itself, in place of the
-    loop's own code: every member is optional (an attribute the strategy sets on the module,
-    read once through :func:`xirang_core.train.loop.owned_by`).
+    """Deprecated, read for one release: the attributes a strategy written before
+    :meth:`Strategy.runner` set on the module ``wrap`` returned, in place of a
+    :class:`StepRunner`. :class:`StrategyBase`'s ``runner`` reads them, warning once.
 
     - ``xirang_step(batches) -> loss``: a whole step's forwards and backwards (a pipeline);
     - ``xirang_eval(batches, n) -> float``: the mean held-out loss over ``n`` batches;

@@ -148,3 +148,20 @@ class WorkerContext:
     def _mesh_dim(self, dim: str, method: str, default: int) -> int:
         names = getattr(self.mesh, "mesh_dim_names", None) or ()
         return getattr(self.mesh[dim], method)() if dim in names else default
+
+
+@dataclass(frozen=True)
+class StepRunner:
+    """The parts of a step a strategy runs itself, in place of the loop's own code (what its
+    :meth:`~xirang_core.specs.Strategy.runner` returns); None: the loop runs that part.
+
+    - ``step(batches) -> loss``: a whole step's forwards and backwards (a pipeline);
+    - ``evaluate(batches, n) -> float``: the mean held-out loss over ``n`` batches;
+    - ``backward(loss)``: backward (Colossal-AI's Booster scales and reduces inside);
+    - ``clip(max_norm) -> norm``: clipping, where the strategy's optimizer holds the gradients.
+    """
+
+    step: Callable[[list[Any]], Any] | None = None
+    evaluate: Callable[[Any, int], float] | None = None
+    backward: Callable[[Any], None] | None = None
+    clip: Callable[[float], Any] | None = None

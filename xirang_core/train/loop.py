@@ -19,7 +19,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -29,7 +29,7 @@ from xirang_core.data.prefetch import StepBatches, prefetched
 from xirang_core.data.tokens import TokenBatches
 from xirang_core.errors import ConfigError, XirangError
 from xirang_core.hookcall import notify
-from xirang_core.specs import WorkerContext
+from xirang_core.specs import StepRunner, WorkerContext
 from xirang_core.sweep.prune import pruned_here
 from xirang_core.train.balance import Balancer, Unwatched
 from xirang_core.train.compile import compiled_frames, without_recompiling
@@ -40,6 +40,9 @@ from xirang_core.train.report import MetricsLog, bits_per_byte
 
 #: held-out batches each evaluation scores (``trainer.eval_batches``'s default)
 EVAL_BATCHES = 8
+
+#: a strategy that runs no part of a step itself: the loop runs all of it
+NO_RUNNER = StepRunner()
 
 
 @dataclass
@@ -65,23 +68,6 @@ class LoopSettings:
     schedule: Any = field(default_factory=build_schedule)
 
 
-@dataclass(frozen=True)
-class Owned:
-    """The parts of a step the strategy's module runs itself
-    (:class:`~xirang_core.specs.TrainedModule`); None: the loop runs that part."""
-
-    xirang_step: Callable[[list[Any]], Any] | None = None
-    xirang_eval: Callable[[Any, int], float] | None = None
-    xirang_backward: Callable[[Any], None] | None = None
-    xirang_clip: Callable[[float], Any] | None = None
-
-
-def owned_by(model: torch.nn.Module) -> Owned:
-    """What ``model`` runs itself: the one place the loop reads a wrapped module's optional
-    :class:`~xirang_core.specs.TrainedModule` members, set as attributes in ``wrap``."""
-    return Owned(**{f.name: getattr(model, f.name, None) for f in fields(Owned)})
-
-
 class NonFiniteError(XirangError):
     """Training met a non-finite loss or gradient norm and ``trainer.nonfinite=stop``."""
 
@@ -99,6 +85,7 @@ class Trainer:
         hook: Any,
         metrics: MetricsLog | None,
         balance: Balancer | None = None,
+        runner: StepRunner = NO_RUNNER,
     ) -> None:
         self.model, self.optimizer = model, optimizer
         accum = balance.count if balance is not None else settings.accum_steps
@@ -113,8 +100,8 @@ class Trainer:
         self.precision = Precision(settings.precision, ctx.device)
         if ctx.device.type == "cpu":  # steps reuse the pages of their activations
             retain_freed_memory()
-        self.owned = owned_by(model)  # what the strategy's module runs itself
-        if self.precision.scaler is not None and self.owned.xirang_backward is not None:
+        self.runner = runner  # what of a step the strategy runs itself
+        if self.precision.scaler is not None and runner.backward is not None:
             raise ConfigError(
                 "trainer.precision=fp16: this strategy runs backward itself, so xirang's "
                 "gradient scaler cannot apply; use the strategy's own precision setting"
@@ -141,7 +128,7 @@ class Trainer:
         lr = s.schedule.lr(step, s.max_steps, s.optim)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        run_step = self.owned.xirang_step  # a pipeline runs whole steps
+        run_step = self.runner.step  # a pipeline runs whole steps
         if run_step is not None:
             with self.precision.autocast():  # the schedule's forwards run inside
                 total = run_step([self._batch(step, m) for m in range(s.accum_steps)])
@@ -274,9 +261,9 @@ class Trainer:
 
     def _backward(self, loss: torch.Tensor) -> None:
         """``loss.backward()``, unless the strategy owns backward (Colossal-AI's Booster scales
-        and reduces gradients inside ``booster.backward``): the model then carries
-        ``xirang_backward``, as a pipeline carries ``xirang_step``."""
-        owned = self.owned.xirang_backward
+        and reduces gradients inside ``booster.backward``): its runner's ``backward``, as a
+        pipeline's runner has ``step``."""
+        owned = self.runner.backward
         if owned is not None:
             owned(loss)
         elif self.precision.scaler is not None:
@@ -287,8 +274,8 @@ class Trainer:
     def _clip(self, max_norm: float) -> Any:
         """Clip by the global gradient norm (``inf``: measure only) and return it, pre-clip; a
         split model's norm spans all its shards (a strategy whose optimizer holds the
-        gradients clips through ``xirang_clip``)."""
-        owned = self.owned.xirang_clip
+        gradients clips through its runner's ``clip``)."""
+        owned = self.runner.clip
         if owned is not None:
             return owned(max_norm)
         if self.ctx.mesh is not None:
@@ -510,10 +497,16 @@ def peak_memory(device: torch.device) -> int:
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, batches: TokenBatches, device: Any, n_batches: int) -> float:
+def evaluate(
+    model: torch.nn.Module,
+    batches: TokenBatches,
+    device: Any,
+    n_batches: int,
+    runner: StepRunner = NO_RUNNER,
+) -> float:
     """Mean loss over ``n_batches`` held-out batches; compiled blocks are not compiled again."""
     model.eval()
-    run_eval = owned_by(model).xirang_eval  # a pipeline evaluates through its schedule
+    run_eval = runner.evaluate  # a pipeline evaluates through its schedule
     with without_recompiling():
         if run_eval is not None:
             mean = run_eval(batches, n_batches)

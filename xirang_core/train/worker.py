@@ -37,14 +37,14 @@ from xirang_core.faults import RunGuard
 from xirang_core.faults.health import local_device
 from xirang_core.hookcall import notify
 from xirang_core.plugins import Registry, get_registry
-from xirang_core.specs import CommBackend, Model, Strategy, Tokenizer, WorkerContext
+from xirang_core.specs import CommBackend, Model, StepRunner, Strategy, Tokenizer, WorkerContext
 from xirang_core.train import balance, profile, report
 from xirang_core.train.compile import compile_model
 from xirang_core.train.cost import cost_fields
 from xirang_core.train.finish import Finishing
 from xirang_core.train.init import materialize
 from xirang_core.train.interrupt import StopAtStepEnd, stop_on
-from xirang_core.train.loop import LoopSettings, Trainer, evaluate, owned_by
+from xirang_core.train.loop import NO_RUNNER, LoopSettings, Trainer, evaluate
 from xirang_core.train.optim import build_optimizer, build_schedule
 from xirang_core.train.peak import MfuFigure, Peak, device_peak, run_peak_flops, trusted_mfu
 from xirang_core.train.segments import SegmentLog, WholeRun
@@ -73,6 +73,8 @@ class Assembly:
     #: threads per worker, the cores the run may use here and the host's load at the start
     host: dict[str, Any] = field(default_factory=dict)
     balancer: balance.Balancer | None = None  # parallel.balance: this rank's unequal share
+    #: what of a step the strategy runs itself for ``wrapped`` (a pipeline's whole step)
+    runner: StepRunner = NO_RUNNER
 
 
 def main(run_dir: str, config: dict[str, Any] | None = None) -> None:
@@ -239,6 +241,7 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
         strategy=strategy,
         params=params,
         balancer=balancer,
+        runner=strategy.runner(wrapped),
     )
 
 
@@ -315,6 +318,7 @@ def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry
         registry.hook,
         metrics,
         parts.balancer,
+        parts.runner,
     )
     trainer.evaluate = lambda: held_out_loss(parts)
     trainer.profiler = profile.for_run(config, ctx.rank, ctx.device, ctx.run_dir)
@@ -360,12 +364,14 @@ def held_out_loss(parts: Assembly) -> float:
     slice of every batch, as it trains), the means averaged over every worker. A split model
     evaluates on every worker together (their forwards exchange shards)."""
     ctx = parts.ctx
-    evaluated = parts.wrapped if split_model(parts) else trained_model(parts)
+    split = split_model(parts)
+    evaluated = parts.wrapped if split else trained_model(parts)
+    runner = parts.runner if split else NO_RUNNER
     # a pipeline's evaluation runs a whole step's micro-batches per schedule run
-    pipelined = owned_by(evaluated).xirang_eval is not None
     count = parts.settings.eval_batches
-    batches = count if pipelined else count * parts.settings.accum_steps
-    return mean_over_workers(evaluate(evaluated, parts.val, ctx.device, batches), ctx)
+    batches = count if runner.evaluate is not None else count * parts.settings.accum_steps
+    loss = evaluate(evaluated, parts.val, ctx.device, batches, runner)
+    return mean_over_workers(loss, ctx)
 
 
 def mean_over_workers(value: float, ctx: WorkerContext) -> float:
@@ -396,7 +402,7 @@ def final_sample(config: dict[str, Any], parts: Assembly) -> str:
     """The trained model's continuation of the prompt. Sampling feeds growing prompts: a
     pipeline's stages and sequence parallel's even sequence shards take fixed shapes only, and
     compiled blocks run eager here rather than compile once per prompt length."""
-    if owned_by(parts.wrapped).xirang_step is not None or config["parallel"].get("sp", False):
+    if parts.runner.step is not None or config["parallel"].get("sp", False):
         return ""
     stance = torch.compiler.set_stance("force_eager") if config["trainer"]["compile"] else None
     with stance or contextlib.nullcontext():

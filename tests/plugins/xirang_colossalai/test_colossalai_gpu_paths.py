@@ -105,10 +105,12 @@ def test_gemini_default_fp32_becomes_bf16_or_is_refused(made, monkeypatch, bf16:
 def test_grad_clip_is_the_plugins_max_norm(made, monkeypatch, plugin: str) -> None:
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     config = compose(TINY_LLAMA)
-    wrapped = ColossalStrategy(plugin=plugin).wrap(tiny_llama(config), gpu_ctx(config))
+    strategy = ColossalStrategy(plugin=plugin)
+    wrapped = strategy.wrap(tiny_llama(config), gpu_ctx(config))
     name = {"low_level_zero": "LowLevelZeroPlugin", "gemini": "GeminiPlugin"}[plugin]
     assert made[name]["max_norm"] == 0.5
-    assert wrapped.xirang_clip(0.5) is None  # the loop leaves clipping to the plugin's step
+    clip = strategy.runner(wrapped).clip
+    assert clip is not None and clip(0.5) is None  # the loop leaves clipping to the plugin's step
 
 
 def test_hybrid_parallel_shards_the_llamas_hf_twin_with_colossals_policy(made) -> None:
@@ -189,6 +191,7 @@ def test_hybrid_parallel_evaluates_and_samples_the_twin_it_trained(made) -> None
         val=val,
         settings=types.SimpleNamespace(accum_steps=1, eval_batches=EVAL_BATCHES),  # one micro-batch
         strategy=strategy,
+        runner=strategy.runner(twin),
     )
     trained, untrained = (evaluate(m, val, cpu, EVAL_BATCHES) for m in (twin, model))
     assert trained < untrained - 0.1  # the twin learned; the Llama did not move
@@ -207,8 +210,8 @@ def test_hybrid_parallel_with_a_pipeline_evaluates_forward_only(made) -> None:
     strategy = ColossalStrategy(plugin="hybrid_parallel", pp=2)
     twin = strategy.wrap(tiny_llama(config), gpu_ctx(config))
     val, cpu = HeldOut(4, 16), torch.device("cpu")
-    pipelined = evaluate(twin, val, cpu, 2)  # through twin.xirang_eval
+    pipelined = evaluate(twin, val, cpu, 2, strategy.runner(twin))  # the runner's evaluate
     assert strategy.booster.optimizers == [None, None]  # forward-only runs, one per batch
-    twin.xirang_eval = None  # the same batches through the twin's own forward
+    # the same batches through the twin's own forward
     plain = evaluate(twin, HeldOut(4, 16), cpu, 2 * strategy.micro_batches)
     assert pipelined == pytest.approx(plain, rel=0.05)  # transformers skips each row's last target
