@@ -45,6 +45,24 @@ EVAL_BATCHES = 8
 NO_RUNNER = StepRunner()
 
 
+@dataclass(frozen=True)
+class Companions:
+    """What the trainer calls beside model, optimizer and data; the defaults do nothing, so a
+    measuring run (``parallel.smoke``, a benchmark) builds a trainer without them."""
+
+    #: the held-out loss, for every ``eval_every`` steps (None on workers that do not hold it)
+    evaluate: Callable[[], float | None] | None = None
+    #: names the last good checkpoint in the non-finite guard's message
+    recovery: Callable[[], str] | None = None
+    #: more figures for each record (the checkpoint guard's: the newest save's times)
+    figures: Callable[[], dict[str, Any]] = dict
+    #: brackets every step (``trainer.profile``)
+    profiler: Callable[[int], Any] = contextlib.nullcontext
+
+
+ALONE = Companions()
+
+
 @dataclass
 class LoopSettings:
     max_steps: int
@@ -86,6 +104,7 @@ class Trainer:
         metrics: MetricsLog | None,
         balance: Balancer | None = None,
         runner: StepRunner = NO_RUNNER,
+        companions: Companions = ALONE,
     ) -> None:
         self.model, self.optimizer = model, optimizer
         accum = balance.count if balance is not None else settings.accum_steps
@@ -106,20 +125,15 @@ class Trainer:
                 "trainer.precision=fp16: this strategy runs backward itself, so xirang's "
                 "gradient scaler cannot apply; use the strategy's own precision setting"
             )
-        #: the held-out loss, for every ``eval_every`` steps (None on workers that do not hold it)
-        self.evaluate: Callable[[], float | None] | None = None
-        #: names the last good checkpoint in the non-finite guard's message
-        self.recovery: Callable[[], str] = lambda: f"see the run directory {ctx.run_dir}"
+        self.evaluate = companions.evaluate
+        self.recovery = companions.recovery or (lambda: f"see the run directory {ctx.run_dir}")
         self.grad_norm: Any = None  # the last step's, pre-clip (a device tensor or a float)
         self._skipped = 0
         #: the device-side guard's (count, first step) of non-finite steps not yet read
         self._pending: tuple[torch.Tensor, torch.Tensor] | None = None
         self.compile_s, self.compile_steps = 0.0, 0
         self.data_wait_s = 0.0  # waiting for batches since the last record
-        #: more figures for the next record (the guard's: the newest checkpoint's save times)
-        self.figures: Callable[[], dict[str, Any]] = dict
-        #: brackets every step (``trainer.profile``); the default does nothing
-        self.profiler: Any = contextlib.nullcontext
+        self.figures, self.profiler = companions.figures, companions.profiler
         self.pruned_at: int | None = None  # the step a sweep's pruner ended the run at
 
     def train_step(self, step: int) -> torch.Tensor:

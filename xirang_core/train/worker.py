@@ -44,7 +44,7 @@ from xirang_core.train.cost import cost_fields
 from xirang_core.train.finish import Finishing
 from xirang_core.train.init import materialize
 from xirang_core.train.interrupt import StopAtStepEnd, stop_on
-from xirang_core.train.loop import NO_RUNNER, LoopSettings, Trainer, evaluate
+from xirang_core.train.loop import NO_RUNNER, Companions, LoopSettings, Trainer, evaluate
 from xirang_core.train.optim import build_optimizer, build_schedule
 from xirang_core.train.peak import MfuFigure, Peak, device_peak, run_peak_flops, trusted_mfu
 from xirang_core.train.segments import SegmentLog, WholeRun
@@ -309,6 +309,13 @@ def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry
     segment = SegmentLog(run_dir)  # this start of the workers: one segment of the run
     metrics = report.MetricsLog(run_dir, segment.number) if ctx.is_main else None
     started = time.perf_counter()
+    guard = RunGuard.open(config, parts, registry)  # resumes from the latest checkpoint
+    companions = Companions(
+        evaluate=lambda: held_out_loss(parts),
+        recovery=guard.recovery_note,
+        figures=guard.figures,
+        profiler=profile.for_run(config, ctx.rank, ctx.device, ctx.run_dir),
+    )
     trainer = Trainer(
         parts.wrapped,
         parts.optimizer,
@@ -319,11 +326,8 @@ def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry
         metrics,
         parts.balancer,
         parts.runner,
+        companions,
     )
-    trainer.evaluate = lambda: held_out_loss(parts)
-    trainer.profiler = profile.for_run(config, ctx.rank, ctx.device, ctx.run_dir)
-    guard = RunGuard.open(config, parts, registry)  # resumes from the latest checkpoint
-    trainer.recovery, trainer.figures = guard.recovery_note, guard.figures
     if ctx.is_main:
         segment.begin(guard.start_step, parts.settings.peak_flops)
     # SIGTERM (preemption, scancel) or Ctrl-C: checkpoint at the step's end and stop

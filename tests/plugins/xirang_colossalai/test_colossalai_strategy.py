@@ -104,7 +104,8 @@ def _train(rank: int, world: int, parallel: dict[str, Any], device: str) -> list
     wrapped = strategy.wrap(model, ctx)
     batches = SyntheticBatches(settings["vocab_size"], 16, 2, 0, rank, 2)
     loop = LoopSettings(2, 2, 2, 16, 1, 1.0, config["optim"], 0.0, 0.0)
-    trainer = Trainer(wrapped, strategy.optimizer, batches, loop, ctx, get_registry().hook, None)
+    hook, runner = get_registry().hook, strategy.runner(wrapped)
+    trainer = Trainer(wrapped, strategy.optimizer, batches, loop, ctx, hook, None, None, runner)
     return [trainer.train_step(step).item() for step in (1, 2)]
 
 
