@@ -96,8 +96,7 @@ class MeshStrategy(StrategyBase):
             return sharding.replicate_model(model, mesh["dp"], plan.pp > 1, balanced)
         policy = fsdp_policy(precision)
         layers = fns.layers(model)
-        units = getattr(fns, "fsdp_units", None)  # embeddings and head apart, if named
-        ends = units(model) if units is not None else ()
+        ends = fns.fsdp_units(model)  # embeddings and head apart, if the family names them
         return sharding.shard_model(model, layers, mesh["dp"], plan.zero, policy, balanced, ends)
 
     @staticmethod
@@ -130,7 +129,7 @@ def _shards(plan: ParallelPlan) -> bool:
 def _parallelize(spec: Any) -> Any:
     from xirang import ConfigError
 
-    target = getattr(spec, "parallelize", "")
+    target = spec.parallelize
     if not target:
         raise ConfigError(
             f"model family '{spec.name}' declares no parallelize plan, so it can only run with "

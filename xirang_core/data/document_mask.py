@@ -48,7 +48,7 @@ def check(config: dict[str, Any], registry: Any) -> None:
 
 def _supports(registry: Any, family: str) -> bool:
     spec = registry.spec("model", family)
-    return not spec.missing() and bool(getattr(registry.load("model", family), "document_mask", 0))
+    return not spec.missing() and registry.load("model", family).document_mask
 
 
 def segments(starts: np.ndarray) -> np.ndarray:

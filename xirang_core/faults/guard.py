@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xirang_core.checkpoint.chunks import chunk_key
 from xirang_core.checkpoint.config import CheckpointConfig
@@ -13,6 +13,9 @@ from xirang_core.checkpoint.snapshot import SaveResult
 from xirang_core.faults.health import check_device, drain_reason, local_device
 from xirang_core.faults.heartbeat import Heartbeat
 from xirang_core.faults.inject import FaultInjector
+
+if TYPE_CHECKING:  # the worker builds the parts and opens the guard over them
+    from xirang_core.train.worker import Assembly
 
 log = logging.getLogger("xirang.faults")
 
@@ -33,7 +36,7 @@ class RunGuard:
         self.reported: SaveResult | None = None  # the save whose times figures() last gave
 
     @classmethod
-    def open(cls, config: dict[str, Any], parts: Any, registry: Any) -> RunGuard:
+    def open(cls, config: dict[str, Any], parts: Assembly, registry: Any) -> RunGuard:
         """Check the device, restore the latest checkpoint, start the heartbeat."""
         ctx = parts.ctx
         device = registry.create("device", config["device"]) if registry is not None else None
@@ -48,10 +51,10 @@ class RunGuard:
             parts.optimizer,
             parts.train,
             registry,
-            getattr(parts, "strategy", None),
+            parts.strategy,
             injector.fail_hook if injector else None,
         )
-        if getattr(parts, "balancer", None) is not None:  # adaptive shares resume too
+        if parts.balancer is not None:  # adaptive shares resume too
             manager.stateful["balance"] = parts.balancer
         if injector is not None:
             injector.corrupt_latest = lambda: corrupt_newest(manager)

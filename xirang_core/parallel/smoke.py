@@ -168,8 +168,7 @@ def _train_and_measure(
     strategy = registry.create("parallel", config["parallel"])
     on_meta = starts_sharded(config, ctx, strategy)  # as a worker starts: sharded plans on meta
     model = build_model(config, settings, ctx.device, registry, on_meta)
-    if hasattr(strategy, "build_mesh"):
-        ctx.mesh = strategy.build_mesh(ctx)
+    ctx.mesh = strategy.build_mesh(ctx)
     wrapped = strategy.wrap(model, ctx)
     if on_meta:
         materialize(model, ctx.device, config["seed"])

@@ -94,6 +94,7 @@ class ModelBase:
     (beside ``torch.nn.Module``)."""
 
     param_init_threadsafe: bool = True
+    document_mask: bool = False
 
     def init_buffers(self) -> None:
         return None
@@ -104,6 +105,9 @@ class SplitPlanBase:
 
     def compile_head(self, model: Any) -> None:
         return None
+
+    def fsdp_units(self, model: Any) -> list[list[Any]]:
+        return []
 
 
 class SettingsBase:

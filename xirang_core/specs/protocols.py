@@ -220,6 +220,9 @@ class Model(Protocol):
     #: whether ``param_init`` may run for several parameters at once on threads; optional
     #: (:class:`ModelBase`: yes). A family whose init changes the module while it draws says no.
     param_init_threadsafe: bool
+    #: whether ``forward`` takes document indices (``data.document_mask=true``); optional
+    #: (:class:`ModelBase`: no)
+    document_mask: bool
 
     @classmethod
     def from_config(cls, settings: dict[str, Any]) -> Model:
@@ -292,6 +295,11 @@ class SplitPlan(Protocol):
 
     def compile_head(self, model: torch.nn.Module) -> None:
         """Compile the output head and loss apart from the layers (``trainer.compile``)."""
+        ...
+
+    def fsdp_units(self, model: torch.nn.Module) -> list[list[torch.nn.Module]]:
+        """The FSDP2 units beside the layers (embeddings; final norm with the head), so they do
+        not stay gathered in the root all step; optional (:class:`SplitPlanBase`: none)."""
         ...
 
 

@@ -42,6 +42,7 @@ from xirang_service.pool.client import PoolClient
 from xirang_service.pool.database import LOCK_SUFFIX, redact
 from xirang_service.pool.errors import PoolError
 from xirang_service.pool.jobs import PRIORITIES
+from xirang_service.pool.tokens import new_token
 
 if TYPE_CHECKING:
     from xirang_service.cost.governor import PoolBudgets
@@ -449,9 +450,7 @@ def _operator_token(path: Path) -> tuple[str, str]:
     if os.environ.get(OPERATOR_TOKEN_ENV):
         return os.environ[OPERATOR_TOKEN_ENV], ""
     if not path.exists():
-        import secrets
-
-        private_file(path, secrets.token_urlsafe(24))
+        private_file(path, new_token())
     if path.stat().st_mode & 0o077:
         path.chmod(0o600)
     return path.read_text().strip(), str(path)

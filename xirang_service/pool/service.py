@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import pwd
-import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -50,6 +49,7 @@ from xirang_service.pool.quota import (
 from xirang_service.pool.rates import RateBuckets
 from xirang_service.pool.rows import Rows
 from xirang_service.pool.store import PoolStore, check_bucket
+from xirang_service.pool.tokens import new_token
 
 log = logging.getLogger("xirang.pool")
 OPERATOR = "*operator*"
@@ -471,7 +471,7 @@ class PoolService:
             _check_account(project)
             token = ""
             if not project.token_hash or body.get("rotate_token"):
-                token = secrets.token_urlsafe(24)
+                token = new_token()
                 project.token_hash = _hash(token)
             with self._change(self.clock()):
                 self.engine.set_quota(project)
