@@ -179,3 +179,42 @@ def test_the_console_job_page_shows_the_same_history(story: Story) -> None:
         server.server_close()
         pool.close()
         costs.close()
+
+
+def test_a_queued_jobs_history_says_why_it_waits(
+    tmp_path: Path, cluster_file: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """Slurm's pending reason, for a pool job: the last scheduling pass's reason for each
+    queued job it looked at (no room, a project at its borrowing limit), else its place in
+    line; ``xirang pool history`` prints it last."""
+    monkeypatch.delenv("XIRANG_POOL_TOKEN", raising=False)
+    store = PoolStore(tmp_path / "pool.db")
+    service = PoolService(store, cluster_file, "priority", OPERATOR, clock=Clock())
+    server = serve(service, "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        operator = PoolClient(url, OPERATOR)
+        operator.call("PUT", "/v1/projects/cv", {"guaranteed": 4, "borrow_limit": 0})
+        running = operator.submit(project="nlp", cards=6, name="running")["id"]
+        full = operator.submit(project="nlp", cards=4, name="full")["id"]
+        capped = operator.submit(project="cv", cards=6, name="capped")["id"]
+
+        def last(job: int) -> dict:
+            return operator.call("GET", f"/v1/jobs/{job}/history")["events"][-1]
+
+        assert last(running)["event"] == "placed"
+        assert last(full) == {**last(full), "event": "waiting"}
+        assert last(full)["text"] == "waiting: no room: needs 4 gpu (2 free)"
+        assert last(capped)["text"] == (
+            "waiting: project cv at its borrowing limit: 0 card(s) in use, "
+            "4 guaranteed + 0 borrowed at most"
+        )
+        assert main(["--url", url, "--token", OPERATOR, "history", str(full)]) == 0
+        assert "waiting: no room: needs 4 gpu (2 free)" in capsys.readouterr().out
+        operator.complete(running, ok=True)
+        service.tick()
+        assert last(full)["event"] == "placed"  # room now: no longer waiting
+    finally:
+        server.shutdown()
+        store.close()

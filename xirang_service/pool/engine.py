@@ -113,6 +113,9 @@ class PoolEngine:
         self.events: list[Event] = []
         self.segments: list[Segment] = []
         self.next_id = 1
+        #: why each queued job the last pass looked at did not start (Slurm's pending reason);
+        #: a new dict every pass, so a published view may keep the last one as it is
+        self.waiting: dict[int, str] = {}
 
     # --- requests ---------------------------------------------------------------------------
 
@@ -276,6 +279,7 @@ class PoolEngine:
         # thousands of passes), so its cheap tests come before any call
         blocking, held = self.policy.blocking, self.preferences is not None
         within, failed = self.quotas.within_guarantee, tries.failed
+        self.waiting = waiting = {}
         for _, job_id in self.queue[: self.max_scan]:
             if self._exhausted(tries):
                 break
@@ -287,6 +291,7 @@ class PoolEngine:
             ):
                 continue
             if not blocking and not within(job):
+                waiting[job_id] = f"beyond project {job.project}'s guarantee: tried after the rest"
                 deferred.append(job)
                 continue
             if not self._try(job, now, tries) and blocking:
@@ -305,7 +310,19 @@ class PoolEngine:
 
     def _held(self, job: Job, now: float) -> bool:
         """Whether the preferences keep ``job`` waiting (a cheaper window, a deadline)."""
-        return self.preferences is not None and self.preferences.hold(job, now) is not None
+        why = self.preferences.hold(job, now) if self.preferences is not None else None
+        if why is not None:
+            self.waiting[job.id] = f"held: {why}"
+        return why is not None
+
+    def _no_room(self, job: Job, types: list[str]) -> str:
+        """Why ``job`` found no devices: how many it needs of each type it may use, and free."""
+        free, devices_for = self.cluster.type_free, self.throughputs.devices_for
+        needs = [
+            f"{devices_for(job.job_class, job.cards, t) or '-'} {t} ({free.get(t, 0)} free)"
+            for t in types
+        ]
+        return f"no room: needs {' or '.join(needs) or 'a device type that fits'}"
 
     def _reclaim(self, now: float) -> None:
         """Stop the running jobs the preferences reclaim, as preemption stops them (they
@@ -331,6 +348,7 @@ class PoolEngine:
         if shape in tries.failed and not self._can_preempt(tries):
             tries.scan += 1
             tries.misses += 1
+            self.waiting[job.id] = self._no_room(job, self.policy.device_types(job, self))
             return not self.policy.blocking
         return False
 
@@ -346,6 +364,7 @@ class PoolEngine:
         tries.scan += 1
         tries.misses += 1
         if not self.quotas.may_borrow(job):
+            self.waiting[job.id] = self.quotas.over_limit(job)
             return False
         types = self.policy.device_types(job, self)
         usable = self.policy.startable(job, types, self, now)
@@ -362,6 +381,9 @@ class PoolEngine:
                 tries.failed.clear()
                 tries.misses = 0
                 return True
+        reserved = [t for t in types if t not in usable]
+        held = f"; {', '.join(reserved)} held for a job ahead" if reserved else ""
+        self.waiting[job.id] = self._no_room(job, usable) + held
         return False
 
     def _place_free(self, job: Job, types: list[str], now: float) -> bool:

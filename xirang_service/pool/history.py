@@ -66,6 +66,11 @@ def job_history(store: PoolStore, job_id: int, costs: CostStore | None) -> dict[
     }
 
 
+def waiting_event(now: float, reason: str) -> dict[str, Any]:
+    """The last line of a queued job's story: why it has not started yet, as of ``now``."""
+    return {"time": now, "event": "waiting", "text": f"waiting: {reason}", "detail": {}}
+
+
 def _nodes(store: PoolStore) -> dict[int, str]:
     return {d["id"]: d["node"] for d in store.devices()}
 

@@ -133,6 +133,14 @@ class QuotaBook:
         over = self.used[job.project] + job.cards - project.guaranteed
         return over <= project.borrow_limit
 
+    def over_limit(self, job: Job) -> str:
+        """Why :meth:`may_borrow` refuses ``job``, in the words of a pending reason."""
+        project = self.projects[job.project]
+        return (
+            f"project {job.project} at its borrowing limit: {self.used[job.project]} card(s) "
+            f"in use, {project.guaranteed} guaranteed + {project.borrow_limit} borrowed at most"
+        )
+
     def admit(self, job: Job) -> None:
         """Charge a job that starts; it is borrowed unless it fits in the guarantee."""
         job.borrowed = not self.within_guarantee(job)

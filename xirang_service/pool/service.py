@@ -22,7 +22,7 @@ import os
 import pwd
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -36,7 +36,7 @@ from xirang_service.pool.cards import DEFAULT_CLASS, Throughputs
 from xirang_service.pool.cluster import Cluster
 from xirang_service.pool.engine import Event, PoolEngine
 from xirang_service.pool.errors import TOKEN_HELP, PoolError, StoreUnavailable
-from xirang_service.pool.history import job_history, priced
+from xirang_service.pool.history import job_history, priced, waiting_event
 from xirang_service.pool.jobs import Job, check_cards, check_payload, parse_priority, priority_name
 from xirang_service.pool.placement import span
 from xirang_service.pool.policy import load_policy
@@ -112,6 +112,8 @@ class View:
     tokens: dict[str, str] = field(default_factory=dict)
     #: the pool summary of ``GET /v1/status``, less what depends on who asks
     summary: dict[str, Any] = field(default_factory=dict)
+    #: why each queued job did not start at the last pass (those it looked at)
+    waiting: Mapping[int, str] = field(default_factory=dict)
     #: the stored rows the last load could not use (the operator's status shows them)
     set_aside: list[dict[str, Any]] = field(default_factory=list)
     #: ``jobs(who, state)``'s rows as of this view, filled by the reads that ask (a cache:
@@ -183,6 +185,7 @@ class PoolService:
         self.view = View(
             jobs=jobs,
             queue=tuple(job_id for _, job_id in engine.queue),
+            waiting=engine.waiting,
             quotas={p.name: self._quota_row(p) for p in projects},
             tokens={p.name: p.token_hash for p in projects if p.token_hash},
             summary={
@@ -531,10 +534,22 @@ class PoolService:
         without the service's lock, as the other read routes; 404 for a job unknown or
         another project's."""
         self._seen(who, job_id)
+        view = self.view
         found = job_history(self.store, job_id, self.budgets.governor.store)
         if found is None:
             raise PoolError(f"no job {job_id}", 404)
+        if found["state"] == "queued":
+            found["events"].append(waiting_event(self.clock(), self._waiting_reason(view, job_id)))
         return found
+
+    @staticmethod
+    def _waiting_reason(view: View, job_id: int) -> str:
+        """Why a queued job has not started: the last pass's reason, else its place in line
+        (the pass stopped before it: the pool was full, or jobs ahead must start first)."""
+        if job_id in view.waiting:
+            return view.waiting[job_id]
+        ahead = view.queue.index(job_id) if job_id in view.queue else 0
+        return f"waiting its turn: {ahead} job(s) ahead of it in the queue"
 
     def queue(self, who: str) -> list[dict[str, Any]]:
         view = self.view
