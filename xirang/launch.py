@@ -13,17 +13,22 @@ from xirang_core.devices.cgroup import CPU_CGROUP, own_cgroup, set_cpu_quota
 from xirang_core.devices.cgroup import PREFIX as CPU_CGROUP_PREFIX
 from xirang_core.parallel.plan import workers_problem
 from xirang_core.train import report, resume
+from xirang_core.train.balance_settings import balance_placement
 from xirang_core.train.balance_settings import check as check_balance
 from xirang_core.train.interrupt import RunInterrupted, stop_on
 from xirang_core.train.report import SUMMARY_FILE
+from xirang_core.train.runconfig import CONFIG_FILE, read_config, write_config
 
 __all__ = [
+    "CONFIG_FILE",
     "CPU_CGROUP",
     "CPU_CGROUP_PREFIX",
     "SUMMARY_FILE",
     "RunInterrupted",
+    "balance_placement",
     "check_balance",
     "own_cgroup",
+    "read_config",
     "read_events",
     "record_event",
     "recovery_note",
@@ -33,4 +38,5 @@ __all__ = [
     "set_cpu_quota",
     "stop_on",
     "workers_problem",
+    "write_config",
 ]

@@ -9,7 +9,8 @@ imports torch; the launching side is :mod:`xirang.launch`.
 from xirang_core.checkpoint.manager import RESTART_ENV
 from xirang_core.faults.health import DEVICES_ENV, drained, local_device
 from xirang_core.run import resolve_runtime
-from xirang_core.train.worker import CONFIG_FILE, main
+from xirang_core.train.runconfig import CONFIG_FILE
+from xirang_core.train.worker import main
 
 __all__ = [
     "CONFIG_FILE",

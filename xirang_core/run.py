@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import socket
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from omegaconf import DictConfig
 
 from xirang_core.config import AUTO, PRECISIONS, compose, validate
@@ -30,6 +27,7 @@ from xirang_core.sweep.prune import join_trial
 from xirang_core.train import report, resume, torchrun, worker
 from xirang_core.train.peak import concurrent_workers, device_peak
 from xirang_core.train.profile import print_top_operators
+from xirang_core.train.runconfig import write_config
 
 log = logging.getLogger("xirang.devices")
 
@@ -94,15 +92,6 @@ def train_as_rank_zero(
     with resume.resumable(run_dir, key):
         worker.main(str(run_dir))
     return report.read_summary(run_dir)
-
-
-def write_config(config: dict[str, Any], run_dir: Path) -> None:
-    """The run's ``config.yaml``, which every worker reads. Atomically: with trainer.nnodes>1
-    every node's launcher writes it into the shared run directory while another node's
-    workers may be reading it."""
-    tmp = run_dir / f".{worker.CONFIG_FILE}.{socket.gethostname()}.{os.getpid()}"
-    tmp.write_text(yaml.safe_dump(config, sort_keys=False))
-    tmp.replace(run_dir / worker.CONFIG_FILE)
 
 
 def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:

@@ -17,7 +17,13 @@ from typing import Any
 
 from xirang import XirangError
 from xirang.cost import charge_summary, run_usage
-from xirang.launch import SUMMARY_FILE, stop_on
+from xirang.launch import (
+    SUMMARY_FILE,
+    balance_placement,
+    read_config,
+    stop_on,
+    write_config,
+)
 from xirang.pool import PoolClient, PoolError
 from xirang.specs import JobSpec
 from xirang_pool.watch import PoolWatch
@@ -81,6 +87,7 @@ class PoolScheduler:
         instead (cancelled, stopped by a budget) ends the run."""
         while True:
             print(f"pool: job {job_id} placed on {state['device_type']} devices {state['devices']}")
+            balance_by_speed(job, state.get("device_speeds") or [])
             if self._run_placement(job_id, job, entrypoint, state):
                 return self._report_done(job_id, self._usage(job, state))
             state = self.client.job(job_id)
@@ -144,3 +151,32 @@ class PoolScheduler:
             if state["state"] in ("done", "failed", "cancelled"):
                 raise JobNotRun(f"pool job {job_id} ended {state['state']} while waiting to run")
             time.sleep(self.config.poll_s)
+
+
+def rank_speeds(speeds: list[float], ranks: int) -> list[float] | None:
+    """Each rank's speed when a placement's devices are dealt to ``ranks`` workers in order,
+    the same number each (a rank's devices' speeds summed); None when they do not divide."""
+    if not speeds or len(speeds) % ranks:
+        return None
+    each = len(speeds) // ranks
+    return [sum(speeds[r * each : (r + 1) * each]) for r in range(ranks)]
+
+
+def balance_by_speed(job: JobSpec, speeds: list[float]) -> None:
+    """A placement over several device types (``pool.allow_mixing=true``): the run's ranks get
+    first shares by their devices' speeds (written into its config before the workers start,
+    so it trains balanced from the first step); one line says what was set."""
+    config = read_config(job.run_dir)
+    if not speeds and "balance_placed" not in config.get("runtime", {}):
+        return  # one device type, as every placement of this run so far
+    ranks = rank_speeds(speeds, job.nproc) if speeds else []
+    if ranks is None:
+        print(
+            f"pool: {len(speeds)} devices do not divide over {job.nproc} workers: "
+            "the ranks keep even shares"
+        )
+        ranks = []
+    said = balance_placement(config, ranks)
+    write_config(config, job.run_dir)
+    if speeds:
+        print(f"pool: mixed placement, rank speeds {[round(v, 3) for v in ranks]}: {said}")

@@ -20,7 +20,7 @@ from xirang_core.data.order import Partition
 from xirang_core.specs import Tokenizer
 
 if TYPE_CHECKING:
-    from xirang_core.train.balance import Shares
+    from xirang_core.data.shares import Shares
 
 
 #: a target left out of the loss: ``F.cross_entropy``'s default ``ignore_index`` (transformers')

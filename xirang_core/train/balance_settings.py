@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from xirang_core.data.shares import proportional
 from xirang_core.errors import ConfigError
 
 MODES = ("uniform", "calibrated", "adaptive")
@@ -27,15 +28,11 @@ def check(data: dict[str, Any], world: int) -> None:
                 "(kept) or adaptive (the start); parallel.balance is uniform"
             )
         return
-    name = parallel["name"]
-    split = [k for k in ("tp", "pp") if parallel.get(k, 1) not in (1,)] + (
-        ["sp"] if parallel.get("sp") else []
-    )
-    if name not in STRATEGIES or split:
+    why = _cannot_balance(parallel)
+    if why:
         raise ConfigError(
-            f"parallel.balance={mode}: parallel={name}"
-            f"{' with ' + ', '.join(split) if split else ''} cannot balance; it works with "
-            f"parallel=ddp or parallel=fsdp (data parallel only), or use parallel.balance=uniform"
+            f"parallel.balance={mode}: {why}; it works with parallel=ddp or parallel=fsdp "
+            f"(data parallel only), or use parallel.balance=uniform"
         )
     total = trainer["global_batch"] // trainer["micro_batch"]  # compose: a whole number
     if given and (len(given) != world or min(given) < 1 or sum(given) != total):
@@ -45,3 +42,46 @@ def check(data: dict[str, Any], world: int) -> None:
         )
     if parallel.get("balance_every", 1) < 1:
         raise ConfigError("parallel.balance_every: must be at least 1 step")
+
+
+def _cannot_balance(parallel: dict[str, Any]) -> str:
+    """Why ``parallel`` cannot take unequal shares ("" when it can)."""
+    split = [k for k in ("tp", "pp") if parallel.get(k, 1) not in (1,)] + (
+        ["sp"] if parallel.get("sp") else []
+    )
+    if parallel["name"] in STRATEGIES and not split:
+        return ""
+    extra = f" with {', '.join(split)}" if split else ""
+    return f"parallel={parallel['name']}{extra} cannot balance"
+
+
+def balance_placement(config: dict[str, Any], speeds: list[float]) -> str:
+    """Balance a run placed on devices of unequal speed (a pool's mixed placement): ``speeds``
+    is each data-parallel rank's relative speed (its devices' throughput for the job's class);
+    the first shares follow them and ``adaptive`` moves them as measured, so the run trains
+    balanced from its first step. Returns what was set, or why nothing was: shares the user
+    gave stay, as does a strategy that cannot balance. What an earlier placement set is undone
+    first (``runtime.balance_placed`` keeps the user's mode), so each placement starts anew."""
+    parallel, trainer = config["parallel"], config["trainer"]
+    runtime = config.setdefault("runtime", {})
+    if "balance_placed" in runtime:  # an earlier placement's shares, not the user's
+        parallel["balance"] = runtime.pop("balance_placed")
+        parallel.pop("balance_shares", None)
+    if len(set(speeds)) <= 1:
+        return "the ranks' devices are equally fast: even shares"
+    why = _cannot_balance(parallel)
+    if why:
+        return f"{why}: every rank gets an even share and waits for the slowest"
+    if parallel.get("balance_shares"):
+        return f"parallel.balance_shares={parallel['balance_shares']} as given"
+    total = trainer["global_batch"] // trainer["micro_batch"]
+    if total < len(speeds):
+        return f"{total} micro-batches a step cannot give {len(speeds)} ranks one each"
+    runtime["balance_placed"] = parallel.get("balance", "uniform")
+    if parallel.get("balance", "uniform") == "uniform":
+        parallel["balance"] = "adaptive"
+    parallel["balance_shares"] = list(proportional(total, speeds).counts)
+    return (
+        f"shares {parallel['balance_shares']} of {total} micro-batches by device speed "
+        f"(parallel.balance={parallel['balance']})"
+    )

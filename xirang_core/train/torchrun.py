@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from xirang_core.errors import ConfigError
+from xirang_core.train.runconfig import CONFIG_FILE
 
 #: how long ranks other than 0 wait for rank 0 to resolve the run (it may train a tokenizer)
 RESOLVE_TIMEOUT = timedelta(hours=2)
@@ -120,7 +121,7 @@ def follow(found: World) -> None:
     from xirang_core.train import worker
 
     run_dir = _store(found).get(RUN_DIR_KEY).decode()
-    if not (Path(run_dir) / worker.CONFIG_FILE).is_file():
+    if not (Path(run_dir) / CONFIG_FILE).is_file():
         raise ConfigError(
             f"rank {found.rank} (node {found.node_rank}) cannot see rank 0's run directory "
             f"{run_dir}: torchrun across nodes needs the run directory on a file system every "

@@ -19,7 +19,6 @@ from typing import Any, cast
 
 import torch
 import torch.distributed as dist
-import yaml
 
 from xirang_core.checkpoint.pretrained import load_pretrained
 from xirang_core.data.interface import open_dataset
@@ -47,11 +46,11 @@ from xirang_core.train.interrupt import StopAtStepEnd, stop_on
 from xirang_core.train.loop import NO_RUNNER, Companions, LoopSettings, Trainer, evaluate
 from xirang_core.train.optim import build_optimizer, build_schedule
 from xirang_core.train.peak import MfuFigure, Peak, device_peak, run_peak_flops, trusted_mfu
+from xirang_core.train.runconfig import read_config
 from xirang_core.train.segments import SegmentLog, WholeRun
 
 log = logging.getLogger("xirang.devices")
 
-CONFIG_FILE = "config.yaml"
 #: how long a worker whose collective broke waits before failing (its peer fails first)
 PEER_GRACE_S = 3.0
 
@@ -80,7 +79,7 @@ class Assembly:
 def main(run_dir: str, config: dict[str, Any] | None = None) -> None:
     """Entry point of every worker process; ``config`` when its launcher resolved the run's
     runtime in the worker itself (Slurm's tasks), else the run directory's."""
-    config = config or yaml.safe_load((Path(run_dir) / CONFIG_FILE).read_text())
+    config = config or read_config(run_dir)
     registry = get_registry()
     ctx = open_worker(config, run_dir, registry)
     try:

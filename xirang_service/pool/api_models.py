@@ -133,6 +133,11 @@ class JobOut(Answer):
     finished: float | None
     device_type: str
     devices: list[int]
+    device_speeds: list[float] = Field(
+        default_factory=list,
+        description="each device's speed for the job's class, relative to the reference "
+        "type, when the placement spans several types (empty otherwise)",
+    )
     allow_mixing: bool
     borrowed: bool
     preemptions: int
@@ -144,7 +149,9 @@ class JobOut(Answer):
 
 class HistoryEventOut(Answer):
     time: float
-    event: str = Field(description="queued, placed, preempted, requeued, resumed, finished, ...")
+    event: str = Field(
+        description="queued, placed, preempted, requeued, resumed, finished, waiting, ..."
+    )
     text: str = Field(description="what happened, where and why, in a sentence")
     detail: dict[str, Any]
 

@@ -37,7 +37,14 @@ from xirang_service.pool.cluster import Cluster
 from xirang_service.pool.engine import Event, PoolEngine
 from xirang_service.pool.errors import TOKEN_HELP, PoolError, StoreUnavailable
 from xirang_service.pool.history import job_history, priced, waiting_event
-from xirang_service.pool.jobs import Job, check_cards, check_payload, parse_priority, priority_name
+from xirang_service.pool.jobs import (
+    MIX,
+    Job,
+    check_cards,
+    check_payload,
+    parse_priority,
+    priority_name,
+)
 from xirang_service.pool.placement import span
 from xirang_service.pool.policy import load_policy
 from xirang_service.pool.quota import (
@@ -177,7 +184,7 @@ class PoolService:
         aside = self.store.set_aside() if everything else self.view.set_aside
         rows = {}
         for job in changed:
-            rows[job.id] = describe(job)
+            rows[job.id] = describe(job, self._speeds(job))
             if job.state.finished:  # no longer counts towards its project's payload cap
                 self._sizes.pop(job.id, None)
         jobs = Rows(rows) if everything else self.view.jobs.updated(rows)
@@ -203,6 +210,15 @@ class PoolService:
             },
             set_aside=aside,
         )
+
+    def _speeds(self, job: Job) -> list[float]:
+        """For a placement over several device types, each device's throughput for the job's
+        class relative to the pool's reference type: the run balances its ranks' shares by
+        them (``scheduler=pool``); empty for a placement on one type."""
+        if MIX not in job.device_type:
+            return []
+        relative, type_of = self.engine.throughputs.relative, self.engine.cluster.device_type
+        return [round(relative(job.job_class, type_of(d)), 6) for d in job.devices]
 
     def _adopt(self) -> None:
         """Give an executor that runs jobs on a cluster the stored handles of the jobs still
@@ -763,8 +779,9 @@ class PoolService:
 _CAPS = ("max_jobs", "max_payload_bytes", "rate", "burst")
 
 
-def describe(job: Job) -> dict[str, Any]:
-    """A job as the API shows it."""
+def describe(job: Job, speeds: list[float] | None = None) -> dict[str, Any]:
+    """A job as the API shows it; ``device_speeds``: its devices' relative speeds when they
+    are of several types (:meth:`PoolService._speeds`)."""
     return {
         "id": job.id,
         "name": job.name,
@@ -778,6 +795,7 @@ def describe(job: Job) -> dict[str, Any]:
         "finished": job.finished,
         "device_type": job.device_type,
         "devices": list(job.devices),
+        "device_speeds": speeds or [],
         "allow_mixing": job.allow_mixing,
         "borrowed": job.borrowed,
         "preemptions": job.preemptions,

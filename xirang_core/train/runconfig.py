@@ -1,0 +1,26 @@
+"""A run's ``config.yaml``: the resolved config every worker reads from the run directory."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CONFIG_FILE = "config.yaml"
+
+
+def read_config(run_dir: str | Path) -> dict[str, Any]:
+    """The run's config as its workers read it."""
+    return yaml.safe_load((Path(run_dir) / CONFIG_FILE).read_text())
+
+
+def write_config(config: dict[str, Any], run_dir: str | Path) -> None:
+    """The run's ``config.yaml``, atomically: with trainer.nnodes>1 every node's launcher
+    writes it into the shared run directory while another node's workers may be reading it."""
+    run_dir = Path(run_dir)
+    tmp = run_dir / f".{CONFIG_FILE}.{socket.gethostname()}.{os.getpid()}"
+    tmp.write_text(yaml.safe_dump(config, sort_keys=False))
+    tmp.replace(run_dir / CONFIG_FILE)
