@@ -18,6 +18,7 @@ from typing import Any
 from xirang import XirangError
 from xirang.cost import charge_summary, run_usage
 from xirang.launch import (
+    CONFIG_FILE,
     SUMMARY_FILE,
     balance_placement,
     read_config,
@@ -166,6 +167,8 @@ def balance_by_speed(job: JobSpec, speeds: list[float]) -> None:
     """A placement over several device types (``pool.allow_mixing=true``): the run's ranks get
     first shares by their devices' speeds (written into its config before the workers start,
     so it trains balanced from the first step); one line says what was set."""
+    if not speeds and not Path(job.run_dir, CONFIG_FILE).is_file():
+        return  # one device type, and a run that holds no config to undo
     config = read_config(job.run_dir)
     if not speeds and "balance_placed" not in config.get("runtime", {}):
         return  # one device type, as every placement of this run so far

@@ -4,9 +4,11 @@ full recomputation over the pool's whole history; team amounts add up to the tot
 from __future__ import annotations
 
 import contextlib
+import json
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -163,3 +165,35 @@ def test_a_running_job_on_two_device_types_is_charged_per_type(tmp_path: Path) -
         assert all(c.amount_micro > 0 for c in charges)
     finally:
         service.store.close()
+
+
+def test_a_mixed_jobs_charge_and_its_runs_summary_split_the_cost_per_type(tmp_path: Path) -> None:
+    """What a mixed job costs is told per device type (each at its own price), in the pool's
+    charge and in its run's summary, beside the tokens per unit of cost."""
+    from xirang_service.cost.run_cost import charge_summary
+
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    clock = Clock(1_700_000_000.0)
+    costs = CostStore(tmp_path / "cost.db")
+    budgets = PoolBudgets(Governor(costs), Meter(BOOK))
+    service = PoolService(
+        PoolStore(tmp_path / "pool.db"), tmp_path / "cluster.yaml", clock=clock, budgets=budgets
+    )
+    try:
+        job = service.submit(OPERATOR, {"project": "nlp", "cards": 10, "allow_mixing": True})
+        clock.now += 3600
+        charge = service.job_charge(OPERATOR, job["id"])
+        assert charge is not None and set(charge["by_type"]) == {"a100", "v100"}
+        parts = charge["by_type"].values()
+        assert sum(p["amount"] for p in parts) == pytest.approx(charge["amount"], abs=1e-6)
+        assert charge["by_type"]["a100"]["device_s"] == 8 * 3600
+        run_dir = tmp_path / "run"
+        run_dir.mkdir()
+        (run_dir / "summary.json").write_text('{"tokens": 1000000}')
+        charge_summary(run_dir, charge)
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["cost"]["by_type"] == charge["by_type"]
+        assert summary["tokens_per_cost"] == round(1_000_000 / charge["amount"], 1)
+    finally:
+        service.store.close()
+        costs.close()

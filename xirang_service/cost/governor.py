@@ -163,11 +163,20 @@ class PoolBudgets:
             segments=[s for s in state.segments if s["job_id"] == job_id],
         )
         charges = self.meter.pool_charges(mine, now)
+        by_type: dict[str, dict[str, float]] = {}
+        for c in charges:  # a mixed placement's devices are charged at their own type's price
+            part = by_type.setdefault(c.device_type, {"amount_micro": 0, "device_s": 0.0})
+            part["amount_micro"] += c.amount_micro
+            part["device_s"] += c.device_s
         return {
             "amount": float(from_micro(sum(c.amount_micro for c in charges))),
             "currency": self.meter.book.currency,
             "policy": "pool",
             "device_s": round(sum(c.device_s for c in charges), 3),
+            "by_type": {
+                t: {"amount": float(from_micro(int(p["amount_micro"]))), "device_s": p["device_s"]}
+                for t, p in sorted(by_type.items())
+            },
         }
 
     def meter_pool(self, store: PoolStore, now: float) -> int:

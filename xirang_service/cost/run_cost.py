@@ -25,4 +25,5 @@ def charge_summary(run_dir: str | Path, charge: dict[str, Any]) -> None:
         summary.get("tokens", 0), loss_drop, charge["amount"], charge["currency"], charge["policy"]
     )
     fields["cost"]["device_s"] = charge["device_s"]
+    fields["cost"]["by_type"] = charge.get("by_type", {})
     write_summary(run_dir, summary | fields)

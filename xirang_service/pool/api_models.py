@@ -242,6 +242,10 @@ class ChargeOut(Answer):
     currency: str
     policy: str
     device_s: float
+    by_type: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description="amount and device-seconds per device type (several for a mixed placement)",
+    )
 
 
 class DrainOut(Answer):
