@@ -203,39 +203,67 @@ def test_a_tenant_with_every_seat_taken_waits_while_another_is_served(
     """One token's requests in progress are at most ``seats_per_token`` (2): its next waits
     for one of them, another tenant's does not (reads a tenant loops on from many threads take
     the interpreter from others only through its seats)."""
+    with served(str(tmp_path / "pool.db"), cluster_file) as pool, SeatsHeld(pool) as held:
+        third = held.ask("third", "nlp", "/v1/queue")
+        assert pool.client("cv").call("GET", "/v1/queue") == []  # another tenant: at once
+        assert pool.client("operator").call("GET", "/v1/status")["queued"] == 0
+        assert third.is_alive() and "third" not in held.answers  # nlp's next waits for a seat
+        held.release.set()
+        for thread in [*held.threads, third]:
+            thread.join(30)
+        assert held.answers["third"] == [] and held.answers["held0"] == [] == held.answers["held1"]
+        assert pool.client("nlp").call("GET", "/v1/queue") == []  # its seats are free again
+
+
+def test_a_request_over_the_rate_is_refused_at_the_gate_without_waiting_for_a_seat(
+    tmp_path: Path, cluster_file: Path
+) -> None:
+    """The rate is counted before a request is seated: a tenant looping past its rate costs
+    the service a header look-up per request, and its refusals never queue for its seats."""
     with served(str(tmp_path / "pool.db"), cluster_file) as pool:
-        entered, release = threading.Semaphore(0), threading.Event()
-        jobs = pool.service.jobs
+        pool.client("operator").call("PUT", "/v1/projects/nlp", {"rate": 0.01, "burst": 2})
+        with SeatsHeld(pool) as held:  # its two seats held by its whole burst
+            status, headers, answer = _get(pool, "nlp")  # at once, though no seat is free
+            assert status == 429 and "over its request rate" in answer["error"]
+            assert int(headers["retry-after"]) >= 1
+            held.release.set()
+
+
+class SeatsHeld:
+    """Both of nlp's seats held by two reads of ``GET /v1/jobs`` kept waiting inside the
+    service until ``release`` is set."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool, self.release = pool, threading.Event()
+        self.answers: dict[str, Any] = {}
+        self.threads: list[threading.Thread] = []
+
+    def __enter__(self) -> SeatsHeld:
+        entered, jobs = threading.Semaphore(0), self.pool.service.jobs
 
         def slow_jobs(who: str, state: str = "") -> list[dict[str, Any]]:
             entered.release()
-            release.wait(30)
+            self.release.wait(30)
             return jobs(who, state)
 
-        pool.service.jobs = slow_jobs  # type: ignore[method-assign]
-        nlp = pool.client("nlp")
-        answers: dict[str, Any] = {}
-
-        def ask(name: str, who: str, path: str) -> threading.Thread:
-            def run() -> None:
-                answers[name] = pool.client(who).call("GET", path)
-
-            thread = threading.Thread(target=run)
-            thread.start()
-            return thread
-
-        held = [ask(f"held{i}", "nlp", "/v1/jobs") for i in range(2)]
-        for _ in held:
+        self.pool.service.jobs = slow_jobs
+        self.threads = [self.ask(f"held{i}", "nlp", "/v1/jobs") for i in range(2)]
+        for _ in self.threads:
             assert entered.acquire(timeout=30)  # both of nlp's seats are taken
-        third = ask("third", "nlp", "/v1/queue")
-        assert pool.client("cv").call("GET", "/v1/queue") == []  # another tenant: at once
-        assert pool.client("operator").call("GET", "/v1/status")["queued"] == 0
-        assert third.is_alive() and "third" not in answers  # nlp's next waits for a seat
-        release.set()
-        for thread in [*held, third]:
+        return self
+
+    def ask(self, name: str, who: str, path: str) -> threading.Thread:
+        def run() -> None:
+            self.answers[name] = self.pool.client(who).call("GET", path)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
+
+    def __exit__(self, *exc: object) -> None:
+        self.release.set()
+        for thread in self.threads:
             thread.join(30)
-        assert answers["third"] == [] and answers["held0"] == [] == answers["held1"]
-        assert nlp.call("GET", "/v1/queue") == []  # its seats are free again
 
 
 def test_a_repeated_read_answers_each_change_at_once(tmp_path: Path, cluster_file: Path) -> None:

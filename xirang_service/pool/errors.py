@@ -14,6 +14,8 @@ class PoolError(XirangError):
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
         self.status = status
+        #: headers the answer carries (``Retry-After`` for a 503 or a 429)
+        self.headers: dict[str, str] = {}
 
 
 #: where a token comes from, for every message about a missing or refused one

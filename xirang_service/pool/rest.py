@@ -32,6 +32,7 @@ the fuzz test checks them, nothing validates them again per request.
 """
 
 import json
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query
@@ -44,7 +45,7 @@ from xirang_service.pool.replica import Replica
 from xirang_service.pool.service import PoolService
 from xirang_service.web.answers import JSONAnswer
 from xirang_service.web.fields import ERRORS, ErrorOut, install_errors
-from xirang_service.web.limits import BodyLimit, TenantShare
+from xirang_service.web.limits import BodyLimit, Refusal, TenantShare
 from xirang_service.web.server import Limits, WebServer
 
 LIMITS = Limits(max_body_bytes=64 * 1024)
@@ -63,16 +64,38 @@ IdempotencyKey = Annotated[
 
 def serve(service: PoolService, host: str, port: int, limits: Limits = LIMITS) -> WebServer:
     """A server bound to ``host:port`` (port 0 = any free port); call serve_forever()."""
-    return WebServer(
-        TenantShare(BodyLimit(app(service), limits), limits.seats_per_token), host, port, limits
+    gate = TenantShare(
+        BodyLimit(app(service), limits), limits.seats_per_token, refusal(lambda: service)
     )
+    return WebServer(gate, host, port, limits)
 
 
 def serve_replica(replica: Replica, host: str, port: int, limits: Limits = LIMITS) -> WebServer:
     """A server for one replica (:mod:`xirang_service.pool.replica`): the pool API while it
     leads, 503 naming the leader while it stands by."""
-    shared = TenantShare(BodyLimit(Switch(replica), limits), limits.seats_per_token)
+    refuse = refusal(lambda: replica.service)
+    shared = TenantShare(BodyLimit(Switch(replica), limits), limits.seats_per_token, refuse)
     return WebServer(shared, host, port, limits)
+
+
+def refusal(current: Callable[[], PoolService | None]) -> Callable[[str], Refusal | None]:
+    """What the tenant gate (:class:`TenantShare`) refuses of a request, from its
+    ``Authorization`` header: an unknown token (401) or a project over its request rate (429),
+    counted here once per request; None lets it through (a standby's requests too: its 503
+    names the leader)."""
+
+    def refuse(header: str) -> Refusal | None:
+        pool = current()
+        scheme, _, token = header.partition(" ")
+        if pool is None or scheme.lower() != "bearer":
+            return None  # the application answers it
+        try:
+            pool.throttle(pool.whoami(token.strip()))
+        except PoolError as exc:
+            return exc.status, str(exc), exc.headers
+        return None
+
+    return refuse
 
 
 class Switch:
@@ -126,10 +149,8 @@ def _routes(pool: PoolService) -> APIRouter:
     bearer = HTTPBearer(auto_error=False, description="a project's token or the operator's")
 
     async def who(auth: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> str:
-        """The caller (401 without a valid token), within its project's rate (429)."""
-        you = pool.whoami(auth.credentials.strip() if auth else "")
-        pool.throttle(you)
-        return you
+        """The caller (401 without a valid token); its rate was counted at the gate."""
+        return pool.whoami(auth.credentials.strip() if auth else "")
 
     Who = Annotated[str, Depends(who)]
     router = APIRouter(prefix="/v1", responses={**ERRORS, **_RATED})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 from starlette.exceptions import HTTPException
@@ -78,13 +79,21 @@ class BodyTimeout(HTTPException):
         super().__init__(408, message, headers={"Connection": "close"})
 
 
-async def _answer(send: Any, status: int, message: str) -> None:
+#: why a request is refused before the application sees it: (status, message, headers)
+Refusal = tuple[int, str, dict[str, str]]
+
+
+async def _answer(
+    send: Any, status: int, message: str, extra: dict[str, str] | None = None, close: bool = True
+) -> None:
     body = json.dumps({"error": message}).encode()
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close"),
     ]
+    headers += [(k.lower().encode(), v.encode()) for k, v in (extra or {}).items()]
+    if close:
+        headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -98,16 +107,26 @@ class TenantShare:
     times, and each waits behind every thread that wants it (as Kubernetes' API Priority and
     Fairness gives each flow its seats). Requests without a token are not queued (the app
     answers them 401 at once), so a client without one cannot hold a tenant's seats, and a
-    request's body deadline (:class:`BodyLimit`, inside this) starts once it is seated."""
+    request's body deadline (:class:`BodyLimit`, inside this) starts once it is seated.
 
-    def __init__(self, app: Any, seats: int) -> None:
-        self.app, self.seats = app, seats
+    ``refuse`` (the ``Authorization`` header's value -> a :data:`Refusal` or None) answers
+    what the tenant's limits refuse (an unknown token, a project over its request rate) here,
+    before it is seated or parsed: a tenant looping past its rate then costs the service a
+    header look-up per request rather than a trip through the application."""
+
+    def __init__(
+        self, app: Any, seats: int, refuse: Callable[[str], Refusal | None] | None = None
+    ) -> None:
+        self.app, self.seats, self.refuse = app, seats, refuse
         self._queues: dict[bytes, tuple[asyncio.Semaphore, list[int]]] = {}
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         token = _bearer(scope) if scope["type"] == "http" else b""
         if not token:
             return await self.app(scope, receive, send)
+        refused = self.refuse(token.decode("latin-1")) if self.refuse is not None else None
+        if refused is not None:  # a body left unread must not stay on a kept connection
+            return await _answer(send, *refused, close=scope["method"] not in ("GET", "HEAD"))
         seat, users = self._queues.setdefault(token, (asyncio.Semaphore(self.seats), [0]))
         users[0] += 1
         try:
