@@ -206,3 +206,19 @@ def test_the_collector_runs_every_n_steps_only_and_comes_back_after(
     assert gc.isenabled()
     assert automatic_during_steps == []
     assert collected == [(0, 1), (2, 1), (4, 1)]
+
+
+def test_a_step_above_the_measured_peak_is_said_once_and_no_step_mfu_passes_100(
+    make_trainer: Callable, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A peak measured under load is beaten by a quiet step: metrics.jsonl, the trackers and
+    Prometheus then read MFU against what the run reached, never above 100%, and the first
+    such record (and the log) says why."""
+    trainer = make_trainer(flops_per_token=1e6, peak_flops=1.0)  # 1 FLOP/s: any step beats it
+    with caplog.at_level("WARNING", logger="xirang.train"):
+        records = [trainer._record(step, torch.tensor(2.0), 0.5, 1, 1.0) for step in (1, 2, 3)]
+    assert records[0]["mfu"] == 1.0
+    assert all(0 < r["mfu"] <= 1.0 for r in records)
+    assert "measured low" in records[0]["mfu_note"]
+    assert all("mfu_note" not in r for r in records[1:])
+    assert sum("measured low" in m for m in caplog.messages) == 1

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import math
 import resource
 import sys
@@ -37,6 +38,8 @@ from xirang_core.train.host_memory import retain_freed_memory
 from xirang_core.train.optim import build_schedule
 from xirang_core.train.precision import Precision
 from xirang_core.train.report import MetricsLog, bits_per_byte
+
+log = logging.getLogger("xirang.train")
 
 #: held-out batches each evaluation scores (``trainer.eval_batches``'s default)
 EVAL_BATCHES = 8
@@ -135,6 +138,8 @@ class Trainer:
         self.data_wait_s = 0.0  # waiting for batches since the last record
         self.figures, self.profiler = companions.figures, companions.profiler
         self.pruned_at: int | None = None  # the step a sweep's pruner ended the run at
+        self._peak_beaten = False  # whether a step computed above the peak (said once)
+        self._peak = settings.peak_flops  # what step MFU is against: raised when a step beats it
 
     def train_step(self, step: int) -> torch.Tensor:
         """One optimizer step (1-based); returns this worker's mean loss, still on the device."""
@@ -389,8 +394,8 @@ class Trainer:
             dist.all_reduce(loss, op=dist.ReduceOp.SUM)
             loss /= self.ctx.loss_replicas
         tokens_per_s = self.tokens_per_step * steps / max(interval, 1e-9)
-        achieved = tokens_per_s * self.settings.flops_per_token
-        return {
+        mfu, note = self._mfu(tokens_per_s * self.settings.flops_per_token)
+        record = {
             "step": step,
             "loss": round(loss.item(), 5),
             "bpb": bits_per_byte(loss.item(), self.settings.bytes_per_token),
@@ -398,10 +403,31 @@ class Trainer:
             "grad_norm": _number(self.grad_norm),
             "tokens": step * self.tokens_per_step,
             "tokens_per_s": round(tokens_per_s, 1),
-            "mfu": round(achieved / self.settings.peak_flops, 5) if self.settings.peak_flops else 0,
+            "mfu": round(mfu, 5),
             "mem_bytes": peak_memory(self.ctx.device),
             "elapsed_s": round(elapsed, 3),
         }
+        return record | ({"mfu_note": note} if note else {})
+
+    def _mfu(self, achieved: float) -> tuple[float, str]:
+        """``achieved`` FLOP/s per worker over the peak, never above 1, and a note the first
+        time a step beats the peak: that shows the peak was measured low (under load), so from
+        that step on the figures are against what the device did (the summary measures the
+        peak again and reports against that). 0 with no peak known."""
+        peak = self._peak
+        if not peak or achieved <= peak:
+            return (achieved / peak if peak else 0.0), ""
+        self._peak = achieved
+        if self._peak_beaten:
+            return 1.0, ""
+        self._peak_beaten = True
+        note = (
+            f"computed {100 * achieved / peak:.0f}% of the peak measured for this run: it was "
+            "measured low (under load); MFU from here is against what this run reached, and "
+            "the summary measures the peak again"
+        )
+        log.warning("%s", note)
+        return 1.0, note
 
     def _publish(self, record: dict[str, Any]) -> None:
         if self.metrics is not None:
