@@ -289,6 +289,7 @@ def validate(
     _check_batch(data)
     _check_choices(data["trainer"], data["optim"], registry)
     _check_strategy(data, registry)
+    _check_family(data, registry)
     document_mask.check(data, registry)  # data.document_mask=true: a family and strategy that can
     return data
 
@@ -592,6 +593,14 @@ def _check_profile(trainer: dict[str, Any]) -> None:
             f"trainer.max_steps={last} (e.g. trainer.profile.steps=[{min(2, last)},{min(4, last)}]"
             f"), or [] for no profiling"
         )
+
+
+def _check_family(data: dict[str, Any], registry: Registry) -> None:
+    """What a model family's settings cannot say alone (the strategies its adapters run
+    under): its schema's ``check_run`` of the whole config."""
+    schema = registry.spec("model", data["model"]["family"]).load_schema()
+    if schema is not None:
+        schema.check_run(data)
 
 
 def _check_strategy(data: dict[str, Any], registry: Registry) -> None:

@@ -28,6 +28,10 @@ class HFLayout:
         config.use_cache = True  # the exported model is for inference
         tied = getattr(model_class, "_tied_weights_keys", None) or ()
         skip = set(tied) if config.tie_word_embeddings else set()
+        if settings.get("lora_rank"):  # the adapters merged into the weights they adapt
+            from xirang_hf.lora import merged
+
+            state = merged(settings, state)
         tensors = {
             name.removeprefix(PREFIX): t for name, t in state.items() if name.startswith(PREFIX)
         }

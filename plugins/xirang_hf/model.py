@@ -35,6 +35,7 @@ class HFCausalLM(nn.Module, ModelBase):
         from transformers import AutoModelForCausalLM
         from transformers.initialization import no_init_weights
 
+        self.settings = settings
         self.config = load_config(settings)
         # xirang initialises (below): transformers' own pass would only be overwritten
         with no_init_weights():
@@ -80,6 +81,14 @@ class HFCausalLM(nn.Module, ModelBase):
                     pretrained._init_weights(module)
             finally:
                 owner._parameters[leaf] = original
+
+    def after_weights(self) -> None:
+        """``model.lora_rank``: LoRA adapters over the (pretrained, now loaded) weights, which
+        freeze (:mod:`xirang_hf.lora`)."""
+        if self.settings.get("lora_rank"):
+            from xirang_hf.lora import attach
+
+            self.hf = attach(self.hf, self.settings)
 
     def init_buffers(self) -> None:
         """Recompute non-parameter buffers (RoPE frequencies) after a meta-device model is

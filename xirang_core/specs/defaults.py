@@ -99,6 +99,9 @@ class ModelBase:
     def init_buffers(self) -> None:
         return None
 
+    def after_weights(self) -> None:
+        return None
+
 
 class SplitPlanBase:
     """Defaults of :class:`SplitPlan`'s optional members; a split plan class inherits them."""
@@ -122,6 +125,12 @@ class SettingsBase:
     @staticmethod
     def check(config: dict[str, Any]) -> None:
         """A strategy's check of the whole run config (the model family it can split)."""
+        return None
+
+    @staticmethod
+    def check_run(config: dict[str, Any]) -> None:
+        """A model family's check of the whole run config (the strategies its adapters run
+        under); a family's ``check`` checks its own settings."""
         return None
 
 

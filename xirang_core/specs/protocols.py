@@ -248,6 +248,12 @@ class Model(Protocol):
         meta-device model; optional (:class:`ModelBase`: nothing to fill)."""
         ...
 
+    def after_weights(self) -> None:
+        """Called once the starting weights are in (``model.pretrained``'s, or drawn), before
+        the strategy wraps the model: what trains in place of them is attached here (LoRA
+        adapters over frozen weights); optional (:class:`ModelBase`: nothing)."""
+        ...
+
     def num_params(self, non_embedding: bool = True) -> int:
         """Parameters counted for FLOPs (PaLM's N: position embeddings excluded)."""
         ...

@@ -185,6 +185,7 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
     family = cast(Model, model)  # the family's own members, beside nn.Module's
     flops_per_token = family.flops_per_token(data["seq_len"])  # of the whole model, not a split
     params = family.num_params()  # likewise: a pipeline stage keeps only its own layers
+    family.after_weights()  # adapters over the weights, counted apart from the model's FLOPs
     ctx.mesh = strategy.build_mesh(ctx)
     if not strategy.compiles:  # xirang_torch's compile between their wraps
         compile_model(model, config)

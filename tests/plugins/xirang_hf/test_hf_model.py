@@ -31,6 +31,10 @@ def test_sizes_come_from_the_config_unless_overridden(hf_config, llama_dir: Path
         "pretrained": "",
         "max_seq_len": 32,
         "vocab_size": 288,
+        "lora_rank": 0,
+        "lora_alpha": 16.0,
+        "lora_dropout": 0.0,
+        "lora_targets": [],
     }
     model = build(hf_config(llama_dir, "model.vocab_size=320"))
     assert model.hf.get_input_embeddings().weight.shape == (320, 32)

@@ -1,0 +1,81 @@
+"""LoRA fine-tuning of a ``model=hf`` model through ``peft``: ``model.lora_rank=8`` (0: off).
+
+After the pretrained weights are in, ``peft.get_peft_model`` wraps the transformers model: the
+named linear layers (``model.lora_targets``; none named: peft's choice for the architecture)
+get rank-``r`` adapters scaled by ``lora_alpha / r``, and every pretrained weight is frozen, so
+the optimizer, the gradients and DDP's all-reduce see only the adapters. Checkpoints hold the
+whole wrapped model (its frozen weights too) and resume exactly. ``xirang ckpt export --format
+hf`` merges the adapters into the weights (peft's ``merge_and_unload``) and writes a plain
+transformers model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+#: the strategies LoRA runs under: the wrapped model's module names no longer match the split
+#: plans of the sharding strategies
+STRATEGIES = ("single", "ddp")
+
+
+def lora_config(settings: dict[str, Any]) -> Any:
+    """peft's ``LoraConfig`` for the run's ``model`` settings."""
+    from peft import LoraConfig
+
+    targets = list(settings["lora_targets"]) or None  # None: peft's default for the model type
+    return LoraConfig(
+        r=settings["lora_rank"],
+        lora_alpha=settings["lora_alpha"],
+        lora_dropout=settings["lora_dropout"],
+        target_modules=targets,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+
+
+def attach(model: nn.Module, settings: dict[str, Any]) -> nn.Module:
+    """``model`` (a transformers causal LM) with LoRA adapters; its own weights frozen."""
+    from peft import get_peft_model
+
+    return get_peft_model(model, lora_config(settings))
+
+
+def merged(settings: dict[str, Any], state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A LoRA run's state (keys under ``hf.``, the adapters beside the frozen weights) as the
+    plain transformers model's: the adapters merged into the weights by peft, the names back
+    to the model's own."""
+    from transformers import AutoModelForCausalLM
+
+    from xirang_hf.source import load_config
+
+    with torch.device("meta"):
+        base = AutoModelForCausalLM.from_config(load_config(settings), dtype=torch.float32)
+        wrapped = attach(base, settings)
+    wrapped.load_state_dict(_unprefixed(state), strict=True, assign=True)
+    plain = wrapped.merge_and_unload()
+    return {f"hf.{name}": t.detach() for name, t in plain.state_dict().items()}
+
+
+def check_targets(settings: dict[str, Any], model: nn.Module, where: str) -> None:
+    """The named targets must be linear layers of ``model`` (by the last part of their name,
+    as peft matches them); an error names the ones it has."""
+    from xirang import ConfigError
+
+    linear = sorted({n.rpartition(".")[2] for n, m in model.named_modules() if _linear(m)})
+    missing = [t for t in settings["lora_targets"] if t not in linear]
+    if missing:
+        raise ConfigError(
+            f"model.lora_targets: {', '.join(missing)} is not a linear layer of {where}; "
+            f"its linear layers are {', '.join(linear)}"
+        )
+
+
+def _linear(module: nn.Module) -> bool:
+    return isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D"  # GPT-2's
+
+
+def _unprefixed(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k.removeprefix("hf."): v for k, v in state.items() if k.startswith("hf.")}
