@@ -88,6 +88,7 @@ def protocol_of(kind: str, spec: Any) -> type:
         "optimizer": specs.Optimizer,
         "schedule": specs.LRSchedule,
         "tracker": specs.Tracker,
+        "policy": specs.PoolPolicy,
         "planner": Planner,
         "dataset": Dataset,
     }[kind]

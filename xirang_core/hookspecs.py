@@ -22,6 +22,7 @@ from xirang_core.specs import (
     ModelSpec,
     OptimizerSpec,
     PlannerSpec,
+    PolicySpec,
     SchedulerSpec,
     StorageTierSpec,
     StrategySpec,
@@ -127,6 +128,12 @@ def xirang_commands() -> list[CommandSpec]:
 @hookspec
 def xirang_planners() -> list[PlannerSpec]:
     """Planners ``parallel=auto`` can ask for a plan (``parallel.planner=<name>``)."""
+
+
+@hookspec
+def xirang_pool_policies() -> list[PolicySpec]:
+    """Scheduling policies of the pool service (``xirang pool serve --policy <name>``): the
+    queue's order, the device types a job may take, what it may preempt."""
 
 
 @hookspec

@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # the protocols each kind's implementations follow
         Model,
         ModelSpec,
         Optimizer,
+        PoolPolicy,
         Scheduler,
         SchedulerSpec,
         StorageTier,
@@ -69,6 +70,7 @@ REGISTRATION_HOOKS: dict[str, str] = {
     "schedule": "xirang_lr_schedules",
     "planner": "xirang_planners",
     "dataset": "xirang_datasets",
+    "policy": "xirang_pool_policies",
 }
 assert set(REGISTRATION_HOOKS) == {k.kind for k in SPEC_KINDS}
 
@@ -207,6 +209,8 @@ class Registry:
     def create(self, kind: Literal["tracker"], settings: dict) -> Tracker: ...
     @overload
     def create(self, kind: Literal["schedule"], settings: dict) -> LRSchedule: ...
+    @overload
+    def create(self, kind: Literal["policy"], settings: dict) -> PoolPolicy: ...
     def create(self, kind: str, settings: dict) -> Any:
         """An instance of the implementation a config group selects (``settings['name']``),
         constructed with the group's other settings as keyword arguments."""

@@ -2,33 +2,38 @@
 the ``xirang pool`` command. The pool's engine lives in :mod:`xirang_service.pool`."""
 
 from xirang import conf_folder, hookimpl
-from xirang.pool import PoolPolicySpec
-from xirang.specs import CommandSpec, SchedulerSpec
+from xirang.specs import CommandSpec, PolicySpec, SchedulerSpec
+
+
+@hookimpl
+def xirang_pool_policies() -> list[PolicySpec]:
+    return [
+        PolicySpec(
+            name="fifo",
+            target="xirang_pool.policies.fifo:Fifo",
+            description="strict arrival order, no backfill, no preemption",
+        ),
+        PolicySpec(
+            name="fifo-backfill",
+            target="xirang_pool.policies.backfill:FifoBackfill",
+            description="arrival order with EASY backfill (Slurm's default)",
+        ),
+        PolicySpec(
+            name="priority",
+            target="xirang_pool.policies.priority:PriorityQuota",
+            description="the default: priority, quotas, borrowing, least attained service",
+        ),
+        PolicySpec(
+            name="hetero",
+            target="xirang_pool.policies.hetero:HeteroAware",
+            description="Gavel-like: each job class on its best device type per cost",
+        ),
+    ]
 
 
 @hookimpl
 def xirang_schedulers() -> list[SchedulerSpec]:
     return [
-        PoolPolicySpec(
-            name="pool-fifo",
-            target="xirang_pool.policies.fifo:Fifo",
-            description="pool policy: strict arrival order, no backfill, no preemption",
-        ),
-        PoolPolicySpec(
-            name="pool-fifo-backfill",
-            target="xirang_pool.policies.backfill:FifoBackfill",
-            description="pool policy: arrival order with EASY backfill (Slurm's default)",
-        ),
-        PoolPolicySpec(
-            name="pool-priority",
-            target="xirang_pool.policies.priority:PriorityQuota",
-            description="default pool policy: priority, quotas, borrowing, least attained service",
-        ),
-        PoolPolicySpec(
-            name="pool-hetero",
-            target="xirang_pool.policies.hetero:HeteroAware",
-            description="pool policy: Gavel-like, each job class on its best device type per cost",
-        ),
         SchedulerSpec(
             name="pool",
             target="xirang_pool.scheduler:PoolScheduler",

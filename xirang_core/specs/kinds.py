@@ -191,6 +191,14 @@ class DatasetSpec(ImplSpec):
     kind: ClassVar[str] = "dataset"
 
 
+@dataclass(frozen=True)
+class PolicySpec(ImplSpec):
+    """A scheduling policy of the pool service (``xirang pool serve --policy <name>``);
+    ``target`` is a :class:`~xirang_core.specs.PoolPolicy` class (the service's ``Policy``)."""
+
+    kind: ClassVar[str] = "policy"
+
+
 SPEC_KINDS: tuple[type[ImplSpec], ...] = (
     DeviceBackendSpec,
     StrategySpec,
@@ -206,6 +214,7 @@ SPEC_KINDS: tuple[type[ImplSpec], ...] = (
     LRScheduleSpec,
     PlannerSpec,
     DatasetSpec,
+    PolicySpec,
 )
 
 

@@ -195,8 +195,8 @@ class Scheduler(Protocol):
 
 @runtime_checkable
 class PoolPolicy(Protocol):
-    """A scheduling policy of the pool (``scheduler=pool-<name>``, a
-    :class:`xirang_service.pool.policy.PoolPolicySpec`); subclass
+    """A scheduling policy of the pool (``xirang pool serve --policy <name>``, a
+    :class:`~xirang_core.specs.PolicySpec`); subclass
     :class:`xirang_service.pool.policy.Policy` and override what differs."""
 
     name: str

@@ -5,8 +5,10 @@ which device types a job may take and in which preference (:meth:`Policy.device_
 of them it may start on now (:meth:`Policy.startable`: all, unless capacity is held for another
 job), and which running job a waiting job may preempt (:meth:`Policy.may_preempt`). The engine
 does the rest (quota accounting, gang placement, requeues), identically for the service and the
-simulator. Policies are registered through the ``xirang_schedulers`` hook as
-:class:`PoolPolicySpec` entries named ``pool-<policy>``; :func:`load_policy` finds them.
+simulator. Policies are registered through the ``xirang_pool_policies`` hook as
+:class:`~xirang_core.specs.PolicySpec` entries; :func:`load_policy` finds them. A policy
+registered the old way, a :class:`PoolPolicySpec` scheduler named ``pool-<policy>``, still
+loads for one release, with a ``DeprecationWarning``.
 
 A pool started with a price book also has :class:`Preferences` (cost governance's, see
 :mod:`xirang_service.cost.preferences`): every policy's device-type order passes through them, and
@@ -17,6 +19,7 @@ to reclaim first.
 from __future__ import annotations
 
 import bisect
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -30,13 +33,15 @@ if TYPE_CHECKING:
     from xirang_service.pool.jobs import Job
     from xirang_service.pool.quota import QuotaBook
 
-#: registry names of pool policies start with this, so ``scheduler=`` options stay distinct
+#: the old registration's scheduler names of pool policies start with this
 POLICY_PREFIX = "pool-"
 
 
 @dataclass(frozen=True)
 class PoolPolicySpec(SchedulerSpec):
-    """A pool scheduling policy, registered through ``xirang_schedulers``."""
+    """Deprecated: a pool policy registered through ``xirang_schedulers`` as
+    ``pool-<policy>``; :class:`~xirang_core.specs.PolicySpec` through ``xirang_pool_policies``
+    is its kind now."""
 
 
 class Preferences(Protocol):
@@ -138,18 +143,31 @@ def load_policy(name: str, **settings: Any) -> Policy:
     names = policy_names()
     if name not in names:
         raise PoolError(f"unknown pool policy '{name}'; policies: {', '.join(names) or 'none'}")
-    policy = registry.create("scheduler", {"name": POLICY_PREFIX + name, **settings})
+    policy: Any
+    if name in registry.names("policy"):
+        policy = registry.create("policy", {"name": name, **settings})
+    else:
+        warnings.warn(
+            f"pool policy '{name}' is registered as scheduler '{POLICY_PREFIX}{name}' "
+            "(PoolPolicySpec through xirang_schedulers); register a PolicySpec through "
+            "xirang_pool_policies: the old way goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        policy = registry.create("scheduler", {"name": POLICY_PREFIX + name, **settings})
     assert isinstance(policy, Policy)
     return policy
 
 
 def policy_names() -> list[str]:
-    """Names of the installed pool policies (without the prefix)."""
+    """Names of the installed pool policies: those of the ``policy`` kind, and those still
+    registered the old way (without the ``pool-`` prefix)."""
     from xirang_core.plugins import get_registry
 
     registry = get_registry()
-    return [
+    old = [
         n[len(POLICY_PREFIX) :]
         for n in registry.names("scheduler")
         if n.startswith(POLICY_PREFIX) and isinstance(registry.spec("scheduler", n), PoolPolicySpec)
     ]
+    return sorted({*registry.names("policy"), *old})
