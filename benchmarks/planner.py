@@ -13,7 +13,7 @@ report) against the same measurements.
 Memory is measured twice: ``meas`` is tensor accounting of the categories the predictor models
 (states, saved activations, gathered parameters: xirang_core.parallel.meter), ``real`` the
 worker's real peak over its baseline (the process's peak resident set on a CPU, the allocator's
-``max_memory_allocated`` on an accelerator: xirang_core.parallel.peak), which also holds what
+``max_memory_allocated`` on an accelerator: xirang_core.parallel.memory_peak), which also holds what
 the accounting cannot see: allocator overhead, temporaries, communication buffers, the autograd
 graph. A plan that fails to run is reported with its error and counted, not dropped.
 
@@ -72,7 +72,7 @@ def main() -> None:
     from xirang_core.parallel.memory import predict_memory
     from xirang_core.parallel.plan import MICRO_BATCHES, ParallelPlan
     from xirang_core.parallel.resolve import model_shape
-    from xirang_core.parallel.runtime import cached_runtime
+    from xirang_core.parallel.runtime_memory import cached_runtime
     from xirang_core.parallel.smoke import run_plans
     from xirang_core.plugins import get_registry
 

@@ -23,6 +23,8 @@ import pytest
         ("xirang_core.devices.accelerator", "xirang.devices.accelerator"),
         ("xirang_core.devices.visible", "xirang.devices.visible"),
         ("xirang_core.train.pretrained", "xirang_core.checkpoint.pretrained"),
+        ("xirang_core.parallel.wrappers", "xirang_core.parallel.wrapper_costs"),
+        ("xirang_core.train.peak", "xirang_core.train.flops_peak"),
     ],
 )
 def test_an_old_module_name_warns_and_is_the_new_module(old: str, new: str) -> None:

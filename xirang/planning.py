@@ -30,10 +30,10 @@ from xirang_core.parallel.plan import (
 )
 from xirang_core.parallel.planning import PlanChoice, Planner
 from xirang_core.parallel.resolve import model_shape
-from xirang_core.parallel.runtime import RuntimeMemory, cached_runtime, with_runtime
+from xirang_core.parallel.runtime_memory import RuntimeMemory, cached_runtime, with_runtime
 from xirang_core.parallel.smoke import run_plans
 from xirang_core.parallel.together import time_together
-from xirang_core.parallel.wrappers import GROUP, WrapperCosts, derive, measure_wrappers
+from xirang_core.parallel.wrapper_costs import GROUP, WrapperCosts, derive, measure_wrappers
 from xirang_core.terminal import help_text
 
 __all__ = [

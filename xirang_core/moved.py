@@ -64,6 +64,14 @@ MOVED.update(
 # what a pretrained folder says (shape, tokenizer, weights) is read below the training loop,
 # beside the checkpoints, so config and data can ask it without importing train/
 MOVED["xirang_core.train.pretrained"] = "xirang_core.checkpoint.pretrained"
+# modules named for what they hold: two peaks (memory, FLOP/s), the wrappers' measured costs,
+# the runtime's memory
+MOVED |= {
+    "xirang_core.parallel.peak": "xirang_core.parallel.memory_peak",
+    "xirang_core.train.peak": "xirang_core.train.flops_peak",
+    "xirang_core.parallel.wrappers": "xirang_core.parallel.wrapper_costs",
+    "xirang_core.parallel.runtime": "xirang_core.parallel.runtime_memory",
+}
 
 # the device SDK (the accelerator base and the readers only device plugins use) left the kernel
 MOVED |= {

@@ -25,7 +25,7 @@ from xirang_core.plugins import Registry, get_registry
 from xirang_core.specs import DeviceBackend, JobSpec
 from xirang_core.sweep.prune import join_trial
 from xirang_core.train import report, resume, torchrun, worker
-from xirang_core.train.peak import concurrent_workers, device_peak
+from xirang_core.train.flops_peak import concurrent_workers, device_peak
 from xirang_core.train.profile import print_top_operators
 from xirang_core.train.runconfig import write_config
 

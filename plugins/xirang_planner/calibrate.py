@@ -15,7 +15,7 @@ here, in ``world`` spawned workers:
   fitted to the ring model (per-hop latency, bandwidth); a point-to-point message likewise.
 - the optimizer step's cost per parameter.
 - what FSDP and DDP cost beyond their collectives' bytes: hooks per micro-batch, copies and
-  bookkeeping per collective call (:mod:`xirang_core.parallel.wrappers`).
+  bookkeeping per collective call (:mod:`xirang_core.parallel.wrapper_costs`).
 
 Every timing is the best of several repeats: the machine may be loaded by other work, and the
 best is the figure that load disturbs least.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from xirang_core.train.peak import concurrent_workers, run_peak_flops
+from xirang_core.train.flops_peak import concurrent_workers, run_peak_flops
 
 
 def test_four_one_thread_workers_on_two_cores_have_two_cores_of_peak() -> None:

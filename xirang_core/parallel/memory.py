@@ -35,7 +35,7 @@ accounting does not see them): ``recomputed`` holds one layer's activations as s
 recompute, beside the layer inputs kept.
 
 Beyond tensors, a worker's runtime (code, the runtime's own memory, allocator slack) is
-measured per host (:mod:`xirang_core.parallel.runtime`) and charged as ``runtime``.
+measured per host (:mod:`xirang_core.parallel.runtime_memory`) and charged as ``runtime``.
 """
 
 from __future__ import annotations

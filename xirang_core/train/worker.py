@@ -41,11 +41,11 @@ from xirang_core.train import balance, profile, report
 from xirang_core.train.compile import compile_model
 from xirang_core.train.cost import cost_fields
 from xirang_core.train.finish import Finishing
+from xirang_core.train.flops_peak import MfuFigure, Peak, device_peak, run_peak_flops, trusted_mfu
 from xirang_core.train.init import materialize
 from xirang_core.train.interrupt import StopAtStepEnd, stop_on
 from xirang_core.train.loop import NO_RUNNER, Companions, LoopSettings, Trainer, evaluate
 from xirang_core.train.optim import build_optimizer, build_schedule
-from xirang_core.train.peak import MfuFigure, Peak, device_peak, run_peak_flops, trusted_mfu
 from xirang_core.train.runconfig import read_config
 from xirang_core.train.segments import SegmentLog, WholeRun
 

@@ -1,27 +1,27 @@
 """What a training worker's memory holds beyond the tensors the planner counts, measured once
 per host.
 
-A worker's real peak (:mod:`.peak`) is more than its model states, saved activations, gathered
-parameters and communication buffers (:mod:`.memory`): its first step faults in libtorch's code
-for autograd, the optimizer and the collectives (file-backed pages), and the runtime keeps
-private memory of its own: strategy modules imported on first use, gloo's buffers, thread
-stacks, oneDNN's scratch space, the allocator's slack; on an accelerator the allocator's own
-temporaries. On a small model this is most of the peak (about 70 MB per CPU worker against
-a few MB of tensors), and it does not grow with the model, so it is measured, not modelled:
-``world`` fresh workers train a trivial model (the configured family with one layer per
-pipeline stage, micro-batch 1) for a few steps under plain data parallel, then under each other
-kind of wrapper a plan can use (sharding, tensor parallel, a pipeline, full recompute), then
-under each pair of them the workers can hold, one after the other in the same workers. The
-first run's real peak beyond what :mod:`.memory` predicts for its trivial model is the baseline
-every worker pays; each later run's is what that kind, or pair, adds (the code, modules and
-buffers the workers did not have yet, beyond what a plain data-parallel run at micro-batch 1
-repeated in the same workers reads: the heap memory every run re-faults after
-:meth:`~.peak.RealPeak.start` trimmed it, which a fresh plan holds once, in the baseline, and
-not once per kind; tensor parallel under full recompute re-runs DTensor's
-operations inside checkpointing's hooks, code neither runs alone, measured 5-6 MB of file-backed
-pages beyond its kinds' on the benchmark's plans). A plan is charged the baseline plus the
-additions of the kinds it combines and of each pair of them. The figures are cached per host, device
-type, worker count, threads, model family and the kinds measured, as the device calibration is.
+A worker's real peak (:mod:`.memory_peak`) is more than its model states, saved activations,
+gathered parameters and communication buffers (:mod:`.memory`): its first step faults in
+libtorch's code for autograd, the optimizer and the collectives (file-backed pages), and the
+runtime keeps private memory of its own: strategy modules imported on first use, gloo's buffers,
+thread stacks, oneDNN's scratch space, the allocator's slack; on an accelerator the allocator's
+own temporaries. On a small model this is most of the peak (about 70 MB per CPU worker against a
+few MB of tensors), and it does not grow with the model, so it is measured, not modelled:
+``world`` fresh workers train a trivial model (the configured family with one layer per pipeline
+stage, micro-batch 1) for a few steps under plain data parallel, then under each other kind of
+wrapper a plan can use (sharding, tensor parallel, a pipeline, full recompute), then under each
+pair of them the workers can hold, one after the other in the same workers. The first run's real
+peak beyond what :mod:`.memory` predicts for its trivial model is the baseline every worker
+pays; each later run's is what that kind, or pair, adds (the code, modules and buffers the
+workers did not have yet, beyond what a plain data-parallel run at micro-batch 1 repeated in the
+same workers reads: the heap memory every run re-faults after :meth:`~.peak.RealPeak.start`
+trimmed it, which a fresh plan holds once, in the baseline, and not once per kind; tensor
+parallel under full recompute re-runs DTensor's operations inside checkpointing's hooks, code
+neither runs alone, measured 5-6 MB of file-backed pages beyond its kinds' on the benchmark's
+plans). A plan is charged the baseline plus the additions of the kinds it combines and of each
+pair of them. The figures are cached per host, device type, worker count, threads, model family
+and the kinds measured, as the device calibration is.
 
 What grows with the model is the allocator's slack: freed memory glibc's malloc keeps
 resident for reuse (the middle of its heaps, and up to its trim threshold at their tops), which
