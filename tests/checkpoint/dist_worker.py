@@ -40,3 +40,46 @@ def run(rank: int, world: int, run_dir: str, stop: int, out: str, init_file: str
         Path(out).write_text(json.dumps(losses))
     if world > 1:
         dist.destroy_process_group()
+
+
+def torchtitan_save(rank: int, world: int, folder: str, steps: int, init_file: str) -> None:
+    """Train ``steps`` steps under FSDP2 over ``world`` ranks and save as torchtitan does: every
+    rank writes its shards of the model (top level) and of the flattened optimizer state
+    (``optimizer``) with DCP, plus ``train_state``; rank 0 also writes the full tensors beside
+    the folder (``full.pt``), the reference the import must match."""
+    from torch.distributed.checkpoint import save
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    model, _ = build(dropout=0.0)
+    fully_shard(model, mesh=init_device_mesh("cpu", (world,)))
+    optim = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for step in range(1, steps + 1):
+        model(batch(step, rank=rank, world=world)).backward()
+        optim.step()
+        optim.zero_grad(set_to_none=True)
+    flat = StateDictOptions(flatten_optimizer_state_dict=True)
+    state = {
+        **get_model_state_dict(model),
+        "optimizer": get_optimizer_state_dict(model, optim, options=flat),
+        "train_state": {"step": torch.tensor(steps)},
+    }
+    save(state, checkpoint_id=folder)
+    full = StateDictOptions(
+        full_state_dict=True, cpu_offload=True, flatten_optimizer_state_dict=True
+    )
+    whole = {
+        "model": get_model_state_dict(model, options=full),
+        "optimizer": get_optimizer_state_dict(model, optim, options=full),
+    }
+    if rank == 0:
+        torch.save(whole, Path(folder).parent / "full.pt")
+    dist.barrier()
+    dist.destroy_process_group()

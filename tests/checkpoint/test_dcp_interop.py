@@ -124,3 +124,30 @@ def test_a_folder_without_its_step_needs_step(tmp_path: Path) -> None:
         main(["import", str(folder), str(tmp_path / "run")])
     assert main(["import", str(folder), str(tmp_path / "run"), "--step", "10"]) == 0
     assert CheckpointStore.at(str(tmp_path / "run")).steps() == [10]
+
+
+def test_a_torchtitan_checkpoint_of_two_fsdp_ranks_comes_in_whole(tmp_path: Path, capsys) -> None:
+    """torchtitan at scale: two ranks under FSDP2 each write their shards (``__0_0.distcp``,
+    ``__1_0.distcp``) of the model and the flattened optimizer state, written here by torch's
+    own DCP in torchtitan's layout. The import joins the shards: the weights and Adam's moments
+    restored equal the full tensors the ranks gathered, bitwise."""
+    import torch.multiprocessing as mp
+
+    from tests.checkpoint.dist_worker import torchtitan_save
+
+    folder = tmp_path / "titan" / "step-3"
+    args = (2, str(folder), 3, str(tmp_path / "init"))
+    mp.spawn(torchtitan_save, args=args, nprocs=2, join=True)
+    assert sorted(p.name for p in folder.iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    run = tmp_path / "run"
+    assert main(["import", str(folder), str(run / "checkpoints")]) == 0
+    assert "as step 3" in capsys.readouterr().out
+    fresh, fresh_optim = build(seed=7, dropout=0.0)
+    assert manager(str(run), fresh, fresh_optim).restore() == 4
+    full = torch.load(folder.parent / "full.pt", weights_only=True)
+    for name, value in full["model"].items():
+        assert torch.equal(fresh.state_dict()[name], value), name
+    flat = StateDictOptions(flatten_optimizer_state_dict=True)
+    mine = get_optimizer_state_dict(fresh, fresh_optim, options=flat)
+    moments = {k: v for k, v in full["optimizer"].items() if k.startswith("state.")}
+    assert moments and all(torch.equal(mine[k], v) for k, v in moments.items())
