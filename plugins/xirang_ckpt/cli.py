@@ -25,7 +25,7 @@ from xirang.checkpoint import (
     dcp_names,
     open_tier,
 )
-from xirang_ckpt.export import export_hf, export_safetensors, export_tokenizer
+from xirang_ckpt.export import export_adapter, export_hf, export_safetensors, export_tokenizer
 from xirang_ckpt.interop import export_dcp, import_folder
 
 CONFIG_FILE = "config.yaml"
@@ -54,9 +54,10 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--step", type=int, help="this step (default: newest valid)")
     export.add_argument(
         "--format",
-        choices=("safetensors", "hf", "dcp"),
+        choices=("safetensors", "hf", "peft", "dcp"),
         default="safetensors",
         help="safetensors: one file, xirang's names; hf: a directory transformers loads; "
+        "peft: a LoRA run's adapters as a folder peft loads; "
         "dcp: a torch DCP folder with the optimizer state and step (torch, torchtitan)",
     )
     export.add_argument(
@@ -173,6 +174,10 @@ def cmd_export(store: CheckpointStore, args: argparse.Namespace) -> int:
     if args.format == "dcp":
         out = out or Path(args.run) / f"dcp-step{manifest.step}"
         count = export_dcp(store, manifest, out)
+    elif args.format == "peft":
+        config = _run_config(args.run, "--format peft")
+        out = out or Path(args.run) / f"adapter-step{manifest.step}"
+        count = export_adapter(store, manifest, out, config.get("model") or {}, get_registry())
     elif args.format == "hf":
         config = _run_config(args.run, "--format hf")
         out = out or Path(args.run) / f"hf-step{manifest.step}"

@@ -103,6 +103,22 @@ def export_hf(
     return len(tensors)
 
 
+def export_adapter(
+    store: CheckpointStore, manifest: Manifest, out: Path, model: dict[str, Any], registry: Any
+) -> int:
+    """Write the adapters a run trained (LoRA) as a folder ``peft`` loads, through the family's
+    Hugging Face mapping; returns the number of adapter tensors."""
+    spec = registry.spec("model", model["family"])
+    interop = spec.load_hf()
+    if interop is None:
+        raise ConfigError(
+            f"--format peft: the model family '{spec.name}' has no Hugging Face mapping"
+        )
+    settings = {k: v for k, v in model.items() if k not in ("family", "name")}
+    out.mkdir(parents=True, exist_ok=True)
+    return interop.save_adapter(settings, model_tensors(store, manifest), out)
+
+
 def export_tokenizer(config: dict[str, Any], out: Path) -> dict[str, int]:
     """The run's tokenizer beside the weights (``tokenizer.json``, ``tokenizer_config.json``),
     so ``AutoTokenizer.from_pretrained(out)`` encodes as the run did; returns its

@@ -10,10 +10,12 @@ from typing import Any
 
 import torch
 
+from xirang.specs import HFInteropBase
+
 PREFIX = "hf."
 
 
-class HFLayout:
+class HFLayout(HFInteropBase):
     def to_hf(
         self, settings: dict[str, Any], state: dict[str, torch.Tensor]
     ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
@@ -36,6 +38,19 @@ class HFLayout:
             name.removeprefix(PREFIX): t for name, t in state.items() if name.startswith(PREFIX)
         }
         return config.to_dict(), {k: v for k, v in tensors.items() if k not in skip}
+
+    def save_adapter(self, settings: dict[str, Any], state: dict[str, Any], out: Any) -> int:
+        """A LoRA run's adapters as peft's own folder (``adapter_config.json``,
+        ``adapter_model.safetensors``), which ``PeftModel.from_pretrained`` loads onto the
+        pretrained model (:mod:`xirang_hf.lora`)."""
+        from xirang import ConfigError
+        from xirang_hf.lora import save_adapter
+
+        if not settings.get("lora_rank"):
+            raise ConfigError(
+                "--format peft: this run trained no adapters (model.lora_rank=0); use --format hf"
+            )
+        return save_adapter(settings, state, out)
 
     def from_hf(
         self, hf_config: dict[str, Any], tensors: dict[str, torch.Tensor]

@@ -11,6 +11,7 @@ transformers model.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -47,6 +48,20 @@ def merged(settings: dict[str, Any], state: dict[str, torch.Tensor]) -> dict[str
     """A LoRA run's state (keys under ``hf.``, the adapters beside the frozen weights) as the
     plain transformers model's: the adapters merged into the weights by peft, the names back
     to the model's own."""
+    plain = _wrapped(settings, state).merge_and_unload()
+    return {f"hf.{name}": t.detach() for name, t in plain.state_dict().items()}
+
+
+def save_adapter(settings: dict[str, Any], state: dict[str, torch.Tensor], out: Path) -> int:
+    """The run's adapters written by peft itself (``save_pretrained``: the adapter weights and
+    ``adapter_config.json``); returns how many tensors."""
+    wrapped = _wrapped(settings, state)
+    wrapped.save_pretrained(str(out))
+    return sum(1 for name, _ in wrapped.named_parameters() if ".lora_" in name)
+
+
+def _wrapped(settings: dict[str, Any], state: dict[str, torch.Tensor]) -> Any:
+    """The run's transformers model with its adapters, holding ``state``'s tensors."""
     from transformers import AutoModelForCausalLM
 
     from xirang_hf.source import load_config
@@ -55,8 +70,7 @@ def merged(settings: dict[str, Any], state: dict[str, torch.Tensor]) -> dict[str
         base = AutoModelForCausalLM.from_config(load_config(settings), dtype=torch.float32)
         wrapped = attach(base, settings)
     wrapped.load_state_dict(_unprefixed(state), strict=True, assign=True)
-    plain = wrapped.merge_and_unload()
-    return {f"hf.{name}": t.detach() for name, t in plain.state_dict().items()}
+    return wrapped
 
 
 def check_targets(settings: dict[str, Any], model: nn.Module, where: str) -> None:

@@ -113,6 +113,17 @@ class SplitPlanBase:
         return []
 
 
+class HFInteropBase:
+    """Defaults of :class:`HFInterop`'s optional members; a family's mapping inherits them."""
+
+    def save_adapter(self, settings: dict[str, Any], state: dict[str, Any], out: Any) -> int:
+        from xirang_core.errors import ConfigError
+
+        raise ConfigError(
+            "--format peft: this model family trains no adapters; use --format hf for its weights"
+        )
+
+
 class SettingsBase:
     """Defaults of a ``schema``'s optional members (an :class:`ImplSpec`'s settings dataclass):
     what its field types cannot say, checked when the config is composed."""

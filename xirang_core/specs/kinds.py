@@ -13,7 +13,7 @@ import importlib.util
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from xirang_core.specs.defaults import SettingsBase, SplitPlanBase, with_defaults
+from xirang_core.specs.defaults import HFInteropBase, SettingsBase, SplitPlanBase, with_defaults
 
 if TYPE_CHECKING:
     from xirang_core.specs.protocols import SplitPlan
@@ -136,7 +136,7 @@ class ModelSpec(ImplSpec):
 
     def load_hf(self) -> Any:
         """An instance of the family's Hugging Face mapping, or None if it has none."""
-        return import_target(self.hf)() if self.hf else None
+        return with_defaults(import_target(self.hf)(), HFInteropBase) if self.hf else None
 
 
 @dataclass(frozen=True)

@@ -330,6 +330,12 @@ class HFInterop(Protocol):
         """``(model settings, xirang state dict)`` from a Hugging Face directory's contents."""
         ...
 
+    def save_adapter(self, settings: dict[str, Any], state: dict[str, Any], out: Path) -> int:
+        """Write the adapters a run trained over frozen weights (LoRA) as a folder ``peft``
+        loads (``PeftModel.from_pretrained(base, out)``); returns how many tensors. Optional
+        (:class:`HFInteropBase`: the family trains no adapters, which it says)."""
+        ...
+
 
 @runtime_checkable
 class Tokenizer(Protocol):

@@ -75,6 +75,9 @@ def test_a_trained_llama_exports_to_what_transformers_loads(
     with torch.no_grad():
         assert torch.allclose(theirs.eval()(x).logits, ours.eval()(x), atol=1e-4)
     assert json.loads((out / "config.json").read_text())["vocab_size"] == 256
+    command = [sys.executable, "-m", "xirang", "ckpt", "export", "--format", "peft", str(run)]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2 and "trained no adapters (model.lora_rank=0)" in done.stderr
 
 
 def test_a_folder_whose_config_names_its_own_code_runs_none_of_it(

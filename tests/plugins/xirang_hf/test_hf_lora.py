@@ -44,7 +44,7 @@ def _export(run: Path, *args: str) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-def test_lora_trains_the_adapters_only_and_exports_peft_s_merge(
+def test_lora_trains_the_adapters_only_and_exports_them_merged_or_as_peft_s_folder(
     run_xirang, tmp_path: Path, pretrained: Path
 ) -> None:
     from peft import LoraConfig, get_peft_model
@@ -81,6 +81,15 @@ def test_lora_trains_the_adapters_only_and_exports_peft_s_merge(
     x = torch.randint(0, 256, (2, 16))
     with torch.no_grad():
         torch.testing.assert_close(exported(x).logits, merged(x).logits, rtol=0, atol=1e-5)
+
+    adapter = tmp_path / "adapter"
+    _export(run, "--format", "peft", str(run), "-o", str(adapter))
+    from peft import PeftModel
+
+    base = AutoModelForCausalLM.from_pretrained(pretrained, local_files_only=True)
+    loaded = PeftModel.from_pretrained(base, adapter).eval()  # peft's own loader
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x).logits, merged(x).logits, rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize(
