@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from xirang.specs import HFInteropBase
+
 #: GPT settings that fix the tensors' shapes, and their GPT-2 config keys
 SHAPE_KEYS = {
     "n_layer": "n_layer",
@@ -33,7 +35,7 @@ CONV = {"attn.proj": "attn.c_proj", "mlp.up": "mlp.c_fc", "mlp.down": "mlp.c_pro
 LAYER_NORM_EPS = 1e-5
 
 
-class GPTHF:
+class GPTHF(HFInteropBase):
     """The GPT family's :class:`~xirang_core.specs.HFInterop`."""
 
     def to_hf(

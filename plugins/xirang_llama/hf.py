@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from xirang import ConfigError
+from xirang.specs import HFInteropBase
 from xirang_llama.config import LLAMA3_SCALING, LlamaConfig
 
 #: (xirang setting, Hugging Face key) pairs that carry the same value
@@ -32,7 +33,7 @@ _PREFIX = "model."
 _HEAD = "lm_head.weight"
 
 
-class LlamaHF:
+class LlamaHF(HFInteropBase):
     """The :class:`xirang_core.specs.HFInterop` mapping of the Llama family."""
 
     def to_hf(

@@ -34,12 +34,12 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, object]]:
 
 
 def test_nccl_rank_sets_its_device_before_the_group_and_barrier(calls, tmp_path: Path) -> None:
-    launch._rank_main(3, 4, 1234, "nccl", 1, str(tmp_path), _answer, ())
+    launch._rank_main(3, 4, "nccl", 1, str(tmp_path), _answer, ())
     assert calls[0] == ("set_device", 3)
     assert [c[0] for c in calls] == ["set_device", "init", "barrier"]
     assert (tmp_path / "3.pkl").exists()
 
 
 def test_gloo_rank_leaves_the_device_alone(calls, tmp_path: Path) -> None:
-    launch._rank_main(1, 2, 1234, "gloo", 1, str(tmp_path), _answer, ())
+    launch._rank_main(1, 2, "gloo", 1, str(tmp_path), _answer, ())
     assert [c[0] for c in calls] == ["init", "barrier"]

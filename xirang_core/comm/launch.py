@@ -1,15 +1,15 @@
 """Run a function on N gloo (or device) workers on this machine and collect what each returns.
 
 The scaling benchmark and the tests both need "the same function on 1, 2, 4 ranks": this spawns
-the ranks, gives each an initialised process group on loopback, and hands back the per-rank
-results in rank order. Worker failures re-raise in the caller with the worker's traceback.
+the ranks, gives each an initialised process group (meeting in a file, no port), and hands
+back the per-rank results in rank order. Worker failures re-raise in the caller with the
+worker's traceback.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
-import socket
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -17,12 +17,6 @@ from typing import Any
 
 #: the torch module whose current device a backend's collectives run on (RCCL is "nccl")
 DEVICE_MODULE: dict[str, str] = {"nccl": "cuda", "hccl": "npu"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_group(
@@ -33,11 +27,10 @@ def run_group(
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory(prefix="xirang-group-") as folder:
-        port = free_port()
         try:
             mp.spawn(
                 _rank_main,
-                args=(world, port, backend, threads, folder, fn, args),
+                args=(world, backend, threads, folder, fn, args),
                 nprocs=world,
                 join=True,
             )
@@ -52,7 +45,6 @@ def run_group(
 def _rank_main(
     rank: int,
     world: int,
-    port: int,
     backend: str,
     threads: int,
     folder: str,
@@ -67,9 +59,10 @@ def _rank_main(
     torch.set_num_threads(threads)
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
     bind_device(backend, rank)
-    dist.init_process_group(
-        backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
-    )
+    # the ranks meet in a file of the group's own folder: a free port picked by the parent
+    # could be taken by another process before rank 0 listened on it (EADDRINUSE, seen in CI)
+    store = Path(folder) / "rendezvous"
+    dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world)
     try:
         result = fn(rank, world, *args)
         (Path(folder) / f"{rank}.pkl").write_bytes(pickle.dumps(result))
