@@ -19,22 +19,13 @@ RUN = ("model=hf", "tokenizer=bytes", "data.seq_len=16", "trainer.global_batch=8
 
 
 @pytest.fixture(scope="module")
-def pretrained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def pretrained(tmp_path_factory: pytest.TempPathFactory, llama_dir: Path) -> Path:
+    """The conftest's tiny Llama config with random weights, saved as a pretrained folder."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     folder = tmp_path_factory.mktemp("pretrained-llama")
-    config = LlamaConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=288,
-        max_position_embeddings=32,
-        tie_word_embeddings=False,
-    )
     torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(folder)
+    LlamaForCausalLM(LlamaConfig.from_pretrained(llama_dir)).save_pretrained(folder)
     return folder
 
 

@@ -5,7 +5,6 @@ devices' speeds, and the run's two DDP ranks start at shares 3:1 instead of 2:2.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,10 +14,7 @@ from xirang_pool.scheduler import rank_speeds
 
 from tests.conftest import ONE_LAYER_GPT
 from xirang_core.train.balance_settings import balance_placement
-from xirang_service.pool.client import PoolClient
-from xirang_service.pool.rest import serve
 from xirang_service.pool.service import OPERATOR, PoolService
-from xirang_service.pool.store import PoolStore
 
 #: a fast device is worth three of the slow reference type's cards for every job class
 CLUSTER = {
@@ -43,16 +39,9 @@ RUN = (
 
 
 @pytest.fixture
-def mixed_pool(tmp_path: Path) -> Iterator[tuple[PoolService, dict[str, str]]]:
-    cluster = tmp_path / "cluster.yaml"
-    cluster.write_text(yaml.safe_dump(CLUSTER))
-    service = PoolService(PoolStore(tmp_path / "pool.db"), cluster, "priority", "op-token")
-    server = serve(service, "127.0.0.1", 0)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    token = PoolClient(url, "op-token").call("PUT", "/v1/projects/nlp", {})["token"]
-    yield service, {"XIRANG_POOL_URL": url, "XIRANG_POOL_TOKEN": token}
-    server.shutdown()
+def mixed_pool(served_pool) -> Iterator[tuple[PoolService, dict[str, str]]]:
+    with served_pool(CLUSTER) as served:
+        yield served
 
 
 @pytest.mark.slow

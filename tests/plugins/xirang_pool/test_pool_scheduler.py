@@ -24,23 +24,13 @@ from xirang_service.pool.store import PoolStore
 
 
 @pytest.fixture
-def pool_env(tmp_path: Path) -> Iterator[tuple[PoolService, dict[str, str]]]:
-    cluster = tmp_path / "cluster.yaml"
-    cluster.write_text(
-        yaml.safe_dump(
-            {
-                "nodes": [{"name": "here", "type": "cpu", "devices": 2}],
-                "projects": [{"name": "nlp", "guaranteed": 2, "max_priority": "high"}],
-            }
-        )
-    )
-    service = PoolService(PoolStore(tmp_path / "pool.db"), cluster, "priority", "op-token")
-    server = serve(service, "127.0.0.1", 0)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    token = PoolClient(url, "op-token").call("PUT", "/v1/projects/nlp", {})["token"]
-    yield service, {"XIRANG_POOL_URL": url, "XIRANG_POOL_TOKEN": token}
-    server.shutdown()
+def pool_env(served_pool) -> Iterator[tuple[PoolService, dict[str, str]]]:
+    cluster = {
+        "nodes": [{"name": "here", "type": "cpu", "devices": 2}],
+        "projects": [{"name": "nlp", "guaranteed": 2, "max_priority": "high"}],
+    }
+    with served_pool(cluster) as served:
+        yield served
 
 
 @pytest.mark.slow
