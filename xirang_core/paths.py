@@ -34,6 +34,23 @@ def publishing(target: Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def replace_text(path: str | Path, text: str) -> Path:
+    """``path`` replaced by a file holding ``text`` in one rename, so a reader sees the old
+    content or the new, never half. The temporary file's name is unique to this writer: two
+    processes storing the same entry at once (two runs calibrating one host) each rename their
+    own, and the last one stays."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    return path
+
+
 def private_file(path: str | Path, text: str | None = None) -> Path:
     """``path`` created empty (or holding ``text``) with mode 0600, so tokens and state never
     exist readable by others, not even for a moment; an existing file is left as it is.

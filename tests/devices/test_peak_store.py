@@ -8,6 +8,8 @@ import logging
 import os
 import subprocess
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 
@@ -148,3 +150,19 @@ def test_a_run_that_beats_its_peak_says_so_and_remeasures(tmp_path: Path) -> Non
     )
     assert "peak (best measured): float32" in shown.stdout
     assert "TFLOP/s at load" in shown.stdout
+
+
+def test_runs_storing_one_host_calibration_at_once_both_finish() -> None:
+    """Two runs of a sweep calibrating the same host at the same moment (CI stop 41: one
+    renamed the other's temporary file away and failed with FileNotFoundError)."""
+    start = threading.Barrier(8)
+
+    def store(n: int) -> Calibration:
+        start.wait()
+        return cached_calibration("store-race", lambda: _figures(0.1 * n), True, 1, lambda: 0.0)
+
+    with ThreadPoolExecutor(8) as pool:
+        stored = list(pool.map(store, range(1, 9)))
+    assert len(stored) == 8
+    assert json.loads(cache_path("store-race").read_text())["best"]["matmul_tflops"]
+    assert [p.name for p in cache_path("store-race").parent.iterdir() if "tmp" in p.name] == []

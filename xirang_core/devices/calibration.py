@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
 from xirang_core.devices.cores import busy_warning, host_load
-from xirang_core.paths import xirang_home
+from xirang_core.paths import replace_text, xirang_home
 from xirang_core.specs import Calibration
 
 if TYPE_CHECKING:
@@ -67,9 +67,7 @@ def cached_calibration(
     best = keep_best(best, new, load, key)
     history = [*(stored or {}).get("measurements", []), _measurement(new, load)][-HISTORY:]
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"best": asdict(best), "measurements": history}, indent=2))
-    tmp.replace(path)
+    replace_text(path, json.dumps({"best": asdict(best), "measurements": history}, indent=2))
     return best
 
 

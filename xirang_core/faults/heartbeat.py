@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from xirang_core.checkpoint.events import record_event
+from xirang_core.paths import replace_text
 
 log = logging.getLogger("xirang.faults")
 HEARTBEAT_DIR = "heartbeat"
@@ -65,9 +66,7 @@ class Heartbeat:
             "pid": os.getpid(),
             "host": socket.gethostname(),
         }
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(beat))
-        tmp.replace(self.path)
+        replace_text(self.path, json.dumps(beat))
 
     def _give_up(self, step: int) -> None:
         """No progress for too long: leave, so the launcher restarts from a checkpoint."""

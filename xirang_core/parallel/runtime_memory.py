@@ -48,6 +48,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from xirang_core.parallel.plan import ModelShape, ParallelPlan, plan_problem
+from xirang_core.paths import replace_text
 
 #: steps of each trivial run (the first builds buffers; the peak comes with the second)
 PROBE_STEPS = 2
@@ -156,9 +157,7 @@ def cached_runtime(config: dict[str, Any], world: int, refresh: bool = False) ->
             pass  # an unreadable entry is measured again, not trusted
     found = measure_runtime(config, world)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(found), indent=2))
-    tmp.replace(path)
+    replace_text(path, json.dumps(asdict(found), indent=2))
     return found
 
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import queue
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from xirang_core.paths import replace_text
 from xirang_core.train.report import METRICS_FILE
 
 log = logging.getLogger("xirang.tracking")
@@ -112,9 +112,8 @@ class TrackerSession:
 
     def _save_state(self) -> None:
         self.state_path.parent.mkdir(exist_ok=True)
-        tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"run_id": self.run_id, "last_step": self.last_step}))
-        os.replace(tmp, self.state_path)
+        state = {"run_id": self.run_id, "last_step": self.last_step}
+        replace_text(self.state_path, json.dumps(state))
 
 
 def logged_records(run_dir: Path) -> list[dict[str, Any]]:

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from xirang_core.paths import replace_text
+
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 PLOT_FILE = "loss_curve.png"
@@ -90,9 +92,7 @@ def plot_loss(records: list[dict[str, Any]], path: Path, title: str) -> None:
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
-    tmp = run_dir / f".{SUMMARY_FILE}.tmp"
-    tmp.write_text(json.dumps(summary, indent=2))
-    tmp.replace(run_dir / SUMMARY_FILE)
+    replace_text(run_dir / SUMMARY_FILE, json.dumps(summary, indent=2))
 
 
 def read_summary(run_dir: Path) -> dict[str, Any]:
