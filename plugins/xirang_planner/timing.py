@@ -27,7 +27,6 @@ from xirang.planning import (
     ModelShape,
     ParallelPlan,
     ring_time,
-    stage_layer_count,
     stage_params,
 )
 
@@ -159,11 +158,11 @@ def _dp_collectives(shape: ModelShape, plan: ParallelPlan, dtype_bytes: int) -> 
 def _fsdp_units(shape: ModelShape, plan: ParallelPlan) -> int:
     """FSDP units of the stage with the most parameters: each layer and the root."""
     stage = max(range(plan.pp), key=lambda s: stage_params(shape, plan, s).total)
-    return stage_layer_count(shape.layers, stage, plan.pp) + 1
+    return plan.layer_counts(shape.layers)[stage] + 1
 
 
 def _busiest_layers(shape: ModelShape, plan: ParallelPlan) -> int:
-    return max(stage_layer_count(shape.layers, s, plan.pp) for s in range(plan.pp))
+    return max(plan.layer_counts(shape.layers))
 
 
 # --- a described cluster --------------------------------------------------------------------
@@ -246,7 +245,7 @@ def _stage_cost(shape: ModelShape, plan: ParallelPlan, stage: int, host: HostPro
     layer = host.layer_cost(plan.micro_batch, plan.tp, plan.sp)
     if plan.recompute == "full":
         layer = StageCost(layer.forward, layer.backward + layer.forward)
-    cost = layer.scaled(stage_layer_count(shape.layers, stage, plan.pp))
+    cost = layer.scaled(plan.layer_counts(shape.layers)[stage])
     return cost + host.rest_cost(plan.micro_batch) if stage == plan.pp - 1 else cost
 
 
