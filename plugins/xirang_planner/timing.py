@@ -239,18 +239,24 @@ def _redo(plan: ParallelPlan) -> float:
 
 
 def _cluster_time(
+    shape: ModelShape, plan: ParallelPlan, global_batch: int, cluster: Cluster
+) -> TimeEstimate:
+    """A step with every stage on ``cluster``'s devices."""
+    return pipeline_time(shape, plan, global_batch, [cluster] * plan.pp)
+
+
+def pipeline_time(
     shape: ModelShape,
     plan: ParallelPlan,
     global_batch: int,
-    cluster: Cluster,
-    stages: Sequence[Cluster] = (),
+    devices: Sequence[Cluster],
     cross: Link | None = None,
 ) -> TimeEstimate:
-    """A step on dedicated devices, each stage on its own device type (``stages``; default:
-    all on ``cluster``). 1F1B over ``m`` micro-batches takes ``m`` times the slowest stage's
-    micro-batch and each other stage's once (fill and drain): with equal stages the
-    ``(p - 1) / m`` bubble. Stages of different types talk over ``cross``."""
-    devices = list(stages) or [cluster] * plan.pp
+    """A step on dedicated devices, stage ``s`` on ``devices[s]`` (a type of its own in a
+    mixed cluster), its layers ``plan.layer_counts``. 1F1B over ``m`` micro-batches takes
+    ``m`` times the slowest stage's micro-batch and each other stage's once (fill and drain):
+    with equal stages the ``(p - 1) / m`` bubble. Stages of different types talk over
+    ``cross``."""
     m = plan.micro_batches(global_batch)
     times = [stage_seconds(shape, plan, s, d) for s, d in enumerate(devices)]
     slowest = max(range(plan.pp), key=lambda s: times[s].total)
