@@ -29,6 +29,7 @@ from xirang_core.parallel.plan import (
     PlanError,
     candidate_plans,
     degrees_on,
+    plan_problem,
     stage_layers_problem,
 )
 from xirang_core.parallel.planning import PlanChoice, Planner
@@ -64,6 +65,7 @@ __all__ = [
     "local_cluster",
     "measure_wrappers",
     "model_shape",
+    "plan_problem",
     "predict_memory",
     "ring_time",
     "run_device",

@@ -15,11 +15,12 @@ between types (two levels: inside a kind over its own links, then between kinds)
 
 Searched: every subset of the types, every way to group it into pipeline kinds, the order of
 types along each pipeline, ``dp`` of each kind, and ``tp``, recompute and micro-batch (``sp``
-with ``tp > 1``, ``zero=0``, 1F1B: the leanest and fastest the time model knows for a
-pipeline). A plan with a single pipeline kind runs as one xirang run (``parallel=hybrid`` with
-``parallel.stage_layers``, ranks placed stage by stage); several kinds need balanced data
-parallelism across pipelines of different shapes, which the planner predicts but the runtime
-does not run yet.
+with ``tp > 1``, DDP over whole stages and ZeRO-1 over tensor-parallel shards, 1F1B: the
+leanest and fastest the time model knows for a pipeline; every pipeline passes the checks the
+strategies apply, :func:`~xirang_core.parallel.plan.plan_problem`). A plan with a single
+pipeline kind runs as one xirang run (``parallel=hybrid`` with ``parallel.stage_layers``, ranks
+placed stage by stage); several kinds need balanced data parallelism across pipelines of
+different shapes, which the planner predicts but the runtime does not run yet.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from xirang.planning import (
     ModelShape,
     ParallelPlan,
     PlanError,
+    plan_problem,
     ring_time,
     stage_memory,
     stage_params,
@@ -64,12 +66,14 @@ class Options:
     recompute: str
 
     def plan(self, dp: int, pp: int, stage_layers: tuple[int, ...] = ()) -> ParallelPlan:
+        """A pipeline kind's plan: sequence parallel with tensor parallel (leaner, as fast),
+        DDP over whole stages, ZeRO-1 over tensor-parallel shards (the strategies' rule)."""
         return ParallelPlan(
             dp=dp,
             tp=self.tp,
             pp=pp,
             sp=self.tp > 1,
-            zero=0,
+            zero=1 if dp > 1 and self.tp > 1 else 0,
             micro_batch=self.micro_batch,
             recompute=self.recompute,
             schedule="1f1b",
@@ -151,7 +155,11 @@ def tensor_degrees(shape: ModelShape, cluster: MixedCluster, tp: int | None = No
     a ``tp`` that cannot is refused naming those that can."""
     node = reduce(math.gcd, (g.devices_per_node for g in cluster.groups))
     kv = shape.kv_heads or shape.heads
-    valid = [d for d in range(1, node + 1) if node % d == 0 and not shape.heads % d and not kv % d]
+    valid = [
+        d
+        for d in range(1, node + 1)
+        if not (node % d or shape.heads % d or kv % d or shape.seq_len % d)  # sp splits seq
+    ]
     if "tp" not in shape.splits:
         valid = [1]
     if tp is not None and tp not in valid:
@@ -256,7 +264,7 @@ class Builder:
         for g in order:
             groups += [g] * (self.cluster.groups[g].devices // options.tp // dp)
         pp = len(groups)
-        if pp > self.shape.layers:
+        if pp > self.shape.layers or (pp > 1 and "pp" not in self.shape.splits):
             return None
         base = options.plan(dp, pp)
         slots = [self.slot(base, groups, s) for s in range(pp)]
@@ -264,6 +272,8 @@ class Builder:
         if counts is None:
             return None
         plan = options.plan(dp, pp, counts)
+        if plan_problem(plan, self.shape, self._batch(plan)):
+            return None  # what the strategies would refuse (plan_problem says why)
         memory = tuple(
             stage_memory(self.shape, plan, self._batch(plan), OPTIMIZER, s).total for s in range(pp)
         )

@@ -18,7 +18,7 @@ from xirang_planner.clusters import MixedCluster, load_cluster
 from xirang_planner.mixed import Builder, Options, layouts, plan_mixed
 from xirang_planner.timing import stage_seconds
 
-from xirang.planning import ModelShape, compose, model_shape, stage_memory
+from xirang.planning import ModelShape, compose, model_shape, plan_problem, stage_memory
 from xirang_core.plugins import get_registry
 
 MIXED = "mixed_h100_a100_910b"
@@ -78,6 +78,13 @@ def test_the_split_it_prints_is_accepted_by_the_pipeline_strategy(
     config = compose(["model=llama3_70b", *settings])
     [pipeline] = mixed_70b["plan"]["pipelines"]
     assert config["parallel"]["stage_layers"] == [s["layers"] for s in pipeline["stages"]]
+    # and the strategy's plan for those workers passes the checks made before launch
+    trainer, registry = config["trainer"], get_registry()
+    strategy = registry.create("parallel", config["parallel"])
+    split = strategy.plan(trainer["nproc"], trainer["micro_batch"])
+    shape = model_shape(config, registry)
+    assert shape is not None
+    assert not plan_problem(split, shape, trainer["global_batch"])
 
 
 def test_the_command_prints_stages_shares_and_speedup() -> None:
