@@ -199,7 +199,7 @@ def end_flops(shape: ModelShape) -> tuple[float, float]:
     """Training FLOPs per token outside the layers, (first stage, last stage): the head's
     matmul (6·V·h) on the last, the rest of 6N (embeddings, norms) on the first, so a model's
     stages add up to :func:`flops_per_token`."""
-    rest = 6 * (shape.params - shape.layers * shape.layer_size())
+    rest = 6 * max(0, shape.params - shape.layers * shape.layer_size())  # 0: params unknown
     head = min(rest, 6 * shape.vocab * shape.hidden)
     return rest - head, head
 
