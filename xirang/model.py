@@ -8,6 +8,7 @@ in CONTRIBUTING.md). Importing this module imports torch.
 from xirang_core.data import document_mask
 from xirang_core.parallel.layers import keep_stage_layers, parallelize_blocks
 from xirang_core.parallel.plan import ModelShape
+from xirang_core.parallel.stages import keep_layers
 from xirang_core.train.init import init_parameters
 from xirang_core.train.sample import sample
 
@@ -15,6 +16,7 @@ __all__ = [
     "ModelShape",
     "document_mask",
     "init_parameters",
+    "keep_layers",
     "keep_stage_layers",
     "parallelize_blocks",
     "sample",

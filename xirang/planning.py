@@ -18,6 +18,7 @@ from xirang_core.parallel.memory import (
     MemoryEstimate,
     predict_memory,
     stage_layer_count,
+    stage_memory,
     stage_params,
 )
 from xirang_core.parallel.ondevice import RunDevice, run_device
@@ -27,6 +28,9 @@ from xirang_core.parallel.plan import (
     ParallelPlan,
     PlanError,
     candidate_plans,
+    degrees_on,
+    plan_problem,
+    stage_layers_problem,
 )
 from xirang_core.parallel.planning import PlanChoice, Planner
 from xirang_core.parallel.resolve import model_shape
@@ -54,18 +58,22 @@ __all__ = [
     "cached_runtime",
     "candidate_plans",
     "compose",
+    "degrees_on",
     "derive",
     "fit_link",
     "help_text",
     "local_cluster",
     "measure_wrappers",
     "model_shape",
+    "plan_problem",
     "predict_memory",
     "ring_time",
     "run_device",
     "run_group",
     "run_plans",
     "stage_layer_count",
+    "stage_layers_problem",
+    "stage_memory",
     "stage_params",
     "synchronizer",
     "time_together",

@@ -3,11 +3,19 @@
     xirang plan model=gpt_125m cluster=dgx_h100 nodes=4
     xirang plan layers=48 hidden=6144 heads=48 vocab=50304 seq=2048 --json
     xirang plan model=gpt_small devices=4 --smoke   # here; runs the top plans
+    xirang plan model=llama3_70b cluster=mixed_h100_a100_910b global_batch=512
+    xirang plan model=llama3_8b cluster=dgx_h100:1+dgx_a100_80gb:2
 
 Arguments are ``key=value``: ``model`` (a zoo option) or the shape (``layers hidden heads vocab
 seq``, optional ``params``); ``cluster`` (``local`` = this host, default) and any cluster field
 as an override (``nodes``, ``memory_gb``, ...); ``devices`` (default: the whole cluster; on this
-host the worker count); ``global_batch``; ``seq`` overrides the model's sequence length.
+host the worker count); ``global_batch``; ``seq`` overrides the model's sequence length; ``tp``
+plans only that tensor-parallel degree.
+
+A mixed cluster (a cluster file with ``groups``, or ``option:nodes`` joined by ``+``) is planned
+as pipelines whose stages sit on different device types with uneven layer counts: the plan's
+stages, the device type and layers of each, each type's share of the batch, the predicted step,
+and the speedup over the best plan on any one type alone.
 """
 
 from __future__ import annotations
@@ -31,11 +39,11 @@ from xirang.planning import (
     run_plans,
 )
 from xirang.planning import compose as compose_config
-from xirang_planner.clusters import cluster_names, load_cluster, with_overrides
+from xirang_planner.clusters import MixedCluster, cluster_names, load_cluster, with_overrides
 from xirang_planner.planner import Candidate, Ranking, rank_plans
 
 SHAPE_KEYS = {"layers", "hidden", "heads", "vocab", "seq", "params"}
-RUN_KEYS = {"model", "cluster", "devices", "global_batch"}
+RUN_KEYS = {"model", "cluster", "devices", "global_batch", "tp"}
 
 
 def main(argv: list[str]) -> int:
@@ -55,7 +63,10 @@ def main(argv: list[str]) -> int:
     config, shape = model_from(kv)
     global_batch = int(kv.get("global_batch", config["trainer"]["global_batch"]))
     devices = int(kv["devices"]) if "devices" in kv else None
+    tp = _whole("tp", kv["tp"]) if "tp" in kv else None
     cluster = cluster_from(kv, devices)
+    if isinstance(cluster, MixedCluster):
+        return plan_mixed_cluster(args, config, shape, cluster, global_batch, kv, tp)
     if not cluster.shared and "seq" not in kv:
         shape = at_model_context(config, shape)
     host = runtime = None
@@ -68,7 +79,7 @@ def main(argv: list[str]) -> int:
         # and what a worker holds beyond its tensors (cached per host)
         host = measure_host(config, cluster.devices, list(MICRO_BATCHES))
         runtime = cached_runtime(config, cluster.devices)
-    ranking = rank_plans(shape, cluster, global_batch, devices, host, runtime=runtime)
+    ranking = rank_plans(shape, cluster, global_batch, devices, host, runtime=runtime, tp=tp)
     report: dict[str, Any] = _report(shape, cluster, global_batch, ranking, args.top)
     if args.smoke:
         report["smoke"] = smoke(config, ranking, args.smoke_top, args.smoke_steps)
@@ -77,6 +88,47 @@ def main(argv: list[str]) -> int:
     else:
         _print(report)
     return 0
+
+
+def plan_mixed_cluster(
+    args: argparse.Namespace,
+    config: dict[str, Any],
+    shape: ModelShape,
+    cluster: MixedCluster,
+    global_batch: int,
+    kv: dict[str, str],
+    tp: int | None,
+) -> int:
+    """``xirang plan`` on a mixed cluster: the mixed planner's split (:mod:`.mixed_report`)."""
+    from xirang_planner.mixed_report import mixed_report, print_mixed
+
+    if "devices" in kv or args.smoke:
+        given = "devices=" if "devices" in kv else "--smoke"
+        raise ConfigError(
+            f"{given}: a mixed cluster is planned over all its devices, described, not run here; "
+            f"change a group's nodes in the cluster (option:nodes) instead"
+        )
+    if "seq" not in kv:
+        shape = at_model_context(config, shape)
+    report = mixed_report(shape, cluster, global_batch, tp)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print_mixed(report, _console())
+    return 0
+
+
+def _whole(key: str, value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(f"{key}={value}: must be a whole number >= 1")
+    return int(value)
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    # a pipe gets whole lines unless COLUMNS says how wide the reader's terminal is
+    return Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 150)
 
 
 #: the share of a worker's memory the host measurement may take (the rest: runtime, allocator)
@@ -151,7 +203,7 @@ def _explicit_shape(kv: dict[str, str]) -> ModelShape:
     return ModelShape(layers, hidden, int(kv["heads"]), vocab, seq, params)
 
 
-def cluster_from(kv: dict[str, str], devices: int | None) -> Cluster:
+def cluster_from(kv: dict[str, str], devices: int | None) -> Cluster | MixedCluster:
     overrides = {k: v for k, v in kv.items() if k not in SHAPE_KEYS | RUN_KEYS}
     known = {f.name for f in fields(Cluster)}
     unknown = sorted(set(overrides) - known)
@@ -212,11 +264,9 @@ def _report(
 
 def _print(report: dict[str, Any]) -> None:
     from rich import box
-    from rich.console import Console
     from rich.table import Table
 
-    # a pipe gets the whole table unless COLUMNS says how wide the reader's terminal is
-    console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 150)
+    console = _console()
     c, s = report["cluster"], report["model"]
     console.print(
         f"[bold]{s['layers']} layers, hidden {s['hidden']}, {s['heads']} heads, vocab "

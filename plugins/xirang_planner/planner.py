@@ -83,13 +83,17 @@ def rank_plans(
     host: HostProfile | None = None,
     optimizer: str = "adamw",
     runtime: RuntimeMemory | None = None,
+    tp: int | None = None,
 ) -> Ranking:
     """Every valid split of ``devices`` (default: the whole cluster), ranked; times on ``host``
     as measured when given (this machine), else on the described ``cluster``; each worker's
-    ``runtime`` beyond tensors charged to its memory when measured (this machine)."""
+    ``runtime`` beyond tensors charged to its memory when measured (this machine). ``tp``
+    keeps only the splits of that tensor-parallel degree."""
     world = devices or cluster.devices
     fitting, rejected = [], []
     for plan in candidate_plans(world, shape, global_batch):
+        if tp is not None and plan.tp != tp:
+            continue
         why = _rule_broken(plan, shape, cluster)
         memory = predict_memory(shape, plan, global_batch, optimizer)
         memory = with_runtime(memory, runtime, plan, shape, global_batch)
@@ -123,22 +127,37 @@ def _fits_nowhere(
     optimizer: str,
     runtime: RuntimeMemory | None,
 ) -> str:
-    plans = candidate_plans(world, shape, global_batch)
-    if not plans:
+    least, need = leanest_need(shape, cluster, global_batch, world, optimizer, runtime)
+    if least is None:
         return f"no valid split of {world} devices for this model and global batch {global_batch}"
-
-    def need_of(plan: ParallelPlan) -> int:
-        memory = predict_memory(shape, plan, global_batch, optimizer)
-        return with_runtime(memory, runtime, plan, shape, global_batch).total
-
-    least = min(plans, key=need_of)
-    need = need_of(least)
     more = -(-need // cluster.memory_bytes)
     return (
         f"the model fits nowhere on {world} x {_gib(cluster.memory_bytes)}: the leanest plan "
         f"({least.label()}) needs {_gib(need)} per device. Use devices with more memory, more "
         f"devices (about {more}x the memory), or a smaller model/sequence/micro-batch."
     )
+
+
+def leanest_need(
+    shape: ModelShape,
+    cluster: Cluster,
+    global_batch: int,
+    world: int,
+    optimizer: str,
+    runtime: RuntimeMemory | None,
+) -> tuple[ParallelPlan | None, int]:
+    """The valid split of ``world`` devices that needs the least memory per device, and that
+    memory (None and 0 when no split is valid)."""
+    plans = candidate_plans(world, shape, global_batch)
+    if not plans:
+        return None, 0
+
+    def need_of(plan: ParallelPlan) -> int:
+        memory = predict_memory(shape, plan, global_batch, optimizer)
+        return with_runtime(memory, runtime, plan, shape, global_batch).total
+
+    least = min(plans, key=need_of)
+    return least, need_of(least)
 
 
 def _gib(nbytes: float) -> str:

@@ -3,9 +3,13 @@
 Two forms share one count of the collectives (:func:`collectives`: which operation, how many
 bytes, over which group, how often):
 
-- a described cluster (dedicated devices): compute from model FLOPs over the device's sustained
-  rate, ring collectives (:mod:`xirang_core.comm.cost_model`, nccl-tests' bus bandwidth) on the
-  link each group uses, and the bubble ``(p - 1) / m`` of the compute;
+- a described cluster (dedicated devices): each stage's micro-batch from its layers' FLOPs
+  (and the embeddings on the first stage, the head on the last) over its device's sustained
+  rate, plus its tensor-parallel collectives; a step is ``m`` micro-batches of the slowest
+  stage and one of each other (fill and drain: the bubble ``(p - 1) / m`` when stages are
+  equal). Stages may sit on devices of different types with their own layer counts (the mixed
+  planner, :mod:`xirang_planner.mixed`). Collectives are rings
+  (:mod:`xirang_core.comm.cost_model`, nccl-tests' bus bandwidth) on the link each group uses;
 - this host, measured (:class:`~xirang_planner.calibrate.HostProfile`): compute from the
   model's own layer timed per micro-batch size (its fixed per-operation cost does not shrink
   with tensor parallel), collectives on the links measured for each group size, and the step
@@ -17,7 +21,9 @@ and elsewhere this keeps the ranking conservative for the communication-heavy pl
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
@@ -27,7 +33,6 @@ from xirang.planning import (
     ModelShape,
     ParallelPlan,
     ring_time,
-    stage_layer_count,
     stage_params,
 )
 
@@ -90,7 +95,8 @@ def predict_time(
 def collectives(
     shape: ModelShape, plan: ParallelPlan, global_batch: int, dtype_bytes: int
 ) -> list[Collective]:
-    """What the busiest stage's worker sends per micro-batch and per step."""
+    """What the busiest stage's worker sends per micro-batch and per step (the measured host's
+    model; a described cluster's times each stage's own, :func:`_cluster_time`)."""
     layers = _busiest_layers(shape, plan)
     act = plan.micro_batch * shape.seq_len * shape.hidden * dtype_bytes
     found = _tp_collectives(plan, layers, act) + _dp_collectives(shape, plan, dtype_bytes)
@@ -122,7 +128,9 @@ def _tp_collectives(plan: ParallelPlan, layers: int, act: float) -> list[Collect
     ]
 
 
-def _dp_collectives(shape: ModelShape, plan: ParallelPlan, dtype_bytes: int) -> list[Collective]:
+def _dp_collectives(
+    shape: ModelShape, plan: ParallelPlan, dtype_bytes: int, stage: int | None = None
+) -> list[Collective]:
     """Gradient (and, sharded, parameter) traffic over the data-parallel group.
 
     zero 0: DDP all-reduces its buckets once per step. FSDP, per unit (each layer and the
@@ -133,13 +141,14 @@ def _dp_collectives(shape: ModelShape, plan: ParallelPlan, dtype_bytes: int) -> 
     re-gathers in each backward only (the next forward finds the parameters gathered)."""
     if plan.dp == 1:
         return []
-    stage = max(range(plan.pp), key=lambda s: stage_params(shape, plan, s).total)
+    if stage is None:  # the stage with the most parameters
+        stage = max(range(plan.pp), key=lambda s: stage_params(shape, plan, s).total)
     nbytes = stage_params(shape, plan, stage).total * dtype_bytes
     if plan.zero == 0:
         buckets = max(1, math.ceil(nbytes / DDP_BUCKET))
         bucket = nbytes / buckets
         return [Collective("all_reduce", bucket, plan.dp, plan.tp, buckets, "step", "ddp")]
-    units = _fsdp_units(shape, plan)
+    units = plan.layer_counts(shape.layers)[stage] + 1  # each layer and the root
     unit = nbytes / units
 
     def ring(op: str, phase: str) -> Collective:
@@ -159,37 +168,152 @@ def _dp_collectives(shape: ModelShape, plan: ParallelPlan, dtype_bytes: int) -> 
 def _fsdp_units(shape: ModelShape, plan: ParallelPlan) -> int:
     """FSDP units of the stage with the most parameters: each layer and the root."""
     stage = max(range(plan.pp), key=lambda s: stage_params(shape, plan, s).total)
-    return stage_layer_count(shape.layers, stage, plan.pp) + 1
+    return plan.layer_counts(shape.layers)[stage] + 1
 
 
 def _busiest_layers(shape: ModelShape, plan: ParallelPlan) -> int:
-    return max(stage_layer_count(shape.layers, s, plan.pp) for s in range(plan.pp))
+    return max(plan.layer_counts(shape.layers))
 
 
 # --- a described cluster --------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class StageTime:
+    """One micro-batch's forward and backward on a pipeline stage of a described cluster."""
+
+    compute: float  # its layers' arithmetic (and the embeddings on the first, head on the last)
+    tensor: float  # its tensor-parallel collectives, on the path of every micro-batch
+
+    @property
+    def total(self) -> float:
+        return self.compute + self.tensor
+
+
+def layer_flops(shape: ModelShape) -> float:
+    """Training FLOPs per token of one layer: 6 per parameter and attention's 12·h·s."""
+    return 6 * shape.layer_size() + 12 * shape.hidden * shape.seq_len
+
+
+def end_flops(shape: ModelShape) -> tuple[float, float]:
+    """Training FLOPs per token outside the layers, (first stage, last stage): the head's
+    matmul (6·V·h) on the last, the rest of 6N (embeddings, norms) on the first, so a model's
+    stages add up to :func:`flops_per_token`."""
+    rest = 6 * max(0, shape.params - shape.layers * shape.layer_size())  # 0: params unknown
+    head = min(rest, 6 * shape.vocab * shape.hidden)
+    return rest - head, head
+
+
+def layer_seconds(shape: ModelShape, plan: ParallelPlan, device: Cluster) -> StageTime:
+    """One layer of one micro-batch on ``device`` (a tensor-parallel share of it): the unit
+    of a stage's time, the cost per layer the stage partition balances."""
+    flops = layer_flops(shape) * plan.micro_batch * shape.seq_len * _redo(plan)
+    act = plan.micro_batch * shape.seq_len * shape.hidden * device.dtype_bytes
+    link = _cluster_link(device, plan.tp, 1)
+    tensor = sum(c.calls * _op_time(c, link) for c in _tp_collectives(plan, 1, act))
+    return StageTime(flops / plan.tp / (device.tflops * 1e12), tensor)
+
+
+def end_seconds(
+    shape: ModelShape, plan: ParallelPlan, device: Cluster, first: bool, last: bool
+) -> float:
+    """Seconds of a micro-batch's embeddings (``first``) and head (``last``) on ``device``,
+    replicated under tensor parallel as the strategies run them (a tensor-parallel share
+    each, as :func:`flops_per_token` counts them for every plan)."""
+    before, after = end_flops(shape)
+    flops = (before if first else 0.0) + (after if last else 0.0)
+    return flops * plan.micro_batch * shape.seq_len * _redo(plan) / plan.tp / (device.tflops * 1e12)
+
+
+def stage_seconds(shape: ModelShape, plan: ParallelPlan, stage: int, device: Cluster) -> StageTime:
+    """One micro-batch on ``stage`` (its own layer count, uneven or balanced) on ``device``."""
+    count = plan.layer_counts(shape.layers)[stage]
+    layer = layer_seconds(shape, plan, device)
+    ends = end_seconds(shape, plan, device, stage == 0, stage == plan.pp - 1)
+    return StageTime(count * layer.compute + ends, count * layer.tensor)
+
+
+def _redo(plan: ParallelPlan) -> float:
+    """Full recompute runs each forward (a third of the work) twice."""
+    return 4 / 3 if plan.recompute == "full" else 1.0
+
+
 def _cluster_time(
     shape: ModelShape, plan: ParallelPlan, global_batch: int, cluster: Cluster
 ) -> TimeEstimate:
-    flops = flops_per_token(shape) * global_batch * shape.seq_len
-    if plan.recompute == "full":
-        flops *= 4 / 3  # the forward (a third of the work) runs twice
-    share = _busiest_layers(shape, plan) / shape.layers  # the slowest stage sets the pace
-    compute = flops * share / (plan.dp * plan.tp) / (cluster.tflops * 1e12)
+    """A step with every stage on ``cluster``'s devices."""
+    return pipeline_time(shape, plan, global_batch, [cluster] * plan.pp)
+
+
+def pipeline_time(
+    shape: ModelShape,
+    plan: ParallelPlan,
+    global_batch: int,
+    devices: Sequence[Cluster],
+    cross: Link | None = None,
+) -> TimeEstimate:
+    """A step on dedicated devices, stage ``s`` on ``devices[s]`` (a type of its own in a
+    mixed cluster), its layers ``plan.layer_counts``. 1F1B over ``m`` micro-batches takes
+    ``m`` times the slowest stage's micro-batch and each other stage's once (fill and drain):
+    with equal stages the ``(p - 1) / m`` bubble. Stages of different types talk over
+    ``cross``."""
     m = plan.micro_batches(global_batch)
-    bubble = compute * (plan.pp - 1) / m
-    comm = 0.0
-    for c in collectives(shape, plan, global_batch, cluster.dtype_bytes):
-        seconds = c.calls * _op_time(c, _cluster_link(cluster, c.group, c.stride))
-        if c.phase == "step":
-            comm += seconds
-        elif c.op == "p2p":
-            comm += seconds * m
-        else:  # tensor and sharded-data collectives sit on every micro-batch's path
-            tensor = plan.tp > 1 and c.group == plan.tp and c.stride == 1
-            comm += seconds * (m + plan.pp - 1 if tensor else m)
-    return TimeEstimate(compute=compute, bubble=bubble, comm=comm)
+    times = [stage_seconds(shape, plan, s, d) for s, d in enumerate(devices)]
+    slowest = max(range(plan.pp), key=lambda s: times[s].total)
+    others = [t for s, t in enumerate(times) if s != slowest]
+    compute = m * times[slowest].compute
+    bubble = sum(t.compute for t in others)
+    comm = m * times[slowest].tensor + sum(t.tensor for t in others)
+    comm += max(_dp_seconds(shape, plan, s, d, m) for s, d in enumerate(devices))
+    return TimeEstimate(
+        compute=compute, bubble=bubble, comm=comm + _pipe_seconds(shape, plan, devices, cross, m)
+    )
+
+
+def _dp_seconds(
+    shape: ModelShape, plan: ParallelPlan, stage: int, device: Cluster, m: int
+) -> float:
+    """The data-parallel collectives of ``stage``'s group on its device's links: once per step,
+    or on every micro-batch (sharded parameters gathered in forward or backward)."""
+    seconds = 0.0
+    for c in _dp_collectives(shape, plan, device.dtype_bytes, stage):
+        once = c.calls * _op_time(c, _cluster_link(device, c.group, c.stride))
+        seconds += once if c.phase == "step" else once * m
+    return seconds
+
+
+def _pipe_seconds(
+    shape: ModelShape,
+    plan: ParallelPlan,
+    devices: Sequence[Cluster],
+    cross: Link | None,
+    m: int,
+) -> float:
+    """Activations to the next stage and gradients back, each micro-batch, over the slowest
+    boundary; the tied embedding's gradient summed once a step between the end stages."""
+    if plan.pp == 1:
+        return 0.0
+    stride = plan.dp * plan.tp
+    act = plan.micro_batch * shape.seq_len * shape.hidden * devices[0].dtype_bytes
+    hops = [
+        _op_time(Collective("p2p", act, 2, stride, 1, "forward"), _between(a, b, stride, cross))
+        for a, b in itertools.pairwise(devices)
+    ]
+    seconds = 2 * m * max(hops)
+    if shape.tied_embeddings:
+        embed = shape.vocab * shape.hidden * devices[0].dtype_bytes / plan.tp
+        ends = stride * (plan.pp - 1)
+        tied = Collective("all_reduce", embed, 2, ends, 1, "step")
+        seconds += _op_time(tied, _between(devices[0], devices[-1], ends, cross))
+    return seconds
+
+
+def _between(a: Cluster, b: Cluster, stride: int, cross: Link | None) -> Link:
+    """The link between ranks ``stride`` apart on devices ``a`` and ``b``: ``a``'s own when
+    they are of one type, else the link between types."""
+    if a == b or cross is None:
+        return _cluster_link(a, 2, stride)
+    return cross
 
 
 def _cluster_link(cluster: Cluster, group: int, stride: int) -> Link:
@@ -246,7 +370,7 @@ def _stage_cost(shape: ModelShape, plan: ParallelPlan, stage: int, host: HostPro
     layer = host.layer_cost(plan.micro_batch, plan.tp, plan.sp)
     if plan.recompute == "full":
         layer = StageCost(layer.forward, layer.backward + layer.forward)
-    cost = layer.scaled(stage_layer_count(shape.layers, stage, plan.pp))
+    cost = layer.scaled(plan.layer_counts(shape.layers)[stage])
     return cost + host.rest_cost(plan.micro_batch) if stage == plan.pp - 1 else cost
 
 

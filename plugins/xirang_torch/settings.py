@@ -3,11 +3,13 @@ from the strategies: checked when the run's config is composed, without importin
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
 from xirang import ConfigError
 from xirang.launch import check_balance, run_workers
+from xirang.planning import degrees_on, stage_layers_problem
 
 #: what ``parallel.recompute`` may be
 MODES = ("none", "full", "selective")
@@ -53,6 +55,9 @@ class MeshConfig:
     recompute: str = "none"  # none | full | selective (see xirang_torch.recompute)
     recompute_every: int = 0  # selective: 0 = op-level policy, N = every Nth layer in full
     schedule: str = "1f1b"
+    #: layers per pipeline stage, first to last (empty: balanced); the planner's uneven split
+    #: for stages on devices of unequal speed or memory (``xirang plan`` on a mixed cluster)
+    stage_layers: list[int] = field(default_factory=list)
     balance: str = "uniform"  # uniform | calibrated | adaptive: data parallel only (fsdp)
     balance_every: int = 10  # adaptive: steps between moves of the shares
     balance_shares: list[int] = field(default_factory=list)  # fixed micro-batches per rank
@@ -67,4 +72,34 @@ class MeshConfig:
         )
         if problem:
             raise ConfigError(problem)
+        check_stage_layers(data)
         check_balance(data, run_workers(data)[0])
+
+
+def check_stage_layers(data: dict[str, Any]) -> None:
+    """``parallel.stage_layers`` against the pipeline's stages and the model's layers, at
+    compose: one per stage, each at least 1, summing to the layer count. Only a run that gives
+    it loads the family's split plan (and so torch) to learn which setting counts layers."""
+    section = data["parallel"]
+    given = list(section.get("stage_layers") or [])
+    degrees = degrees_on(run_workers(data)[0], section)
+    if not given or degrees is None:  # wrong degrees are refused before launch, with the fits
+        return
+    from xirang import get_registry
+
+    family = data["model"]["family"]
+    spec = get_registry().spec("model", family)
+    if not spec.parallelize:
+        raise ConfigError(
+            f"parallel.stage_layers: model family '{family}' cannot be cut into pipeline "
+            f"stages (it declares no parallelize plan); drop parallel.stage_layers"
+        )
+    fns = spec.load_parallelize()
+    if "bounds" not in inspect.signature(fns.split_stage).parameters:
+        raise ConfigError(
+            f"parallel.stage_layers: model family '{family}' cuts only balanced stages (its "
+            f"split_stage takes no bounds); drop parallel.stage_layers"
+        )
+    problem = stage_layers_problem(given, degrees[2], int(data["model"][fns.layers_setting]))
+    if problem:
+        raise ConfigError(problem)

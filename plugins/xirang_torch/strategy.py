@@ -38,7 +38,10 @@ class MeshStrategy(StrategyBase):
         c = self.config
         dp, tp, pp = resolve_degrees(c.dp, c.tp, c.pp, world)
         planned = "full" if c.recompute == "full" else "none"
-        return ParallelPlan(dp, tp, pp, c.sp, c.zero, micro_batch, planned, c.schedule)
+        stage_layers = tuple(c.stage_layers)
+        return ParallelPlan(
+            dp, tp, pp, c.sp, c.zero, micro_batch, planned, c.schedule, stage_layers
+        )
 
     def shards_parameters(self, ctx: Any) -> bool:
         """Whether :meth:`wrap` shards parameters over data parallel (FSDP2, zero >= 1): the
@@ -63,7 +66,7 @@ class MeshStrategy(StrategyBase):
         )
         mesh = ctx.mesh
         if plan.pp > 1:
-            fns.split_stage(model, coordinate(mesh, "pp"), plan.pp)
+            _split_stage(fns, model, coordinate(mesh, "pp"), plan)
         if plan.tp > 1:
             fns.apply_tp(model, mesh["tp"], plan.sp)
         recompute.checkpoint_layers(
@@ -115,6 +118,16 @@ class MeshStrategy(StrategyBase):
         )
         runner.tie(fns.tied(model))
         return StepRunner(step=runner.step, evaluate=runner.evaluate)
+
+
+def _split_stage(fns: Any, model: nn.Module, stage: int, plan: ParallelPlan) -> None:
+    """Keep this rank's pipeline stage: its given layer range under ``parallel.stage_layers``
+    (checked at compose against the model's layers), else the family's balanced split."""
+    if not plan.stage_layers:
+        fns.split_stage(model, stage, plan.pp)
+        return
+    bounds = plan.stage_range(stage, len(fns.layers(model)))
+    fns.split_stage(model, stage, plan.pp, bounds=bounds)
 
 
 def _shards(plan: ParallelPlan) -> bool:

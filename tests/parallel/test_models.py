@@ -7,7 +7,7 @@ import json
 import pytest
 from xirang_planner.clusters import load_cluster
 from xirang_planner.planner import rank_plans
-from xirang_planner.timing import predict_time
+from xirang_planner.timing import flops_per_token, predict_time, stage_seconds
 
 from xirang_core.parallel.cluster import Cluster
 from xirang_core.parallel.memory import per_layer_factor, predict_memory, stage_params
@@ -62,6 +62,24 @@ def test_bubble_is_p_minus_one_over_m() -> None:
     plan = ParallelPlan(pp=4, micro_batch=1)
     t = predict_time(SHAPE, plan, global_batch=16, cluster=NODE)
     assert t.bubble == pytest.approx(t.compute * 3 / 16)
+
+
+def test_unequal_stages_wait_for_the_slowest_and_fill_with_the_others() -> None:
+    """1F1B over m micro-batches: m of the slowest stage, one of each other (fill, drain)."""
+    shape = ModelShape(layers=8, hidden=512, heads=8, vocab=32000, seq_len=512, params=10**8)
+    plan = ParallelPlan(pp=2, micro_batch=1, stage_layers=(6, 2))
+    first, last = (stage_seconds(shape, plan, s, NODE).compute for s in (0, 1))
+    assert first > last  # six layers and the embeddings against two and the head
+    t = predict_time(shape, plan, global_batch=16, cluster=NODE)
+    assert t.compute == pytest.approx(16 * first) and t.bubble == pytest.approx(last)
+
+
+def test_stages_add_up_to_the_model_s_flops() -> None:
+    shape = ModelShape(layers=8, hidden=512, heads=8, vocab=32000, seq_len=512, params=10**8)
+    plan = ParallelPlan(pp=3, micro_batch=2, stage_layers=(2, 3, 3))
+    seconds = sum(stage_seconds(shape, plan, s, NODE).compute for s in range(3))
+    tokens = plan.micro_batch * shape.seq_len
+    assert seconds == pytest.approx(flops_per_token(shape) * tokens / (NODE.tflops * 1e12))
 
 
 def test_sharding_costs_more_traffic_than_replication() -> None:

@@ -27,3 +27,17 @@ def test_a_model_too_large_to_measure_here_is_one_error() -> None:
     assert done.returncode == 2 and "Traceback" not in done.stderr
     [error] = [line for line in done.stderr.splitlines() if line.startswith("xirang error:")]
     assert "GiB per worker" in error and "cluster=dgx_h100" in error
+
+
+def test_tp_plans_only_that_tensor_parallel_degree() -> None:
+    done = plan("model=gpt_125m", "cluster=dgx_h100", "tp=2")
+    assert done.returncode == 0, done.stderr[-2000:]
+    ranked = json.loads(done.stdout)["ranked"]
+    assert ranked and all("xtp2x" in row["plan"] for row in ranked)
+
+
+def test_a_tp_that_is_not_a_count_is_one_error() -> None:
+    done = plan("model=gpt_125m", "cluster=dgx_h100", "tp=two")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    [error] = [line for line in done.stderr.splitlines() if line.startswith("xirang error:")]
+    assert "tp=two: must be a whole number >= 1" in error

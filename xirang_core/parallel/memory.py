@@ -95,7 +95,7 @@ def predict_memory(
 ) -> MemoryEstimate:
     """The worst stage's memory (stages differ: the first holds more micro-batches in flight,
     the last the logits)."""
-    stages = [_stage_memory(shape, plan, global_batch, optimizer, s) for s in range(plan.pp)]
+    stages = [stage_memory(shape, plan, global_batch, optimizer, s) for s in range(plan.pp)]
     return max(stages, key=lambda m: m.total)
 
 
@@ -103,7 +103,7 @@ def stage_params(shape: ModelShape, plan: ParallelPlan, stage: int) -> StagePara
     h, t = shape.hidden, plan.tp
     norms = 4 * h  # at most: the norms stay whole on every tensor-parallel rank
     layer = (shape.layer_size() - norms) // t + norms
-    count = stage_layer_count(shape.layers, stage, plan.pp)
+    count = plan.layer_counts(shape.layers)[stage]
     first, last = stage == 0, stage == plan.pp - 1
     embed = shape.vocab * h
     root = (embed + shape.positions * h) if first else 0
@@ -120,7 +120,7 @@ def stage_layer_count(layers: int, stage: int, stages: int) -> int:
     return hi - lo
 
 
-def _stage_memory(
+def stage_memory(
     shape: ModelShape, plan: ParallelPlan, global_batch: int, optimizer: str, stage: int
 ) -> MemoryEstimate:
     """The stage's peak. With more than one micro-batch, zero 1 (and, under a pipeline, torch's
@@ -202,7 +202,7 @@ def activation_elements(
     """Elements saved for backward at the peak of one step on ``stage``."""
     b, s, h = plan.micro_batch, shape.seq_len, shape.hidden
     sbh = s * b * h
-    layers = stage_layer_count(shape.layers, stage, plan.pp)
+    layers = plan.layer_counts(shape.layers)[stage]
     per_micro = layers * sbh * per_layer_factor(plan, shape.split_activations)
     if stage == plan.pp - 1:
         per_micro += 2 * sbh + s * b * shape.vocab

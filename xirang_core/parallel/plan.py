@@ -4,11 +4,12 @@ plan which cannot work before any process starts, naming the nearest plans that 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from xirang_core.errors import ConfigError
+from xirang_core.parallel.layers import stage_bounds
 
 RECOMPUTE = ("none", "full")
 SCHEDULES = ("gpipe", "1f1b")
@@ -68,10 +69,27 @@ class ParallelPlan:
     micro_batch: int = 1
     recompute: str = "none"
     schedule: str = "1f1b"
+    #: layers of each pipeline stage, first to last (empty: balanced, see :meth:`layer_counts`);
+    #: uneven when the stages run on devices of unequal speed or memory
+    stage_layers: tuple[int, ...] = ()
 
     @property
     def world(self) -> int:
         return self.dp * self.tp * self.pp
+
+    def layer_counts(self, layers: int) -> tuple[int, ...]:
+        """Layers of each stage: the given ``stage_layers``, else the balanced contiguous split
+        (later stages take the remainder: the first also holds the embeddings)."""
+        if self.stage_layers:
+            return self.stage_layers
+        bounds = (stage_bounds(layers, s, self.pp) for s in range(self.pp))
+        return tuple(hi - lo for lo, hi in bounds)
+
+    def stage_range(self, stage: int, layers: int) -> tuple[int, int]:
+        """The layer range ``[lo, hi)`` pipeline stage ``stage`` runs."""
+        counts = self.layer_counts(layers)
+        lo = sum(counts[:stage])
+        return lo, lo + counts[stage]
 
     def micro_batches(self, global_batch: int) -> int:
         """Forward passes per optimizer step on one data-parallel rank."""
@@ -97,7 +115,7 @@ class ParallelPlan:
             return {"name": name}
         if name == "ddp":
             return {"name": name, "bucket_cap_mb": 25, "static_graph": False}
-        return {
+        settings: dict[str, object] = {
             "name": name,
             "dp": self.dp,
             "tp": self.tp,
@@ -107,6 +125,9 @@ class ParallelPlan:
             "recompute": self.recompute,
             "schedule": self.schedule,
         }
+        if self.stage_layers:
+            settings["stage_layers"] = list(self.stage_layers)
+        return settings
 
     def label(self) -> str:
         parts = [f"dp{self.dp}", f"tp{self.tp}", f"pp{self.pp}"]
@@ -117,6 +138,8 @@ class ParallelPlan:
             extras.append(f"rc-{self.recompute}")
         if self.pp > 1:
             extras.append(self.schedule)
+        if self.stage_layers:
+            extras.append("layers" + "-".join(map(str, self.stage_layers)))
         return "x".join(parts) + " " + " ".join(extras)
 
 
@@ -180,14 +203,37 @@ def plan_problem(plan: ParallelPlan, shape: ModelShape, global_batch: int) -> st
         ),
         (plan.pp > shape.layers, f"pp={plan.pp} exceeds the {shape.layers} layers"),
         (
+            bool(plan.stage_layers),
+            stage_layers_problem(plan.stage_layers, plan.pp, shape.layers),
+        ),
+        (
             plan.zero == 0 and plan.tp > 1 and plan.dp > 1,
             "data parallel over tensor-parallel shards needs zero >= 1 (FSDP)",
         ),
     ]
     for bad, why in checks:
-        if bad:
+        if bad and why:
             return why
     return batch_problem(plan, global_batch)
+
+
+def stage_layers_problem(stage_layers: Sequence[int], stages: int, layers: int) -> str:
+    """Why ``stage_layers`` (``parallel.stage_layers``: layers per pipeline stage, first to
+    last) cannot split ``layers`` layers into ``stages`` stages, or an empty string."""
+    given = list(stage_layers)
+    valid = (
+        f"give {stages} whole numbers (one per pipeline stage), each at least 1, summing to "
+        f"the model's {layers} layers"
+    )
+    if stages < 2:
+        return (
+            f"parallel.stage_layers={given}: needs a pipeline (pp >= 2); this plan has pp={stages}"
+        )
+    if any(isinstance(n, bool) or not isinstance(n, int) for n in given):
+        return f"parallel.stage_layers={given}: {valid}"
+    if len(given) != stages or min(given) < 1 or sum(given) != layers:
+        return f"parallel.stage_layers={given}: {valid}"
+    return ""
 
 
 def batch_problem(plan: ParallelPlan, global_batch: int) -> str:
@@ -261,7 +307,17 @@ def nearest_valid(
 
 
 def _distance(a: ParallelPlan, b: ParallelPlan) -> int:
-    fields = ("dp", "tp", "pp", "sp", "zero", "micro_batch", "recompute", "schedule")
+    fields = (
+        "dp",
+        "tp",
+        "pp",
+        "sp",
+        "zero",
+        "micro_batch",
+        "recompute",
+        "schedule",
+        "stage_layers",
+    )
     return sum(getattr(a, f) != getattr(b, f) for f in fields)
 
 

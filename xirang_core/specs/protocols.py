@@ -291,8 +291,16 @@ class SplitPlan(Protocol):
         """Shard the layers' projections over the mesh's ``tp`` dim."""
         ...
 
-    def split_stage(self, model: torch.nn.Module, stage: int, stages: int) -> Any:
-        """Keep pipeline stage ``stage`` of ``stages`` in place; return its layer range."""
+    def split_stage(
+        self,
+        model: torch.nn.Module,
+        stage: int,
+        stages: int,
+        bounds: tuple[int, int] | None = None,
+    ) -> Any:
+        """Keep pipeline stage ``stage`` of ``stages`` in place; return its layer range.
+        ``bounds`` is the range ``[lo, hi)`` of an uneven split (``parallel.stage_layers``,
+        :func:`xirang.model.keep_layers`); None: the balanced split."""
         ...
 
     def tied(self, model: torch.nn.Module) -> torch.nn.Parameter | None:
