@@ -65,10 +65,10 @@ from xirang_data.token_shards import (
     write_token_shard,
 )
 
+from xirang.storage.cache import DiskCache
+from xirang.storage.locate import tier_for
 from xirang_core.data.order import Partition
 from xirang_core.data.tokens import NamedSource, TokenBatches
-from xirang_core.storage.cache import DiskCache
-from xirang_core.storage.locate import tier_for
 
 BUCKET = "xirang"
 VOCAB = 50_257
@@ -270,7 +270,7 @@ def report_train(args: argparse.Namespace, big: dict, small: dict) -> None:
 
 def run_train(args: argparse.Namespace) -> None:
     """The training run on the corpus and on one 10x smaller, over one local S3."""
-    from xirang_core.storage.local_s3 import local_s3
+    from xirang.storage.local_s3 import local_s3
 
     with tempfile.TemporaryDirectory(prefix="xirang-train-") as tmp:
         log = Path(tmp, "requests.log")
@@ -314,7 +314,7 @@ def main() -> None:
     if args.train:
         run_train(args)
         return
-    from xirang_core.storage.local_s3 import local_s3
+    from xirang.storage.local_s3 import local_s3
 
     span, shard_tokens = args.seq + 1, int(args.shard_mb * 2**20) // 2
     with local_s3(BUCKET), tempfile.TemporaryDirectory(prefix="xirang-epoch-") as tmp:

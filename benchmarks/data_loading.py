@@ -80,7 +80,7 @@ def write_xirang(stream: np.ndarray, offsets: np.ndarray, root: Path, shard_toke
     from xirang_data.snapshot import Snapshot, save
     from xirang_data.token_shards import COLUMN, KIND, tokens_tier, write_token_shard
 
-    from xirang_core.storage.locate import tier_for
+    from xirang.storage.locate import tier_for
 
     dst = tokens_tier(tier_for(str(root)))
     cuts = offsets[np.searchsorted(offsets, np.arange(0, offsets[-1], shard_tokens))]
@@ -114,10 +114,10 @@ def xirang_loader(args: argparse.Namespace, start: int = 0):
     from xirang_data.stream import SourceRead, TokenSource
     from xirang_data.token_shards import tokens_tier
 
+    from xirang.storage.locate import tier_for
     from xirang_core.data.order import Partition
     from xirang_core.data.step_loader import loop_batches
     from xirang_core.data.tokens import NamedSource, TokenBatches
-    from xirang_core.storage.locate import tier_for
 
     origin = tokens_tier(tier_for(args.remote or args.dir))
     snap = load(origin, args.snapshot)
@@ -152,7 +152,7 @@ def xirang_side(args: argparse.Namespace) -> dict:
     import numpy.random  # noqa: F401 - imports are not timed, for any side (numpy's is lazy)
 
     import xirang_core.data.step_loader  # noqa: F401
-    from xirang_core.storage.locate import tier_for
+    from xirang.storage.locate import tier_for
 
     tier_for(args.remote or args.dir)  # plugins are imported once a process: not timed either
 
@@ -276,8 +276,8 @@ def cold(runner: Runner) -> dict:
     from xirang_data.sync import sync
     from xirang_data.token_shards import tokens_tier
 
-    from xirang_core.storage.local_s3 import local_s3
-    from xirang_core.storage.locate import tier_for
+    from xirang.storage.local_s3 import local_s3
+    from xirang.storage.locate import tier_for
 
     work = runner.work
     with local_s3(BUCKET) as endpoint:

@@ -65,16 +65,16 @@ def main() -> None:
     STEPS = 6 if quick else STEPS
     import torch
     from xirang_planner.calibrate import measure_host
+    from xirang_planner.memory import predict_memory
     from xirang_planner.planner import rank_plans
+    from xirang_planner.runtime_memory import cached_runtime
 
     from xirang_core.config import compose as compose_config
     from xirang_core.parallel.cluster import local_cluster
-    from xirang_core.parallel.memory import predict_memory
     from xirang_core.parallel.plan import MICRO_BATCHES, ParallelPlan
-    from xirang_core.parallel.resolve import model_shape
-    from xirang_core.parallel.runtime_memory import cached_runtime
-    from xirang_core.parallel.smoke import run_plans
     from xirang_core.plugins import get_registry
+    from xirang_core.train.resolve_parallel import model_shape
+    from xirang_core.train.smoke import run_plans
 
     torch.set_num_threads(1)
     registry = get_registry()

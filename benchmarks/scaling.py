@@ -3,7 +3,7 @@ on the multi-node test bed (.ci/services/slurm_multinode.sh: two Slurm nodes in 
 network namespaces, joined by a bridge), both through ``scheduler=slurm``, with the same cores
 either way, so the ratio shows what crossing nodes costs. Sides alternate, best of ``--rounds``.
 
-The prediction is the communication model's (xirang_core.comm.cost_model): the ring all-reduce
+The prediction is the communication model's (xirang.comm.cost_model): the ring all-reduce
 of the gradients over each link, whose latency and bandwidth are fitted from all-reduces timed
 by srun tasks on one node (loopback) and on two nodes (the bridge). The 1-node run's step time
 minus its predicted all-reduce, plus the bridge's, is the 2-node step it predicts.
@@ -87,7 +87,7 @@ def probe(out: str) -> None:
 
 def link(nodes: int, work: Path):
     """The fitted link of 2 srun tasks on ``nodes`` node(s)."""
-    from xirang_core.comm.cost_model import fit_link
+    from xirang.comm.cost_model import fit_link
 
     out = work / f"probe-{nodes}.json"
     script = (
@@ -127,7 +127,7 @@ def main() -> None:
         return probe(args.probe)
     if not CONF.exists():
         sys.exit(f"no multi-node test bed at {CONF}: run bash .ci/services/slurm_multinode.sh")
-    from xirang_core.comm.cost_model import ring_time
+    from xirang.comm.cost_model import ring_time
 
     work = Path(tempfile.mkdtemp(prefix="xirang-scaling-"))
     best = {side: 0.0 for side in SIDES}

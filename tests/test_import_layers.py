@@ -18,7 +18,6 @@ FORBIDDEN = [
     ("xirang_service.cost.budgets", "xirang_service.cost.store"),
     ("xirang_service.cost.budgets", "xirang_service.cost.governor"),
     ("xirang_service.pool.policy", "xirang_service.pool.engine"),
-    ("xirang_core.parallel.wrapper_costs", "xirang_planner"),
     ("xirang_core.parallel", "xirang_core.run"),
     ("xirang_core.devices", "xirang_core.run"),
 ]

@@ -23,8 +23,13 @@ import pytest
         ("xirang_core.devices.accelerator", "xirang.devices.accelerator"),
         ("xirang_core.devices.visible", "xirang.devices.visible"),
         ("xirang_core.train.pretrained", "xirang_core.checkpoint.pretrained"),
-        ("xirang_core.parallel.wrappers", "xirang_core.parallel.wrapper_costs"),
+        ("xirang_core.parallel.wrappers", "xirang_planner.wrapper_costs"),
+        ("xirang_core.parallel.memory", "xirang_planner.memory"),
         ("xirang_core.train.peak", "xirang_core.train.flops_peak"),
+        ("xirang_core.comm.counting", "xirang.comm.counting"),
+        ("xirang_core.storage.cache", "xirang.storage.cache"),
+        ("xirang_core.train.sample", "xirang.model.sampling"),
+        ("xirang_core.train.balance_settings", "xirang.balance"),
     ],
 )
 def test_an_old_module_name_warns_and_is_the_new_module(old: str, new: str) -> None:

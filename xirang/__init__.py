@@ -17,7 +17,7 @@ from xirang import specs
 from xirang_core.errors import ConfigError, DataError, PluginError, XirangError, peer_lost
 from xirang_core.hookcall import optional
 from xirang_core.hookspecs import hookimpl, hookspec
-from xirang_core.paths import xirang_home
+from xirang_core.paths import replace_text, xirang_home
 from xirang_core.plugins import conf_folder, get_registry
 from xirang_core.terminal import help_text
 
@@ -39,6 +39,7 @@ __all__ = [
     "hookspec",
     "optional",
     "peer_lost",
+    "replace_text",
     "specs",
     "xirang_home",
 ]

@@ -14,15 +14,15 @@ module, which a storage tier never needs).
 
 from typing import TYPE_CHECKING, Any
 
+from xirang.storage.cache import DiskCache, NextUse, check_separate, furthest_first
+from xirang.storage.locate import origin_errors, tier_for
+from xirang.storage.retry import RetryPolicy, Throttle
 from xirang_core.data.interface import Dataset
 from xirang_core.data.mixture import largest_remainder
 from xirang_core.data.order import EpochOrder, Partition
 from xirang_core.data.tokenizer import open_tokenizer, prepare_tokenizer
 from xirang_core.overrides import did_you_mean
 from xirang_core.paths import publishing
-from xirang_core.storage.cache import DiskCache, NextUse, check_separate, furthest_first
-from xirang_core.storage.locate import origin_errors, tier_for
-from xirang_core.storage.retry import RetryPolicy, Throttle
 from xirang_core.storage.tier import FsspecTier
 from xirang_core.terminal import help_text
 

@@ -7,14 +7,14 @@ stable surface for scheduler plugins. Importing this module does not import torc
 side is :mod:`xirang.worker`.
 """
 
+from xirang.balance import balance_placement
+from xirang.balance import check as check_balance
 from xirang_core.checkpoint.events import read_events, record_event, recovery_note
 from xirang_core.config import run_workers
 from xirang_core.devices.cgroup import CPU_CGROUP, own_cgroup, set_cpu_quota
 from xirang_core.devices.cgroup import PREFIX as CPU_CGROUP_PREFIX
 from xirang_core.parallel.plan import workers_problem
 from xirang_core.train import report, resume
-from xirang_core.train.balance_settings import balance_placement
-from xirang_core.train.balance_settings import check as check_balance
 from xirang_core.train.interrupt import RunInterrupted, stop_on
 from xirang_core.train.report import SUMMARY_FILE
 from xirang_core.train.runconfig import CONFIG_FILE, read_config, write_config

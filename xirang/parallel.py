@@ -6,8 +6,8 @@ The names in ``__all__`` are the stable surface for strategy plugins. Importing 
 imports torch.
 """
 
+from xirang.balance import check as check_balance
 from xirang_core.parallel.plan import ParallelPlan, check_plan, resolve_degrees
-from xirang_core.train.balance_settings import check as check_balance
 from xirang_core.train.compile import compile_model
 from xirang_core.train.optim import build_optimizer
 from xirang_core.train.precision import fsdp_policy

@@ -1,26 +1,22 @@
 """What a planner plugin uses (``parallel=auto``, ``parallel.planner=<name>``): the
 :class:`Planner` protocol and the :class:`PlanChoice` it returns, the plan and model-shape types,
-the machines a plan is for, the memory model and each worker's measured runtime beyond its
-tensors, the probes that measure this host (workers, links, wrapper costs), and the smoke run
-that trains a few plans for a few steps.
+the machines a plan is for, the probes that measure this host (workers, links), where its
+measurements are kept, and the smoke run that trains a few plans (or configs) for a few steps.
+The memory model, the runtime's measured memory and the wrappers' costs are the built-in
+planner's own (``xirang_planner``).
 
 The names in ``__all__`` are the stable surface for planner plugins. Importing this module does
 not import torch.
 """
 
-from xirang_core.comm.cost_model import Link, fit_link, ring_time
+from xirang.comm.cost_model import Link, fit_link, ring_time
 from xirang_core.comm.launch import run_group
 from xirang_core.config import compose
+from xirang_core.devices.calibration import cache_path as calibration_path
 from xirang_core.devices.calibration import synchronizer
 from xirang_core.devices.cores import available_cores
 from xirang_core.parallel.cluster import Cluster, local_cluster
-from xirang_core.parallel.memory import (
-    MemoryEstimate,
-    predict_memory,
-    stage_layer_count,
-    stage_memory,
-    stage_params,
-)
+from xirang_core.parallel.layers import stage_bounds
 from xirang_core.parallel.ondevice import RunDevice, run_device
 from xirang_core.parallel.plan import (
     MICRO_BATCHES,
@@ -33,49 +29,37 @@ from xirang_core.parallel.plan import (
     stage_layers_problem,
 )
 from xirang_core.parallel.planning import PlanChoice, Planner
-from xirang_core.parallel.resolve import model_shape
-from xirang_core.parallel.runtime_memory import RuntimeMemory, cached_runtime, with_runtime
-from xirang_core.parallel.smoke import run_plans
-from xirang_core.parallel.together import time_together
-from xirang_core.parallel.wrapper_costs import GROUP, WrapperCosts, derive, measure_wrappers
 from xirang_core.terminal import help_text
+from xirang_core.train.resolve_parallel import model_shape
+from xirang_core.train.smoke import plan_config, run_configs, run_plans
 
 __all__ = [
-    "GROUP",
     "MICRO_BATCHES",
     "Cluster",
     "Link",
-    "MemoryEstimate",
     "ModelShape",
     "ParallelPlan",
     "PlanChoice",
     "PlanError",
     "Planner",
     "RunDevice",
-    "RuntimeMemory",
-    "WrapperCosts",
     "available_cores",
-    "cached_runtime",
+    "calibration_path",
     "candidate_plans",
     "compose",
     "degrees_on",
-    "derive",
     "fit_link",
     "help_text",
     "local_cluster",
-    "measure_wrappers",
     "model_shape",
+    "plan_config",
     "plan_problem",
-    "predict_memory",
     "ring_time",
+    "run_configs",
     "run_device",
     "run_group",
     "run_plans",
-    "stage_layer_count",
+    "stage_bounds",
     "stage_layers_problem",
-    "stage_memory",
-    "stage_params",
     "synchronizer",
-    "time_together",
-    "with_runtime",
 ]

@@ -607,7 +607,7 @@ def _check_strategy(data: dict[str, Any], registry: Registry) -> None:
     trainer, name, (nproc, named) = data["trainer"], data["parallel"]["name"], run_workers(data)
     check_nodes(trainer, data["scheduler"]["name"])
     if name == AUTO:
-        return  # the planner picks a plan for nproc workers (xirang_core.parallel.resolve)
+        return  # the planner picks a plan for nproc workers (xirang_core.train.resolve_parallel)
     spec = registry.spec("parallel", name)
     schema = spec.load_schema()
     if schema is not None:  # what the strategy's settings cannot say alone (model family, ...)

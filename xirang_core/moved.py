@@ -17,6 +17,9 @@ import sys
 import warnings
 from types import ModuleType
 
+_COMM = ("backends", "clock", "cost_model", "counting", "groups", "overlap", "serial")
+_STORAGE = ("cache", "local_s3", "locate", "retry")
+
 #: old package prefix -> new package prefix
 MOVED = {f"xirang_core.{n}": f"xirang_service.{n}" for n in ("pool", "cost", "console", "web")}
 # the automatic planner (parallel=auto, xirang plan) became the plugin xirang_planner
@@ -69,8 +72,8 @@ MOVED["xirang_core.train.pretrained"] = "xirang_core.checkpoint.pretrained"
 MOVED |= {
     "xirang_core.parallel.peak": "xirang_core.parallel.memory_peak",
     "xirang_core.train.peak": "xirang_core.train.flops_peak",
-    "xirang_core.parallel.wrappers": "xirang_core.parallel.wrapper_costs",
-    "xirang_core.parallel.runtime": "xirang_core.parallel.runtime_memory",
+    "xirang_core.parallel.wrappers": "xirang_planner.wrapper_costs",
+    "xirang_core.parallel.runtime": "xirang_planner.runtime_memory",
 }
 
 # the device SDK (the accelerator base and the readers only device plugins use) left the kernel
@@ -87,6 +90,24 @@ MOVED |= {
         "tools",
         "visible",
     )
+}
+
+# helpers only plugins use left the kernel for the SDK: comm plugins' pieces, the storage
+# helpers of tier and dataset plugins, the families' sampling and stage layers, balance settings
+MOVED |= {f"xirang_core.comm.{n}": f"xirang.comm.{n}" for n in _COMM}
+MOVED |= {f"xirang_core.storage.{n}": f"xirang.storage.{n}" for n in _STORAGE}
+MOVED |= {
+    "xirang_core.train.sample": "xirang.model.sampling",
+    "xirang_core.parallel.stages": "xirang.model.stages",
+    # the memory model, the runtime's measured memory and the wrappers' costs: the planner's own
+    "xirang_core.parallel.memory": "xirang_planner.memory",
+    "xirang_core.parallel.runtime_memory": "xirang_planner.runtime_memory",
+    "xirang_core.parallel.wrapper_costs": "xirang_planner.wrapper_costs",
+    "xirang_core.parallel.together": "xirang_planner.together",
+    # parallel=auto's smoke run trains plans, so it and the resolution that calls it sit in train/
+    "xirang_core.parallel.smoke": "xirang_core.train.smoke",
+    "xirang_core.parallel.resolve": "xirang_core.train.resolve_parallel",
+    "xirang_core.train.balance_settings": "xirang.balance",
 }
 
 

@@ -15,7 +15,7 @@ here, in ``world`` spawned workers:
   fitted to the ring model (per-hop latency, bandwidth); a point-to-point message likewise.
 - the optimizer step's cost per parameter.
 - what FSDP and DDP cost beyond their collectives' bytes: hooks per micro-batch, copies and
-  bookkeeping per collective call (:mod:`xirang_core.parallel.wrapper_costs`).
+  bookkeeping per collective call (:mod:`xirang_planner.wrapper_costs`).
 
 Every timing is the best of several repeats: the machine may be loaded by other work, and the
 best is the figure that load disturbs least.
@@ -29,19 +29,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from xirang.planning import (
-    GROUP,
     Link,
     RunDevice,
-    WrapperCosts,
     available_cores,
-    derive,
     fit_link,
-    measure_wrappers,
     run_device,
     run_group,
     synchronizer,
-    time_together,
 )
+from xirang_planner.together import time_together
+from xirang_planner.wrapper_costs import GROUP, WrapperCosts, derive, measure_wrappers
 
 #: message sizes (bytes) the links are fitted on: latency- to bandwidth-bound
 MESSAGE_BYTES = (4096, 65536, 1048576)

@@ -32,7 +32,6 @@ from xirang.planning import (
     MICRO_BATCHES,
     Cluster,
     ModelShape,
-    cached_runtime,
     help_text,
     local_cluster,
     model_shape,
@@ -41,6 +40,7 @@ from xirang.planning import (
 from xirang.planning import compose as compose_config
 from xirang_planner.clusters import MixedCluster, cluster_names, load_cluster, with_overrides
 from xirang_planner.planner import Candidate, Ranking, rank_plans
+from xirang_planner.runtime_memory import cached_runtime
 
 SHAPE_KEYS = {"layers", "hidden", "heads", "vocab", "seq", "params"}
 RUN_KEYS = {"model", "cluster", "devices", "global_batch", "tp"}

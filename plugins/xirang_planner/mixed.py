@@ -40,10 +40,9 @@ from xirang.planning import (
     PlanError,
     plan_problem,
     ring_time,
-    stage_memory,
-    stage_params,
 )
 from xirang_planner.clusters import MixedCluster
+from xirang_planner.memory import stage_memory, stage_params
 from xirang_planner.partition import Slot, partition
 from xirang_planner.timing import (
     TimeEstimate,

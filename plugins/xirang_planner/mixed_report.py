@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from xirang.planning import ModelShape, ParallelPlan, PlanError, stage_memory
+from xirang.planning import ModelShape, ParallelPlan, PlanError
 from xirang_planner.clusters import MixedCluster
+from xirang_planner.memory import stage_memory
 from xirang_planner.mixed import OPTIMIZER, MixedPlan, Options, Search, plan_mixed, tensor_degrees
 from xirang_planner.planner import leanest_need, rank_plans
 from xirang_planner.timing import stage_seconds

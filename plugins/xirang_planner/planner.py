@@ -14,18 +14,15 @@ from typing import Any
 from xirang.planning import (
     MICRO_BATCHES,
     Cluster,
-    MemoryEstimate,
     ModelShape,
     ParallelPlan,
     PlanChoice,
     PlanError,
-    RuntimeMemory,
-    cached_runtime,
     candidate_plans,
-    predict_memory,
-    with_runtime,
 )
 from xirang_planner.calibrate import HostProfile, measure_host
+from xirang_planner.memory import MemoryEstimate, predict_memory
+from xirang_planner.runtime_memory import RuntimeMemory, cached_runtime, with_runtime
 from xirang_planner.timing import TimeEstimate, predict_time
 
 

@@ -9,7 +9,7 @@ bytes, over which group, how often):
   stage and one of each other (fill and drain: the bubble ``(p - 1) / m`` when stages are
   equal). Stages may sit on devices of different types with their own layer counts (the mixed
   planner, :mod:`xirang_planner.mixed`). Collectives are rings
-  (:mod:`xirang_core.comm.cost_model`, nccl-tests' bus bandwidth) on the link each group uses;
+  (:mod:`xirang.comm.cost_model`, nccl-tests' bus bandwidth) on the link each group uses;
 - this host, measured (:class:`~xirang_planner.calibrate.HostProfile`): compute from the
   model's own layer timed per micro-batch size (its fixed per-operation cost does not shrink
   with tensor parallel), collectives on the links measured for each group size, and the step
@@ -27,14 +27,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from xirang.planning import (
-    Cluster,
-    Link,
-    ModelShape,
-    ParallelPlan,
-    ring_time,
-    stage_params,
-)
+from xirang.planning import Cluster, Link, ModelShape, ParallelPlan, ring_time
+from xirang_planner.memory import stage_params
 
 if TYPE_CHECKING:
     from xirang_planner.calibrate import HostProfile, StageCost

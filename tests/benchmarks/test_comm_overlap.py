@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from xirang_core.comm.overlap import OverlapMeter
+from xirang.comm.overlap import OverlapMeter
 
 
 class ScriptedClock:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from xirang_core.comm.backends import collective_backend
+from xirang.comm.backends import collective_backend
 from xirang_core.errors import ConfigError
 from xirang_core.plugins import get_registry
 

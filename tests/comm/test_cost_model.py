@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from xirang_core.comm.cost_model import ClusterDescription, Link, fit_link, ring_time
+from xirang.comm.cost_model import ClusterDescription, Link, fit_link, ring_time
 from xirang_core.errors import ConfigError
 
 LINK = Link(latency_s=10e-6, bandwidth_bps=10e9)

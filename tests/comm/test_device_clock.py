@@ -15,8 +15,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from xirang_core.comm.counting import Collectives, WireLedger
-from xirang_core.comm.overlap import OverlapMeter
+from xirang.comm.counting import Collectives, WireLedger
+from xirang.comm.overlap import OverlapMeter
 
 
 class FakeDevice:
@@ -121,6 +121,6 @@ def test_nccl_overlap_splits_device_time_at_the_end_of_backward(monkeypatch, dev
     [("gloo", False), ("nccl", True), ("cpu:gloo,cuda:nccl", True)],
 )
 def test_each_backend_gets_its_clock(backend: str, device_timed: bool) -> None:
-    from xirang_core.comm.clock import DeviceClock, clock_for
+    from xirang.comm.clock import DeviceClock, clock_for
 
     assert isinstance(clock_for(backend), DeviceClock) == device_timed

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from xirang_core.comm.groups import partition_ranks
-from xirang_core.comm.overlap import split_busy_time
+from xirang.comm.groups import partition_ranks
+from xirang.comm.overlap import split_busy_time
 from xirang_core.comm.sync_window import SyncWindow
 from xirang_core.errors import ConfigError
 

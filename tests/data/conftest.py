@@ -10,7 +10,7 @@ from xirang_data.prepare import PrepareSettings, prepare
 from xirang_data.quality import Rules
 from xirang_data.snapshot import Snapshot
 
-from xirang_core.storage.locate import tier_for
+from xirang.storage.locate import tier_for
 from xirang_core.storage.tier import FsspecTier
 
 Make = Callable[..., tuple[FsspecTier, Snapshot]]

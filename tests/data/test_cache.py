@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from xirang.storage.cache import PARTIAL, DiskCache, check_separate
 from xirang_core.errors import DataError
-from xirang_core.storage.cache import PARTIAL, DiskCache, check_separate
 
 
 def never(key: str) -> float:

@@ -10,8 +10,8 @@ from xirang_data.prepare import PrepareSettings, prepare
 from xirang_data.quality import Rules
 from xirang_data.training import run_batches
 
+from xirang.storage.locate import tier_for
 from xirang_core.errors import ConfigError
-from xirang_core.storage.locate import tier_for
 
 
 def dataset(root: Path, word: str, n: int) -> str:

@@ -12,8 +12,8 @@ from xirang_data import shards
 from xirang_data.cli import main
 from xirang_data.snapshot import load
 
+from xirang.storage.locate import tier_for
 from xirang_core.errors import DataError
-from xirang_core.storage.locate import tier_for
 
 
 @pytest.fixture

@@ -13,11 +13,11 @@ from xirang_data.quality import Rules
 from xirang_data.training import run_batches
 
 from tests.data.conftest import Make
+from xirang.storage.locate import tier_for
 from xirang_core.data.mixture import CHUNK, Schedule
 from xirang_core.data.tokenizer import prepare_tokenizer
 from xirang_core.errors import ConfigError
 from xirang_core.plugins import get_registry
-from xirang_core.storage.locate import tier_for
 
 weights = st.lists(st.floats(0.05, 10.0), min_size=1, max_size=5)
 

@@ -12,8 +12,8 @@ from xirang_data.quality import Gate, Rules
 from xirang_data.snapshot import Snapshot, list_ids, load
 
 from tests.data.conftest import Make, samples
+from xirang.storage.locate import tier_for
 from xirang_core.errors import DataError
-from xirang_core.storage.locate import tier_for
 
 
 def reject_sevens(sample: dict) -> str | None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from xirang_data import shards
 from xirang_data.snapshot import load
 
-from xirang_core.storage.locate import tier_for
+from xirang.storage.locate import tier_for
 
 STRAY = "caf\xe9 au lait".encode("latin-1")  # one byte that is not UTF-8
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from xirang_core.storage.retry import RetryPolicy, Throttle, is_throttle, is_transient
+from xirang.storage.retry import RetryPolicy, Throttle, is_throttle, is_transient
 
 
 class SlowDown(Exception):

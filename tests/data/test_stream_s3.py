@@ -22,9 +22,9 @@ from xirang_data.training import resolve_dataset
 
 from tests.conftest import ONE_LAYER_GPT, require_moto_server
 from tests.data.conftest import Make
+from xirang.storage.locate import tier_for
 from xirang_core.data.tokenizer import resolve_tokenizer
 from xirang_core.plugins import get_registry
-from xirang_core.storage.locate import tier_for
 
 BUCKET = "xirang-stream"
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +39,7 @@ def s3_requests(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def s3(s3_requests: Path) -> Iterator[str]:
-    from xirang_core.storage.local_s3 import local_s3
+    from xirang.storage.local_s3 import local_s3
 
     require_moto_server()
     with local_s3(BUCKET, log=s3_requests) as url:

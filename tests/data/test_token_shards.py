@@ -50,7 +50,7 @@ def token_snapshot(uri: str, tokenizer: dict) -> Snapshot:
 
 
 def _tier(uri: str):
-    from xirang_core.storage.locate import tier_for
+    from xirang.storage.locate import tier_for
 
     return tier_for(uri)
 

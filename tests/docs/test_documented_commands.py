@@ -509,7 +509,7 @@ def pool(workspace: Path) -> Iterator[PoolService]:
 @pytest.fixture(scope="module")
 def s3() -> Iterator[str]:
     """A real S3 endpoint with the docs' bucket, for the module's S3 commands."""
-    from xirang_core.storage.local_s3 import local_s3
+    from xirang.storage.local_s3 import local_s3
 
     require_moto_server()
     with local_s3("bucket", "docs-secret") as url:

@@ -6,11 +6,11 @@ import json
 
 import pytest
 from xirang_planner.clusters import load_cluster
+from xirang_planner.memory import per_layer_factor, predict_memory, stage_params
 from xirang_planner.planner import rank_plans
 from xirang_planner.timing import flops_per_token, predict_time, stage_seconds
 
 from xirang_core.parallel.cluster import Cluster
-from xirang_core.parallel.memory import per_layer_factor, predict_memory, stage_params
 from xirang_core.parallel.plan import ModelShape, ParallelPlan, PlanError
 
 SHAPE = ModelShape(layers=8, hidden=512, heads=8, vocab=32000, seq_len=512, params=0)

@@ -37,7 +37,7 @@ def _on_cuda(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_smoke_runs_use_the_runs_device_and_collective(tiny_config, launches) -> None:
-    from xirang_core.parallel.smoke import run_plans
+    from xirang_core.train.smoke import run_plans
 
     with pytest.raises(Launched):
         run_plans(_on_cuda(tiny_config), [ParallelPlan(dp=2, micro_batch=2)], 2)
@@ -60,7 +60,7 @@ def test_a_smoke_rank_trains_on_the_device_its_backend_gives(tiny_config, monkey
     from xirang_cpu.backend import CpuBackend
 
     from xirang_core.parallel.ondevice import RunDevice
-    from xirang_core.parallel.smoke import _measure_plans, plan_config
+    from xirang_core.train.smoke import _measure_plans, plan_config
 
     asked = []
 

@@ -1,6 +1,6 @@
 """The planner's memory against what a worker really holds: DDP's buckets, the runtime beyond
 tensors that this host's trivial runs measure and the allocator's slack that grows with a
-micro-batch (xirang_core.parallel.runtime_memory), and the real peak's baseline (.peak)."""
+micro-batch (xirang_planner.runtime_memory), and the real peak's baseline (.peak)."""
 
 from __future__ import annotations
 
@@ -10,18 +10,18 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from xirang_planner.memory import per_layer_factor, predict_memory, stage_params
 from xirang_planner.planner import rank_plans
-
-from xirang_core.parallel.cluster import Cluster
-from xirang_core.parallel.memory import per_layer_factor, predict_memory, stage_params
-from xirang_core.parallel.memory_peak import RealPeak, _resettable
-from xirang_core.parallel.plan import ModelShape, ParallelPlan, PlanError
-from xirang_core.parallel.runtime_memory import (
+from xirang_planner.runtime_memory import (
     RuntimeMemory,
     cached_runtime,
     micro_batch_bytes,
     with_runtime,
 )
+
+from xirang_core.parallel.cluster import Cluster
+from xirang_core.parallel.memory_peak import RealPeak, _resettable
+from xirang_core.parallel.plan import ModelShape, ParallelPlan, PlanError
 
 SHAPE = ModelShape(layers=4, hidden=256, heads=4, vocab=1024, seq_len=128, params=3_400_000)
 RUNTIME = RuntimeMemory(
@@ -113,10 +113,11 @@ def test_predicted_memory_meets_the_real_peak_of_a_plan_the_calibration_never_ra
     tiny_config: dict[str, Any],
 ) -> None:
     """Calibrated on one-layer trivial runs; held to a 2-layer ZeRO-3 plan's real peak."""
-    from xirang_core.parallel.resolve import model_shape
-    from xirang_core.parallel.runtime_memory import probe_plans
-    from xirang_core.parallel.smoke import run_plans
+    from xirang_planner.runtime_memory import probe_plans
+
     from xirang_core.plugins import get_registry
+    from xirang_core.train.resolve_parallel import model_shape
+    from xirang_core.train.smoke import run_plans
 
     runtime = cached_runtime(tiny_config, 2)
     shape = model_shape(tiny_config, get_registry())
@@ -190,8 +191,9 @@ def test_a_plan_pays_what_each_pair_of_its_kinds_adds_and_only_those_pairs() -> 
 
 
 def test_the_runtime_probe_runs_each_pair_of_kinds_the_workers_can_hold() -> None:
+    from xirang_planner.runtime_memory import plan_kinds, probe_plans
+
     from xirang_core.parallel.plan import plan_problem
-    from xirang_core.parallel.runtime_memory import plan_kinds, probe_plans
 
     plans = probe_plans(SHAPE, 4)
     assert set(plans) >= {"tp+pp", "fsdp+tp", "tp+recompute", "pp+recompute"}
@@ -204,7 +206,7 @@ def test_each_kind_counts_beyond_a_repeated_plain_run_and_slack_per_micro_batch_
     """Every trivial run after the first re-faults the heap its trimmed predecessors freed
     (the ``slack-small`` control reads it): a kind is charged only what it adds beyond that,
     and the slack is the control's rise at the larger micro-batch per byte."""
-    from xirang_core.parallel.runtime_memory import derive_runtime
+    from xirang_planner.runtime_memory import derive_runtime
 
     beyond = {"ddp": 50 * MIB, "tp": 7 * MIB, "pp": 2 * MIB, "slack-small": 3 * MIB}
     acts = {"ddp": MIB, "tp": MIB, "pp": MIB, "slack-small": MIB, "slack-large": 9 * MIB}

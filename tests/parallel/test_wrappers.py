@@ -8,11 +8,11 @@ from dataclasses import replace
 import pytest
 from xirang_planner.calibrate import HostProfile, StageCost
 from xirang_planner.timing import predict_time
+from xirang_planner.wrapper_costs import GROUP, WrapperCosts, derive
 
-from xirang_core.comm.cost_model import Link, ring_time
+from xirang.comm.cost_model import Link, ring_time
 from xirang_core.parallel.cluster import local_cluster
 from xirang_core.parallel.plan import ModelShape, ParallelPlan
-from xirang_core.parallel.wrapper_costs import GROUP, WrapperCosts, derive
 
 LINK = Link(1e-4, 1e9)
 SHAPE = ModelShape(layers=4, hidden=64, heads=4, vocab=500, seq_len=32, params=300_000)

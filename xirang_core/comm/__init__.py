@@ -1,7 +1,6 @@
-"""Device-independent communication pieces: counted collectives, the ring cost model, process
-groups for a topology, overlap measurement and sync windows.
+"""Device-independent communication pieces the kernel itself runs: the launcher of local process
+groups and the sync window of periodic averaging.
 
-Comm plugins (``plugins/xirang_comm``, which also holds ``xirang bench``) build gradient hooks
-from these; nothing here imports a vendor library, so every piece runs and is tested with gloo
-on CPU.
+The pieces only plugins use (counted collectives, the ring cost model, process groups for a
+topology, the overlap meter, the serial lane, backend checks) are the SDK's :mod:`xirang.comm`.
 """

@@ -45,7 +45,7 @@ class ModelShape:
     #: parameters of one layer (0: a GPT-2 block's 12·h² + 4·h; SwiGLU and GQA differ)
     layer_params: int = 0
     #: activation elements per layer and token, in units of h, that tensor parallel splits:
-    #: a GPT-2 block's q, k, v (3), attention output (1) and MLP (8) (see parallel/memory.py)
+    #: a GPT-2 block's q, k, v (3), attention output (1) and MLP (8) (see xirang_planner/memory.py)
     split_activations: float = 12.0
 
     def layer_size(self) -> int:

@@ -8,9 +8,9 @@ import pytest
 import torch
 from xirang_llama.model import Llama, LlamaConfig
 from xirang_llama.parallelize import LlamaParallelize
+from xirang_planner.memory import stage_params
 
 from xirang_core.errors import ConfigError
-from xirang_core.parallel.memory import stage_params
 from xirang_core.parallel.plan import ParallelPlan, PlanError, check_plan
 
 CFG = LlamaConfig(dim=32, n_layers=3, n_heads=4, n_kv_heads=2, ffn_dim=48, vocab_size=40)

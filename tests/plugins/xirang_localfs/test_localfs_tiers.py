@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from xirang.storage.locate import tier_for
 from xirang_core.plugins import get_registry
-from xirang_core.storage.locate import tier_for
 
 
 @pytest.mark.parametrize("root", ["local", "memory://xirang-test-tier"])

@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 from xirang_planner.clusters import MixedCluster, load_cluster
+from xirang_planner.memory import stage_memory
 from xirang_planner.mixed import Builder, Options, layouts, plan_mixed
 from xirang_planner.timing import stage_seconds
 
-from xirang.planning import ModelShape, compose, model_shape, plan_problem, stage_memory
+from xirang.planning import ModelShape, compose, model_shape, plan_problem
 from xirang_core.plugins import get_registry
 
 MIXED = "mixed_h100_a100_910b"

@@ -24,8 +24,8 @@ from xirang.planning import (
 from xirang.specs import PlannerSpec
 from xirang_core.config import compose
 from xirang_core.errors import ConfigError
-from xirang_core.parallel.resolve import resolve_parallel
 from xirang_core.plugins import build_registry
+from xirang_core.train.resolve_parallel import resolve_parallel
 
 TINY = [
     "model=gpt_tiny",

@@ -13,7 +13,7 @@ import yaml
 from xirang_pool.scheduler import rank_speeds
 
 from tests.conftest import ONE_LAYER_GPT
-from xirang_core.train.balance_settings import balance_placement
+from xirang.balance import balance_placement
 from xirang_service.pool.service import OPERATOR, PoolService
 
 #: a fast device is worth three of the slow reference type's cards for every job class

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pytest
 
 from tests.conftest import require_moto_server
-from xirang_core.storage.local_s3 import aws_env, free_port, moto_process
+from xirang.storage.local_s3 import aws_env, free_port, moto_process
 
 SECRET = "xirang-test-secret-never-logged"
 

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from xirang_core.storage.local_s3 import free_port
+from xirang.storage.local_s3 import free_port
 
 ARGS = ("storage=s3_cache", "data=snapshot", "data.uri=s3://xirang-nowhere/corpus")
 

@@ -19,8 +19,8 @@ from xirang_data.snapshot import list_ids, load
 from xirang_data.sync import sync
 from xirang_data.training import run_batches
 
-from xirang_core.storage.locate import tier_for
-from xirang_core.storage.retry import RetryPolicy
+from xirang.storage.locate import tier_for
+from xirang.storage.retry import RetryPolicy
 
 _names = itertools.count()
 

@@ -10,7 +10,7 @@ import pytest
 from xirang_data.prepare import PrepareSettings, prepare
 from xirang_data.quality import Rules
 
-from xirang_core.storage.locate import tier_for
+from xirang.storage.locate import tier_for
 
 WORDS = ("value", "index", "name", "result", "count", "items", "key", "data", "naïve", "Σ")
 

@@ -7,7 +7,7 @@ issued. ``wire_bytes`` is what this rank sends for that payload under the ring a
 gloo and NCCL use for large messages (an all-reduce of n bytes over p ranks sends 2(p-1)/p * n);
 it is derived from the counted payload, never from parameter counts.
 
-Times come from the group's clock (:mod:`xirang_core.comm.clock`): device events on NCCL, RCCL
+Times come from the group's clock (:mod:`xirang.comm.clock`): device events on NCCL, RCCL
 and HCCL, whose futures complete at enqueue; the host clock on gloo.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from xirang_core.comm.clock import Clock, group_clock
+from xirang.comm.clock import Clock, group_clock
 
 #: bytes a rank sends per byte of its input, for the ring algorithms, as a function of p
 RING_SEND_FACTOR: dict[str, Callable[[int], float]] = {

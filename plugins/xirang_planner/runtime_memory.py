@@ -47,8 +47,18 @@ import json
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from xirang_core.parallel.plan import ModelShape, ParallelPlan, plan_problem
-from xirang_core.paths import replace_text
+from xirang import get_registry, replace_text
+from xirang.planning import (
+    ModelShape,
+    ParallelPlan,
+    calibration_path,
+    model_shape,
+    plan_config,
+    plan_problem,
+    run_configs,
+    run_device,
+)
+from xirang_planner.memory import activation_elements, in_flight, predict_memory
 
 #: steps of each trivial run (the first builds buffers; the peak comes with the second)
 PROBE_STEPS = 2
@@ -147,9 +157,7 @@ def _splits(shape: ModelShape, tp: int) -> bool:
 def cached_runtime(config: dict[str, Any], world: int, refresh: bool = False) -> RuntimeMemory:
     """The runtime for ``world`` workers of ``config``'s model family on this host: from the
     cache, or measured (and stored) when absent or asked."""
-    from xirang_core.devices.calibration import cache_path
-
-    path = cache_path(_cache_key(config, world))
+    path = calibration_path(_cache_key(config, world))
     if path.exists() and not refresh:
         try:
             return RuntimeMemory(**json.loads(path.read_text()))
@@ -166,8 +174,6 @@ def _cache_key(config: dict[str, Any], world: int) -> str:
 
     import torch
 
-    from xirang_core.parallel.ondevice import run_device
-
     where = run_device(config)
     threads = config["trainer"].get("threads") or 1
     return (
@@ -179,11 +185,6 @@ def _cache_key(config: dict[str, Any], world: int) -> str:
 def measure_runtime(config: dict[str, Any], world: int) -> RuntimeMemory:
     """The trivial runs in one set of fresh workers, plain data parallel first (see the module
     docstring)."""
-    from xirang_core.parallel.memory import predict_memory
-    from xirang_core.parallel.resolve import model_shape
-    from xirang_core.parallel.smoke import plan_config, run_configs
-    from xirang_core.plugins import get_registry
-
     registry = get_registry()
     shape = model_shape(config, registry)
     assert shape is not None, "the planner only plans families with a parallelize plan"
@@ -225,8 +226,6 @@ def micro_batch_bytes(shape: ModelShape, plan: ParallelPlan, global_batch: int) 
     """Activation bytes one micro-batch allocates on ``plan``'s worst stage, kept for backward
     or not (full recompute allocates and frees them in the forward, and again in the backward):
     what the allocator's slack follows (module docstring)."""
-    from xirang_core.parallel.memory import activation_elements, in_flight
-
     whole = replace(plan, recompute="none")
     per_stage = (
         activation_elements(shape, whole, global_batch, s) / in_flight(whole, global_batch, s)
@@ -240,8 +239,6 @@ def _trivial(
 ) -> tuple[dict[str, Any], ModelShape]:
     """``config`` with one layer per pipeline stage and one micro-batch of ``plan``'s size per
     data-parallel rank and stage, and that model's shape."""
-    from xirang_core.parallel.resolve import model_shape
-
     fns = registry.spec("model", config["model"]["family"]).load_parallelize()
     model = {**config["model"], fns.layers_setting: plan.pp}
     micro = plan.micro_batch

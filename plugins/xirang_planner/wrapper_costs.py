@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from xirang_core.comm.cost_model import Link, ring_time
-from xirang_core.parallel.together import time_together
+from xirang.planning import Link, ring_time
+from xirang_planner.together import time_together
 
 #: micro-batch counts the wrappers are timed at (a line through them: slope and intercept)
 MICRO_COUNTS = (1, 2, 4)
@@ -165,7 +165,7 @@ def _stepper(parts: Any, module: Any, loss_of: Callable[[], Any]) -> Callable[[i
     """One step of ``module`` as a function of its micro-batch count: that many
     forward-backward passes (gradients synchronised on the last only, as the pipeline stage
     and gradient accumulation do), then the optimizer step. Warmed up once."""
-    from xirang_core.train.optim import build_optimizer
+    from xirang.parallel import build_optimizer
 
     optimizer = build_optimizer(module, parts.config["optim"])
 

@@ -35,15 +35,14 @@ accounting does not see them): ``recomputed`` holds one layer's activations as s
 recompute, beside the layer inputs kept.
 
 Beyond tensors, a worker's runtime (code, the runtime's own memory, allocator slack) is
-measured per host (:mod:`xirang_core.parallel.runtime_memory`) and charged as ``runtime``.
+measured per host (:mod:`xirang_planner.runtime_memory`) and charged as ``runtime``.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from xirang_core.parallel.layers import stage_bounds
-from xirang_core.parallel.plan import ModelShape, ParallelPlan
+from xirang.planning import ModelShape, ParallelPlan, stage_bounds
 
 #: Adam keeps two moments per parameter
 OPTIMIZER_STATES = {"adamw": 2, "sgd": 1}

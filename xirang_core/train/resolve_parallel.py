@@ -115,7 +115,7 @@ def choose_plan(config: dict[str, Any], registry: Registry) -> ParallelPlan:
     choice = planner.choose(config, shape, cluster)
     if not auto.get("smoke"):
         return choice.plan
-    from xirang_core.parallel.smoke import run_plans
+    from xirang_core.train.smoke import run_plans
 
     top = list(choice.ranking[: auto.get("smoke_top", 3)])
     measured = run_plans(config, top, auto.get("smoke_steps", 3))

@@ -6,7 +6,7 @@ gradient has been computed, so its hand-over time marks the end of backward's co
 backward pass the meter takes the union of the buckets' [launch, completion] intervals: the part
 before that mark was hidden behind compute, the rest was exposed (the step waited for it).
 
-The stamps come from the group's clock (:mod:`xirang_core.comm.clock`): on NCCL, RCCL and HCCL a
+The stamps come from the group's clock (:mod:`xirang.comm.clock`): on NCCL, RCCL and HCCL a
 bucket's future completes at enqueue, so only device events say when compute and transfer
 really ended there. A closed pass is turned into seconds once its last stamp is ready (device
 events are never waited for inside backward) or when a report asks.
@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from xirang_core.comm.clock import Clock, HostClock
+from xirang.comm.clock import Clock, HostClock
 
 
 class OverlapMeter:
