@@ -4,6 +4,7 @@ very same modules; the kernel itself imports neither the service nor a plugin.""
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 
@@ -57,6 +58,28 @@ def test_a_class_imported_by_its_old_name_is_the_same_class(
     from xirang_service.pool.policy import Policy
 
     assert Old is Policy
+
+
+@pytest.mark.parametrize(
+    ("module", "new"),
+    [
+        ("xirang.planning", "ClusterShape"),
+        ("xirang_core.parallel.cluster", "ClusterShape"),
+        ("xirang_service.pool", "Inventory"),
+        ("xirang_service.pool.cluster", "Inventory"),
+    ],
+)
+def test_a_renamed_cluster_class_still_imports_by_its_old_name_warned(
+    module: str, new: str
+) -> None:
+    """The planner's machines (``ClusterShape``) and the pool's hardware (``Inventory``) were
+    both ``Cluster``; code written against the old name gets the class, told its new name."""
+    imported = importlib.import_module(module)
+    with pytest.warns(DeprecationWarning, match=f"{module}.Cluster is now {new}"):
+        old = imported.Cluster
+    assert old is getattr(imported, new)
+    with pytest.raises(AttributeError, match="has no attribute 'Clusters'"):
+        _ = imported.Clusters
 
 
 def test_a_name_that_never_existed_is_still_an_import_error() -> None:

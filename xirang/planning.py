@@ -15,7 +15,8 @@ from xirang_core.config import compose
 from xirang_core.devices.calibration import cache_path as calibration_path
 from xirang_core.devices.calibration import synchronizer
 from xirang_core.devices.cores import available_cores
-from xirang_core.parallel.cluster import Cluster, local_cluster
+from xirang_core.moved import renamed
+from xirang_core.parallel.cluster import ClusterShape, local_cluster
 from xirang_core.parallel.layers import stage_bounds
 from xirang_core.parallel.ondevice import RunDevice, run_device
 from xirang_core.parallel.plan import (
@@ -35,7 +36,7 @@ from xirang_core.train.smoke import plan_config, run_configs, run_plans
 
 __all__ = [
     "MICRO_BATCHES",
-    "Cluster",
+    "ClusterShape",
     "Link",
     "ModelShape",
     "ParallelPlan",
@@ -63,3 +64,6 @@ __all__ = [
     "stage_layers_problem",
     "synchronizer",
 ]
+
+#: the old name, until the next release
+__getattr__ = renamed(__name__, {"Cluster": "ClusterShape"})

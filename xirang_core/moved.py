@@ -15,7 +15,9 @@ import importlib.abc
 import importlib.machinery
 import sys
 import warnings
+from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 _COMM = ("backends", "clock", "cost_model", "counting", "groups", "overlap", "serial")
 _STORAGE = ("cache", "local_s3", "locate", "retry")
@@ -117,6 +119,23 @@ def new_name(fullname: str) -> str | None:
         if fullname == old or fullname.startswith(old + "."):
             return new + fullname[len(old) :]
     return None
+
+
+def renamed(module: str, names: dict[str, str]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` that hands out each renamed class under its old name (a key of
+    ``names``) for one release, warning (``DeprecationWarning``) that names the new one."""
+
+    def __getattr__(name: str) -> Any:
+        if name not in names:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        warnings.warn(
+            f"{module}.{name} is now {names[name]}; the old name goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(sys.modules[module], names[name])
+
+    return __getattr__
 
 
 class MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from xirang import ConfigError, get_registry
-from xirang.planning import Cluster
+from xirang.planning import ClusterShape
 
 
 def cluster_folders() -> list[Path]:
@@ -40,11 +40,11 @@ CROSS_LATENCY_US = 30.0
 
 @dataclass(frozen=True)
 class MixedCluster:
-    """Devices of several types: one homogeneous :class:`Cluster` per type (its own nodes,
+    """Devices of several types: one homogeneous :class:`ClusterShape` per type (its own nodes,
     links, memory and rate), and the link between types."""
 
     name: str
-    groups: tuple[Cluster, ...]
+    groups: tuple[ClusterShape, ...]
     cross_gbps: float = CROSS_GBPS  # GB/s per device between types (host-staged)
     cross_latency_us: float = CROSS_LATENCY_US
 
@@ -57,7 +57,7 @@ class MixedCluster:
         return " + ".join(f"{g.devices} {g.device}" for g in self.groups)
 
 
-def load_cluster(name: str, **overrides: Any) -> Cluster | MixedCluster:
+def load_cluster(name: str, **overrides: Any) -> ClusterShape | MixedCluster:
     """A described cluster by option name; ``overrides`` (e.g. ``nodes=4``) replace fields.
     ``a:1+b:2`` (or a file with ``groups``) is a mixed cluster of options ``a`` and ``b``."""
     if "+" in name or ":" in name:
@@ -67,7 +67,7 @@ def load_cluster(name: str, **overrides: Any) -> Cluster | MixedCluster:
     if "groups" in data:
         groups = [_group_entry(entry, name) for entry in data.pop("groups") or []]
         return _mixed(data.pop("name", name), groups, data, overrides)
-    return with_overrides(Cluster(**data), overrides)
+    return with_overrides(ClusterShape(**data), overrides)
 
 
 def _cluster_file(name: str) -> dict[str, Any]:
@@ -81,7 +81,7 @@ def _cluster_file(name: str) -> dict[str, Any]:
     )
 
 
-def _group(part: str, whole: str) -> Cluster:
+def _group(part: str, whole: str) -> ClusterShape:
     """One device type of a mixed cluster from ``option:nodes`` (nodes default 1)."""
     option, _, nodes = part.partition(":")
     if not option or (nodes and not nodes.isdigit()) or nodes == "0":
@@ -92,7 +92,7 @@ def _group(part: str, whole: str) -> Cluster:
     return _homogeneous(option, {"nodes": int(nodes or 1)}, whole)
 
 
-def _group_entry(entry: Any, whole: str) -> Cluster:
+def _group_entry(entry: Any, whole: str) -> ClusterShape:
     """One device type of a mixed cluster file: ``{cluster: <option>, nodes: N, ...}``, any
     other key a field of that option replaced."""
     if not isinstance(entry, dict) or "cluster" not in entry:
@@ -104,7 +104,7 @@ def _group_entry(entry: Any, whole: str) -> Cluster:
     return _homogeneous(option, {k: v for k, v in entry.items() if k != "cluster"}, whole)
 
 
-def _homogeneous(option: str, overrides: dict[str, Any], whole: str) -> Cluster:
+def _homogeneous(option: str, overrides: dict[str, Any], whole: str) -> ClusterShape:
     found = load_cluster(option, **overrides)
     if isinstance(found, MixedCluster):
         raise ConfigError(f"cluster={whole}: group '{option}' is itself a mixed cluster")
@@ -112,7 +112,7 @@ def _homogeneous(option: str, overrides: dict[str, Any], whole: str) -> Cluster:
 
 
 def _mixed(
-    name: str, groups: list[Cluster], data: dict[str, Any], overrides: dict[str, Any]
+    name: str, groups: list[ClusterShape], data: dict[str, Any], overrides: dict[str, Any]
 ) -> MixedCluster:
     """A mixed cluster from its groups; the file's and the command line's cross-type link."""
     links = {**data, **overrides}
@@ -132,8 +132,8 @@ def _mixed(
     return MixedCluster(name, tuple(groups), **{k: float(v) for k, v in links.items()})
 
 
-def with_overrides(cluster: Cluster, overrides: dict[str, Any]) -> Cluster:
-    known = {f.name: f.type for f in fields(Cluster)}
+def with_overrides(cluster: ClusterShape, overrides: dict[str, Any]) -> ClusterShape:
+    known = {f.name: f.type for f in fields(ClusterShape)}
     bad = sorted(set(overrides) - set(known))
     if bad:
         raise ConfigError(f"cluster.{bad[0]}: no such field. Valid: {', '.join(known)}")

@@ -30,7 +30,7 @@ from typing import Any
 from xirang import ConfigError, get_registry
 from xirang.planning import (
     MICRO_BATCHES,
-    Cluster,
+    ClusterShape,
     ModelShape,
     help_text,
     local_cluster,
@@ -142,7 +142,7 @@ def probe_bytes(shape: ModelShape) -> int:
     return 2 * shape.dtype_bytes * (2 * rest + 2 * shape.layer_size())
 
 
-def check_probe_fits(model: str, shape: ModelShape, cluster: Cluster) -> None:
+def check_probe_fits(model: str, shape: ModelShape, cluster: ClusterShape) -> None:
     """A model too large to measure on this host is refused before any worker starts (eight
     workers measuring llama3_8b were killed by the host's OOM killer), naming what would do."""
     need, have = probe_bytes(shape), cluster.memory_gb * 2**30 * PROBE_SHARE
@@ -203,9 +203,9 @@ def _explicit_shape(kv: dict[str, str]) -> ModelShape:
     return ModelShape(layers, hidden, int(kv["heads"]), vocab, seq, params)
 
 
-def cluster_from(kv: dict[str, str], devices: int | None) -> Cluster | MixedCluster:
+def cluster_from(kv: dict[str, str], devices: int | None) -> ClusterShape | MixedCluster:
     overrides = {k: v for k, v in kv.items() if k not in SHAPE_KEYS | RUN_KEYS}
-    known = {f.name for f in fields(Cluster)}
+    known = {f.name for f in fields(ClusterShape)}
     unknown = sorted(set(overrides) - known)
     if unknown:
         valid = ", ".join(sorted(SHAPE_KEYS | RUN_KEYS | known))
@@ -246,7 +246,7 @@ def _compare(candidate: Candidate, m: Any) -> dict[str, Any]:
 
 
 def _report(
-    shape: ModelShape, cluster: Cluster, global_batch: int, ranking: Ranking, top: int
+    shape: ModelShape, cluster: ClusterShape, global_batch: int, ranking: Ranking, top: int
 ) -> dict[str, Any]:
     reasons: dict[str, int] = {}
     for _, why in ranking.rejected:

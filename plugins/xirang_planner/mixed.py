@@ -33,7 +33,7 @@ from functools import reduce
 
 from xirang.planning import (
     MICRO_BATCHES,
-    Cluster,
+    ClusterShape,
     Link,
     ModelShape,
     ParallelPlan,
@@ -89,7 +89,7 @@ class Pipeline:
     plan: ParallelPlan
     memory: tuple[int, ...]  # predicted bytes per device of each stage
 
-    def devices(self, cluster: MixedCluster) -> list[Cluster]:
+    def devices(self, cluster: MixedCluster) -> list[ClusterShape]:
         return [cluster.groups[g] for g in self.groups]
 
     def time(self, shape: ModelShape, cluster: MixedCluster, micro_batches: int) -> TimeEstimate:
@@ -296,7 +296,7 @@ class Builder:
             capacity=self.capacity(base, stage, device),
         )
 
-    def capacity(self, base: ParallelPlan, stage: int, device: Cluster) -> int:
+    def capacity(self, base: ParallelPlan, stage: int, device: ClusterShape) -> int:
         """The most layers ``stage`` holds in ``device``'s memory: its memory is affine in its
         layer count (states and activations per layer, the ends and buffers fixed), so two
         predictions give it."""

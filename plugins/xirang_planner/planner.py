@@ -13,7 +13,7 @@ from typing import Any
 
 from xirang.planning import (
     MICRO_BATCHES,
-    Cluster,
+    ClusterShape,
     ModelShape,
     ParallelPlan,
     PlanChoice,
@@ -62,7 +62,9 @@ class DefaultPlanner:
     a peak FLOP rate alone mispredicts them), each charged the runtime memory a worker holds
     beyond its tensors (measured once per host and cached)."""
 
-    def choose(self, config: dict[str, Any], shape: ModelShape, cluster: Cluster) -> PlanChoice:
+    def choose(
+        self, config: dict[str, Any], shape: ModelShape, cluster: ClusterShape
+    ) -> PlanChoice:
         trainer = config["trainer"]
         workers, global_batch = trainer["nproc"], trainer["global_batch"]
         host = measure_host(config, workers, list(MICRO_BATCHES)) if cluster.shared else None
@@ -74,7 +76,7 @@ class DefaultPlanner:
 
 def rank_plans(
     shape: ModelShape,
-    cluster: Cluster,
+    cluster: ClusterShape,
     global_batch: int,
     devices: int | None = None,
     host: HostProfile | None = None,
@@ -108,7 +110,7 @@ def rank_plans(
     return Ranking(fitting, rejected)
 
 
-def _rule_broken(plan: ParallelPlan, shape: ModelShape, cluster: Cluster) -> str:
+def _rule_broken(plan: ParallelPlan, shape: ModelShape, cluster: ClusterShape) -> str:
     if plan.tp > cluster.devices_per_node:
         return f"tp={plan.tp} would cross nodes of {cluster.devices_per_node} devices"
     if shape.layers % plan.pp:
@@ -118,7 +120,7 @@ def _rule_broken(plan: ParallelPlan, shape: ModelShape, cluster: Cluster) -> str
 
 def _fits_nowhere(
     shape: ModelShape,
-    cluster: Cluster,
+    cluster: ClusterShape,
     global_batch: int,
     world: int,
     optimizer: str,
@@ -137,7 +139,7 @@ def _fits_nowhere(
 
 def leanest_need(
     shape: ModelShape,
-    cluster: Cluster,
+    cluster: ClusterShape,
     global_batch: int,
     world: int,
     optimizer: str,

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from xirang.planning import Cluster, Link, ModelShape, ParallelPlan, ring_time
+from xirang.planning import ClusterShape, Link, ModelShape, ParallelPlan, ring_time
 from xirang_planner.memory import stage_params
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ def predict_time(
     shape: ModelShape,
     plan: ParallelPlan,
     global_batch: int,
-    cluster: Cluster,
+    cluster: ClusterShape,
     host: HostProfile | None = None,
 ) -> TimeEstimate:
     """The step time of ``plan``: on ``host`` as measured when given, else on ``cluster``."""
@@ -198,7 +198,7 @@ def end_flops(shape: ModelShape) -> tuple[float, float]:
     return rest - head, head
 
 
-def layer_seconds(shape: ModelShape, plan: ParallelPlan, device: Cluster) -> StageTime:
+def layer_seconds(shape: ModelShape, plan: ParallelPlan, device: ClusterShape) -> StageTime:
     """One layer of one micro-batch on ``device`` (a tensor-parallel share of it): the unit
     of a stage's time, the cost per layer the stage partition balances."""
     flops = layer_flops(shape) * plan.micro_batch * shape.seq_len * _redo(plan)
@@ -209,7 +209,7 @@ def layer_seconds(shape: ModelShape, plan: ParallelPlan, device: Cluster) -> Sta
 
 
 def end_seconds(
-    shape: ModelShape, plan: ParallelPlan, device: Cluster, first: bool, last: bool
+    shape: ModelShape, plan: ParallelPlan, device: ClusterShape, first: bool, last: bool
 ) -> float:
     """Seconds of a micro-batch's embeddings (``first``) and head (``last``) on ``device``,
     replicated under tensor parallel as the strategies run them (a tensor-parallel share
@@ -219,7 +219,9 @@ def end_seconds(
     return flops * plan.micro_batch * shape.seq_len * _redo(plan) / plan.tp / (device.tflops * 1e12)
 
 
-def stage_seconds(shape: ModelShape, plan: ParallelPlan, stage: int, device: Cluster) -> StageTime:
+def stage_seconds(
+    shape: ModelShape, plan: ParallelPlan, stage: int, device: ClusterShape
+) -> StageTime:
     """One micro-batch on ``stage`` (its own layer count, uneven or balanced) on ``device``."""
     count = plan.layer_counts(shape.layers)[stage]
     layer = layer_seconds(shape, plan, device)
@@ -233,7 +235,7 @@ def _redo(plan: ParallelPlan) -> float:
 
 
 def _cluster_time(
-    shape: ModelShape, plan: ParallelPlan, global_batch: int, cluster: Cluster
+    shape: ModelShape, plan: ParallelPlan, global_batch: int, cluster: ClusterShape
 ) -> TimeEstimate:
     """A step with every stage on ``cluster``'s devices."""
     return pipeline_time(shape, plan, global_batch, [cluster] * plan.pp)
@@ -243,7 +245,7 @@ def pipeline_time(
     shape: ModelShape,
     plan: ParallelPlan,
     global_batch: int,
-    devices: Sequence[Cluster],
+    devices: Sequence[ClusterShape],
     cross: Link | None = None,
 ) -> TimeEstimate:
     """A step on dedicated devices, stage ``s`` on ``devices[s]`` (a type of its own in a
@@ -265,7 +267,7 @@ def pipeline_time(
 
 
 def _dp_seconds(
-    shape: ModelShape, plan: ParallelPlan, stage: int, device: Cluster, m: int
+    shape: ModelShape, plan: ParallelPlan, stage: int, device: ClusterShape, m: int
 ) -> float:
     """The data-parallel collectives of ``stage``'s group on its device's links: once per step,
     or on every micro-batch (sharded parameters gathered in forward or backward)."""
@@ -279,7 +281,7 @@ def _dp_seconds(
 def _pipe_seconds(
     shape: ModelShape,
     plan: ParallelPlan,
-    devices: Sequence[Cluster],
+    devices: Sequence[ClusterShape],
     cross: Link | None,
     m: int,
 ) -> float:
@@ -302,7 +304,7 @@ def _pipe_seconds(
     return seconds
 
 
-def _between(a: Cluster, b: Cluster, stride: int, cross: Link | None) -> Link:
+def _between(a: ClusterShape, b: ClusterShape, stride: int, cross: Link | None) -> Link:
     """The link between ranks ``stride`` apart on devices ``a`` and ``b``: ``a``'s own when
     they are of one type, else the link between types."""
     if a == b or cross is None:
@@ -310,7 +312,7 @@ def _between(a: Cluster, b: Cluster, stride: int, cross: Link | None) -> Link:
     return cross
 
 
-def _cluster_link(cluster: Cluster, group: int, stride: int) -> Link:
+def _cluster_link(cluster: ClusterShape, group: int, stride: int) -> Link:
     """The link a ring of ``group`` ranks spaced ``stride`` apart runs over."""
     return Link(cluster.latency_us * 1e-6, cluster.link_gbps(group, stride) * 1e9)
 

@@ -2,7 +2,7 @@
 
 ``scontrol show node`` gives each node's gres (``gpu:a100:8``) and CPU count; ``scontrol show
 topology`` gives the leaf switch of every node (topology/tree). The result is a list of node
-specs in the form :class:`xirang_service.pool.cluster.Cluster` and cluster files use.
+specs in the form :class:`xirang_service.pool.cluster.Inventory` and cluster files use.
 """
 
 from __future__ import annotations

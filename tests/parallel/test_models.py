@@ -10,11 +10,11 @@ from xirang_planner.memory import per_layer_factor, predict_memory, stage_params
 from xirang_planner.planner import rank_plans
 from xirang_planner.timing import flops_per_token, predict_time, stage_seconds
 
-from xirang_core.parallel.cluster import Cluster
+from xirang_core.parallel.cluster import ClusterShape
 from xirang_core.parallel.plan import ModelShape, ParallelPlan, PlanError
 
 SHAPE = ModelShape(layers=8, hidden=512, heads=8, vocab=32000, seq_len=512, params=0)
-NODE = Cluster(
+NODE = ClusterShape(
     "test",
     "gpu",
     nodes=2,
@@ -100,7 +100,7 @@ def test_planner_keeps_tensor_parallel_inside_a_node() -> None:
 
 
 def test_model_that_fits_nowhere_says_what_it_needs() -> None:
-    tiny = Cluster("t", "x", 1, 2, memory_gb=0.001, tflops=1, intra_gbps=1, inter_gbps=1)
+    tiny = ClusterShape("t", "x", 1, 2, memory_gb=0.001, tflops=1, intra_gbps=1, inter_gbps=1)
     with pytest.raises(PlanError, match=r"fits nowhere on 2 x .* the leanest plan"):
         rank_plans(SHAPE, tiny, global_batch=32)
 

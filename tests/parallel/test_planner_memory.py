@@ -19,7 +19,7 @@ from xirang_planner.runtime_memory import (
     with_runtime,
 )
 
-from xirang_core.parallel.cluster import Cluster
+from xirang_core.parallel.cluster import ClusterShape
 from xirang_core.parallel.memory_peak import RealPeak, _resettable
 from xirang_core.parallel.plan import ModelShape, ParallelPlan, PlanError
 
@@ -97,7 +97,7 @@ def test_ddp_buckets_copy_every_gradient_fsdp_one_unit_each_way(
 def test_a_plan_whose_tensors_fit_is_rejected_when_its_runtime_does_not() -> None:
     plan = ParallelPlan(dp=4, zero=3, micro_batch=4)
     tensors = predict_memory(SHAPE, plan, 16).total
-    cluster = Cluster("t", "cpu", 1, 4, (tensors + 30 * MIB) / 2**30, 1.0, 10, 10, 50, 4)
+    cluster = ClusterShape("t", "cpu", 1, 4, (tensors + 30 * MIB) / 2**30, 1.0, 10, 10, 50, 4)
     assert plan in {c.plan for c in rank_plans(SHAPE, cluster, 16, 4).candidates}
     sharding_costs = RuntimeMemory(world=4, base=0, added={"fsdp": 31 * MIB})
     ranking = rank_plans(SHAPE, cluster, 16, 4, runtime=sharding_costs)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from xirang_service.pool.cluster import Cluster
+from xirang_service.pool.cluster import Inventory
 from xirang_service.pool.engine import PoolEngine
 from xirang_service.pool.service import PoolService, describe
 
@@ -72,7 +72,7 @@ def snapshot(engine: PoolEngine) -> dict[str, Any]:
 def fresh(service: PoolService) -> PoolEngine:
     """The engine a restart would build from ``service``'s store now."""
     engine = PoolEngine(
-        Cluster(service.store.cluster_nodes()),
+        Inventory(service.store.cluster_nodes()),
         service.throughputs,
         service.policy,
         preferences=service.budgets.preferences,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from xirang_service.pool.cluster import Cluster
+from xirang_service.pool.cluster import Inventory
 from xirang_service.pool.placement import place, span
 
 
-def _cluster() -> Cluster:
+def _cluster() -> Inventory:
     nodes = []
     for i in range(8):  # 8 nodes x 4 devices, 2 nodes per leaf, 2 leaves per spine
         nodes.append(
@@ -19,7 +19,7 @@ def _cluster() -> Cluster:
                 "spine": f"s{i // 4}",
             }
         )
-    return Cluster(nodes)
+    return Inventory(nodes)
 
 
 def test_small_job_stays_inside_one_nvlink_domain() -> None:

@@ -7,9 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from xirang_core.moved import renamed
+
 
 @dataclass(frozen=True)
-class Cluster:
+class ClusterShape:
     """Devices and links, as the time and memory models need them."""
 
     name: str
@@ -40,7 +42,7 @@ class Cluster:
         return self.intra_gbps if group * stride <= self.devices_per_node else self.inter_gbps
 
 
-def local_cluster(workers: int, registry: Any = None, device: str = "auto") -> Cluster:
+def local_cluster(workers: int, registry: Any = None, device: str = "auto") -> ClusterShape:
     """This host as the device plugin reports it, for ``workers`` worker processes.
 
     CPU workers share the host's cores and memory: each gets ``cores / workers`` of the
@@ -62,7 +64,7 @@ def local_cluster(workers: int, registry: Any = None, device: str = "auto") -> C
     rate = calibration.peak_flops("float32") / 1e12
     if shared:
         rate *= min(1.0, cores / workers)
-    return Cluster(
+    return ClusterShape(
         name=f"local-{name}",
         device=inventory[0].model,
         nodes=1,
@@ -75,3 +77,7 @@ def local_cluster(workers: int, registry: Any = None, device: str = "auto") -> C
         dtype_bytes=4,
         shared=shared,
     )
+
+
+#: the old name, until the next release
+__getattr__ = renamed(__name__, {"Cluster": "ClusterShape"})

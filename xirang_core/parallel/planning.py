@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from xirang_core.errors import ConfigError
-from xirang_core.parallel.cluster import Cluster
+from xirang_core.parallel.cluster import ClusterShape
 from xirang_core.parallel.plan import ModelShape, ParallelPlan
 
 #: the planner ``parallel=auto`` asks when the config names none (plugins/xirang_planner)
@@ -40,7 +40,9 @@ class Planner(Protocol):
     :class:`~xirang_core.parallel.plan.PlanError` saying what would fit.
     """
 
-    def choose(self, config: dict[str, Any], shape: ModelShape, cluster: Cluster) -> PlanChoice: ...
+    def choose(
+        self, config: dict[str, Any], shape: ModelShape, cluster: ClusterShape
+    ) -> PlanChoice: ...
 
 
 @dataclass

@@ -8,14 +8,15 @@ policy measured in simulation is the policy that runs. Policies are plugins regi
 Kubernetes) run what the engine placed.
 """
 
+from xirang_core.moved import renamed
 from xirang_service.pool.cards import Throughputs
-from xirang_service.pool.cluster import Cluster, Node
+from xirang_service.pool.cluster import Inventory, Node
 from xirang_service.pool.engine import PoolEngine
 from xirang_service.pool.jobs import Job, JobState
 from xirang_service.pool.quota import Project, QuotaBook
 
 __all__ = [
-    "Cluster",
+    "Inventory",
     "Job",
     "JobState",
     "Node",
@@ -24,3 +25,6 @@ __all__ = [
     "QuotaBook",
     "Throughputs",
 ]
+
+#: the old name, until the next release
+__getattr__ = renamed(__name__, {"Cluster": "Inventory"})

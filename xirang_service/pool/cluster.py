@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from xirang_core.moved import renamed
 from xirang_service.pool.errors import PoolError
 
 
@@ -39,11 +40,11 @@ class Node:
         return (device - self.first_device) // max(1, self.domain_size)
 
 
-#: :attr:`Cluster.device_node` of a device id no node holds (its node's row was set aside)
+#: :attr:`Inventory.device_node` of a device id no node holds (its node's row was set aside)
 HOLE = -1
 
 
-class Cluster:
+class Inventory:
     """The pool's hardware and which devices are free; healthy nodes only are placeable.
 
     Device ids are numbered node after node; a node spec may give its ``first_device`` (a
@@ -239,3 +240,7 @@ class Cluster:
             self._buckets[node.type][count].discard(node.id)
             self._count(node, -count)
             node.healthy = False
+
+
+#: the old name, until the next release
+__getattr__ = renamed(__name__, {"Cluster": "Inventory"})

@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from xirang_service.pool.cards import Throughputs
-from xirang_service.pool.cluster import Cluster
+from xirang_service.pool.cluster import Inventory
 from xirang_service.pool.errors import PoolError
 from xirang_service.pool.jobs import parse_priority
 from xirang_service.pool.quota import Project, QuotaBook
@@ -55,7 +55,7 @@ SECTIONS = {"nodes": list, "groups": list, "projects": list, "throughputs": dict
 HELP = "see docs/pool.md (Cluster files)"
 
 
-def build(data: dict[str, Any]) -> tuple[Cluster, Throughputs, QuotaBook]:
+def build(data: dict[str, Any]) -> tuple[Inventory, Throughputs, QuotaBook]:
     """The cluster, its throughput table and its projects from parsed cluster-file data; an
     entry of the wrong shape is one error naming it, never a traceback."""
     _check_sections(data)
@@ -65,7 +65,7 @@ def build(data: dict[str, Any]) -> tuple[Cluster, Throughputs, QuotaBook]:
         nodes.extend(_entry("groups", i, group, generate, len(nodes)))
     if data.get("alibaba"):
         nodes.extend(alibaba_nodes(base / data["alibaba"]))
-    cluster = _entry("nodes", None, nodes, Cluster)
+    cluster = _entry("nodes", None, nodes, Inventory)
     spec = dict(data.get("throughputs") or {})
     if spec.get("gavel"):
         spec.setdefault("classes", {}).update(gavel_table(base / spec["gavel"]))
@@ -110,7 +110,7 @@ def _project(entry: dict[str, Any]) -> Project:
     return Project(**entry).check()  # inside _entry: the error names the entry
 
 
-def load(path: str | Path) -> tuple[Cluster, Throughputs, QuotaBook]:
+def load(path: str | Path) -> tuple[Inventory, Throughputs, QuotaBook]:
     return build(read(path))
 
 

@@ -31,7 +31,7 @@ from typing import Any
 from sortedcontainers import SortedList
 
 from xirang_service.pool.cards import DEFAULT_CLASS, Throughputs
-from xirang_service.pool.cluster import Cluster
+from xirang_service.pool.cluster import Inventory
 from xirang_service.pool.errors import PoolError
 from xirang_service.pool.jobs import MIX, Job, JobState, check_cards, parse_priority, priority_name
 from xirang_service.pool.lazyindex import LazySortedIndex
@@ -78,7 +78,7 @@ class PassState:
 class PoolEngine:
     def __init__(
         self,
-        cluster: Cluster,
+        cluster: Inventory,
         throughputs: Throughputs,
         policy: Policy,
         quotas: QuotaBook | None = None,

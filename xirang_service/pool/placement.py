@@ -13,13 +13,13 @@ import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from xirang_service.pool.cluster import Cluster, Node
+from xirang_service.pool.cluster import Inventory, Node
 
 if TYPE_CHECKING:
     from xirang_service.pool.cards import Throughputs
 
 
-def place(cluster: Cluster, device_type: str, count: int) -> list[int] | None:
+def place(cluster: Inventory, device_type: str, count: int) -> list[int] | None:
     """``count`` free healthy devices of ``device_type`` as close together as possible."""
     if count <= 0 or cluster.type_free.get(device_type, 0) < count:
         return None
@@ -35,7 +35,7 @@ def place(cluster: Cluster, device_type: str, count: int) -> list[int] | None:
 
 
 def place_mixed(
-    cluster: Cluster, throughputs: Throughputs, job_class: str, cards: int, types: list[str]
+    cluster: Inventory, throughputs: Throughputs, job_class: str, cards: int, types: list[str]
 ) -> list[tuple[str, list[int]]] | None:
     """``cards`` logical cards from free devices of several types, for a job that allows
     mixing: the preferred types first, each device counting for its type's throughput on
@@ -64,7 +64,7 @@ def _tightest(index: dict[tuple[str, str], int], device_type: str, count: int) -
 
 
 def _members(
-    cluster: Cluster, device_type: str, level: str | None, group: str | None
+    cluster: Inventory, device_type: str, level: str | None, group: str | None
 ) -> list[Node]:
     """Healthy nodes of ``device_type`` with free devices (in ``group`` of ``level``): read
     from the free-count buckets, which hold no full or drained node (callers sort them)."""
@@ -100,7 +100,7 @@ def _within_node(node: Node, count: int) -> list[int]:
     return chosen
 
 
-def span(cluster: Cluster, devices: Iterable[int]) -> dict[str, int]:
+def span(cluster: Inventory, devices: Iterable[int]) -> dict[str, int]:
     """How many nodes, leaves and spines a placement touches (1/1/1 is ideal)."""
     nodes = [cluster.nodes[i] for i in {cluster.device_node[d] for d in devices}]
     return {

@@ -29,7 +29,7 @@ from xirang_service.pool.errors import PoolError
 
 if TYPE_CHECKING:
     from xirang_service.pool.cards import Throughputs
-    from xirang_service.pool.cluster import Cluster
+    from xirang_service.pool.cluster import Inventory
     from xirang_service.pool.jobs import Job
     from xirang_service.pool.quota import QuotaBook
 
@@ -64,7 +64,7 @@ class PoolView(Protocol):
     """What a policy reads of the pool engine that consults it. The engine satisfies it, so
     policies (and third-party ones) depend on this contract, never on the engine module."""
 
-    cluster: Cluster
+    cluster: Inventory
     throughputs: Throughputs
     quotas: QuotaBook
     preferences: Preferences | None

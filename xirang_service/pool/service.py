@@ -33,7 +33,7 @@ from xirang_service.cost.governor import PoolBudgets
 from xirang_service.cost.usage import UsageError, check_report
 from xirang_service.pool import clusterfile
 from xirang_service.pool.cards import DEFAULT_CLASS, Throughputs
-from xirang_service.pool.cluster import Cluster
+from xirang_service.pool.cluster import Inventory
 from xirang_service.pool.engine import Event, PoolEngine
 from xirang_service.pool.errors import TOKEN_HELP, PoolError, StoreUnavailable
 from xirang_service.pool.history import job_history, priced, waiting_event
@@ -167,7 +167,7 @@ class PoolService:
         memory is what the store holds, untouched by the failed request); returns how many
         queued or running jobs it restored."""
         engine = PoolEngine(
-            Cluster(self.store.cluster_nodes()),
+            Inventory(self.store.cluster_nodes()),
             self.throughputs,
             self.policy,
             preferences=self.budgets.preferences,
@@ -247,7 +247,7 @@ class PoolService:
         the cluster file, whose nodes and projects go into the store."""
         if self.store.initialised():
             data = json.loads(self.store.meta("cluster") or "{}")
-            types = Cluster(self.store.cluster_nodes()).types
+            types = Inventory(self.store.cluster_nodes()).types
             return Throughputs.from_mapping(data.get("throughputs", {}), types)
         if cluster_file is None:
             raise PoolError("a new pool needs --cluster FILE (nodes, throughputs, projects)")

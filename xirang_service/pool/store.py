@@ -18,7 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from xirang_service.pool.cluster import Cluster
+from xirang_service.pool.cluster import Inventory
 from xirang_service.pool.database import Database, connect
 from xirang_service.pool.engine import Event, PoolEngine, Segment
 from xirang_service.pool.errors import PoolError
@@ -196,7 +196,7 @@ class PoolStore:
         rows = self.db.execute("SELECT job_id, handle FROM handles").fetchall()
         return {row["job_id"]: row["handle"] for row in rows}
 
-    def save_cluster(self, cluster: Cluster, reasons: dict[str, str] | None = None) -> None:
+    def save_cluster(self, cluster: Inventory, reasons: dict[str, str] | None = None) -> None:
         reasons = reasons or {}
         with self._tx():
             for n in cluster.nodes:
@@ -299,7 +299,7 @@ class PoolStore:
             ],
         )
 
-    def _save_nodes_health(self, cluster: Cluster, events: list[Event]) -> None:
+    def _save_nodes_health(self, cluster: Inventory, events: list[Event]) -> None:
         for event in events:
             if event.kind in ("node_drained", "node_restored"):
                 name = event.detail["node"]
@@ -314,7 +314,7 @@ class PoolStore:
     # --- loading ----------------------------------------------------------------------------
 
     def cluster_nodes(self) -> list[dict[str, Any]]:
-        """Node specs in device-id order, as :class:`Cluster` takes them, each at its stored
+        """Node specs in device-id order, as :class:`Inventory` takes them, each at its stored
         first device id. A node row the pool cannot use (columns of the wrong type, device rows
         that do not match it) and a device row of no node are left out and remembered in
         :attr:`unusable`, so a restart sets them aside; their device ids stay unused."""
@@ -587,7 +587,7 @@ _NODE_TYPES: dict[str, tuple[type, ...]] = {
 
 
 def _node_spec(row: Mapping[str, Any], devices: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """A stored node row and its device rows as a :class:`Cluster` node spec; ValueError
+    """A stored node row and its device rows as a :class:`Inventory` node spec; ValueError
     naming what is wrong for rows the pool did not write."""
     for column, kinds in _NODE_TYPES.items():
         value = row[column]

@@ -14,7 +14,7 @@ import pytest
 
 from xirang import hookimpl
 from xirang.planning import (
-    Cluster,
+    ClusterShape,
     ModelShape,
     ParallelPlan,
     PlanChoice,
@@ -62,9 +62,11 @@ class PipelineFirst:
     """A planner that prefers the most pipeline stages, then the largest micro-batch: not the
     built-in's choice, so the run shows whose choice it trained."""
 
-    seen: ClassVar[list[tuple[ModelShape, Cluster]]] = []
+    seen: ClassVar[list[tuple[ModelShape, ClusterShape]]] = []
 
-    def choose(self, config: dict[str, Any], shape: ModelShape, cluster: Cluster) -> PlanChoice:
+    def choose(
+        self, config: dict[str, Any], shape: ModelShape, cluster: ClusterShape
+    ) -> PlanChoice:
         PipelineFirst.seen.append((shape, cluster))
         plans = candidate_plans(
             config["trainer"]["nproc"], shape, config["trainer"]["global_batch"]
