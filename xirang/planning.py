@@ -10,14 +10,13 @@ not import torch.
 """
 
 from xirang.comm.cost_model import Link, fit_link, ring_time
+from xirang.devices.calibration import cache_path as calibration_path
 from xirang_core.comm.launch import run_group
 from xirang_core.config import compose
-from xirang_core.devices.calibration import cache_path as calibration_path
-from xirang_core.devices.calibration import synchronizer
 from xirang_core.devices.cores import available_cores
+from xirang_core.devices.synchronize import synchronizer
 from xirang_core.moved import renamed
 from xirang_core.parallel.cluster import ClusterShape, local_cluster
-from xirang_core.parallel.layers import stage_bounds
 from xirang_core.parallel.ondevice import RunDevice, run_device
 from xirang_core.parallel.plan import (
     MICRO_BATCHES,
@@ -27,6 +26,7 @@ from xirang_core.parallel.plan import (
     candidate_plans,
     degrees_on,
     plan_problem,
+    stage_bounds,
     stage_layers_problem,
 )
 from xirang_core.parallel.planning import PlanChoice, Planner

@@ -83,6 +83,7 @@ MOVED |= {
     f"xirang_core.devices.{n}": f"xirang.devices.{n}"
     for n in (
         "accelerator",
+        "calibration",
         "compat",
         "health",
         "linkmatrix",
@@ -101,6 +102,7 @@ MOVED |= {f"xirang_core.storage.{n}": f"xirang.storage.{n}" for n in _STORAGE}
 MOVED |= {
     "xirang_core.train.sample": "xirang.model.sampling",
     "xirang_core.parallel.stages": "xirang.model.stages",
+    "xirang_core.parallel.layers": "xirang.model.layers",
     # the memory model, the runtime's measured memory and the wrappers' costs: the planner's own
     "xirang_core.parallel.memory": "xirang_planner.memory",
     "xirang_core.parallel.runtime_memory": "xirang_planner.runtime_memory",

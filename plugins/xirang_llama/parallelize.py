@@ -1,6 +1,6 @@
 """How a Llama may be split: tensor/sequence-parallel layout, pipeline stages, shape.
 
-The mechanics are the core's (``xirang_core.parallel.layers``); this names the Llama's modules.
+The mechanics are the core's (``xirang.model.layers``); this names the Llama's modules.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from xirang_core.devices.calibration import measure_device_to_device_gbps
+from xirang.devices.calibration import measure_device_to_device_gbps
 
 
 def test_copy_between_two_devices_reports_a_bandwidth() -> None:

@@ -12,7 +12,7 @@ import torch
 import xirang_cpu.backend as cpu
 from xirang_cpu.backend import CALIBRATION_MATMUL_SIZE, CpuBackend, has_native_bf16
 
-from xirang_core.devices.calibration import measure_matmul_tflops
+from xirang.devices.calibration import measure_matmul_tflops
 
 
 # not torch's mkldnn bf16 check: it is true with AVX-512 alone, where oneDNN emulates bf16 at

@@ -17,7 +17,7 @@ import pytest
 from xirang_cpu.backend import calibration_key
 
 from tests.conftest import ONE_LAYER_GPT, run_dirs
-from xirang_core.devices.calibration import BUSY_TRIES, cache_path, cached_calibration
+from xirang.devices.calibration import BUSY_TRIES, cache_path, cached_calibration
 from xirang_core.devices.cores import default_threads
 from xirang_core.specs import Calibration
 from xirang_core.train.flops_peak import Peak, device_peak, trusted_mfu

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from xirang_planner.memory import stage_layer_count
 
-from xirang_core.parallel.layers import stage_bounds
+from xirang_core.parallel.plan import stage_bounds
 
 
 @given(st.integers(1, 40), st.integers(1, 8))

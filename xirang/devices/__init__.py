@@ -9,6 +9,11 @@ surface for device plugins. Importing this module does not import torch.
 
 from xirang.devices import compat, visible
 from xirang.devices.accelerator import AcceleratorBackend
+from xirang.devices.calibration import (
+    cached_calibration,
+    measure_matmul_tflops,
+    measure_memory_bandwidth_gbps,
+)
 from xirang.devices.compat import TorchBuild, blocker, caveat, short, version_tuple
 from xirang.devices.health import DRAIN, OK, WARN, HealthLimits
 from xirang.devices.linkmatrix import LinkTable, Tier, build_topology, parse_link_table
@@ -24,11 +29,6 @@ from xirang.devices.reading import (
 from xirang.devices.replay import ReplayRunner
 from xirang.devices.tools import ToolOutput, ToolRunner, import_optional, kernel_log, run_tool
 from xirang.devices.visible import VENDOR_INDEX, VisibleDevices, everything
-from xirang_core.devices.calibration import (
-    cached_calibration,
-    measure_matmul_tflops,
-    measure_memory_bandwidth_gbps,
-)
 
 __all__ = [
     "DRAIN",

@@ -13,17 +13,17 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xirang.devices.health import DRAIN, OK, WARN, HealthLimits, assess, missing_from_driver
-from xirang.devices.pci import SYSFS_PCI, pci_devices
-from xirang.devices.reading import NodeReading
-from xirang.devices.tools import ToolRunner, run_tool
-from xirang.devices.visible import VisibleDevices, node_group
-from xirang_core.devices.calibration import (
+from xirang.devices.calibration import (
     cached_calibration,
     measure_device_to_device_gbps,
     measure_matmul_tflops,
     measure_memory_bandwidth_gbps,
 )
+from xirang.devices.health import DRAIN, OK, WARN, HealthLimits, assess, missing_from_driver
+from xirang.devices.pci import SYSFS_PCI, pci_devices
+from xirang.devices.reading import NodeReading
+from xirang.devices.tools import ToolRunner, run_tool
+from xirang.devices.visible import VisibleDevices, node_group
 from xirang_core.errors import ConfigError
 from xirang_core.specs import Calibration, DeviceBackendBase, DeviceInfo, HealthFinding, Topology
 

@@ -5,10 +5,10 @@ The names in ``__all__`` are the stable surface for model plugins (see "Writing 
 in CONTRIBUTING.md). Importing this module imports torch.
 """
 
+from xirang.model.layers import keep_stage_layers, parallelize_blocks
 from xirang.model.sampling import sample
 from xirang.model.stages import keep_layers
 from xirang_core.data import document_mask
-from xirang_core.parallel.layers import keep_stage_layers, parallelize_blocks
 from xirang_core.parallel.plan import ModelShape
 from xirang_core.train.init import init_parameters
 

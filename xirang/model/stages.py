@@ -1,5 +1,5 @@
 """Pipeline stages of uneven size (``parallel.stage_layers``): keep one stage's given layer
-range. The balanced split is :func:`xirang_core.parallel.layers.keep_stage_layers`; a
+range. The balanced split is :func:`xirang.model.layers.keep_stage_layers`; a
 planner that puts stages on devices of unequal speed or memory gives each its own count."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ MFU as PaLM and torchtitan report it is model FLOPs over the device's dense peak
 computed in. A measured matmul rate moves with the load, the matrix size and the driver (the
 same H200 read 0.656 of its datasheet at 4096³ and more at 8192³), so for a device the table
 names, the datasheet is the fixed ceiling; a CPU, or an accelerator the table does not name, is
-measured (:mod:`xirang_core.devices.calibration`).
+measured (:mod:`xirang.devices.calibration`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from xirang_core.errors import ConfigError
-from xirang_core.parallel.layers import stage_bounds
 
 RECOMPUTE = ("none", "full")
 SCHEDULES = ("gpipe", "1f1b")
@@ -141,6 +140,14 @@ class ParallelPlan:
         if self.stage_layers:
             extras.append("layers" + "-".join(map(str, self.stage_layers)))
         return "x".join(parts) + " " + " ".join(extras)
+
+
+def stage_bounds(layers: int, stage: int, stages: int) -> tuple[int, int]:
+    """Layer range of ``stage``: sizes differ by at most one, later stages take the extra
+    layers because the first stage also holds the embeddings."""
+    base, extra = divmod(layers, stages)
+    lo = stage * base + max(0, stage - (stages - extra))
+    return lo, lo + base + (1 if stage >= stages - extra else 0)
 
 
 def resolve_degrees(dp: int, tp: int, pp: int, world: int) -> tuple[int, int, int]:

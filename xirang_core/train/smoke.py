@@ -150,7 +150,7 @@ def _train_and_measure(
 ) -> dict[str, Any]:
     import torch.distributed as dist
 
-    from xirang_core.devices.calibration import synchronizer
+    from xirang_core.devices.synchronize import synchronizer
     from xirang_core.parallel.memory_peak import RealPeak
     from xirang_core.parallel.meter import SavedTensorMeter, state_bytes
     from xirang_core.plugins import get_registry

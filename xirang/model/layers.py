@@ -3,7 +3,8 @@
 A family's ``parallelize`` object (see ``plugins/xirang_gpt`` and ``plugins/xirang_llama``)
 names its own modules; the mechanics are here: which layers a pipeline stage keeps, and the
 Megatron tensor/sequence-parallel layout of a block stack with the sequence split at its ends.
-torch is imported inside the functions: the planner imports this package without it.
+torch is imported inside the functions. Where a stage's layers start and end is the plan's
+(:func:`xirang_core.parallel.plan.stage_bounds`).
 """
 
 from __future__ import annotations
@@ -11,16 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from xirang_core.parallel.plan import stage_bounds
+
 if TYPE_CHECKING:
     from torch import nn
-
-
-def stage_bounds(layers: int, stage: int, stages: int) -> tuple[int, int]:
-    """Layer range of ``stage``: sizes differ by at most one, later stages take the extra
-    layers because the first stage also holds the embeddings."""
-    base, extra = divmod(layers, stages)
-    lo = stage * base + max(0, stage - (stages - extra))
-    return lo, lo + base + (1 if stage >= stages - extra else 0)
 
 
 def keep_stage_layers(layers: nn.ModuleDict, stage: int, stages: int) -> tuple[int, int]:

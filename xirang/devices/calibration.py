@@ -15,17 +15,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import Any
 
 from xirang_core.devices.cores import busy_warning, host_load
+from xirang_core.devices.synchronize import DeviceLike, synchronizer
 from xirang_core.paths import replace_text, xirang_home
 from xirang_core.specs import Calibration
-
-if TYPE_CHECKING:
-    import torch
-
-#: a torch device, or its name ("cuda:0")
-DeviceLike = Union["torch.device", str]
 
 #: measurements a store lists beside its best figures, newest last, each with its load
 HISTORY = 10
@@ -226,24 +221,6 @@ def _window_rate(fn: Callable[[], object], sync: Callable[[], None], seconds: fl
             elapsed = time.perf_counter() - start
             if elapsed >= seconds:
                 return count / elapsed
-
-
-def synchronizer(*devices: DeviceLike) -> Callable[[], None]:
-    """Waits for the queued work of every one of ``devices`` (a no-op for the CPU)."""
-    import torch
-
-    waits = []
-    for device in map(torch.device, devices):
-        module = getattr(torch, device.type, None)
-        sync = getattr(module, "synchronize", None) if device.type != "cpu" else None
-        if callable(sync):
-            waits.append(lambda sync=sync, device=device: sync(device))
-
-    def wait_all() -> None:
-        for wait in waits:
-            wait()
-
-    return wait_all
 
 
 def _now() -> str:
