@@ -11,7 +11,7 @@ from typing import Any
 
 from torch import nn
 
-from xirang.model import ModelShape, keep_layers, keep_stage_layers, parallelize_blocks
+from xirang.model import ModelShape, keep_stage, parallelize_blocks
 from xirang.specs import SplitPlanBase
 from xirang_gpt.config import GPTConfig
 
@@ -51,11 +51,9 @@ class GPTParallelize(SplitPlanBase):
     def split_stage(
         self, model: nn.Module, stage: int, stages: int, bounds: tuple[int, int] | None = None
     ) -> tuple[int, int]:
-        """Keep only this stage's contiguous share of layers: ``bounds`` (an uneven split,
-        ``parallel.stage_layers``) or the balanced one; the first stage keeps the embeddings,
-        the last the final norm and head. Returns the kept layer range."""
-        layers = self.layers(model)
-        kept = keep_layers(layers, *bounds) if bounds else keep_stage_layers(layers, stage, stages)
+        """This stage's layers (:func:`xirang.model.keep_stage`); the first stage keeps the
+        embeddings, the last the final norm and head. Returns the kept layer range."""
+        kept = keep_stage(self.layers(model), stage, stages, bounds)
         if stage > 0:
             model.pos_emb = model.drop = None
             if stage < stages - 1:

@@ -12,7 +12,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from xirang import ConfigError
-from xirang.model import ModelShape, keep_layers, keep_stage_layers, parallelize_blocks
+from xirang.model import ModelShape, keep_stage, parallelize_blocks
 from xirang.specs import SplitPlanBase
 from xirang_llama.config import LlamaConfig
 
@@ -128,11 +128,9 @@ class LlamaParallelize(SplitPlanBase):
     def split_stage(
         self, model: nn.Module, stage: int, stages: int, bounds: tuple[int, int] | None = None
     ) -> tuple[int, int]:
-        """Keep only this stage's contiguous share of layers: ``bounds`` (an uneven split,
-        ``parallel.stage_layers``) or the balanced one; the first stage keeps the embeddings,
-        the last the final norm and head. Returns the kept layer range."""
-        layers = self.layers(model)
-        kept = keep_layers(layers, *bounds) if bounds else keep_stage_layers(layers, stage, stages)
+        """This stage's layers (:func:`xirang.model.keep_stage`); the first stage keeps the
+        embeddings, the last the final norm and head. Returns the kept layer range."""
+        kept = keep_stage(self.layers(model), stage, stages, bounds)
         model.vocab_parallel = stages == 1
         if stage > 0 and not (stage == stages - 1 and model.cfg.tie_embeddings):
             # a tied last stage keeps the embedding module as the owner of the weight it

@@ -7,7 +7,7 @@ in CONTRIBUTING.md). Importing this module imports torch.
 
 from xirang.model.layers import keep_stage_layers, parallelize_blocks
 from xirang.model.sampling import sample
-from xirang.model.stages import keep_layers
+from xirang.model.stages import keep_layers, keep_stage
 from xirang_core.data import document_mask
 from xirang_core.parallel.plan import ModelShape
 from xirang_core.train.init import init_parameters
@@ -17,6 +17,7 @@ __all__ = [
     "document_mask",
     "init_parameters",
     "keep_layers",
+    "keep_stage",
     "keep_stage_layers",
     "parallelize_blocks",
     "sample",

@@ -17,3 +17,14 @@ def keep_layers(layers: MutableMapping[str, Any], lo: int, hi: int) -> tuple[int
     for name in names[:lo] + names[hi:]:
         del layers[name]
     return lo, hi
+
+
+def keep_stage(
+    layers: Any, stage: int, stages: int, bounds: tuple[int, int] | None = None
+) -> tuple[int, int]:
+    """Keep only ``stage``'s contiguous share of ``layers``: the given ``bounds`` (an uneven
+    split, ``parallel.stage_layers``) or the balanced split. Returns the kept layer range; a
+    family's ``split_stage`` then drops the embeddings, norm and head its stage does not run."""
+    from xirang.model.layers import keep_stage_layers
+
+    return keep_layers(layers, *bounds) if bounds else keep_stage_layers(layers, stage, stages)
