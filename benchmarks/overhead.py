@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from xirang_core import tracking
+from xirang.tracking import events as tracking
 from xirang_core.faults import RunGuard
 from xirang_core.plugins import get_registry
 from xirang_core.run import compose_config

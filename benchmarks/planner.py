@@ -11,9 +11,9 @@ measurement. Side by side: a model-states-only estimate (what DeepSpeed's ZeRO e
 report) against the same measurements.
 
 Memory is measured twice: ``meas`` is tensor accounting of the categories the predictor models
-(states, saved activations, gathered parameters: xirang_core.parallel.meter), ``real`` the
+(states, saved activations, gathered parameters: xirang.planning.meter), ``real`` the
 worker's real peak over its baseline (the process's peak resident set on a CPU, the allocator's
-``max_memory_allocated`` on an accelerator: xirang_core.parallel.memory_peak), which also holds what
+``max_memory_allocated`` on an accelerator: xirang.planning.memory_peak), which also holds what
 the accounting cannot see: allocator overhead, temporaries, communication buffers, the autograd
 graph. A plan that fails to run is reported with its error and counted, not dropped.
 
@@ -69,12 +69,12 @@ def main() -> None:
     from xirang_planner.planner import rank_plans
     from xirang_planner.runtime_memory import cached_runtime
 
+    from xirang.planning.smoke import run_plans
     from xirang_core.config import compose as compose_config
     from xirang_core.parallel.cluster import local_cluster
     from xirang_core.parallel.plan import MICRO_BATCHES, ParallelPlan
+    from xirang_core.parallel.resolve import model_shape
     from xirang_core.plugins import get_registry
-    from xirang_core.train.resolve_parallel import model_shape
-    from xirang_core.train.smoke import run_plans
 
     torch.set_num_threads(1)
     registry = get_registry()

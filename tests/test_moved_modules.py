@@ -31,6 +31,9 @@ import pytest
         ("xirang_core.storage.cache", "xirang.storage.cache"),
         ("xirang_core.train.sample", "xirang.model.sampling"),
         ("xirang_core.train.balance_settings", "xirang.balance"),
+        ("xirang_core.tracking.session", "xirang.tracking.session"),
+        ("xirang_core.parallel.smoke", "xirang.planning.smoke"),
+        ("xirang_core.devices.calibration", "xirang.devices.calibration"),
     ],
 )
 def test_an_old_module_name_warns_and_is_the_new_module(old: str, new: str) -> None:
@@ -80,6 +83,18 @@ def test_a_renamed_cluster_class_still_imports_by_its_old_name_warned(
     assert old is getattr(imported, new)
     with pytest.raises(AttributeError, match="has no attribute 'Clusters'"):
         _ = imported.Clusters
+
+
+def test_a_tracker_plugin_written_against_the_kernel_still_binds_its_hooks() -> None:
+    """Tracker plugins once took ``run_event_hooks`` from ``xirang_core.tracking``; it is the
+    SDK's (``xirang.tracking``) now, and the old place hands it out, warned."""
+    import xirang_core.tracking as old
+    from xirang.tracking import run_event_hooks
+
+    with pytest.warns(DeprecationWarning, match="xirang_core.tracking.run_event_hooks moved"):
+        assert old.run_event_hooks is run_event_hooks
+    with pytest.raises(AttributeError):
+        _ = old.no_such_name
 
 
 def test_a_name_that_never_existed_is_still_an_import_error() -> None:

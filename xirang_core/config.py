@@ -335,7 +335,8 @@ def _check_plugin_group(group: str, kind: str, values: Any, registry: Registry) 
         raise ConfigError(f"{group}: choose an option with {group}=<name>; valid: {valid}")
     name = values["name"]
     if name == AUTO and group == "parallel":  # the planner's name and the smoke run
-        return check_auto(values, registry.names("planner"), _check_schema)
+        measures = bool(registry.hook.xirang_measure_plans.get_hookimpls())
+        return check_auto(values, registry.names("planner"), _check_schema, measures)
     if name == AUTO and group in AUTO_GROUPS:
         return values
     spec = registry.spec(kind, name)
@@ -607,7 +608,7 @@ def _check_strategy(data: dict[str, Any], registry: Registry) -> None:
     trainer, name, (nproc, named) = data["trainer"], data["parallel"]["name"], run_workers(data)
     check_nodes(trainer, data["scheduler"]["name"])
     if name == AUTO:
-        return  # the planner picks a plan for nproc workers (xirang_core.train.resolve_parallel)
+        return  # the planner picks a plan for nproc workers (xirang_core.parallel.resolve)
     spec = registry.spec("parallel", name)
     schema = spec.load_schema()
     if schema is not None:  # what the strategy's settings cannot say alone (model family, ...)

@@ -116,7 +116,7 @@ def xirang_lr_schedules() -> list[LRScheduleSpec]:
 def xirang_trackers() -> list[TrackerSpec]:
     """Experiment trackers (``tracker=[<name>,...]``, several at once), each a
     :class:`~xirang_core.specs.Tracker` class. The plugin also implements the run-event hooks
-    below and hands them to :mod:`xirang_core.tracking`, which runs the tracker on the main
+    below and hands them to :mod:`xirang.tracking`, which runs the tracker on the main
     worker, off the training thread, and keeps a failing one from stopping the run."""
 
 
@@ -128,6 +128,16 @@ def xirang_commands() -> list[CommandSpec]:
 @hookspec
 def xirang_planners() -> list[PlannerSpec]:
     """Planners ``parallel=auto`` can ask for a plan (``parallel.planner=<name>``)."""
+
+
+@hookspec(firstresult=True)
+def xirang_measure_plans(config: Any, plans: Any, steps: int) -> Any:
+    """Seconds per step of each of ``plans`` (a list of
+    :class:`~xirang_core.parallel.plan.ParallelPlan`), trained ``steps`` steps on the run's
+    own workers and device type; None when this plugin does not measure. ``parallel=auto
+    parallel.smoke=true`` takes the fastest of the planner's top plans by these figures, whichever
+    planner ranked them. The built-in planner plugin answers with real worker processes
+    (:func:`xirang.planning.run_plans`)."""
 
 
 @hookspec

@@ -68,11 +68,12 @@ MOVED.update(
 
 # what a pretrained folder says (shape, tokenizer, weights) is read below the training loop,
 # beside the checkpoints, so config and data can ask it without importing train/
+MOVED["xirang_core.tracking.session"] = "xirang.tracking.session"
 MOVED["xirang_core.train.pretrained"] = "xirang_core.checkpoint.pretrained"
 # modules named for what they hold: two peaks (memory, FLOP/s), the wrappers' measured costs,
 # the runtime's memory
 MOVED |= {
-    "xirang_core.parallel.peak": "xirang_core.parallel.memory_peak",
+    "xirang_core.parallel.peak": "xirang.planning.memory_peak",
     "xirang_core.train.peak": "xirang_core.train.flops_peak",
     "xirang_core.parallel.wrappers": "xirang_planner.wrapper_costs",
     "xirang_core.parallel.runtime": "xirang_planner.runtime_memory",
@@ -108,9 +109,11 @@ MOVED |= {
     "xirang_core.parallel.runtime_memory": "xirang_planner.runtime_memory",
     "xirang_core.parallel.wrapper_costs": "xirang_planner.wrapper_costs",
     "xirang_core.parallel.together": "xirang_planner.together",
-    # parallel=auto's smoke run trains plans, so it and the resolution that calls it sit in train/
-    "xirang_core.parallel.smoke": "xirang_core.train.smoke",
-    "xirang_core.parallel.resolve": "xirang_core.train.resolve_parallel",
+    # the smoke run that trains plans a few steps (with its memory meters) is the planning SDK's;
+    # parallel.smoke=true reaches it through the hook xirang_measure_plans
+    "xirang_core.parallel.smoke": "xirang.planning.smoke",
+    "xirang_core.parallel.meter": "xirang.planning.meter",
+    "xirang_core.parallel.memory_peak": "xirang.planning.memory_peak",
     "xirang_core.train.balance_settings": "xirang.balance",
 }
 

@@ -20,13 +20,13 @@ from xirang_core.data.tokenizer import resolve_tokenizer
 from xirang_core.devices.choice import collective_for, pick_device
 from xirang_core.devices.cores import available_cores, default_threads
 from xirang_core.errors import ConfigError
+from xirang_core.parallel.resolve import resolve_parallel
 from xirang_core.plugins import Registry, get_registry
 from xirang_core.specs import DeviceBackend, JobSpec
 from xirang_core.sweep.prune import join_trial
 from xirang_core.train import report, resume, torchrun, worker
 from xirang_core.train.flops_peak import concurrent_workers, device_peak
 from xirang_core.train.profile import print_top_operators
-from xirang_core.train.resolve_parallel import resolve_parallel
 from xirang_core.train.runconfig import write_config
 
 log = logging.getLogger("xirang.devices")

@@ -3,6 +3,8 @@ plan``, which shows its ranking: predicted memory and step time of every valid s
 model's shape and this host's measured devices or a described cluster. Registered through the
 same hooks a third-party planner uses."""
 
+from typing import Any
+
 from xirang import conf_folder, hookimpl
 from xirang.specs import CommandSpec, PlannerSpec
 
@@ -16,6 +18,15 @@ def xirang_planners() -> list[PlannerSpec]:
             description="predicts memory and step time of every split; the fastest that fits",
         )
     ]
+
+
+@hookimpl
+def xirang_measure_plans(config: dict[str, Any], plans: list[Any], steps: int) -> list[float]:
+    """``parallel.smoke=true``: each plan trained ``steps`` steps by fresh workers of the run's
+    device type, its median step time."""
+    from xirang.planning import run_plans
+
+    return [m.step_s for m in run_plans(config, plans, steps)]
 
 
 @hookimpl

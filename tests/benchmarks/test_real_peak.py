@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from xirang_core.parallel.memory_peak import RealPeak, _resettable
+from xirang.planning.memory_peak import RealPeak, _resettable
 
 
 @pytest.mark.skipif(not _resettable(), reason="the kernel does not let this process reset VmHWM")

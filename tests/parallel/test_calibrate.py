@@ -11,8 +11,8 @@ from xirang_planner.timing import predict_time
 
 from xirang_core.parallel.cluster import local_cluster
 from xirang_core.parallel.plan import ParallelPlan
+from xirang_core.parallel.resolve import model_shape
 from xirang_core.plugins import get_registry
-from xirang_core.train.resolve_parallel import model_shape
 
 
 @pytest.mark.slow

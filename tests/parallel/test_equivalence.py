@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from xirang.planning.smoke import run_plans
 from xirang_core.parallel.plan import ParallelPlan
-from xirang_core.train.smoke import run_plans
 
 STEPS = 10
 TOLERANCE = 1e-4

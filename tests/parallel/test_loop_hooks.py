@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import torch
 
+from xirang.planning.smoke import SyntheticBatches
 from xirang_core.plugins import get_registry
 from xirang_core.specs import StepRunner, StrategyBase, WorkerContext
 from xirang_core.train.loop import LoopSettings, Trainer
-from xirang_core.train.smoke import SyntheticBatches
 
 
 def _one_step(config: dict[str, Any], model: torch.nn.Module, runner: StepRunner) -> None:

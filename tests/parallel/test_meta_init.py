@@ -12,11 +12,11 @@ from xirang_gpt.model import GPT, GPTConfig
 from xirang_gpt.parallelize import GPTParallelize
 
 from tests.parallel import meta_worker
+from xirang.planning.smoke import plan_config
 from xirang_core.comm.launch import run_group
 from xirang_core.config import compose
 from xirang_core.parallel.plan import ParallelPlan
 from xirang_core.train.init import materialize
-from xirang_core.train.smoke import plan_config
 
 #: the family and tokenizer these settings are for (the embedded default is a Llama on BPE)
 GPT_BYTES = ("model=gpt_tiny", "tokenizer=bytes")

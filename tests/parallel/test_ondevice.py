@@ -37,7 +37,7 @@ def _on_cuda(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_smoke_runs_use_the_runs_device_and_collective(tiny_config, launches) -> None:
-    from xirang_core.train.smoke import run_plans
+    from xirang.planning.smoke import run_plans
 
     with pytest.raises(Launched):
         run_plans(_on_cuda(tiny_config), [ParallelPlan(dp=2, micro_batch=2)], 2)
@@ -59,8 +59,8 @@ def test_the_host_probe_uses_the_runs_device_and_collective(tiny_config, launche
 def test_a_smoke_rank_trains_on_the_device_its_backend_gives(tiny_config, monkeypatch) -> None:
     from xirang_cpu.backend import CpuBackend
 
+    from xirang.planning.smoke import _measure_plans, plan_config
     from xirang_core.parallel.ondevice import RunDevice
-    from xirang_core.train.smoke import _measure_plans, plan_config
 
     asked = []
 

@@ -19,8 +19,8 @@ from xirang_planner.runtime_memory import (
     with_runtime,
 )
 
+from xirang.planning.memory_peak import RealPeak, _resettable
 from xirang_core.parallel.cluster import ClusterShape
-from xirang_core.parallel.memory_peak import RealPeak, _resettable
 from xirang_core.parallel.plan import ModelShape, ParallelPlan, PlanError
 
 SHAPE = ModelShape(layers=4, hidden=256, heads=4, vocab=1024, seq_len=128, params=3_400_000)
@@ -115,9 +115,9 @@ def test_predicted_memory_meets_the_real_peak_of_a_plan_the_calibration_never_ra
     """Calibrated on one-layer trivial runs; held to a 2-layer ZeRO-3 plan's real peak."""
     from xirang_planner.runtime_memory import probe_plans
 
+    from xirang.planning.smoke import run_plans
+    from xirang_core.parallel.resolve import model_shape
     from xirang_core.plugins import get_registry
-    from xirang_core.train.resolve_parallel import model_shape
-    from xirang_core.train.smoke import run_plans
 
     runtime = cached_runtime(tiny_config, 2)
     shape = model_shape(tiny_config, get_registry())

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from tests.parallel.conftest import TINY
+from xirang.planning.smoke import Measurement, run_plans
 from xirang_core.config import compose
 from xirang_core.errors import ConfigError
 from xirang_core.parallel.plan import ParallelPlan
-from xirang_core.train.smoke import Measurement, run_plans
 
 #: four layers, so two stages can hold 2+2, 1+3 or 3+1
 FOUR_LAYERS = [*TINY, "model.n_layer=4"]

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from xirang.tracking.session import TrackerSession
 from xirang_core.specs import Tracker
-from xirang_core.tracking.session import TrackerSession
 
 
 class Recorder:

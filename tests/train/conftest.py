@@ -12,13 +12,13 @@ import torch
 import torch.distributed as dist
 
 from tests.parallel.conftest import TINY
+from xirang.planning.smoke import SyntheticBatches
 from xirang_core.config import compose
 from xirang_core.plugins import get_registry
 from xirang_core.run import resolve_runtime
 from xirang_core.specs import WorkerContext
 from xirang_core.train.loop import LoopSettings, Trainer
 from xirang_core.train.optim import build_optimizer
-from xirang_core.train.smoke import SyntheticBatches
 from xirang_core.train.worker import Assembly, assemble, open_worker
 
 

@@ -135,8 +135,8 @@ def test_bf16_ends_within_2_percent_of_fp32_and_saves_fp32_weights(
 
 @pytest.mark.slow
 def test_bf16_under_fsdp2_and_ddp_trains_like_fp32_in_one_process(tiny: dict[str, Any]) -> None:
+    from xirang.planning.smoke import run_plans
     from xirang_core.parallel.plan import ParallelPlan
-    from xirang_core.train.smoke import run_plans
 
     (reference,) = run_plans(tiny, [ParallelPlan(micro_batch=4)], 6)
     bf16 = {**tiny, "trainer": {**tiny["trainer"], "precision": "bf16"}}

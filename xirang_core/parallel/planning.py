@@ -2,8 +2,9 @@
 
 The kernel knows the run's config, its model's shape and the machines it runs on; a planner
 (the ``planner`` plugin kind, ``parallel.planner=<name>``) turns them into the plans that can
-run, best first. The kernel takes the first, or with ``parallel.smoke=true`` runs the top few
-for a few steps and takes the measured fastest, whichever planner ranked them.
+run, best first. The kernel takes the first, or with ``parallel.smoke=true`` has the top few
+measured for a few steps (the hook ``xirang_measure_plans``) and takes the fastest, whichever
+planner ranked them.
 """
 
 from __future__ import annotations
@@ -59,9 +60,11 @@ def check_auto(
     values: dict[str, Any],
     planners: list[str],
     check_schema: Callable[[str, Any, type], dict[str, Any]],
+    measures: bool = True,
 ) -> dict[str, Any]:
     """``parallel=auto``'s settings, typed; an unknown planner is named with the installed ones
-    (the run would otherwise fail only after the workers' config was written)."""
+    (the run would otherwise fail only after the workers' config was written), and
+    ``parallel.smoke=true`` needs a plugin that ``measures`` plans (``xirang_measure_plans``)."""
     settings = check_schema(
         "parallel", {k: v for k, v in values.items() if k != "name"}, AutoConfig
     )
@@ -74,5 +77,10 @@ def check_auto(
         raise ConfigError(
             f"parallel.smoke_top={settings['smoke_top']}, parallel.smoke_steps="
             f"{settings['smoke_steps']}: both must be at least 1"
+        )
+    if settings["smoke"] and not measures:
+        raise ConfigError(
+            "parallel.smoke=true: no installed plugin measures plans (the built-in planner "
+            "plugin xirang_planner does); reinstall xirang or set parallel.smoke=false"
         )
     return {"name": values["name"], **settings}

@@ -422,7 +422,7 @@ class Tracker(Protocol):
 
     The class named by a :class:`TrackerSpec`'s ``target`` is built with its option's settings
     (``tracker.<name>`` without ``name``, checked against the spec's ``schema``).
-    :mod:`xirang_core.tracking` calls it from one background thread, so a slow tracker never
+    :mod:`xirang.tracking` calls it from one background thread, so a slow tracker never
     holds a training step: ``start`` once per worker process (again after a restart), ``log``
     for each logged step it has not seen before, ``finish`` at the end. An exception from any
     of them disables the tracker for the rest of the run with one warning; training goes on.

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
+from xirang.planning.smoke import plan_config, run_configs
 from xirang_core.errors import ConfigError
 from xirang_core.parallel.plan import ParallelPlan
 from xirang_core.plugins import get_registry
-from xirang_core.train.smoke import plan_config, run_configs
 
 pytest.importorskip("accelerate")  # a dev dependency: present in CI
 

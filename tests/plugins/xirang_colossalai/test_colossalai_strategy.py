@@ -80,9 +80,9 @@ def test_plan_maps_to_booster_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _train(rank: int, world: int, parallel: dict[str, Any], device: str) -> list[float]:
     """Two steps of the tiny GPT through the loop with the Colossal-AI strategy."""
+    from xirang.planning.smoke import SyntheticBatches
     from xirang_core.config import compose as compose_config
     from xirang_core.train.loop import LoopSettings, Trainer
-    from xirang_core.train.smoke import SyntheticBatches
 
     config = compose_config(
         [

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from xirang.planning.smoke import run_plans
 from xirang_core.parallel.plan import ParallelPlan
-from xirang_core.train.smoke import run_plans
 
 pytestmark = pytest.mark.slow
 

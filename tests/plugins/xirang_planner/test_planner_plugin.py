@@ -24,8 +24,8 @@ from xirang.planning import (
 from xirang.specs import PlannerSpec
 from xirang_core.config import compose
 from xirang_core.errors import ConfigError
+from xirang_core.parallel.resolve import resolve_parallel
 from xirang_core.plugins import build_registry
-from xirang_core.train.resolve_parallel import resolve_parallel
 
 TINY = [
     "model=gpt_tiny",
@@ -126,6 +126,52 @@ def test_a_bad_smoke_setting_is_refused_before_launch(registry) -> None:
         compose([*TINY, "parallel=auto", "parallel.smoke_top=0"], registry)
     with pytest.raises(ConfigError, match=r"^parallel\.smoke_top: .*'many'"):
         compose([*TINY, "parallel=auto", "parallel.smoke_top=many"], registry)
+
+
+class Timings:
+    """A measuring plugin of another distribution: seconds per step it read for each plan
+    (here the planner's last candidate is the fastest), and the plans it was asked about."""
+
+    asked: ClassVar[list[list[ParallelPlan]]] = []
+
+    @staticmethod
+    @hookimpl
+    def xirang_measure_plans(plans: list[ParallelPlan], steps: int) -> list[float]:
+        Timings.asked.append(list(plans))
+        return [float(len(plans) - i) for i in range(len(plans))]
+
+
+def _without_built_in_planner(extra: list[Any]) -> Any:
+    points = [p for p in metadata.entry_points(group="xirang") if p.name != "planner"]
+    return build_registry([*points, *extra])
+
+
+def test_smoke_takes_the_fastest_of_the_planners_top_plans_as_measured(
+    registry: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``parallel.smoke=true`` hands the planner's top ``smoke_top`` plans to the plugin that
+    measures (``xirang_measure_plans``) and trains the fastest, not the planner's first."""
+    module = types.ModuleType("xirang_timings")
+    module.xirang_measure_plans = Timings.xirang_measure_plans  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setattr(Timings, "asked", [])
+    planner = EntryPoint("pipeline_first", "xirang_pipeline_first")  # the fixture's module
+    timings = _without_built_in_planner([planner, EntryPoint("timings", module.__name__)])
+    overrides = ["parallel.planner=pipeline_first", "parallel.smoke=true", "parallel.smoke_top=3"]
+    config = compose([*TINY, "parallel=auto", *overrides], timings)
+    resolve_parallel(config, timings)
+    [asked] = Timings.asked
+    assert len(asked) == 3 and asked[0].pp == 2  # the planner's ranking, pipelines first
+    assert config["parallel"] == asked[-1].settings() != asked[0].settings()
+
+
+def test_smoke_without_a_plugin_that_measures_is_refused_at_compose(registry: Any) -> None:
+    planner = EntryPoint("pipeline_first", "xirang_pipeline_first")  # the fixture's module
+    bare = _without_built_in_planner([planner])
+    with pytest.raises(ConfigError, match=r"parallel\.smoke=true: no installed plugin measures"):
+        compose(
+            [*TINY, "parallel=auto", "parallel.planner=pipeline_first", "parallel.smoke=true"], bare
+        )
 
 
 def test_the_planner_modules_keep_their_old_names_for_a_release() -> None:

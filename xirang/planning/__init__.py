@@ -11,6 +11,7 @@ not import torch.
 
 from xirang.comm.cost_model import Link, fit_link, ring_time
 from xirang.devices.calibration import cache_path as calibration_path
+from xirang.planning.smoke import plan_config, run_configs, run_plans
 from xirang_core.comm.launch import run_group
 from xirang_core.config import compose
 from xirang_core.devices.cores import available_cores
@@ -30,9 +31,8 @@ from xirang_core.parallel.plan import (
     stage_layers_problem,
 )
 from xirang_core.parallel.planning import PlanChoice, Planner
+from xirang_core.parallel.resolve import model_shape
 from xirang_core.terminal import help_text
-from xirang_core.train.resolve_parallel import model_shape
-from xirang_core.train.smoke import plan_config, run_configs, run_plans
 
 __all__ = [
     "MICRO_BATCHES",

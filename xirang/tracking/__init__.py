@@ -5,6 +5,6 @@ The names in ``__all__`` are the stable surface for tracker plugins. Importing t
 not import torch.
 """
 
-from xirang_core.tracking import flatten, run_event_hooks
+from xirang.tracking.events import flatten, run_event_hooks
 
 __all__ = ["flatten", "run_event_hooks"]

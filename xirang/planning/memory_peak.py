@@ -1,7 +1,7 @@
 """The real peak memory of a worker over a baseline, as the operating system or the device's
 allocator sees it.
 
-:mod:`xirang_core.parallel.meter` counts the tensors of the categories the predictor models;
+:mod:`xirang.planning.meter` counts the tensors of the categories the predictor models;
 this counts everything else too: allocator overhead and caching, temporaries, communication
 buffers, the autograd graph. On a CPU the figure is the process's peak resident set (Linux
 ``VmHWM``, reset through ``/proc/self/clear_refs`` at the baseline) less its resident set at the

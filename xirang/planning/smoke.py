@@ -33,7 +33,7 @@ class Measurement:
     activation_bytes: int
     gathered_bytes: int
     shares: dict[str, float] = field(default_factory=dict)
-    #: the worst worker's real peak over its baseline (xirang_core.parallel.memory_peak): everything
+    #: the worst worker's real peak over its baseline (xirang.planning.memory_peak): everything
     #: the tensor accounting above leaves out included; 0 where the platform cannot tell
     real_peak_bytes: int = 0
 
@@ -150,9 +150,9 @@ def _train_and_measure(
 ) -> dict[str, Any]:
     import torch.distributed as dist
 
+    from xirang.planning.memory_peak import RealPeak
+    from xirang.planning.meter import SavedTensorMeter, state_bytes
     from xirang_core.devices.synchronize import synchronizer
-    from xirang_core.parallel.memory_peak import RealPeak
-    from xirang_core.parallel.meter import SavedTensorMeter, state_bytes
     from xirang_core.plugins import get_registry
     from xirang_core.specs import WorkerContext
     from xirang_core.train.init import materialize

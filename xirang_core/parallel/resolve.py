@@ -115,8 +115,7 @@ def choose_plan(config: dict[str, Any], registry: Registry) -> ParallelPlan:
     choice = planner.choose(config, shape, cluster)
     if not auto.get("smoke"):
         return choice.plan
-    from xirang_core.train.smoke import run_plans
-
     top = list(choice.ranking[: auto.get("smoke_top", 3)])
-    measured = run_plans(config, top, auto.get("smoke_steps", 3))
-    return min(zip(top, measured, strict=True), key=lambda pm: pm[1].step_s)[0]
+    steps = auto.get("smoke_steps", 3)
+    measured = registry.hook.xirang_measure_plans(config=config, plans=top, steps=steps)
+    return min(zip(top, measured, strict=True), key=lambda pm: pm[1])[0]
