@@ -9,7 +9,7 @@ package_dir.update({name: f"plugins/{name}" for name in plugin_packages if "." n
 
 setup(
     packages=[
-        *find_packages(include=["xirang", "xirang_core", "xirang_core.*"]),
+        *find_packages(include=["xirang", "xirang.*", "xirang_core", "xirang_core.*"]),
         *find_packages(include=["xirang_service", "xirang_service.*"]),
         "xirang_conf",
         *plugin_packages,

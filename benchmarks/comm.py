@@ -28,7 +28,7 @@ import warnings
 
 from xirang_comm.scaling import TrainSettings, train
 
-from xirang_core.comm.launch import run_group
+from xirang.comm.launch import run_group
 
 WORKERS = int(os.environ.get("XIRANG_BENCH_WORKERS", "4"))
 GPT_TINY = {"n_layer": 4, "n_head": 4, "n_embd": 128, "max_seq_len": 64, "vocab_size": 256}

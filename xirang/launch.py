@@ -11,7 +11,7 @@ from xirang.balance import balance_placement
 from xirang.balance import check as check_balance
 from xirang_core.checkpoint.events import read_events, record_event, recovery_note
 from xirang_core.config import run_workers
-from xirang_core.devices.cgroup import CPU_CGROUP, own_cgroup, set_cpu_quota
+from xirang_core.devices.cgroup import CPU_CGROUP, own_cgroup, set_cpu_quota, worker_quota
 from xirang_core.devices.cgroup import PREFIX as CPU_CGROUP_PREFIX
 from xirang_core.parallel.plan import workers_problem
 from xirang_core.train import report, resume
@@ -37,6 +37,7 @@ __all__ = [
     "run_workers",
     "set_cpu_quota",
     "stop_on",
+    "worker_quota",
     "workers_problem",
     "write_config",
 ]

@@ -69,7 +69,7 @@ def xirang_comm_sync_window(ctx: Any, config: Any) -> Any:
     """The sync window of this worker's job, or None: a pool scheduler assigns slots so that
     large jobs sharing links do not run their full gradient exchange at the same moment.
 
-    Returns a :class:`xirang_core.comm.sync_window.SyncWindow`; the first answer wins over the
+    Returns a :class:`xirang.comm.sync_window.SyncWindow`; the first answer wins over the
     window the run's ``comm`` config sets."""
 
 
@@ -186,6 +186,14 @@ def xirang_should_prune(ctx: Any, step: int, metrics: dict[str, float]) -> bool 
     True to end the run cleanly at this step (its summary says ``pruned_at``), None otherwise.
 
     Called only in a trial (``sweep.trial`` set) and only at evaluation steps."""
+
+
+@hookspec(firstresult=True)
+def xirang_fault_injector(config: Any, run_dir: str, rank: int) -> Any:
+    """The faults a drill injects into this worker, when the run's config has a ``drill``
+    section (``xirang drill``, ``+drill={kill:[[3,1]]}``): a
+    :class:`~xirang_core.specs.FaultInjector`, or None. The built-in checkpoint tools
+    (``xirang_ckpt``) answer it."""
 
 
 @hookspec

@@ -19,7 +19,6 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-_COMM = ("backends", "clock", "cost_model", "counting", "groups", "overlap", "serial")
 _STORAGE = ("cache", "local_s3", "locate", "retry")
 
 #: old package prefix -> new package prefix
@@ -57,9 +56,11 @@ MOVED |= {
 MOVED.update(
     {
         "xirang_core.checkpoint.cli": "xirang_ckpt.cli",
+        "xirang_core.commands.devices": "xirang_inventory.command",
         "xirang_core.checkpoint.export": "xirang_ckpt.export",
         "xirang_core.checkpoint.interop": "xirang_ckpt.interop",
         "xirang_core.faults.drill": "xirang_ckpt.drill",
+        "xirang_core.faults.inject": "xirang_ckpt.inject",
         "xirang_core.comm.bench": "xirang_comm.bench",
         "xirang_core.comm.bench_report": "xirang_comm.bench_report",
         "xirang_core.comm.scaling": "xirang_comm.scaling",
@@ -98,7 +99,7 @@ MOVED |= {
 
 # helpers only plugins use left the kernel for the SDK: comm plugins' pieces, the storage
 # helpers of tier and dataset plugins, the families' sampling and stage layers, balance settings
-MOVED |= {f"xirang_core.comm.{n}": f"xirang.comm.{n}" for n in _COMM}
+MOVED["xirang_core.comm"] = "xirang.comm"  # every comm piece: no kernel module uses one
 MOVED |= {f"xirang_core.storage.{n}": f"xirang.storage.{n}" for n in _STORAGE}
 MOVED |= {
     "xirang_core.train.sample": "xirang.model.sampling",
@@ -114,6 +115,8 @@ MOVED |= {
     "xirang_core.parallel.smoke": "xirang.planning.smoke",
     "xirang_core.parallel.meter": "xirang.planning.meter",
     "xirang_core.parallel.memory_peak": "xirang.planning.memory_peak",
+    "xirang_core.parallel.ondevice": "xirang.planning.ondevice",
+    "xirang_core.devices.synchronize": "xirang.devices.synchronize",
     "xirang_core.train.balance_settings": "xirang.balance",
 }
 

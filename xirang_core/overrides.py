@@ -48,7 +48,7 @@ def check_keys(args: list[str], groups: dict[str, set[str]], registry: Registry)
 
 
 #: sections xirang's own tools add to a run and users never type: ``xirang drill``'s injected
-#: faults (``+drill={...}``, read by xirang_core/faults)
+#: faults (``+drill={...}``, read by the plugin answering ``xirang_fault_injector``)
 INTERNAL_SECTIONS = ("drill",)
 
 

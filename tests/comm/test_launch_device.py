@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from xirang_core.comm import launch
+from xirang.comm import launch
 
 
 def _answer(rank: int, world: int) -> int:

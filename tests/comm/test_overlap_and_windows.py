@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from xirang.comm.groups import partition_ranks
 from xirang.comm.overlap import split_busy_time
-from xirang_core.comm.sync_window import SyncWindow
+from xirang.comm.sync_window import SyncWindow
 from xirang_core.errors import ConfigError
 
 interval = st.tuples(st.floats(0, 100), st.floats(0, 50)).map(lambda t: [t[0], t[0] + t[1]])

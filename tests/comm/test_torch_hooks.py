@@ -11,7 +11,7 @@ from torch.distributed.algorithms.ddp_comm_hooks.post_localSGD_hook import post_
 from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import powerSGD_hook
 from torch_hook_workers import all_options
 
-from xirang_core.comm.launch import run_group
+from xirang.comm.launch import run_group
 from xirang_core.errors import ConfigError
 from xirang_core.plugins import get_registry
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from xirang_inventory import command as devices
 
 from xirang.devices.replay import ReplayRunner
-from xirang_core.commands import devices
 
 CUDA_FIXTURES = Path(__file__).parents[1] / "plugins" / "xirang_cuda" / "fixtures"
 

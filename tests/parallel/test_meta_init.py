@@ -12,8 +12,8 @@ from xirang_gpt.model import GPT, GPTConfig
 from xirang_gpt.parallelize import GPTParallelize
 
 from tests.parallel import meta_worker
+from xirang.comm.launch import run_group
 from xirang.planning.smoke import plan_config
-from xirang_core.comm.launch import run_group
 from xirang_core.config import compose
 from xirang_core.parallel.plan import ParallelPlan
 from xirang_core.train.init import materialize

@@ -19,7 +19,7 @@ class Launched(Exception):
 @pytest.fixture
 def launches(monkeypatch) -> list[dict[str, Any]]:
     """Calls of ``run_group`` (the spawning of ranks), recorded instead of made."""
-    import xirang_core.comm.launch as launch
+    import xirang.comm.launch as launch
 
     seen: list[dict[str, Any]] = []
 
@@ -59,8 +59,8 @@ def test_the_host_probe_uses_the_runs_device_and_collective(tiny_config, launche
 def test_a_smoke_rank_trains_on_the_device_its_backend_gives(tiny_config, monkeypatch) -> None:
     from xirang_cpu.backend import CpuBackend
 
+    from xirang.planning.ondevice import RunDevice
     from xirang.planning.smoke import _measure_plans, plan_config
-    from xirang_core.parallel.ondevice import RunDevice
 
     asked = []
 

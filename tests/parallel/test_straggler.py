@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from xirang_ckpt.inject import slowdowns
 
 from tests.conftest import ONE_LAYER_GPT
 from xirang_core.checkpoint.events import read_events
 from xirang_core.devices.cgroup import CPU_CGROUP
 from xirang_core.errors import ConfigError
-from xirang_core.faults.inject import slowdowns
 
 #: eight one-row micro-batches a step over two workers, one thread each, shares every 2 steps
 RUN = (

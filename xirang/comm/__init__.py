@@ -17,10 +17,10 @@ from xirang.comm.cost_model import OPS, ClusterDescription, Link, bus_bandwidth,
 if TYPE_CHECKING:  # at run time through __getattr__ below, so that torch loads only then
     from xirang.comm.counting import Collectives, CountedGroup, WireLedger
     from xirang.comm.groups import Hierarchy, build_hierarchy, link_key
+    from xirang.comm.launch import run_group
     from xirang.comm.overlap import OverlapMeter
     from xirang.comm.serial import SerialLane
-    from xirang_core.comm.launch import run_group
-    from xirang_core.comm.sync_window import SyncWindow
+    from xirang.comm.sync_window import SyncWindow
 
 __all__ = [
     "OPS",
@@ -52,8 +52,8 @@ _LAZY = {
     "link_key": "xirang.comm.groups",
     "OverlapMeter": "xirang.comm.overlap",
     "SerialLane": "xirang.comm.serial",
-    "run_group": "xirang_core.comm.launch",
-    "SyncWindow": "xirang_core.comm.sync_window",
+    "run_group": "xirang.comm.launch",
+    "SyncWindow": "xirang.comm.sync_window",
 }
 
 

@@ -29,6 +29,7 @@ from xirang.devices.reading import (
 from xirang.devices.replay import ReplayRunner
 from xirang.devices.tools import ToolOutput, ToolRunner, import_optional, kernel_log, run_tool
 from xirang.devices.visible import VENDOR_INDEX, VisibleDevices, everything
+from xirang_core.devices.datasheet import datasheet
 
 __all__ = [
     "DRAIN",
@@ -54,6 +55,7 @@ __all__ = [
     "cached_calibration",
     "caveat",
     "compat",
+    "datasheet",
     "everything",
     "import_optional",
     "kernel_log",

@@ -17,8 +17,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from xirang.devices.synchronize import DeviceLike, synchronizer
 from xirang_core.devices.cores import busy_warning, host_load
-from xirang_core.devices.synchronize import DeviceLike, synchronizer
 from xirang_core.paths import replace_text, xirang_home
 from xirang_core.specs import Calibration
 

@@ -10,15 +10,15 @@ not import torch.
 """
 
 from xirang.comm.cost_model import Link, fit_link, ring_time
+from xirang.comm.launch import run_group
 from xirang.devices.calibration import cache_path as calibration_path
+from xirang.devices.synchronize import synchronizer
+from xirang.planning.ondevice import RunDevice, run_device
 from xirang.planning.smoke import plan_config, run_configs, run_plans
-from xirang_core.comm.launch import run_group
 from xirang_core.config import compose
 from xirang_core.devices.cores import available_cores
-from xirang_core.devices.synchronize import synchronizer
 from xirang_core.moved import renamed
 from xirang_core.parallel.cluster import ClusterShape, local_cluster
-from xirang_core.parallel.ondevice import RunDevice, run_device
 from xirang_core.parallel.plan import (
     MICRO_BATCHES,
     ModelShape,

@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from xirang_core.parallel.ondevice import RunDevice
+from xirang.planning.ondevice import RunDevice
 from xirang_core.parallel.plan import ParallelPlan
 
 #: steps not timed: the first step builds buffers, the pipeline infers shapes
@@ -93,8 +93,8 @@ def run_configs(
 ) -> list[list[dict[str, Any]]]:
     """Per rank, the measurements of each run config (any ``parallel`` section, e.g. a plugin's
     strategy) trained in turn by ``world`` fresh workers."""
-    from xirang_core.comm.launch import run_group
-    from xirang_core.parallel.ondevice import run_device
+    from xirang.comm.launch import run_group
+    from xirang.planning.ondevice import run_device
 
     where = run_device(configs[0])  # every plan of one smoke run trains on the run's device
     return run_group(
@@ -150,9 +150,9 @@ def _train_and_measure(
 ) -> dict[str, Any]:
     import torch.distributed as dist
 
+    from xirang.devices.synchronize import synchronizer
     from xirang.planning.memory_peak import RealPeak
     from xirang.planning.meter import SavedTensorMeter, state_bytes
-    from xirang_core.devices.synchronize import synchronizer
     from xirang_core.plugins import get_registry
     from xirang_core.specs import WorkerContext
     from xirang_core.train.init import materialize

@@ -12,9 +12,4 @@ def xirang_commands() -> list[CommandSpec]:
             target="xirang_core.commands.plugins:main",
             description="list plugins, what they register, and what is available here",
         ),
-        CommandSpec(
-            name="devices",
-            target="xirang_core.commands.devices:main",
-            description="inventory, topology, health and calibration of this machine's devices",
-        ),
     ]

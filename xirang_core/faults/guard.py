@@ -10,9 +10,10 @@ from xirang_core.checkpoint.config import CheckpointConfig
 from xirang_core.checkpoint.events import recovery_note
 from xirang_core.checkpoint.manager import CheckpointManager
 from xirang_core.checkpoint.snapshot import SaveResult
+from xirang_core.errors import ConfigError
 from xirang_core.faults.health import check_device, drain_reason, local_device
 from xirang_core.faults.heartbeat import Heartbeat
-from xirang_core.faults.inject import FaultInjector
+from xirang_core.specs import FaultInjector
 
 if TYPE_CHECKING:  # the worker builds the parts and opens the guard over them
     from xirang_core.train.worker import Assembly
@@ -42,8 +43,7 @@ class RunGuard:
         device = registry.create("device", config["device"]) if registry is not None else None
         if device is not None:
             check_device(device, ctx)
-        drill = config.get("drill") or {}
-        injector = FaultInjector(drill, ctx.run_dir, ctx.rank) if drill else None
+        injector = _injector(config, ctx, registry)
         manager = CheckpointManager.from_config(
             config,
             ctx,
@@ -56,8 +56,6 @@ class RunGuard:
         )
         if parts.balancer is not None:  # adaptive shares resume too
             manager.stateful["balance"] = parts.balancer
-        if injector is not None:
-            injector.corrupt_latest = lambda: corrupt_newest(manager)
         settings = CheckpointConfig(**(config.get("checkpoint") or {}))
         heartbeat = Heartbeat(ctx.run_dir, ctx.rank, settings.heartbeat_s, settings.hang_timeout_s)
         guard = cls(manager, heartbeat.start(), injector, device)
@@ -71,7 +69,7 @@ class RunGuard:
         if self.device is not None and self.manager.last_saved == step:
             self._check_device(step)
         if self.injector is not None:
-            self.injector.on_step_end(step)
+            self.injector.on_step_end(step, lambda: corrupt_newest(self.manager))
 
     def _check_device(self, step: int) -> None:
         """At each checkpoint, ask the device's probe again; a device to drain stops this
@@ -107,6 +105,22 @@ class RunGuard:
             return self.manager.finish(step)
         finally:
             self.heartbeat.stop()
+
+
+def _injector(config: dict[str, Any], ctx: Any, registry: Any) -> FaultInjector | None:
+    """A drill's faults for this worker, from the plugin that injects them; a ``drill``
+    section no installed plugin reads is an error rather than a drill that never fires."""
+    if not config.get("drill") or registry is None:
+        return None
+    injector = registry.hook.xirang_fault_injector(
+        config=config, run_dir=ctx.run_dir, rank=ctx.rank
+    )
+    if injector is None:
+        raise ConfigError(
+            "drill: no installed plugin injects faults (the built-in xirang_ckpt does); "
+            "reinstall xirang or drop the drill section"
+        )
+    return injector
 
 
 def corrupt_newest(manager: CheckpointManager) -> int | None:

@@ -487,6 +487,23 @@ class Command(Protocol):
     def __call__(self, argv: list[str]) -> int: ...
 
 
+@runtime_checkable
+class FaultInjector(Protocol):
+    """Faults a drill injects into one worker (``xirang drill``'s ``+drill={...}`` section),
+    from the hook ``xirang_fault_injector``. The worker's guard calls it at every step's end and
+    asks it before each checkpoint save; each fault fires once per run, whatever the restarts."""
+
+    def on_step_end(self, step: int, corrupt_latest: Callable[[], int | None]) -> None:
+        """Fire the faults due at ``step`` (kill, slow down, or ``corrupt_latest()``: damage
+        the newest checkpoint and return its step)."""
+        ...
+
+    def fail_hook(self, step: int) -> Callable[[int], None] | None:
+        """For the save at ``step``: a callable (given each new chunk's index) that raises to
+        break the save, or None to let it through."""
+        ...
+
+
 class Observer(Protocol):
     """A plugin that watches runs implements some of these hooks (module-level functions
     marked ``@hookimpl``); none is required. Which process calls which:

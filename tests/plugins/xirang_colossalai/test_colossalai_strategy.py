@@ -111,7 +111,7 @@ def _train(rank: int, world: int, parallel: dict[str, Any], device: str) -> list
 
 @needs_colossal
 def test_torch_ddp_trains_on_cpu_workers() -> None:
-    from xirang_core.comm.launch import run_group
+    from xirang.comm.launch import run_group
 
     losses = run_group(_train, 2, {"name": "colossalai", "plugin": "torch_ddp"}, "cpu")
     assert all(loss > 0 for rank in losses for loss in rank)
@@ -128,7 +128,7 @@ def test_torch_ddp_trains_on_cpu_workers() -> None:
     ],
 )
 def test_gpu_plugins_train_through_the_booster(parallel: dict[str, Any]) -> None:
-    from xirang_core.comm.launch import run_group
+    from xirang.comm.launch import run_group
 
     [losses] = run_group(_train, 1, {"name": "colossalai", **parallel}, "cuda", backend="nccl")
     assert all(loss > 0 for loss in losses)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from comm_workers import compare_options, periodic_many
 
-from xirang_core.comm.launch import run_group
+from xirang.comm.launch import run_group
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 

@@ -13,7 +13,7 @@ import pytest
 from comm_workers import train_many
 from xirang_comm.scaling import TrainSettings
 
-from xirang_core.comm.launch import run_group
+from xirang.comm.launch import run_group
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::FutureWarning")]
 

@@ -12,7 +12,7 @@ import torch
 from split_workers import SEED, split_steps, started_weights, whole_step
 from xirang_llama.model import Llama, LlamaConfig
 
-from xirang_core.comm.launch import run_group
+from xirang.comm.launch import run_group
 from xirang_core.parallel.plan import ParallelPlan
 from xirang_core.train.init import full_parameter, model_name
 

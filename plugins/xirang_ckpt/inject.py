@@ -23,9 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from xirang_core.checkpoint.events import record_event
-from xirang_core.devices.cgroup import own_cgroup, set_cpu_quota, worker_quota
-from xirang_core.errors import ConfigError
+from xirang import ConfigError
+from xirang.launch import own_cgroup, record_event, set_cpu_quota, worker_quota
 
 DRILL_DIR = "drill"
 
@@ -40,11 +39,9 @@ class FaultInjector:
         drill: dict[str, Any],
         run_dir: str,
         rank: int,
-        corrupt_latest: Callable[[], int | None] | None = None,
     ) -> None:
         self.kills = {(int(s), int(r)) for s, r in drill.get("kill", [])}
         self.corrupts = {int(s) for s in drill.get("corrupt", [])}
-        self.corrupt_latest = corrupt_latest
         self.fail_saves = {int(s) for s in drill.get("fail_save", [])}
         down = drill.get("storage_down") or []
         self.down = range(int(down[0]), int(down[1]) + 1) if down else range(0)
@@ -65,11 +62,11 @@ class FaultInjector:
             return False
         return True
 
-    def on_step_end(self, step: int) -> None:
+    def on_step_end(self, step: int, corrupt_latest: Callable[[], int | None]) -> None:
         if (step, self.rank) in self.kills and self._once(f"kill-{step}-{self.rank}"):
             self._kill(step)
         if step in self.corrupts and self.rank == 0 and self._once(f"corrupt-{step}"):
-            damaged = self.corrupt_latest() if self.corrupt_latest else None
+            damaged = corrupt_latest()
             record_event(self.run_dir, "corrupt", step=step, checkpoint=damaged)
             self._kill(step)
         if step in self.slows and self._once(f"slow-{step}-{self.rank}"):

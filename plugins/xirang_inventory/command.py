@@ -7,9 +7,8 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from xirang_core.devices.datasheet import datasheet
-from xirang_core.plugins import get_registry
-from xirang_core.terminal import help_text
+from xirang import get_registry, help_text
+from xirang.devices import datasheet
 
 
 def main(argv: list[str]) -> int:
