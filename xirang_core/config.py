@@ -28,6 +28,7 @@ from xirang_core.overrides import check_keys, did_you_mean
 from xirang_core.parallel.plan import degrees_on
 from xirang_core.parallel.planning import check_auto
 from xirang_core.plugins import Registry, disabled_provider
+from xirang_core.specs.kinds import AUTO
 from xirang_core.sweep.objective import SweepConfig, check_sweep
 from xirang_core.tracking.config import check_trackers
 
@@ -43,8 +44,6 @@ PLUGIN_GROUPS: dict[str, str] = {
     "schedule": "schedule",
     "data": "dataset",
 }
-#: group options resolved by the core rather than a plugin
-AUTO = "auto"
 #: groups that accept ``auto`` (parallel=auto: the planner picks the plan before launch)
 AUTO_GROUPS = ("device", "comm", "parallel")
 
@@ -230,7 +229,7 @@ def check_options(args: list[str], registry: Registry) -> None:
 
 def check_keys_of(args: list[str], registry: Registry) -> None:
     """Reject keys and groups that do not exist (this composes the config's groups)."""
-    check_keys(args, group_options(registry), registry)
+    check_keys(args, group_options(registry), registry, has_schema, register_with_hydra)
 
 
 def default_choices() -> list[tuple[str, str]]:
@@ -625,3 +624,19 @@ def _check_strategy(data: dict[str, Any], registry: Registry) -> None:
 
 def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else text
+
+
+def has_schema(section: str, tree: dict[str, Any], registry: Registry) -> bool:
+    """Whether the section's settings are checked by a schema once composed (so a new key is
+    either read or refused there); Hydra's own section is Hydra's to check."""
+    values = tree.get(section) or {}
+    if section == "hydra" or section in CORE_SCHEMAS:
+        return True
+    kind, name = (
+        ("model", values.get("family"))
+        if section == "model"
+        else (PLUGIN_GROUPS.get(section), values.get("name"))
+    )
+    if kind is None or name not in registry.names(kind):
+        return False
+    return bool(registry.spec(kind, name).schema)

@@ -11,7 +11,7 @@ nothing would read them.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from xirang_core.errors import ConfigError
@@ -34,17 +34,29 @@ def _close(word: str, choices: Iterable[str]) -> list[str]:
     return difflib.get_close_matches(word, sorted(set(choices)), n=3, cutoff=0.6)
 
 
-def check_keys(args: list[str], groups: dict[str, set[str]], registry: Registry) -> None:
-    """Refuse an override whose key or group does not exist in the composed config."""
+#: whether a section's settings are checked by a schema once composed: (section, tree, registry)
+HasSchema = Callable[[str, dict[str, Any], Registry], bool]
+
+
+def check_keys(
+    args: list[str],
+    groups: dict[str, set[str]],
+    registry: Registry,
+    has_schema: HasSchema,
+    register: Callable[[Registry], None],
+) -> None:
+    """Refuse an override whose key or group does not exist in the composed config. The config
+    module hands in what it owns: ``has_schema`` (its schemas) and ``register`` (its Hydra
+    set-up), so this module, which it imports, never imports it back."""
     overrides = [o for o in _parse(args) if not _is_internal(o)]
     keyed = [o for o in overrides if not _is_group(o.key_or_group, groups)]
     if not keyed:
         return  # nothing to look up: no second composition
-    tree = _compose_tree([o for o in overrides if o not in keyed], registry)
+    tree = _compose_tree([o for o in overrides if o not in keyed], registry, register)
     if tree is None:
         return  # the groups themselves do not compose: Hydra's own message says why
     for override in keyed:
-        _check_key(override, tree, registry)
+        _check_key(override, tree, registry, has_schema)
 
 
 #: sections xirang's own tools add to a run and users never type: ``xirang drill``'s injected
@@ -83,7 +95,9 @@ def _is_group(key: str, groups: dict[str, set[str]]) -> bool:
     return key in groups or "/" in key  # e.g. hydra/launcher=submitit_slurm
 
 
-def _compose_tree(group_overrides: list[Any], registry: Registry) -> dict[str, Any] | None:
+def _compose_tree(
+    group_overrides: list[Any], registry: Registry, register: Callable[[Registry], None]
+) -> dict[str, Any] | None:
     """The config's keys (Hydra's own included) with the command line's groups chosen."""
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
@@ -91,9 +105,7 @@ def _compose_tree(group_overrides: list[Any], registry: Registry) -> dict[str, A
     from hydra.initialize import get_gh_backup, restore_gh_from_backup
     from omegaconf import OmegaConf
 
-    from xirang_core.config import register_with_hydra
-
-    register_with_hydra(registry)
+    register(registry)
     chosen = [f"{o.get_key_element()}={_first_value(o)}" for o in group_overrides]
     running = get_gh_backup()  # a Hydra app composing a smoke run keeps its own state
     GlobalHydra.instance().clear()
@@ -114,7 +126,9 @@ def _first_value(override: Any) -> str:
     return override.value()
 
 
-def _check_key(override: Any, tree: dict[str, Any], registry: Registry) -> None:
+def _check_key(
+    override: Any, tree: dict[str, Any], registry: Registry, has_schema: HasSchema
+) -> None:
     """Walk the key's path; the first part that is missing is the error."""
     parts = override.key_or_group.split(".")
     node: Any = tree
@@ -126,7 +140,7 @@ def _check_key(override: Any, tree: dict[str, Any], registry: Registry) -> None:
             node = node[part]
             continue
         if last and depth > 0 and (override.is_add() or override.is_force_add()):
-            if _has_schema(parts[0], tree, registry):
+            if has_schema(parts[0], tree, registry):
                 return  # a new setting of a known section: its schema accepts it or names keys
             raise ConfigError(_unread(override, parts[: depth + 1], node, tree))
         if parts[0] == "parallel" and part.startswith("balance"):
@@ -139,24 +153,6 @@ def _check_key(override: Any, tree: dict[str, Any], registry: Registry) -> None:
     if override.is_add():
         key = override.key_or_group
         raise ConfigError(f"+{key}: {key} is already set; override it with {key}=<value>")
-
-
-def _has_schema(section: str, tree: dict[str, Any], registry: Registry) -> bool:
-    """Whether the section's settings are checked by a schema once composed (so a new key is
-    either read or refused there); Hydra's own section is Hydra's to check."""
-    from xirang_core.config import CORE_SCHEMAS, PLUGIN_GROUPS
-
-    values = tree.get(section) or {}
-    if section == "hydra" or section in CORE_SCHEMAS:
-        return True
-    kind, name = (
-        ("model", values.get("family"))
-        if section == "model"
-        else (PLUGIN_GROUPS.get(section), values.get("name"))
-    )
-    if kind is None or name not in registry.names(kind):
-        return False
-    return bool(registry.spec(kind, name).schema)
 
 
 def _unread(override: Any, path: list[str], siblings: dict[str, Any], tree: dict[str, Any]) -> str:

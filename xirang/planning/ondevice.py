@@ -29,9 +29,9 @@ class RunDevice:
 def run_device(config: dict[str, Any]) -> RunDevice:
     """The device and collective backend a run of ``config`` trains on (``device=auto``
     resolved as the run resolves it)."""
-    from xirang_core.config import AUTO
     from xirang_core.devices.choice import collective_for, pick_device
     from xirang_core.plugins import get_registry
+    from xirang_core.specs.kinds import AUTO
 
     registry = get_registry()
     device = dict(config["device"])

@@ -7,10 +7,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from xirang_core.config import AUTO
 from xirang_core.errors import ConfigError
 from xirang_core.plugins import Registry
 from xirang_core.specs import DeviceBackend
+from xirang_core.specs.kinds import AUTO
 
 log = logging.getLogger("xirang.devices")
 

@@ -199,6 +199,9 @@ class PolicySpec(ImplSpec):
     kind: ClassVar[str] = "policy"
 
 
+#: the option that asks xirang to choose (``device=auto``, ``comm=auto``, ``parallel=auto``)
+AUTO = "auto"
+
 SPEC_KINDS: tuple[type[ImplSpec], ...] = (
     DeviceBackendSpec,
     StrategySpec,
