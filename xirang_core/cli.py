@@ -18,7 +18,9 @@ from collections.abc import Callable
 from typing import Any
 
 from xirang_core.devices.cores import omp_defaults
-from xirang_core.errors import XirangError
+from xirang_core.errors import ConfigError, XirangError
+from xirang_core.plugins import get_registry
+from xirang_core.sweep.objective import objective_value
 from xirang_core.terminal import help_text, report_error
 
 __all__ = ["help_text", "main", "report_error"]  # help_text: the tools' name for it, too
@@ -68,9 +70,6 @@ def _looks_like_command(word: str) -> bool:
 
 
 def _run_command(name: str, argv: list[str]) -> int:
-    from xirang_core.errors import ConfigError
-    from xirang_core.plugins import get_registry
-
     registry = get_registry()
     if name not in registry.names("command"):
         raise ConfigError(
@@ -81,8 +80,6 @@ def _run_command(name: str, argv: list[str]) -> int:
 
 
 def _list_commands() -> int:
-    from xirang_core.plugins import get_registry
-
     registry = get_registry()
     width = shutil.get_terminal_size().columns  # COLUMNS, the terminal's, else 80
     for name in registry.names("command"):
@@ -98,8 +95,8 @@ def _list_commands() -> int:
 
 
 def _train(args: list[str]) -> int:
-    from xirang_core.config import check_overrides, register_with_hydra
-    from xirang_core.plugins import get_registry
+    # Hydra and the training stack load only for a run: `xirang plugins` must start fast
+    from xirang_core.config import check_options, check_overrides, register_with_hydra
     from xirang_core.train import torchrun
 
     found = torchrun.world()
@@ -110,8 +107,6 @@ def _train(args: list[str]) -> int:
         args = torchrun.adopt(args, found)
     registry = get_registry()
     if _plain_run(args):
-        from xirang_core.config import check_options
-
         check_options(args, registry)
         register_with_hydra(registry)
         if _run_composed_once(args, registry):
@@ -186,12 +181,11 @@ def _task(registry: Any) -> Callable[[Any], float]:
     def run(cfg: Any) -> float:
         """The config is checked (once) before the run's modules load torch and the data
         stack, so a bad one is refused without paying for them."""
-        from xirang_core.config import validate
-        from xirang_core.sweep.objective import objective_value
+        from xirang_core.config import validate  # Hydra's: only once a run is asked for
 
         try:
             config = validate(cfg, registry)
-            from xirang_core.run import launch
+            from xirang_core.run import launch  # torch: only for a config that passed
 
             return objective_value(launch(cfg, config), cfg.sweep)
         except XirangError as exc:  # inside Hydra: report plainly instead of its traceback

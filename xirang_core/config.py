@@ -13,6 +13,7 @@ import importlib
 import re
 import secrets
 import sys
+import textwrap
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, cast
 
@@ -21,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from xirang_core.checkpoint.config import CheckpointConfig, check_checkpoint
+from xirang_core.checkpoint.pretrained import check_pretrained, folder_tokenizer, names_tokenizer
 from xirang_core.data import document_mask
 from xirang_core.data.tokenizer import settle_vocab
 from xirang_core.errors import ConfigError
@@ -128,7 +130,6 @@ def register_with_hydra(registry: Registry) -> None:
 def _config_groups(width: int = 80) -> str:
     """``--help``'s config groups and their options, wrapped to ``width`` columns (Hydra's own
     ``$APP_CONFIG_GROUPS`` puts each group on one line, 99 wide for the model zoo)."""
-    import textwrap
 
     from hydra.core.global_hydra import GlobalHydra
 
@@ -366,8 +367,6 @@ def _check_model(values: Any, registry: Registry) -> dict[str, Any]:
 def _take_folder_tokenizer(data: dict[str, Any], registry: Registry, overrides: list[str]) -> None:
     """``model.pretrained=<dir>`` with a tokenizer.json: the run reads its data with that
     tokenizer unless the command line names one."""
-    from xirang_core.checkpoint.pretrained import folder_tokenizer
-
     tokenizer = folder_tokenizer(data["model"], overrides)
     if tokenizer is not None:
         data["tokenizer"] = _check_plugin_group("tokenizer", "tokenizer", tokenizer, registry)
@@ -376,8 +375,6 @@ def _take_folder_tokenizer(data: dict[str, Any], registry: Registry, overrides: 
 def _take_family_tokenizer(data: dict[str, Any], registry: Registry, overrides: list[str]) -> None:
     """A family written for one tokenizer (:attr:`ModelSpec.tokenizer`) reads its data with
     that tokenizer unless the command line names one."""
-    from xirang_core.checkpoint.pretrained import names_tokenizer
-
     wanted = registry.spec("model", data["model"]["family"]).tokenizer
     if not wanted or data["tokenizer"]["name"] == wanted:
         return
@@ -392,8 +389,6 @@ def _check_pretrained(model: dict[str, Any], registry: Registry, given: set[str]
     changed any setting."""
     if not model.get("pretrained"):
         return False
-    from xirang_core.checkpoint.pretrained import check_pretrained
-
     settings = {k: v for k, v in model.items() if k not in ("family", "name")}
     checked = check_pretrained(registry.spec("model", model["family"]), settings, given)
     changed = any(model.get(k) != v for k, v in checked.items())

@@ -25,6 +25,7 @@ from xirang_core.plugins import Registry, get_registry
 from xirang_core.specs import DeviceBackend, JobSpec
 from xirang_core.sweep.prune import join_trial
 from xirang_core.train import report, resume, torchrun, worker
+from xirang_core.train.compile import compiler_problem
 from xirang_core.train.flops_peak import concurrent_workers, device_peak
 from xirang_core.train.profile import print_top_operators
 from xirang_core.train.runconfig import write_config
@@ -168,7 +169,6 @@ def resolve_runtime(config: dict[str, Any], registry: Registry) -> dict[str, Any
 def check_trainer_support(config: dict[str, Any], backend: DeviceBackend) -> None:
     """``trainer.precision`` and ``trainer.compile`` against what the device and the plan can
     do, in the launching process: a ConfigError before any worker starts."""
-    from xirang_core.train.compile import compiler_problem
 
     trainer, device = config["trainer"], config["device"]["name"]
     dtype = PRECISIONS[trainer["precision"]]

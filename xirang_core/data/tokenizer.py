@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from xirang_core.checkpoint.pretrained import tokenizer_fix
 from xirang_core.data.interface import Dataset, open_dataset
 from xirang_core.errors import ConfigError, DataError
 from xirang_core.plugins import Registry, get_registry
@@ -39,8 +40,6 @@ def check_vocab(config: dict[str, Any], vocab: int) -> None:
     if size == 0:
         model["vocab_size"] = vocab
     elif size < vocab and model.get("pretrained"):  # the weights fix the vocabulary
-        from xirang_core.checkpoint.pretrained import tokenizer_fix
-
         raise ConfigError(
             f"tokenizer={name} has {vocab} ids, more than the {size} rows of the weights in "
             f"model.pretrained={model['pretrained']}: they were trained with another "

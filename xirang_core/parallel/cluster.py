@@ -4,10 +4,13 @@ MI300X, ...)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
+from xirang_core.devices.choice import pick_device
 from xirang_core.moved import renamed
+from xirang_core.plugins import get_registry
 
 
 @dataclass(frozen=True)
@@ -48,10 +51,6 @@ def local_cluster(workers: int, registry: Any = None, device: str = "auto") -> C
     CPU workers share the host's cores and memory: each gets ``cores / workers`` of the
     calibrated rate and ``memory / workers`` of the memory; accelerators count one per worker.
     """
-    import os
-
-    from xirang_core.devices.choice import pick_device
-    from xirang_core.plugins import get_registry
 
     registry = registry or get_registry()
     name = pick_device(registry) if device == "auto" else device

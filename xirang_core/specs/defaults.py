@@ -8,6 +8,7 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from xirang_core.errors import ConfigError
 from xirang_core.specs.records import StepRunner
 
 if TYPE_CHECKING:
@@ -117,7 +118,6 @@ class HFInteropBase:
     """Defaults of :class:`HFInterop`'s optional members; a family's mapping inherits them."""
 
     def save_adapter(self, settings: dict[str, Any], state: dict[str, Any], out: Any) -> int:
-        from xirang_core.errors import ConfigError
 
         raise ConfigError(
             "--format peft: this model family trains no adapters; use --format hf for its weights"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import shutil
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -46,7 +47,6 @@ class ImplSpec:
 
     def missing_tools(self) -> list[str]:
         """The programs it runs that are not on PATH."""
-        import shutil
 
         return [tool for tool in self.tools if shutil.which(tool) is None]
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from xirang_core.sweep.objective import check_trial
+
 
 def in_trial(config: dict[str, Any] | None) -> bool:
     """Whether this run is a trial a pruner may stop (``sweep.trial`` is set)."""
@@ -40,8 +42,6 @@ def join_trial(config: dict[str, Any], hydra_cfg: Any) -> None:
     if not in_trial(config):
         return
     from omegaconf import OmegaConf
-
-    from xirang_core.sweep.objective import check_trial
 
     sweeper = hydra_cfg.sweeper
     check_trial(config, sweeper)

@@ -22,12 +22,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from xirang_core.plugins import get_registry
+
 
 def compile_model(model: nn.Module, config: dict[str, Any]) -> None:
     """Compile ``model``'s blocks in place when the run asks for it; otherwise nothing."""
     if not config["trainer"].get("compile", False):
         return
-    from xirang_core.plugins import get_registry
 
     spec = get_registry().spec("model", config["model"]["family"])
     if not spec.parallelize:

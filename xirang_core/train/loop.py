@@ -30,6 +30,7 @@ from xirang_core.data.prefetch import StepBatches, prefetched
 from xirang_core.data.tokens import TokenBatches
 from xirang_core.errors import ConfigError, XirangError
 from xirang_core.hookcall import notify
+from xirang_core.parallel.grads import clip_grad_norm
 from xirang_core.specs import StepRunner, WorkerContext
 from xirang_core.sweep.prune import pruned_here
 from xirang_core.train.balance import Balancer, Unwatched
@@ -298,8 +299,6 @@ class Trainer:
         if owned is not None:
             return owned(max_norm)
         if self.ctx.mesh is not None:
-            from xirang_core.parallel.grads import clip_grad_norm
-
             return clip_grad_norm(self.params, max_norm, self.ctx.mesh)
         grads = [p.grad for p in self.params if p.grad is not None]
         if math.isinf(max_norm):
