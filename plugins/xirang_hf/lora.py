@@ -17,31 +17,15 @@ from typing import Any
 import torch
 from torch import nn
 
-#: the strategies LoRA runs under: the wrapped model's module names no longer match the split
-#: plans of the sharding strategies
-STRATEGIES = ("single", "ddp")
-
-
-def lora_config(settings: dict[str, Any]) -> Any:
-    """peft's ``LoraConfig`` for the run's ``model`` settings."""
-    from peft import LoraConfig
-
-    targets = list(settings["lora_targets"]) or None  # None: peft's default for the model type
-    return LoraConfig(
-        r=settings["lora_rank"],
-        lora_alpha=settings["lora_alpha"],
-        lora_dropout=settings["lora_dropout"],
-        target_modules=targets,
-        bias="none",
-        task_type="CAUSAL_LM",
-    )
+from xirang.lora import check_targets as check_targets_of
+from xirang.lora import lora_config
 
 
 def attach(model: nn.Module, settings: dict[str, Any]) -> nn.Module:
     """``model`` (a transformers causal LM) with LoRA adapters; its own weights frozen."""
     from peft import get_peft_model
 
-    return get_peft_model(model, lora_config(settings))
+    return get_peft_model(model, lora_config(settings))  # no targets: peft's for the model
 
 
 def merged(settings: dict[str, Any], state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -74,17 +58,9 @@ def _wrapped(settings: dict[str, Any], state: dict[str, torch.Tensor]) -> Any:
 
 
 def check_targets(settings: dict[str, Any], model: nn.Module, where: str) -> None:
-    """The named targets must be linear layers of ``model`` (by the last part of their name,
-    as peft matches them); an error names the ones it has."""
-    from xirang import ConfigError
-
-    linear = sorted({n.rpartition(".")[2] for n, m in model.named_modules() if _linear(m)})
-    missing = [t for t in settings["lora_targets"] if t not in linear]
-    if missing:
-        raise ConfigError(
-            f"model.lora_targets: {', '.join(missing)} is not a linear layer of {where}; "
-            f"its linear layers are {', '.join(linear)}"
-        )
+    """The named targets must be linear layers of ``model`` (GPT-2's ``Conv1D`` among them)."""
+    linear = {n.rpartition(".")[2] for n, m in model.named_modules() if _linear(m)}
+    check_targets_of(settings["lora_targets"], sorted(linear), where)
 
 
 def _linear(module: nn.Module) -> bool:

@@ -2,47 +2,28 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from xirang import ConfigError
+from xirang.lora import LoraSettings, check_run, check_settings
 
 
 @dataclass
-class HFSettings:
+class HFSettings(LoraSettings):
     """``config``: a local directory with config.json, or the file ("" = ``pretrained``'s).
     ``pretrained``: a local directory with config.json and safetensors weights ("" = none).
     ``max_seq_len`` / ``vocab_size``: 0 takes the config's value, anything else overrides it.
-    ``lora_rank``: LoRA adapters of that rank over the frozen pretrained weights (0: off; see
-    :mod:`xirang_hf.lora`), scaled by ``lora_alpha / lora_rank``, on the linear layers named by
-    ``lora_targets`` (none: peft's choice for the architecture)."""
+    ``lora_*``: LoRA adapters (:class:`xirang.lora.LoraSettings`; :mod:`xirang_hf.lora`), on
+    peft's choice of layers for the architecture when ``lora_targets`` names none."""
 
     config: str = ""
     pretrained: str = ""
     max_seq_len: int = 0
     vocab_size: int = 0
-    lora_rank: int = 0
-    lora_alpha: float = 16.0
-    lora_dropout: float = 0.0
-    lora_targets: list[str] = field(default_factory=list)
 
-    @staticmethod
-    def check_run(config: dict[str, Any]) -> None:
-        """LoRA runs under ``parallel=single`` or ``ddp`` (and needs peft installed)."""
-        from xirang_hf.lora import STRATEGIES
-
-        if not config["model"].get("lora_rank"):
-            return
-        strategy = config["parallel"]["name"]
-        if strategy not in STRATEGIES:
-            raise ConfigError(
-                f"model.lora_rank with parallel={strategy}: LoRA runs under "
-                f"parallel={' or parallel='.join(STRATEGIES)}"
-            )
-        try:
-            import peft  # noqa: F401
-        except ImportError:
-            raise ConfigError("model.lora_rank needs peft: pip install 'xirang[lora]'") from None
+    #: LoRA runs under parallel=single or ddp, with peft installed
+    check_run = staticmethod(check_run)
 
     @staticmethod
     def resolve(settings: dict[str, Any]) -> dict[str, Any]:
@@ -54,7 +35,7 @@ class HFSettings:
 
         from xirang_hf.source import config_path, first_line, load_config
 
-        _check_lora(settings)
+        check_settings(settings)
         path = config_path(settings)
         config = load_config(settings)
         try:
@@ -81,18 +62,3 @@ class HFSettings:
             "max_seq_len": int(positions),
             "vocab_size": int(config.vocab_size),
         }
-
-
-def _check_lora(settings: dict[str, Any]) -> None:
-    """``model.lora_*`` in range, and LoRA only over pretrained weights."""
-    rank, alpha, dropout = settings["lora_rank"], settings["lora_alpha"], settings["lora_dropout"]
-    if rank < 0 or alpha <= 0 or not 0 <= dropout < 1:
-        raise ConfigError(
-            f"model.lora_rank={rank}, lora_alpha={alpha}, lora_dropout={dropout}: the rank is "
-            "0 (off) or more, alpha above 0 and the dropout in [0, 1)"
-        )
-    if rank and not settings["pretrained"]:
-        raise ConfigError(
-            "model.lora_rank: LoRA trains adapters over pretrained weights; set "
-            "model.pretrained=<folder with config.json and *.safetensors>"
-        )

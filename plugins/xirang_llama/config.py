@@ -7,10 +7,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xirang import ConfigError
+from xirang.lora import LoraSettings, check_run, check_settings, check_targets
+
+#: the linear layers of a Llama, by the last part of their names (LoRA targets)
+LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
+#: LoRA's targets when ``model.lora_targets`` names none: peft's own for a Llama
+LORA_TARGETS = ["q_proj", "v_proj"]
 
 
 @dataclass
-class LlamaConfig:
+class LlamaConfig(LoraSettings):
+    """A Llama's shape and where its weights start; ``lora_*``: LoRA adapters over the
+    pretrained weights (:class:`xirang.lora.LoraSettings`; q and v projections unless
+    ``lora_targets`` names others)."""
+
     dim: int = 128
     n_layers: int = 4
     n_heads: int = 4
@@ -60,6 +70,9 @@ class LlamaConfig:
         if min(self.dim, self.ffn_dim, self.max_seq_len) < 1 or self.n_layers < 0:
             raise ValueError("dim, ffn_dim and max_seq_len must be >= 1, n_layers >= 0")
 
+    #: LoRA runs under parallel=single or ddp, with peft installed
+    check_run = staticmethod(check_run)
+
     @staticmethod
     def resolve(settings: dict[str, Any]) -> dict[str, Any]:
         """The composed ``model`` section, refused here rather than in a worker."""
@@ -67,6 +80,8 @@ class LlamaConfig:
             LlamaConfig(**settings).check_shape()
         except ValueError as exc:
             raise ConfigError(f"model.{exc}") from None
+        check_settings(settings)
+        check_targets(list(settings["lora_targets"]), list(LINEAR), "the Llama")
         return settings
 
 

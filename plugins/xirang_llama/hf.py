@@ -6,14 +6,15 @@ its rotate-half RoPE, so the mapping renames and never permutes rows.
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import asdict, fields
 from typing import Any
 
 import torch
 
 from xirang import ConfigError
+from xirang.lora import merge_injected, save_injected
 from xirang.specs import HFInteropBase
-from xirang_llama.config import LLAMA3_SCALING, LlamaConfig
+from xirang_llama.config import LLAMA3_SCALING, LORA_TARGETS, LlamaConfig
 
 #: (xirang setting, Hugging Face key) pairs that carry the same value
 _SAME = (
@@ -41,8 +42,9 @@ class LlamaHF(HFInteropBase):
     ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
         """``config.json`` contents and tensors by Hugging Face name; a tied head is left out
         (``transformers`` ties it to the embedding on load)."""
-        known = {f.name for f in fields(LlamaConfig)}
-        cfg = LlamaConfig(**{k: v for k, v in settings.items() if k in known})
+        cfg = _config(settings)
+        if cfg.lora_rank:  # the adapters merged into the weights they adapt
+            state = merge_injected(lambda: _model(cfg), asdict(cfg), LORA_TARGETS, state)
         dtype = next(iter(state.values())).dtype if state else torch.float32
         config = {
             "architectures": ["LlamaForCausalLM"],
@@ -61,6 +63,16 @@ class LlamaHF(HFInteropBase):
         }
         return config, tensors
 
+    def save_adapter(self, settings: dict[str, Any], state: dict[str, Any], out: Any) -> int:
+        """A LoRA run's adapters as peft's folder for ``LlamaForCausalLM`` (the names gain its
+        ``model.`` level), which ``PeftModel.from_pretrained`` loads onto the pretrained model."""
+        cfg = _config(settings)
+        if not cfg.lora_rank:
+            raise ConfigError(
+                "--format peft: this run trained no adapters (model.lora_rank=0); use --format hf"
+            )
+        return save_injected(asdict(cfg), state, out, LORA_TARGETS, _hf_name)
+
     def from_hf(
         self, hf_config: dict[str, Any], tensors: dict[str, torch.Tensor]
     ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
@@ -78,6 +90,21 @@ class LlamaHF(HFInteropBase):
         if settings["tie_embeddings"]:
             state[_HEAD] = state["embed_tokens.weight"]
         return settings, state
+
+
+def _config(settings: dict[str, Any]) -> LlamaConfig:
+    known = {f.name for f in fields(LlamaConfig)}
+    return LlamaConfig(**{k: v for k, v in settings.items() if k in known})
+
+
+def _model(cfg: LlamaConfig) -> torch.nn.Module:
+    from xirang_llama.model import Llama  # the model's module, only for a LoRA export
+
+    return Llama(cfg)
+
+
+def _hf_name(name: str) -> str:
+    return name if name.startswith("lm_head") else _PREFIX + name
 
 
 def _check_compatible(hf_config: dict[str, Any]) -> None:

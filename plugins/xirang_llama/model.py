@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import asdict
 from typing import Any
 
 import torch
@@ -17,9 +18,10 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.nn import functional as F
 
+from xirang.lora import inject
 from xirang.model import document_mask, init_parameters, sample
 from xirang.specs import ModelBase
-from xirang_llama.config import LlamaConfig
+from xirang_llama.config import LORA_TARGETS, LlamaConfig
 
 
 def rope_tables(
@@ -61,10 +63,12 @@ def project(x: torch.Tensor, *projections: nn.Linear) -> tuple[torch.Tensor, ...
     stacked: one larger matmul runs faster than three narrow ones on the CPU (q, k, v and
     gate, up; measured: about 7% of a step of the 29M-parameter Llama in bf16, compiled),
     as torchtitan's fused ``wqkv`` does, while parameters and names stay Hugging Face's.
-    Tensor-parallel shards (DTensors, whose layout the modules' hooks convert) go through
+    Tensor-parallel shards (DTensors, whose layout the modules' hooks convert) and layers
+    with LoRA adapters (not plain ``nn.Linear``: their output adds the adapter's) go through
     the modules as they are."""
     weights = [p.weight for p in projections]
-    if any(isinstance(w, DTensor) for w in weights):
+    plain = all(type(p) is nn.Linear for p in projections)
+    if not plain or any(isinstance(w, DTensor) for w in weights):
         return tuple(p(x) for p in projections)
     return F.linear(x, torch.cat(weights)).split([w.shape[0] for w in weights], dim=-1)
 
@@ -247,6 +251,12 @@ class Llama(nn.Module, ModelBase):
         )
         init_parameters(self)
         self.init_buffers()
+
+    def after_weights(self) -> None:
+        """``model.lora_rank``: LoRA adapters into the (pretrained, now loaded) weights, which
+        freeze; the model keeps its class, so the loop, generation and export see a Llama."""
+        if self.cfg.lora_rank:
+            inject(self, asdict(self.cfg), LORA_TARGETS)
 
     @classmethod
     def from_config(cls, settings: dict) -> Llama:
