@@ -2,7 +2,8 @@
 gradient-sync options for DDP, each counted (bytes on the wire) and timed (hidden communication).
 
 Plain all-reduce over a named backend: gloo, nccl, rccl, hccl. Gradient options that follow the
-device's backend: fp16, bf16, powersgd, topk, hierarchical, localsgd, diloco.
+device's backend: fp16, bf16, powersgd, topk, hierarchical, localsgd, diloco. Across device
+types (one run over NVIDIA, AMD and CPU ranks): mixed.
 """
 
 from xirang import conf_folder, hookimpl
@@ -73,6 +74,13 @@ _OPTIONS = (
         "hierarchical:Hierarchical",
         "settings:HierarchicalSettings",
         "reduce in each link group, all-reduce across groups, broadcast back",
+        _ANY,
+    ),
+    (
+        "mixed",
+        "mixed:MixedTypes",
+        "settings:CommSettings",
+        "several device types: each type reduces with its own library, leaders over gloo",
         _ANY,
     ),
     (

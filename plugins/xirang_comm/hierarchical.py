@@ -28,12 +28,7 @@ class Hierarchical(GradientSync):
     def prepare(self, model: nn.Module, ctx: WorkerContext) -> None:
         from xirang import get_registry
 
-        if self.world_size != dist.get_world_size():
-            raise ConfigError(
-                "comm=hierarchical builds its groups over all workers, but DDP here replicates "
-                "over a sub-group of the mesh. Use comm=gloo/fp16/powersgd with this strategy."
-            )
-
+        self.refuse_sub_group()
         topology = get_registry().create("device", ctx.config["device"]).topology()
         device = local_device(ctx.local_rank)  # the device placed for this rank, not the rank
         key = link_key(topology, device, self.settings.group_size, ctx.rank)
@@ -43,6 +38,16 @@ class Hierarchical(GradientSync):
         self.intra = Collectives(self.ledger, self.hierarchy.intra, f"intra-{link}")
         self.inter = Collectives(self.ledger, self.hierarchy.inter, "inter-group")
         self.lane = SerialLane("xirang-hierarchical")
+
+    def refuse_sub_group(self) -> None:
+        """The groups span every worker: a DDP that replicates over part of a mesh cannot
+        use them."""
+        if self.world_size != dist.get_world_size():
+            raise ConfigError(
+                f"comm={self.option_name()} builds its groups over all workers, but DDP here "
+                "replicates over a sub-group of the mesh. Use comm=gloo/fp16/powersgd with "
+                "this strategy."
+            )
 
     def sync(self, bucket: dist.GradBucket) -> torch.futures.Future:
         buffer = bucket.buffer()
@@ -54,10 +59,14 @@ class Hierarchical(GradientSync):
         if self.intra.size > 1:
             self.intra.reduce(buffer, h.leader).wait()
         if h.inter is not None and self.inter.size > 1:
-            self.inter.all_reduce(buffer).wait()
+            self.across(buffer)
         if self.intra.size > 1:
             self.intra.broadcast(buffer, h.leader).wait()
         return buffer.div_(self.world_size)
+
+    def across(self, buffer: torch.Tensor) -> None:
+        """A leader's step: sum ``buffer`` in place over the leaders."""
+        self.inter.all_reduce(buffer).wait()
 
     def extra_report(self) -> dict[str, object]:
         return {"groups": self.hierarchy.groups} if hasattr(self, "hierarchy") else {}

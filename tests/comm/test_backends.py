@@ -37,7 +37,8 @@ def test_unknown_device_type_lists_the_known_ones() -> None:
 
 
 @pytest.mark.parametrize(
-    "option", ["gloo", "fp16", "bf16", "powersgd", "topk", "hierarchical", "localsgd", "diloco"]
+    "option",
+    ["gloo", "fp16", "bf16", "powersgd", "topk", "hierarchical", "mixed", "localsgd", "diloco"],
 )
 def test_every_gradient_option_opens_gloo_on_cpu(option: str) -> None:
     assert get_registry().create("comm", {"name": option}).backend_for("cpu") == "gloo"

@@ -8,7 +8,7 @@ here derive the grouping from data all ranks share, so they agree by constructio
 from __future__ import annotations
 
 import socket
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,19 +46,31 @@ class Hierarchy:
     link: str  # the name of the fast level, for reports
 
 
-def build_hierarchy(key: tuple[Any, ...], link: str) -> Hierarchy:
-    """Gather every rank's key and create the intra-group and leader process groups."""
+def build_hierarchy(
+    key: tuple[Any, ...],
+    link: str,
+    backend_of: Callable[[tuple[Any, ...]], str | None] | None = None,
+    inter_backend: str | None = None,
+) -> Hierarchy:
+    """Gather every rank's key and create the intra-group and leader process groups.
+
+    ``backend_of(key)`` names the backend of the group of ranks with that key (None: the
+    world group's), so groups of different device types can each use their own library; every
+    rank asks it about every group, since every rank creates every group. ``inter_backend`` is
+    the leaders' group's backend (None: the world group's)."""
     keys: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(keys, key)
-    groups = partition_ranks([tuple(k) for k in keys])
+    keys = [tuple(k) for k in keys]
+    groups = partition_ranks(keys)
     leaders = [ranks[0] for ranks in groups]
     rank = dist.get_rank()
     intra = inter = None
     for ranks in groups:
-        made = dist.new_group(ranks)
+        backend = backend_of(keys[ranks[0]]) if backend_of else None
+        made = dist.new_group(ranks, backend=backend)
         if rank in ranks:
             intra, leader = made, ranks[0]
-    made = dist.new_group(leaders)
+    made = dist.new_group(leaders, backend=inter_backend)
     if rank in leaders:
         inter = made
     return Hierarchy(groups, leaders, intra, inter, leader, link)

@@ -119,3 +119,78 @@ def train_many(rank: int, world: int, runs: list[Any]) -> list[dict[str, Any]]:
     from xirang_comm.scaling import train
 
     return [train(rank, world, run) for run in runs]
+
+
+def shared_batches(step: int, shares: list[int], integer: bool) -> list[torch.Tensor]:
+    """A step's micro-batches, the same on every rank whoever runs them (``M = sum(shares)``)."""
+    return [batch(100 + m, step, integer) for m in range(sum(shares))]
+
+
+def balanced_grads(
+    ddp: nn.Module, model: nn.Module, rank: int, world: int, step: int, shares: list[int], integer
+):
+    """Rank ``rank`` runs its ``shares[rank]`` micro-batches of the step, each loss scaled by
+    ``W / M`` as ``parallel.balance`` scales it (``xirang_core/train/balance.py``), the sync on
+    the last; returns the gradient applied after the exchange."""
+    micro = shared_batches(step, shares, integer)
+    start = sum(shares[:rank])
+    mine = micro[start : start + shares[rank]]
+    scale = world / len(micro)
+    for i, x in enumerate(mine):
+        if i < len(mine) - 1:
+            with ddp.no_sync():
+                (loss(ddp, x, integer) * scale).backward()
+        else:
+            (loss(ddp, x, integer) * scale).backward()
+    grads = flat_grads(model).clone()
+    model.zero_grad()
+    return grads
+
+
+def mixed_against_plain(
+    rank: int, world: int, types: list[str], shares: list[int], steps: int, integer: bool
+) -> dict[str, Any]:
+    """Per step, the gradient under comm=mixed (ranks labelled ``types`` through their
+    resolved ``runtime.device_type``; every level gloo on this test bed) and under the plain
+    all-reduce (comm=gloo), both with the token shares ``shares``, and the exact token-weighted
+    mean computed from every micro-batch on one model."""
+    config = {**CONFIG, "runtime": {"device_type": types[rank]}}
+    ctx = WorkerContext(rank, rank, world, torch.device("cpu"), "", config)
+    dist._DEFAULT_FIRST_BUCKET_BYTES = 2048  # several buckets even for this small model
+    runs = {}
+    for name, settings in (("gloo", {}), ("mixed", {"backend": "gloo"})):
+        model = small_model(integer)
+        ddp = DistributedDataParallel(model, bucket_cap_mb=0.002)
+        option = get_registry().create("comm", {"name": name, **settings})
+        option.install_hooks(ddp, ctx)
+        applied = [
+            balanced_grads(ddp, model, rank, world, s, shares, integer) for s in range(steps)
+        ]
+        runs[name] = {"applied": applied, "report": option.report(steps)}
+    reference, exact = small_model(integer), []
+    for step in range(steps):
+        micro = shared_batches(step, shares, integer)
+        sum(loss(reference, x, integer) for x in micro).div(len(micro)).backward()
+        exact.append(flat_grads(reference).clone())
+        reference.zero_grad()
+    return {**runs, "exact": exact}
+
+
+def mixed_refusals(rank: int, world: int, types: list[str]) -> list[str]:
+    """What comm=mixed says on this rank when the ranks' types are ``types`` (one unknown),
+    then under a DDP that replicates over a sub-group (each rank alone)."""
+    from xirang import ConfigError
+
+    config = {**CONFIG, "runtime": {"device_type": types[rank]}}
+    ctx = WorkerContext(rank, rank, world, torch.device("cpu"), "", config)
+    alone = [dist.new_group([r]) for r in range(world)][rank]
+    said = []
+    for group in (None, alone):
+        option = get_registry().create("comm", {"name": "mixed", "backend": "gloo"})
+        ddp = DistributedDataParallel(small_model(True), process_group=group)
+        try:
+            option.install_hooks(ddp, ctx)
+            said.append("installed")
+        except ConfigError as exc:
+            said.append(str(exc))
+    return said

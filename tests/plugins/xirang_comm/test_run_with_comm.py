@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.conftest import QUICK, run_dirs
+from tests.conftest import ONE_LAYER_GPT, QUICK, run_dirs
 
 pytestmark = pytest.mark.slow
 
@@ -37,3 +37,23 @@ def test_a_backend_the_device_cannot_use_is_refused(run_xirang) -> None:
     assert done.returncode != 0
     assert "comm=nccl serves cuda, rocm devices, not cpu" in done.stderr.replace("\n", " ")
     assert "Traceback" not in done.stderr
+
+
+def test_ddp_run_with_mixed_reports_its_type_groups(run_xirang, tmp_path) -> None:
+    """comm=mixed in a real run, with unequal token shares: the type comes from the resolved
+    runtime (one cpu group here, so its leader has no one to exchange with across types)."""
+    done = run_xirang(
+        *QUICK,
+        *ONE_LAYER_GPT,
+        "trainer.nproc=2",
+        "parallel=ddp",
+        "parallel.balance=calibrated",
+        "parallel.balance_shares=[1,3]",
+        "trainer.micro_batch=1",
+        "comm=mixed",
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    comm = json.loads((run_dirs(tmp_path)[-1] / "summary.json").read_text())["comm"]
+    assert comm["option"] == "mixed"
+    assert comm["types"] == {"cpu": {"ranks": [0, 1], "leader": 0, "backend": "gloo"}}
+    assert set(comm["collectives"]) == {"reduce@intra-type", "broadcast@intra-type"}
