@@ -9,7 +9,7 @@ import torch
 from comm_workers import mixed_against_plain, mixed_refusals
 
 from xirang import ConfigError
-from xirang_core.comm.launch import run_group
+from xirang.comm import run_group
 from xirang_core.plugins import get_registry
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
