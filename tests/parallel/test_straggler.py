@@ -96,16 +96,24 @@ def test_a_rank_slowed_mid_run_is_rebalanced_and_reported(run_xirang: Any, tmp_p
 
 @pytest.mark.slow
 def test_adaptive_shares_resume_from_the_checkpoint(run_xirang: Any, tmp_path: Path) -> None:
-    """Two equal workers start from shares 1:7; the move at step 2 is saved with that step's
-    checkpoint, and the resumed run's step 3 runs the moved shares, not 1:7 again."""
+    """The shares at step 2 (1:7 as given, or where the balancer moved them) are saved with
+    that step's checkpoint, and the resumed run's step 3 runs them, not the 7:1 its own config
+    gives: the same devices resume where adaptive left them. (Whether step 2 moves the shares
+    depends on the host's load, so the test does not ask it to.)"""
     first, second = tmp_path / "first", tmp_path / "second"
-    common = (*RUN, "checkpoint.interval=2", "parallel.balance_shares=[1,7]")
-    done = run_xirang(*common, "trainer.max_steps=2", f"hydra.run.dir={first}")
+    common = (*RUN, "checkpoint.interval=2")
+    done = run_xirang(
+        *common, "parallel.balance_shares=[1,7]", "trainer.max_steps=2", f"hydra.run.dir={first}"
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     moved = records(first)[-1]["balance_shares"]
-    assert moved != [1, 7]
+    assert moved != [7, 1]  # equal workers: a move from 1:7 stops at even shares
     done = run_xirang(
-        *common, "trainer.max_steps=3", f"checkpoint.resume={first}", f"hydra.run.dir={second}"
+        *common,
+        "parallel.balance_shares=[7,1]",
+        "trainer.max_steps=3",
+        f"checkpoint.resume={first}",
+        f"hydra.run.dir={second}",
     )
     assert done.returncode == 0, done.stderr[-3000:]
     [resumed] = records(second)
