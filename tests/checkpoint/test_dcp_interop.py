@@ -126,19 +126,29 @@ def test_a_folder_without_its_step_needs_step(tmp_path: Path) -> None:
     assert CheckpointStore.at(str(tmp_path / "run")).steps() == [10]
 
 
-def test_a_torchtitan_checkpoint_of_two_fsdp_ranks_comes_in_whole(tmp_path: Path, capsys) -> None:
-    """torchtitan at scale: two ranks under FSDP2 each write their shards (``__0_0.distcp``,
-    ``__1_0.distcp``) of the model and the flattened optimizer state, written here by torch's
-    own DCP in torchtitan's layout. The import joins the shards: the weights and Adam's moments
-    restored equal the full tensors the ranks gathered, bitwise."""
+@pytest.fixture(scope="module")
+def two_rank_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A torchtitan checkpoint (step 3) that two FSDP2 ranks wrote, each its own shard file."""
     import torch.multiprocessing as mp
 
     from tests.checkpoint.dist_worker import torchtitan_save
 
-    folder = tmp_path / "titan" / "step-3"
-    args = (2, str(folder), 3, str(tmp_path / "init"))
+    root = tmp_path_factory.mktemp("titan")
+    folder = root / "step-3"
+    args = (2, str(folder), 3, str(root / "init"))
     mp.spawn(torchtitan_save, args=args, nprocs=2, join=True)
     assert sorted(p.name for p in folder.iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    return folder
+
+
+def test_a_torchtitan_checkpoint_of_two_fsdp_ranks_comes_in_whole(
+    tmp_path: Path, capsys, two_rank_folder: Path
+) -> None:
+    """torchtitan at scale: two ranks under FSDP2 each write their shards (``__0_0.distcp``,
+    ``__1_0.distcp``) of the model and the flattened optimizer state, written here by torch's
+    own DCP in torchtitan's layout. The import joins the shards: the weights and Adam's moments
+    restored equal the full tensors the ranks gathered, bitwise."""
+    folder = two_rank_folder
     run = tmp_path / "run"
     assert main(["import", str(folder), str(run / "checkpoints")]) == 0
     assert "as step 3" in capsys.readouterr().out
@@ -151,3 +161,18 @@ def test_a_torchtitan_checkpoint_of_two_fsdp_ranks_comes_in_whole(tmp_path: Path
     mine = get_optimizer_state_dict(fresh, fresh_optim, options=flat)
     moments = {k: v for k, v in full["optimizer"].items() if k.startswith("state.")}
     assert moments and all(torch.equal(mine[k], v) for k, v in moments.items())
+
+
+def test_a_checkpoint_missing_one_ranks_shard_file_is_refused_whole(
+    tmp_path: Path, two_rank_folder: Path
+) -> None:
+    """A copy that lost rank 1's file: one error naming it, and no step written to the run."""
+    import shutil
+
+    folder = tmp_path / "step-3"
+    shutil.copytree(two_rank_folder, folder)
+    (folder / "__1_0.distcp").unlink()
+    run = tmp_path / "run" / "checkpoints"
+    with pytest.raises(ConfigError, match=r"names '__1_0\.distcp', which it does not hold"):
+        main(["import", str(folder), str(run)])
+    assert not run.exists() or CheckpointStore.at(str(run)).steps() == []
