@@ -113,14 +113,16 @@ def merge_injected(
 ) -> dict[str, torch.Tensor]:
     """A run's state with injected adapters as the plain model's: the model ``build`` makes
     (on the meta device) gets the adapters and ``state``'s tensors, peft merges each adapter
-    into the weight it adapts, and the names lose peft's ``base_layer`` level."""
+    into the weight it adapts, and the names lose peft's ``base_layer`` level. peft merges in
+    place, so the weights merged into are copies: ``state`` stays as it was given."""
     import torch
     from peft.tuners.lora import LoraLayer
 
     with torch.device("meta"):
         model = build()
         inject(model, settings, defaults)
-    model.load_state_dict(state, strict=True, assign=True)
+    copied = {k: v.clone() if ".base_layer." in k else v for k, v in state.items()}
+    model.load_state_dict(copied, strict=True, assign=True)
     for module in model.modules():
         if isinstance(module, LoraLayer):
             module.merge(adapter_names=[ADAPTER])

@@ -32,7 +32,9 @@ def merged(settings: dict[str, Any], state: dict[str, torch.Tensor]) -> dict[str
     """A LoRA run's state (keys under ``hf.``, the adapters beside the frozen weights) as the
     plain transformers model's: the adapters merged into the weights by peft, the names back
     to the model's own."""
-    plain = _wrapped(settings, state).merge_and_unload()
+    # peft merges in place: into copies, so the state given stays as it was
+    copied = {k: v.clone() if ".base_layer." in k else v for k, v in state.items()}
+    plain = _wrapped(settings, copied).merge_and_unload()
     return {f"hf.{name}": t.detach() for name, t in plain.state_dict().items()}
 
 

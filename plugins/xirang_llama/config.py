@@ -81,7 +81,10 @@ class LlamaConfig(LoraSettings):
         except ValueError as exc:
             raise ConfigError(f"model.{exc}") from None
         check_settings(settings)
-        check_targets(list(settings["lora_targets"]), list(LINEAR), "the Llama")
+        # a head tied to the token embedding is not a target: a merge into it would change
+        # the embedding too
+        linear = [n for n in LINEAR if not (n == "lm_head" and settings["tie_embeddings"])]
+        check_targets(list(settings["lora_targets"]), linear, "the Llama")
         return settings
 
 

@@ -47,3 +47,18 @@ def test_lora_of_a_llama_without_pretrained_weights_is_refused(run_xirang) -> No
     result = run_xirang(*RUN, "model.lora_rank=4", timeout=120)
     assert result.returncode == 2
     assert "LoRA trains adapters over pretrained weights" in result.stderr
+
+
+def test_a_head_tied_to_the_embedding_is_no_lora_target() -> None:
+    """Merging an adapter into a tied head would change the token embedding as well."""
+    from dataclasses import asdict
+
+    from xirang_llama.config import LlamaConfig
+
+    from xirang import ConfigError
+
+    tied = {**asdict(LlamaConfig(tie_embeddings=True)), "pretrained": "llama", "lora_rank": 4}
+    untied = {**tied, "tie_embeddings": False, "lora_targets": ["lm_head"]}
+    assert LlamaConfig.resolve(untied) == untied
+    with pytest.raises(ConfigError, match="lm_head is not a linear layer of the Llama"):
+        LlamaConfig.resolve({**tied, "lora_targets": ["lm_head"]})
