@@ -91,7 +91,10 @@ def test_a_tracker_plugin_written_against_the_kernel_still_binds_its_hooks() -> 
     import xirang_core.tracking as old
     from xirang.tracking import run_event_hooks
 
-    with pytest.warns(DeprecationWarning, match="xirang_core.tracking.run_event_hooks moved"):
+    with pytest.warns(
+        DeprecationWarning,
+        match="xirang_core.tracking.run_event_hooks is now xirang.tracking.events.run_event_hooks",
+    ):
         assert old.run_event_hooks is run_event_hooks
     with pytest.raises(AttributeError):
         _ = old.no_such_name

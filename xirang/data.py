@@ -12,7 +12,7 @@ module does not import torch: :class:`TokenBatches`, :class:`NamedSource` and
 module, which a storage tier never needs).
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from xirang.storage.cache import DiskCache, NextUse, check_separate, furthest_first
 from xirang.storage.locate import origin_errors, tier_for
@@ -21,6 +21,7 @@ from xirang_core.data.interface import Dataset
 from xirang_core.data.mixture import largest_remainder
 from xirang_core.data.order import EpochOrder, Partition
 from xirang_core.data.tokenizer import open_tokenizer, prepare_tokenizer
+from xirang_core.lazy import lazy_names
 from xirang_core.overrides import did_you_mean
 from xirang_core.paths import publishing
 from xirang_core.storage.tier import FsspecTier
@@ -58,17 +59,9 @@ __all__ = [
 #: the names that import torch, loaded on first use
 _TORCH_NAMES = ("NamedSource", "TokenBatches", "TokenSource")
 
-
-def __getattr__(name: str) -> Any:
-    """:class:`TokenBatches` and its parts (with torch) and :func:`compose` (with the config
-    module), imported only when asked for: the storage tiers import this module in processes
-    that never read a batch or compose a config."""
-    if name in _TORCH_NAMES:
-        from xirang_core.data import tokens
-
-        return getattr(tokens, name)
-    if name == "compose":
-        from xirang_core.config import compose
-
-        return compose
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# TokenBatches and its parts (with torch) and compose (with the config module) load only when
+# asked for: the storage tiers import this module in processes that never read a batch
+__getattr__ = lazy_names(
+    __name__,
+    {n: "xirang_core.data.tokens" for n in _TORCH_NAMES} | {"compose": "xirang_core.config"},
+)

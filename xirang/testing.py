@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from xirang_core.hookcall import notify
+from xirang_core.lazy import lazy_names
 
 if TYPE_CHECKING:  # loaded on first use, by __getattr__ below
     from xirang_core.config import compose
@@ -54,16 +55,10 @@ QUICK = (
     "tokenizer=bytes",
 )
 
-
-def __getattr__(name: str) -> Any:
-    """``compose(overrides, registry)``, the validated config ``python -m xirang OVERRIDES``
-    would run, loads the config module (and OmegaConf) only when a test asks for it: pytest
-    loads this module in every session through ``pytest11``."""
-    if name == "compose":
-        from xirang_core.config import compose
-
-        return compose
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# compose(overrides, registry), the validated config `python -m xirang OVERRIDES` would run,
+# loads the config module (and OmegaConf) only when a test asks for it: pytest loads this module
+# in every session through pytest11
+__getattr__ = lazy_names(__name__, {"compose": "xirang_core.config"})
 
 
 def protocol_of(kind: str, spec: Any) -> type:

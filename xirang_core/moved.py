@@ -129,19 +129,25 @@ def new_name(fullname: str) -> str | None:
     return None
 
 
-def renamed(module: str, names: dict[str, str]) -> Callable[[str], Any]:
-    """A module ``__getattr__`` that hands out each renamed class under its old name (a key of
-    ``names``) for one release, warning (``DeprecationWarning``) that names the new one."""
+def renamed(module: str, names: dict[str, str], home: str | None = None) -> Callable[[str], Any]:
+    """A module ``__getattr__`` that hands out each renamed or moved name under its old name (a
+    key of ``names``) for one release, warning (``DeprecationWarning``) that names the new one.
+
+    The new names live in ``module`` itself (a class renamed in place) or, given ``home``, in
+    that module, imported on first use (names that moved out, e.g. to the SDK, where the old
+    module may not import the new one at load)."""
 
     def __getattr__(name: str) -> Any:
         if name not in names:
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        where = home or module
+        now = names[name] if home is None else f"{home}.{names[name]}"
         warnings.warn(
-            f"{module}.{name} is now {names[name]}; the old name goes in the next release",
+            f"{module}.{name} is now {now}; the old name goes in the next release",
             DeprecationWarning,
             stacklevel=2,
         )
-        return getattr(sys.modules[module], names[name])
+        return getattr(importlib.import_module(where), names[name])
 
     return __getattr__
 

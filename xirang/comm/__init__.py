@@ -9,10 +9,11 @@ import torch: the names that need it load when first asked for, so the planner r
 model in a process that never trains.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from xirang.comm.backends import check_available, collective_backend
 from xirang.comm.cost_model import OPS, ClusterDescription, Link, bus_bandwidth, fit_link
+from xirang_core.lazy import lazy_names
 
 if TYPE_CHECKING:  # at run time through __getattr__ below, so that torch loads only then
     from xirang.comm.counting import Collectives, CountedGroup, WireLedger
@@ -57,10 +58,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """A name that imports torch, imported when first asked for."""
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, _LAZY)
