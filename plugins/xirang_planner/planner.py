@@ -105,7 +105,8 @@ def rank_plans(
         tokens = global_batch * shape.seq_len / time.total
         fitting.append(Candidate(plan, memory, time, tokens))
     if not fitting:
-        raise PlanError(_fits_nowhere(shape, cluster, global_batch, world, optimizer, runtime))
+        leanest = leanest_need(shape, cluster, global_batch, world, optimizer, runtime)
+        raise PlanError(_fits_nowhere(leanest, cluster, global_batch, world))
     fitting.sort(key=lambda c: (-c.tokens_per_s, c.memory.total))
     return Ranking(fitting, rejected)
 
@@ -119,14 +120,11 @@ def _rule_broken(plan: ParallelPlan, shape: ModelShape, cluster: ClusterShape) -
 
 
 def _fits_nowhere(
-    shape: ModelShape,
-    cluster: ClusterShape,
-    global_batch: int,
-    world: int,
-    optimizer: str,
-    runtime: RuntimeMemory | None,
+    leanest: tuple[ParallelPlan | None, int], cluster: ClusterShape, global_batch: int, world: int
 ) -> str:
-    least, need = leanest_need(shape, cluster, global_batch, world, optimizer, runtime)
+    """Why no split fits: no valid split at all, or the leanest one's need (``leanest``, from
+    :func:`leanest_need`) against the devices' memory."""
+    least, need = leanest
     if least is None:
         return f"no valid split of {world} devices for this model and global batch {global_batch}"
     more = -(-need // cluster.memory_bytes)
