@@ -278,6 +278,7 @@ def validate(
     for group, kind in PLUGIN_GROUPS.items():
         data[group] = _check_plugin_group(group, kind, data.get(group), registry)
     data["tracker"] = check_trackers(data.get("tracker"), registry, _check_schema)
+    _check_drill(data, registry)
     data["model"] = _check_model(data.get("model"), registry)
     command_line = _hydra_overrides() if overrides is None else overrides
     _take_folder_tokenizer(data, registry, command_line)
@@ -346,6 +347,16 @@ def _check_plugin_group(group: str, kind: str, values: Any, registry: Registry) 
     settings = _check_schema(group, {k: v for k, v in values.items() if k != "name"}, schema)
     # as a model family's: what types cannot say (a range), through ``resolve(settings)``
     return {"name": name, **schema.resolve(settings)}
+
+
+def _check_drill(data: dict[str, Any], registry: Registry) -> None:
+    """A ``drill`` section (``xirang drill`` adds it) needs a plugin that injects its faults:
+    refused here, before any worker starts, rather than a drill whose faults never fire."""
+    if data.get("drill") and not registry.hook.xirang_fault_injector.get_hookimpls():
+        raise ConfigError(
+            "drill: no installed plugin injects faults (the built-in xirang_ckpt does); "
+            "reinstall xirang or drop the drill section"
+        )
 
 
 def _check_model(values: Any, registry: Registry) -> dict[str, Any]:
