@@ -5,14 +5,18 @@ cgroup v1 CPU controller, as Kubernetes CPU limits are: a slower device made rea
 sleeps). Same model, global batch and steps for every run, alternating round by round:
 
 - (a) uniform: DDP splits each step's micro-batches evenly, as DDP, FSDP and torchtitan do;
-- (b) balanced: ``parallel.balance=adaptive``, started from even shares so that the move to
-  the measured speeds is itself measured;
+- (b) balanced: ``parallel.balance=adaptive`` as a user runs it, its first shares from each
+  worker's calibration at start-up;
 - each worker alone (one process under its quota) for its solo tokens/s;
 - once after the rounds, the straggler run: both workers start with a full core and even
-  shares, and at the end of step ``--slow-at`` worker 1's quota drops to ``--quota`` (the drill
-  fault ``drill.slow``, the same cgroup mechanism). ``straggler_rebalance_steps`` is how many
+  shares (given, so that the move is itself measured), and at the end of step ``--slow-at``
+  worker 1's quota drops to ``--quota`` (the drill fault ``drill.slow``, the same cgroup
+  mechanism). ``straggler_rebalance_steps`` is how many
   steps after the drop the first step runs with work moved off worker 1; ``--plot`` draws each
   rank's share of the step over that run.
+
+Every run is timed over the same span: from the end of step ``--warmup`` to its last step
+(start-up, the first allocations and the first shares left out, as for every run alike).
 
 Last line: ``hetero_efficiency=<balanced tok/s over the sum of the solo tok/s>
 speedup_vs_uniform=<balanced over uniform tok/s> straggler_rebalance_steps=<n, or none>
@@ -59,10 +63,18 @@ def train(
     done = subprocess.run(command, capture_output=True, text=True, cwd=folder)
     if done.returncode != 0:
         sys.exit(f"{name} failed:\n{done.stderr[-3000:]}")
-    summary = json.loads((run_dir / "summary.json").read_text())
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    print(f"{name}: {summary['tokens_per_s']:.1f} tok/s", flush=True)
-    return {"tokens_per_s": summary["tokens_per_s"], "records": records}
+    speed = steady_tokens_per_s(records, args.warmup)
+    print(f"{name}: {speed:.1f} tok/s after step {args.warmup}", flush=True)
+    return {"tokens_per_s": speed, "records": records}
+
+
+def steady_tokens_per_s(records: list[dict[str, Any]], warmup: int) -> float:
+    """Tokens per second from the end of step ``warmup`` to the last step: the same span for
+    every run, past start-up (first allocations, thread pools, the first shares)."""
+    start = next(r for r in records if r["step"] == warmup)
+    end = records[-1]
+    return (end["tokens"] - start["tokens"]) / (end["elapsed_s"] - start["elapsed_s"])
 
 
 def runs(args: argparse.Namespace, tmp: Path) -> dict[str, list[dict[str, Any]]]:
@@ -78,7 +90,6 @@ def runs(args: argparse.Namespace, tmp: Path) -> dict[str, list[dict[str, Any]]]
             f"scheduler.worker_quota={quotas}",
             "parallel.balance=adaptive",
             f"parallel.balance_every={args.every}",
-            f"parallel.balance_shares=[{half},{half}]",
         ],
         "solo_fast": ["scheduler.worker_quota=[1.0]"],
         "solo_slow": [f"scheduler.worker_quota=[{args.quota}]"],
@@ -90,7 +101,8 @@ def runs(args: argparse.Namespace, tmp: Path) -> dict[str, list[dict[str, Any]]]
     straggler = [
         *configs["balanced"][:2],  # ddp, two workers
         "scheduler.worker_quota=[1.0,1.0]",  # both full until the drop
-        *configs["balanced"][3:],  # adaptive from even shares
+        *configs["balanced"][3:],  # adaptive
+        f"parallel.balance_shares=[{half},{half}]",  # from even shares
         f"+drill={{slow:[[{args.slow_at},1,{args.quota}]]}}",
     ]
     found["straggler"] = [train(tmp, "straggler", args, straggler, args.straggler_steps)]
@@ -132,11 +144,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="llama_small")
     parser.add_argument("--seq-len", type=int, default=128)
-    parser.add_argument("--global-batch", type=int, default=8)
+    parser.add_argument("--global-batch", type=int, default=16)
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--every", type=int, default=2, help="parallel.balance_every")
     parser.add_argument("--quota", type=float, default=0.4, help="the slow worker's CPUs")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--warmup", type=int, default=2, help="steps left out of each timing")
     parser.add_argument("--slow-at", type=int, default=4, help="the straggler run's drop")
     parser.add_argument("--straggler-steps", type=int, default=16)
     parser.add_argument("--plot", type=Path, default=Path("hetero_straggler_shares.png"))

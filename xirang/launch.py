@@ -18,11 +18,13 @@ from xirang_core.train import report, resume
 from xirang_core.train.interrupt import RunInterrupted, stop_on
 from xirang_core.train.report import SUMMARY_FILE
 from xirang_core.train.runconfig import CONFIG_FILE, read_config, write_config
+from xirang_core.train.segments import SEGMENTS_FILE
 
 __all__ = [
     "CONFIG_FILE",
     "CPU_CGROUP",
     "CPU_CGROUP_PREFIX",
+    "SEGMENTS_FILE",
     "SUMMARY_FILE",
     "RunInterrupted",
     "balance_placement",

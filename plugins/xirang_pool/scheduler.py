@@ -27,6 +27,7 @@ from xirang.launch import (
 )
 from xirang.pool import PoolClient, PoolError
 from xirang.specs import JobSpec
+from xirang_pool.stragglers import StragglerRelay
 from xirang_pool.watch import PoolWatch
 
 
@@ -106,7 +107,9 @@ class PoolScheduler:
         """The workers of one placement; False when the pool stopped them first."""
         from xirang_local.scheduler import LocalScheduler
 
-        with stop_on(), PoolWatch(self.client, job_id, state, self.config.poll_s) as watch:
+        relay = StragglerRelay(self.client, job_id, job.run_dir, state["started"])
+        watch = PoolWatch(self.client, job_id, state, self.config.poll_s, relay)
+        with stop_on(), watch:
             try:
                 LocalScheduler().launch(job, entrypoint)
                 return True

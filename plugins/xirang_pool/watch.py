@@ -1,6 +1,7 @@
 """The local executor's ear on the pool: while the workers run here, a thread follows the job
 and, once the pool takes its devices away (preempted, requeued off a drained node, cancelled,
-stopped by a budget), tells the workers with SIGTERM so they checkpoint and exit.
+stopped by a budget), tells the workers with SIGTERM so they checkpoint and exit. At each
+poll it also passes the run's straggler events on to the pool (:mod:`xirang_pool.stragglers`).
 
 The signal goes to this process: with one worker the run is in this process and
 :func:`xirang_core.train.interrupt.stop_on` turns it into a stop at the end of the step; with
@@ -12,12 +13,14 @@ lost, and never while TERM would simply kill this process.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
 from typing import Any
 
 from xirang.pool import PoolClient, PoolError
+from xirang_pool.stragglers import StragglerRelay
 
 
 def placement(state: dict[str, Any]) -> tuple[Any, ...]:
@@ -28,8 +31,16 @@ def placement(state: dict[str, Any]) -> tuple[Any, ...]:
 class PoolWatch:
     """Follows one job from a thread; :attr:`told` says the workers were told to stop."""
 
-    def __init__(self, client: PoolClient, job_id: int, state: dict[str, Any], poll_s: float):
+    def __init__(
+        self,
+        client: PoolClient,
+        job_id: int,
+        state: dict[str, Any],
+        poll_s: float,
+        relay: StragglerRelay | None = None,
+    ):
         self.client, self.job_id, self.poll_s = client, job_id, poll_s
+        self.relay = relay  # the run's stragglers, passed on to the pool at each poll
         self.expected = placement(state)
         self.told = threading.Event()
         self.reason = ""
@@ -47,12 +58,19 @@ class PoolWatch:
     def _run(self) -> None:
         signalled: Any = None
         while not self._done.wait(self.poll_s):
+            self._pass_on_stragglers()
             if not self.told.is_set() and not self._still_placed():
                 self.told.set()
             handler = signal.getsignal(signal.SIGTERM)
             if self.told.is_set() and handler is not signalled and callable(handler):
                 os.kill(os.getpid(), signal.SIGTERM)
                 signalled = handler
+
+    def _pass_on_stragglers(self) -> None:
+        if self.told.is_set() or self.relay is None:
+            return
+        with contextlib.suppress(ValueError):  # a line being written: read it next time
+            self.relay.poll()
 
     def _still_placed(self) -> bool:
         """False once the pool no longer runs this placement; a service hiccup is not a stop."""

@@ -40,3 +40,14 @@ def test_the_plot_is_written(hetero: ModuleType, tmp_path: Path) -> None:
     out = tmp_path / "plots" / "shares.png"
     hetero.plot_shares(records, 2, 0.4, out)
     assert out.read_bytes().startswith(b"\x89PNG")
+
+
+def test_every_run_is_timed_from_the_end_of_the_warmup_steps(hetero: ModuleType) -> None:
+    # a slow first step (start-up) does not count: 2 steps of 1,000 tokens in 4 s after it
+    records = [
+        {"step": 1, "tokens": 1000, "elapsed_s": 10.0},
+        {"step": 2, "tokens": 2000, "elapsed_s": 12.0},
+        {"step": 3, "tokens": 3000, "elapsed_s": 14.0},
+    ]
+    assert hetero.steady_tokens_per_s(records, 1) == 500.0
+    assert hetero.steady_tokens_per_s(records, 2) == 500.0

@@ -11,13 +11,12 @@ from tests.conftest import ONE_LAYER_GPT
 from xirang_core.checkpoint.events import read_events
 from xirang_core.config import compose
 from xirang_core.data.order import Partition
-from xirang_core.data.shares import Shares, even_shares, proportional
+from xirang_core.data.shares import Shares, even_shares, proportional, step_time
 from xirang_core.errors import ConfigError
 from xirang_core.train.balance import (
     STRAGGLER_WINDOWS,
     Balancer,
     device_name,
-    step_time,
     summary_fields,
 )
 

@@ -42,3 +42,8 @@ def proportional(total: int, speeds: list[float]) -> Shares:
         spare = [r for r in range(len(counts)) if counts[r] > 1]
         counts[min(spare, key=lambda r: exact[r] - counts[r])] -= 1
     return Shares(tuple(counts))
+
+
+def step_time(shares: Shares, speeds: list[float]) -> float:
+    """Predicted compute time of a step: the slowest rank's micro-batches over its speed."""
+    return max(c / max(v, 1e-12) for c, v in zip(shares.counts, speeds, strict=True))

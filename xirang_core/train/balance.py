@@ -41,7 +41,7 @@ import torch
 import torch.distributed as dist
 
 from xirang_core.checkpoint.events import record_event
-from xirang_core.data.shares import Shares, even_shares, proportional
+from xirang_core.data.shares import Shares, even_shares, proportional, step_time
 from xirang_core.devices.cgroup import worker_quota
 
 log = logging.getLogger("xirang.balance")
@@ -66,11 +66,6 @@ def relative_speeds(speeds: list[float], expected: list[float]) -> list[float]:
     load that slows every rank alike leaves these at 1."""
     over = [v / max(e, 1e-12) for v, e in zip(speeds, expected, strict=True)]
     return [o / max(max(over), 1e-12) for o in over]
-
-
-def step_time(shares: Shares, speeds: list[float]) -> float:
-    """Predicted compute time of a step: the slowest rank's micro-batches over its speed."""
-    return max(c / max(v, 1e-12) for c, v in zip(shares.counts, speeds, strict=True))
 
 
 class Balancer:
@@ -177,9 +172,9 @@ class Balancer:
         for rank, ratio in enumerate(relative_speeds(speeds, self.expected)):
             self._lagging[rank] = self._lagging[rank] + 1 if ratio < STRAGGLER_RATIO else 0
             if self._lagging[rank] >= STRAGGLER_WINDOWS and rank not in self.stragglers:
-                self._report(step, rank, ratio)
+                self._report(step, rank, ratio, speeds)
 
-    def _report(self, step: int, rank: int, ratio: float) -> None:
+    def _report(self, step: int, rank: int, ratio: float, speeds: list[float]) -> None:
         found = {
             "rank": rank,
             "step": step,
@@ -191,7 +186,9 @@ class Balancer:
         if self.rank != 0:
             return
         windows = f"{STRAGGLER_WINDOWS} windows of {self.every} steps"
-        record_event(self.run_dir, "straggler", windows=STRAGGLER_WINDOWS, **found)
+        # the ranks' speeds (micro-batches/s) let the pool weigh a drain (xirang_pool)
+        measured = [round(v, 6) for v in speeds]
+        record_event(self.run_dir, "straggler", windows=STRAGGLER_WINDOWS, speeds=measured, **found)
         log.warning(
             "balance: rank %d is a straggler: at %.0f%% of its calibrated speed (relative to "
             "the fastest rank) for %s, at step %d; it now runs %d of the %d micro-batches",

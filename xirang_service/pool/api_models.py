@@ -83,6 +83,26 @@ class CompleteIn(StrictModel):
     usage: Usage | None = None
 
 
+#: ranks a straggler report may describe
+MAX_RANKS = 65_536
+Speed = Annotated[float, Field(gt=0, le=1e9)]
+
+
+class StragglerIn(StrictModel):
+    """A balanced run's straggler, as its executor passes on the run's event
+    (xirang_service/pool/stragglers.py)."""
+
+    rank: Annotated[int, Field(ge=0, lt=MAX_RANKS)]
+    #: the rank's speed over its expected speed, relative to the fastest rank
+    speed_ratio: Annotated[float, Field(gt=0, le=1)]
+    #: each rank's micro-batches per second
+    speeds: Annotated[list[Speed], Field(min_length=1, max_length=MAX_RANKS)]
+    micro_batches: Annotated[int, Field(ge=1, le=10_000_000)]
+    remaining_steps: Annotated[int, Field(ge=0, le=10**12)]
+    #: seconds a restart costs the run (checkpoint, placement, start-up)
+    restart_s: Annotated[float, Field(ge=0, le=1e9)]
+
+
 class QuotaIn(StrictModel):
     guaranteed: Count | None = None
     borrow_limit: Count | None = None
@@ -250,6 +270,18 @@ class ChargeOut(Answer):
 
 class DrainOut(Answer):
     node: str
+    requeued: list[int]
+
+
+class StragglerOut(Answer):
+    rank: int
+    speed_ratio: float
+    node: str
+    action: Literal["reported", "drained"]
+    why: str
+    step_s_now: float
+    step_s_replaced: float
+    saved_s: float
     requeued: list[int]
 
 

@@ -109,6 +109,12 @@ def _parser() -> argparse.ArgumentParser:
         help="price book YAML: the pool meters its jobs into the cost store, so budgets see "
         "them (without it, budgets count only charges others record)",
     )
+    serve.add_argument(
+        "--drain-stragglers",
+        action="store_true",
+        help="drain a balanced run's straggler node and requeue its job when that pays "
+        "(off: stragglers are reported only)",
+    )
     serve.add_argument("--cost-db", default="", help="cost store (XIRANG_HOME/cost/cost.db)")
     serve.set_defaults(run=_serve)
 
@@ -376,7 +382,15 @@ def _builder(args: argparse.Namespace, token: str, budgets: PoolBudgets) -> Any:
     def build(store: Any) -> PoolService:
         cluster = args.cluster or _inventory_cluster_file(args, store)
         executor = _executor(args.executor)
-        return PoolService(store, cluster, args.policy, token, executor, budgets=budgets)
+        return PoolService(
+            store,
+            cluster,
+            args.policy,
+            token,
+            executor,
+            budgets=budgets,
+            drain_stragglers=args.drain_stragglers,
+        )
 
     return build
 

@@ -159,6 +159,11 @@ class PoolClient:
         body: dict[str, Any] = {"ok": ok, **({"usage": usage} if usage else {})}
         return self.call("POST", f"/v1/jobs/{job_id}/complete", body)
 
+    def straggler(self, job_id: int, report: dict[str, Any]) -> dict[str, Any]:
+        """Pass on a run's straggler (``rank``, ``speed_ratio``, ``speeds``, ``micro_batches``,
+        ``remaining_steps``, ``restart_s``); the pool answers what it did about it."""
+        return self.call("POST", f"/v1/jobs/{job_id}/straggler", report)
+
     def charge(self, job_id: int) -> dict[str, Any] | None:
         """What the pool charges the job so far (None when the pool does not meter)."""
         return self.call("GET", f"/v1/jobs/{job_id}/charge")

@@ -170,6 +170,11 @@ class PoolEngine:
         self.events.append(Event(now, "node_drained", None, {"node": node_name, "reason": reason}))
         return victims
 
+    def note_straggler(self, job: Job, now: float, **detail: Any) -> None:
+        """A running job's run reported a straggler (its history shows it, and what the pool
+        did about it)."""
+        self._emit(now, "straggler", job, **detail)
+
     def undrain(self, node_name: str, now: float) -> None:
         """Put a repaired node back into service."""
         self.cluster.set_health(node_name, True)

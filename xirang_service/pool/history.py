@@ -115,6 +115,12 @@ def _tell(
         priority = detail.get("priority")
         shown = priority_name(priority) if isinstance(priority, int) else priority
         return "reprioritised", f"priority set to {shown}: {detail.get('reason', '')}"
+    if kind == "straggler":
+        return "straggler", (
+            f"straggler reported: rank {detail.get('rank')} at {detail.get('speed_ratio')} of "
+            f"its expected speed, on {detail.get('node', '?')}; {detail.get('action', '')}: "
+            f"{detail.get('why', '')}"
+        )
     if kind == "budget_stopped":
         return "budget_stopped", f"stopped by a budget: {detail.get('reason', '')}"
     if kind in ENDS:

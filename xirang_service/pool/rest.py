@@ -12,6 +12,8 @@ headers, connections, time) are :class:`~xirang_service.web.server.Limits`.
     DELETE /v1/jobs/<id>                  cancel
     POST   /v1/jobs/<id>/complete         {"ok": true, "usage": {...}}: the job's executor reports
                                           its end (usage: utilisation, run_ended_at)
+    POST   /v1/jobs/<id>/straggler        a balanced run's straggler rank: reported, and with
+                                          --drain-stragglers its node drained when that pays
     GET    /v1/jobs/<id>/charge           what the pool's metering charges the job so far
     GET    /v1/jobs/<id>/history          queued, placed, preempted (by whom, why), requeued,
                                           resumed, finished; tokens and cost
@@ -192,6 +194,10 @@ def _routes(pool: PoolService) -> APIRouter:
         body = body or m.CompleteIn()
         usage = body.usage.model_dump(exclude_unset=True) if body.usage else {}
         return JSONAnswer(pool.complete(you, job_id, body.ok, usage))
+
+    @router.post("/jobs/{job_id}/straggler", response_model=m.StragglerOut, responses=_CONFLICT)
+    def straggler(you: Who, job_id: JobId, body: m.StragglerIn) -> Any:
+        return JSONAnswer(pool.straggler(you, job_id, body.model_dump()))
 
     @router.get("/jobs/{job_id}/charge", response_model=m.ChargeOut | None)
     def charge(you: Who, job_id: JobId) -> Any:

@@ -40,6 +40,7 @@ from xirang_service.pool.history import job_history, priced, waiting_event
 from xirang_service.pool.jobs import (
     MIX,
     Job,
+    JobState,
     check_cards,
     check_payload,
     parse_priority,
@@ -56,6 +57,7 @@ from xirang_service.pool.quota import (
 from xirang_service.pool.rates import RateBuckets
 from xirang_service.pool.rows import Rows
 from xirang_service.pool.store import PoolStore, check_bucket
+from xirang_service.pool.stragglers import Prediction, StragglerReport, predict
 from xirang_service.pool.tokens import new_token
 
 log = logging.getLogger("xirang.pool")
@@ -138,8 +140,11 @@ class PoolService:
         executor: Executor | None = None,
         clock: Callable[[], float] = time.time,
         budgets: PoolBudgets | None = None,
+        drain_stragglers: bool = False,
     ) -> None:
         self.store = store
+        #: drain a straggler's node when that pays (``xirang pool serve --drain-stragglers``)
+        self.drain_stragglers = drain_stragglers
         self.clock = clock
         self.budgets = budgets or PoolBudgets.open()
         self.lock = threading.RLock()
@@ -437,11 +442,89 @@ class PoolService:
         with self.lock:
             now = self.clock()
             with self._change(now):
-                requeued = self.engine.drain(node, now, reason[:MAX_NAME] or "drained by operator")
-                self._stops += [(job, f"node {node} drained") for job in requeued]
-            if hasattr(self.executor, "drain"):  # e.g. Slurm: scontrol update State=DRAIN
-                self.executor.drain(node, reason)
-            return {"node": node, "requeued": [j.id for j in requeued]}
+                requeued = self._take_out(node, now, reason[:MAX_NAME] or "drained by operator")
+            self._tell_executor(node, reason)
+            return {"node": node, "requeued": requeued}
+
+    def _take_out(self, node: str, now: float, reason: str) -> list[int]:
+        """Drain ``node`` in the current change: its jobs are requeued and told to stop."""
+        requeued = self.engine.drain(node, now, reason)
+        self._stops += [(job, f"node {node} drained") for job in requeued]
+        return [job.id for job in requeued]
+
+    def _tell_executor(self, node: str, reason: str) -> None:
+        if hasattr(self.executor, "drain"):  # e.g. Slurm: scontrol update State=DRAIN
+            self.executor.drain(node, reason)
+
+    def straggler(self, who: str, job_id: int, body: dict[str, Any]) -> dict[str, Any]:
+        """A running job's run reports a straggler rank (its executor passes on the run's
+        event). With ``drain_stragglers`` on and a drain that pays (:mod:`.stragglers`), the
+        rank's node is drained and the job requeued without it; either way the job's history
+        records the report and what the pool did."""
+        try:
+            report = StragglerReport.from_body(body)
+        except ValueError as exc:
+            raise PoolError(str(exc)) from None
+        with self.lock:
+            job = self.engine.job(job_id)
+            self._visible(who, job)
+            node = self._rank_node(job, report)
+            prediction = predict(report)
+            why = self._keep_node(job, node, prediction)
+            detail = {
+                "rank": report.rank,
+                "speed_ratio": report.speed_ratio,
+                "node": node,
+                "action": "reported" if why else "drained",
+                "why": why or f"the run finishes about {prediction.saved_s:.0f} s sooner",
+            }
+            requeued: list[int] = []
+            now = self.clock()
+            with self._change(now, schedule=not why):
+                self.engine.note_straggler(job, now, **detail)
+                if not why:
+                    reason = f"straggler: job {job.id} rank {report.rank} at {report.speed_ratio}"
+                    requeued = self._take_out(node, now, reason)
+            if not why:
+                self._tell_executor(node, str(detail["why"]))
+            return {**detail, **asdict(prediction), "requeued": requeued}
+
+    def _rank_node(self, job: Job, report: StragglerReport) -> str:
+        """The node of the report's rank: the job's devices dealt to its ranks in order, the
+        same number each (as the executor starts them)."""
+        if job.state is not JobState.RUNNING:
+            raise PoolError(f"job {job.id} is {job.state.value}; only a running job has ranks", 409)
+        ranks = len(report.speeds)
+        if len(job.devices) % ranks:
+            raise PoolError(
+                f"speeds: {ranks} ranks do not divide job {job.id}'s {len(job.devices)} devices; "
+                f"a rank count that does (e.g. {len(job.devices)})"
+            )
+        device = job.devices[report.rank * (len(job.devices) // ranks)]
+        return self.engine.cluster.node_of(device).name
+
+    def _keep_node(self, job: Job, node_name: str, prediction: Prediction) -> str:
+        """Why the straggler's node stays in service ("" when it is to be drained)."""
+        if not self.drain_stragglers:
+            return "the pool does not drain for stragglers (xirang pool serve --drain-stragglers)"
+        if prediction.saved_s <= 0:
+            return f"a drain would not pay (it would cost {-prediction.saved_s:.0f} s)"
+        cluster = self.engine.cluster
+        node = cluster.node(node_name)
+        others = {
+            self.engine.jobs[i].project
+            for _, i in self.engine.running
+            if any(cluster.node_of(d) is node for d in self.engine.jobs[i].devices)
+        }
+        if others - {job.project}:
+            return f"node {node_name} also runs other projects' jobs"
+        types = {cluster.device_type(d) for d in job.devices}
+        free = (n.free for n in cluster.nodes if n.healthy and n is not node and n.type in types)
+        elsewhere = sum(len(f) for f in free)
+        kept = sum(1 for d in job.devices if cluster.node_of(d) is not node)
+        if elsewhere + kept < len(job.devices):
+            return f"no room to place job {job.id} again without node {node_name}"
+        return ""
 
     def undrain(self, who: str, node: str) -> dict[str, Any]:
         self._operator(who)
