@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,17 @@ class PoolSchedulerConfig:
     interruptible: bool = False
     #: when no single device type has room, the job may span types (cards converted per type)
     allow_mixing: bool = False
+    #: the local executor's workers each under a CPU quota, as ``scheduler=local``'s
+    #: (:mod:`xirang_local.quota`): a slower device made real on one machine
+    worker_quota: list[float] = field(default_factory=list)
+
+    @staticmethod
+    def resolve(settings: dict[str, Any]) -> dict[str, Any]:
+        """The composed ``scheduler`` section, its quotas checked against this machine."""
+        from xirang_local.quota import check_quota
+
+        check_quota(settings.get("worker_quota") or [])
+        return settings
 
 
 class JobNotRun(XirangError):
@@ -111,7 +122,7 @@ class PoolScheduler:
         watch = PoolWatch(self.client, job_id, state, self.config.poll_s, relay)
         with stop_on(), watch:
             try:
-                LocalScheduler().launch(job, entrypoint)
+                LocalScheduler(worker_quota=self.config.worker_quota).launch(job, entrypoint)
                 return True
             except BaseException:
                 if not watch.told.is_set():
