@@ -291,9 +291,8 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
         "two workers under cgroup quotas, one dropped to 0.05 core (root): a minute or more; "
         "tests/parallel/test_straggler.py runs the same drill"
     ),
-    "python benchmarks/hetero.py [--model llama_small] [--quota 0.4] [--steps 12]": Skip(
-        "needs the cgroup v1 CPU controller as root, and minutes"
-    ),
+    "python benchmarks/hetero.py [--model llama_small] [--quota 0.4] [--steps 12] "
+    "[--global-batch 16]": Skip("needs the cgroup v1 CPU controller as root, and minutes"),
     "torchrun --nproc-per-node=2 -m xirang parallel=ddp": Slow(
         _MULTI + "; tests/parallel/test_torchrun.py runs it short against trainer.nproc=2"
     ),
