@@ -55,6 +55,9 @@ class InProcess:
     """The local scheduler's one-worker path (the run in this process), without its device
     probing, which needs a composed run config this test has no use for."""
 
+    def __init__(self, worker_quota: list[float]) -> None:
+        assert worker_quota == []  # scheduler=pool's default: no quota
+
     def launch(self, job: JobSpec, entrypoint) -> None:
         entrypoint(job.run_dir)
 

@@ -33,6 +33,7 @@ from xirang_slurm.executor import SlurmExecutor
 from tests.conftest import run_dirs
 from tests.plugins.xirang_slurm.conftest import MultiNodeSlurm
 from xirang_core.checkpoint.store import CheckpointStore
+from xirang_core.devices.cgroup import CPU_CGROUP
 from xirang_service.pool.client import PoolClient
 from xirang_service.pool.rest import serve
 from xirang_service.pool.service import OPERATOR, PoolService
@@ -166,6 +167,33 @@ def test_two_nodes_train_as_one_node_with_two_workers(
     job = slurm_multinode.run("scontrol", "-o", "show", "job", out.stem.removeprefix("slurm-"))
     assert f"NodeList={slurm_multinode.hostlist} " in job  # two nodes, two addresses
     assert_same_run(run_dir, one_node(strategy))
+
+
+@pytest.mark.service
+@pytest.mark.slow
+def test_two_nodes_one_under_a_cpu_quota_train_balanced(
+    slurm_multinode: MultiNodeSlurm, tmp_path: Path
+) -> None:
+    """Issue #37's Slurm test bed: node2 a slower machine for real (a quarter of a core for its
+    slurmd and the steps it starts); ``parallel.balance=adaptive`` measures it and moves the
+    step's micro-batches to node1's rank."""
+    if not os.access(CPU_CGROUP, os.W_OK):
+        pytest.skip(f"needs the cgroup v1 CPU controller at {CPU_CGROUP}, writable (root)")
+    balanced = (
+        DDP,
+        "parallel.balance=adaptive",
+        "parallel.balance_every=1",
+        "parallel.balance_shares=[4,4]",
+        "trainer.global_batch=8",
+        "trainer.micro_batch=1",
+    )
+    with slurm_multinode.under_quota("node2", 0.25):
+        run = xirang(tmp_path, *TWO_NODES, *balanced, env=slurm_multinode.env)
+        run_dir = finished(run, tmp_path, timeout=600)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    shares = [r["balance_shares"] for r in rows if "balance_shares" in r]
+    assert shares[-1][0] > shares[-1][1], shares  # from 4:4 toward rank 0, on node1
+    assert json.loads((run_dir / "summary.json").read_text())["world_size"] == 2
 
 
 def assert_stopped_requeued_and_resumed(run_dir: Path, reference: Path) -> None:
