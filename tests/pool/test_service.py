@@ -141,3 +141,19 @@ def test_drain_requeues_and_usage_is_metered(pool) -> None:
     usage = operator.call("GET", "/v1/usage?bucket=900")
     assert sum(u["device_seconds"] for u in usage if u["project"] == "nlp") == 4 * 1800
     assert json.loads(json.dumps(operator.call("GET", "/v1/status")))["drained"] == [node]
+
+
+def test_each_request_checks_its_token_once(pool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tenant gate resolves the caller (and counts its rate) and the routes use what it
+    resolved: one hash and look-up per request, not one at the gate and one in the route."""
+    service, url, _ = pool
+    nlp = PoolClient(url, _tokens(url)["nlp"])
+    checked: list[str] = []
+    whoami = service.whoami
+    monkeypatch.setattr(service, "whoami", lambda token: checked.append(token) or whoami(token))
+    job = nlp.submit(cards=1)
+    assert nlp.job(job["id"])["project"] == "nlp"
+    assert len(checked) == 2  # two requests
+    with pytest.raises(PoolError, match="invalid token") as refused:
+        PoolClient(url, "not-a-token").job(job["id"])
+    assert refused.value.status == 401 and len(checked) == 3

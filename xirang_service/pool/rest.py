@@ -37,7 +37,7 @@ import json
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Header, Query
+from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
 from fastapi import Path as PathParam
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
@@ -47,7 +47,7 @@ from xirang_service.pool.replica import Replica
 from xirang_service.pool.service import PoolService
 from xirang_service.web.answers import JSONAnswer
 from xirang_service.web.fields import ERRORS, ErrorOut, install_errors
-from xirang_service.web.limits import BodyLimit, Refusal, TenantShare
+from xirang_service.web.limits import BodyLimit, Refusal, Refuse, TenantShare
 from xirang_service.web.server import Limits, WebServer
 
 LIMITS = Limits(max_body_bytes=64 * 1024)
@@ -80,21 +80,28 @@ def serve_replica(replica: Replica, host: str, port: int, limits: Limits = LIMIT
     return WebServer(shared, host, port, limits)
 
 
-def refusal(current: Callable[[], PoolService | None]) -> Callable[[str], Refusal | None]:
+#: where the tenant gate leaves the caller it resolved, in the request's state
+CALLER = "pool_caller"
+
+
+def refusal(current: Callable[[], PoolService | None]) -> Refuse:
     """What the tenant gate (:class:`TenantShare`) refuses of a request, from its
     ``Authorization`` header: an unknown token (401) or a project over its request rate (429),
     counted here once per request; None lets it through (a standby's requests too: its 503
-    names the leader)."""
+    names the leader), with the caller it resolved left in the request's state, so the token
+    is checked once per request."""
 
-    def refuse(header: str) -> Refusal | None:
+    def refuse(header: str, state: dict[str, Any]) -> Refusal | None:
         pool = current()
         scheme, _, token = header.partition(" ")
         if pool is None or scheme.lower() != "bearer":
             return None  # the application answers it
         try:
-            pool.throttle(pool.whoami(token.strip()))
+            caller = pool.whoami(token.strip())
+            pool.throttle(caller)
         except PoolError as exc:
             return exc.status, str(exc), exc.headers
+        state[CALLER] = caller
         return None
 
     return refuse
@@ -150,8 +157,14 @@ def app(service: PoolService) -> FastAPI:
 def _routes(pool: PoolService) -> APIRouter:
     bearer = HTTPBearer(auto_error=False, description="a project's token or the operator's")
 
-    async def who(auth: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> str:
-        """The caller (401 without a valid token); its rate was counted at the gate."""
+    async def who(
+        request: Request, auth: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+    ) -> str:
+        """The caller, as the gate resolved it (and counted its rate); resolved here only for
+        a request the gate did not see through (401 without a valid token)."""
+        caller = getattr(request.state, CALLER, None)
+        if caller is not None:
+            return str(caller)
         return pool.whoami(auth.credentials.strip() if auth else "")
 
     Who = Annotated[str, Depends(who)]

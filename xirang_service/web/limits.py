@@ -81,6 +81,10 @@ class BodyTimeout(HTTPException):
 
 #: why a request is refused before the application sees it: (status, message, headers)
 Refusal = tuple[int, str, dict[str, str]]
+#: the tenant gate's check: the ``Authorization`` header's value and the request's state
+#: (``scope["state"]``, Starlette's ``request.state``: where it may leave who the caller is,
+#: so the application does not resolve the token again) -> a refusal or None
+Refuse = Callable[[str, dict[str, Any]], Refusal | None]
 
 
 async def _answer(
@@ -109,14 +113,12 @@ class TenantShare:
     answers them 401 at once), so a client without one cannot hold a tenant's seats, and a
     request's body deadline (:class:`BodyLimit`, inside this) starts once it is seated.
 
-    ``refuse`` (the ``Authorization`` header's value -> a :data:`Refusal` or None) answers
-    what the tenant's limits refuse (an unknown token, a project over its request rate) here,
-    before it is seated or parsed: a tenant looping past its rate then costs the service a
-    header look-up per request rather than a trip through the application."""
+    ``refuse`` (:data:`Refuse`) answers what the tenant's limits refuse (an unknown token, a
+    project over its request rate) here, before it is seated or parsed: a tenant looping past
+    its rate then costs the service a header look-up per request rather than a trip through
+    the application."""
 
-    def __init__(
-        self, app: Any, seats: int, refuse: Callable[[str], Refusal | None] | None = None
-    ) -> None:
+    def __init__(self, app: Any, seats: int, refuse: Refuse | None = None) -> None:
         self.app, self.seats, self.refuse = app, seats, refuse
         self._queues: dict[bytes, tuple[asyncio.Semaphore, list[int]]] = {}
 
@@ -124,7 +126,8 @@ class TenantShare:
         token = _bearer(scope) if scope["type"] == "http" else b""
         if not token:
             return await self.app(scope, receive, send)
-        refused = self.refuse(token.decode("latin-1")) if self.refuse is not None else None
+        state = scope.setdefault("state", {})
+        refused = self.refuse(token.decode("latin-1"), state) if self.refuse is not None else None
         if refused is not None:  # a body left unread must not stay on a kept connection
             return await _answer(send, *refused, close=scope["method"] not in ("GET", "HEAD"))
         seat, users = self._queues.setdefault(token, (asyncio.Semaphore(self.seats), [0]))
