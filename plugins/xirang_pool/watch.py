@@ -13,7 +13,7 @@ lost, and never while TERM would simply kill this process.
 
 from __future__ import annotations
 
-import contextlib
+import logging
 import os
 import signal
 import threading
@@ -21,6 +21,8 @@ from typing import Any
 
 from xirang.pool import PoolClient, PoolError
 from xirang_pool.stragglers import StragglerRelay
+
+log = logging.getLogger("xirang.pool")
 
 
 def placement(state: dict[str, Any]) -> tuple[Any, ...]:
@@ -67,10 +69,15 @@ class PoolWatch:
                 signalled = handler
 
     def _pass_on_stragglers(self) -> None:
+        """Best effort: a run directory this poll cannot read (a line being written, a file
+        not there yet) waits for the next poll, and never stops the watch, whose duty is to
+        tell the workers of a stop."""
         if self.told.is_set() or self.relay is None:
             return
-        with contextlib.suppress(ValueError):  # a line being written: read it next time
+        try:
             self.relay.poll()
+        except (ValueError, KeyError, OSError) as exc:
+            log.debug("pool: stragglers not read this poll: %s", exc)
 
     def _still_placed(self) -> bool:
         """False once the pool no longer runs this placement; a service hiccup is not a stop."""
