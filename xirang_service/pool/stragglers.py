@@ -34,14 +34,7 @@ class StragglerReport:
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> StragglerReport:
         """From a request body already checked for types and ranges (the API model)."""
-        report = cls(
-            rank=body["rank"],
-            speed_ratio=body["speed_ratio"],
-            speeds=tuple(body["speeds"]),
-            micro_batches=body["micro_batches"],
-            remaining_steps=body["remaining_steps"],
-            restart_s=body["restart_s"],
-        )
+        report = cls(**{**body, "speeds": tuple(body["speeds"])})
         report.check()
         return report
 
