@@ -28,6 +28,8 @@ Handlers are plain functions, so FastAPI runs them in its thread pool: the servi
 its store writes never block the event loop that reads other clients' requests. The token
 check alone runs on the loop (a hash and a look-up in the published view, no lock or store):
 it saves every request a hop through the pool, a tenant's limits (rate, seats) included.
+Tenants then take turns at the application (:mod:`xirang_service.web.turns`): while another
+tenant waits, one looping requests finishes the one it has in and starts no more.
 Handlers answer the service's dictionaries as they are
 (:class:`~xirang_service.web.answers.JSONAnswer`): the response models document the answers,
 the fuzz test checks them, nothing validates them again per request.
@@ -66,18 +68,16 @@ IdempotencyKey = Annotated[
 
 def serve(service: PoolService, host: str, port: int, limits: Limits = LIMITS) -> WebServer:
     """A server bound to ``host:port`` (port 0 = any free port); call serve_forever()."""
-    gate = TenantShare(
-        BodyLimit(app(service), limits), limits.seats_per_token, refusal(lambda: service)
-    )
-    return WebServer(gate, host, port, limits)
+    gate = TenantShare(app(service), limits.seats_per_token, refusal(lambda: service))
+    return WebServer(BodyLimit(gate, limits), host, port, limits)
 
 
 def serve_replica(replica: Replica, host: str, port: int, limits: Limits = LIMITS) -> WebServer:
     """A server for one replica (:mod:`xirang_service.pool.replica`): the pool API while it
     leads, 503 naming the leader while it stands by."""
     refuse = refusal(lambda: replica.service)
-    shared = TenantShare(BodyLimit(Switch(replica), limits), limits.seats_per_token, refuse)
-    return WebServer(shared, host, port, limits)
+    shared = TenantShare(Switch(replica), limits.seats_per_token, refuse)
+    return WebServer(BodyLimit(shared, limits), host, port, limits)
 
 
 #: where the tenant gate leaves the caller it resolved, in the request's state

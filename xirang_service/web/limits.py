@@ -15,6 +15,7 @@ from typing import Any
 from starlette.exceptions import HTTPException
 
 from xirang_service.web.server import Limits
+from xirang_service.web.turns import Turns
 
 Scope = dict[str, Any]
 BODY_METHODS = ("POST", "PUT", "PATCH")
@@ -103,24 +104,26 @@ async def _answer(
 
 
 class TenantShare:
-    """ASGI middleware: the requests of one token (a tenant) served at once are at most
-    ``seats``; its others wait here, on the event loop, holding no worker thread and taking
-    no interpreter time, until one of its own ends. A tenant looping reads from many threads
-    then competes with another tenant's submit through ``seats`` requests, not through all of
-    them: every request the service serves takes the interpreter's lock (the GIL) several
-    times, and each waits behind every thread that wants it (as Kubernetes' API Priority and
-    Fairness gives each flow its seats). Requests without a token are not queued (the app
-    answers them 401 at once), so a client without one cannot hold a tenant's seats, and a
-    request's body deadline (:class:`BodyLimit`, inside this) starts once it is seated.
+    """ASGI middleware: tenants (tokens) take turns at the application
+    (:class:`~xirang_service.web.turns.Turns`): while another tenant waits, the one inside
+    finishes the requests it has in (at most ``seats``) and starts no more, so a tenant looping
+    reads from many threads delays another's submit by one of its requests, never by its
+    whole loop. A request waits its turn on the event loop, holding no worker thread and
+    taking no interpreter time. Requests without a token are not queued (the app answers them
+    401 at once), so a client without one cannot hold a tenant's turn.
+
+    A request's body is read before it is seated (within :class:`BodyLimit`'s deadlines, which
+    wrap this) and its seat is given back once its answer starts, so a client sending its body
+    or reading its answer slowly holds nobody's turn.
 
     ``refuse`` (:data:`Refuse`) answers what the tenant's limits refuse (an unknown token, a
-    project over its request rate) here, before it is seated or parsed: a tenant looping past
-    its rate then costs the service a header look-up per request rather than a trip through
-    the application."""
+    project over its request rate) here, before it is seated or its body read: a tenant looping
+    past its rate then costs the service a header look-up per request rather than a trip
+    through the application."""
 
     def __init__(self, app: Any, seats: int, refuse: Refuse | None = None) -> None:
-        self.app, self.seats, self.refuse = app, seats, refuse
-        self._queues: dict[bytes, tuple[asyncio.Semaphore, list[int]]] = {}
+        self.app, self.refuse = app, refuse
+        self.turns = Turns(seats)
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         token = _bearer(scope) if scope["type"] == "http" else b""
@@ -130,15 +133,42 @@ class TenantShare:
         refused = self.refuse(token.decode("latin-1"), state) if self.refuse is not None else None
         if refused is not None:  # a body left unread must not stay on a kept connection
             return await _answer(send, *refused, close=scope["method"] not in ("GET", "HEAD"))
-        seat, users = self._queues.setdefault(token, (asyncio.Semaphore(self.seats), [0]))
-        users[0] += 1
         try:
-            async with seat:
-                await self.app(scope, receive, send)
+            body = await _whole_body(receive)
+        except BodyTimeout as exc:
+            return await _answer(send, exc.status_code, exc.detail)
+        await self.turns.enter(token)
+        seated = [True]
+
+        async def answer(message: dict[str, Any]) -> None:
+            if seated[0] and message["type"] == "http.response.start":
+                seated[0] = False
+                self.turns.leave(token)
+            await send(message)
+
+        try:
+            await self.app(scope, _replay(body, receive), answer)
         finally:
-            users[0] -= 1
-            if not users[0]:  # nobody of this token left: forget it (tokens are unbounded)
-                del self._queues[token]
+            if seated[0]:
+                self.turns.leave(token)
+
+
+async def _whole_body(receive: Any) -> list[dict[str, Any]]:
+    """The request's body messages, all of them (a disconnect ends them early)."""
+    messages = [await receive()]
+    while messages[-1]["type"] == "http.request" and messages[-1].get("more_body", False):
+        messages.append(await receive())
+    return messages
+
+
+def _replay(messages: list[dict[str, Any]], receive: Any) -> Any:
+    """``receive`` for the application: the body read already, then what the server sends."""
+    waiting = list(messages)
+
+    async def replayed() -> dict[str, Any]:
+        return waiting.pop(0) if waiting else await receive()
+
+    return replayed
 
 
 def _bearer(scope: Scope) -> bytes:

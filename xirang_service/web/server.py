@@ -53,7 +53,7 @@ class Limits:
     #: to send a request's whole body, from the end of its head
     body_timeout_s: float = 10.0
     #: requests of one token served at once; its others wait their turn (:mod:`.limits`)
-    seats_per_token: int = 2
+    seats_per_token: int = 1
 
 
 class WebServer:
