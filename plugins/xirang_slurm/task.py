@@ -23,13 +23,15 @@ from typing import Any
 import yaml
 
 from xirang import XirangError
+from xirang_slurm.census import agree_on_comm, census
 
 STOP_FILE = "slurm-stop-requested"
 
 
 def resolved(run_dir: str) -> dict[str, Any]:
     """The run's config with its runtime resolved on this node (every start again: a requeued
-    job may land on other nodes); rank 0 writes it back into ``RUN_DIR/config.yaml``."""
+    job may land on other nodes), and its ``comm`` agreed with the other tasks' device types
+    (:mod:`xirang_slurm.census`); rank 0 writes it back into ``RUN_DIR/config.yaml``."""
     from xirang import get_registry
     from xirang.worker import CONFIG_FILE, resolve_runtime
 
@@ -38,7 +40,14 @@ def resolved(run_dir: str) -> dict[str, Any]:
     runtime = resolve_runtime(config, get_registry())
     runtime["devices"] *= int(os.environ.get("SLURM_NNODES", "1"))  # every node's, for cost
     config["runtime"] = {**config.get("runtime", {}), **runtime}  # the tokenizer is there
-    if os.environ.get("RANK") == "0":
+    first = os.environ.get("RANK") == "0"
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:  # before the process group: the types decide its backend
+        types = census(int(os.environ["RANK"]), world, runtime["device_type"])
+        said = agree_on_comm(config, types)
+        if said and first:
+            print(f"xirang: {said}", file=sys.stderr, flush=True)
+    if first:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(yaml.safe_dump(config, sort_keys=False))
         tmp.replace(path)
