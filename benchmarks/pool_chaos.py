@@ -21,8 +21,9 @@ One after the other (kills, then database restarts, then the attack for a third 
 ``--duration``), then every acknowledged job is looked up in the store. Last, with the
 clients stopped and the jobs they left in the pool, another tenant submits and cancels one job
 at a time for ``--fair-s`` seconds alone, then as long again while a tenant hammers reads from
-another process (8 threads, on a CPU of its own where there are several, as a tenant's client
-on its own machine): its submit p99 idle and hammered.
+another process (8 threads): its submit p99 idle and hammered. Where there are several CPUs,
+the serving replica runs on all but the last and both clients on the last, the hammering one
+below the probe's priority, as tenants' clients on machines of their own.
 
     python benchmarks/pool_chaos.py [--duration 45] [--clients 200] [--kills 4] [--attack 5000]
 
@@ -341,15 +342,17 @@ def fairness(
 ) -> tuple[float, float, float]:
     """Another tenant's submit p99 (ms) alone, then while ``hammerer`` hammers reads from
     another process (so the two share no interpreter here). On a machine of several CPUs the
-    hammering client runs on the last one and the serving replica and the probe on the others,
-    in both phases: a tenant's client runs on its own machine, so what is measured is what the
-    service gives the other tenant, not how the clients' processes share this machine's CPUs."""
+    serving replica (every thread of it) runs on all but the last one and both tenants'
+    clients on the last, the hammering one below the probe's priority, in both phases: a
+    tenant's client runs on its own machine, so what is measured is what the service gives the
+    other tenant, not how the clients' processes share this machine's CPUs."""
     url, cpus = served.url, sorted(os.sched_getaffinity(0))
     apart = len(cpus) > 1
     if apart:
         assert served.process is not None
-        for pid in (0, served.process.pid):
-            os.sched_setaffinity(pid, cpus[:-1])
+        for thread in os.listdir(f"/proc/{served.process.pid}/task"):
+            os.sched_setaffinity(int(thread), cpus[:-1])
+        os.sched_setaffinity(0, cpus[-1:])
     pool = PoolClient(url, token, timeout=30)
     idle = probe_submits(pool, seconds)
     hammer = PoolClient(url, hammerer)
