@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +22,11 @@ A, B, C = b"a", b"b", b"c"
 
 def run(body: Coroutine[Any, Any, None]) -> None:
     asyncio.run(asyncio.wait_for(body, 10))
+
+
+async def tick() -> None:
+    while True:
+        await asyncio.sleep(0.001)
 
 
 async def settle() -> None:
@@ -88,14 +94,21 @@ def test_another_tenant_waits_for_the_turn_in_progress_not_beside_it() -> None:
     run(body())
 
 
-def test_a_turn_past_its_slice_lets_the_next_tenant_in_beside_it() -> None:
+@pytest.mark.parametrize("early_s", [0.0, 0.03])
+def test_a_turn_past_its_slice_lets_the_next_tenant_in_beside_it(early_s: float) -> None:
+    """Also when the loop fires the slice's timer early (asyncio runs a timer up to its
+    clock's resolution before it is due): the next tenant is then let in at the next look."""
+
     async def body() -> None:
+        loop = asyncio.get_running_loop()
+        loop._clock_resolution = early_s or loop._clock_resolution  # type: ignore[attr-defined]
+        ticking = asyncio.create_task(tick())  # other work waking the loop meanwhile
         turns = Turns(seats=1, slice_s=0.05)
         await turns.enter(A)  # and never leaves
-        loop = asyncio.get_running_loop()
         began = loop.time()
         await turns.enter(B)
         waited = loop.time() - began
+        ticking.cancel()
         assert 0.04 <= waited < 2 and turns.inside == {A: 1, B: 1}
 
     run(body())
@@ -212,5 +225,34 @@ def test_a_body_sent_slowly_or_an_answer_read_slowly_holds_nobodys_turn() -> Non
         held.set()
         await slow
         assert answered == [b"b", b"b2", b"half", b"c"]
+
+    run(body())
+
+
+def test_a_client_gone_while_sending_its_body_takes_no_turn() -> None:
+    """A request whose client disconnects before its body is in is never seated, and the
+    application never runs for it."""
+
+    async def body() -> None:
+        ran: list[dict[str, Any]] = []
+
+        async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            ran.append(scope)
+
+        gate = TenantShare(app, seats=1)
+        messages = [
+            {"type": "http.request", "body": b"half", "more_body": True},
+            {"type": "http.disconnect"},
+        ]
+
+        async def receive() -> dict[str, Any]:
+            return messages.pop(0)
+
+        async def send(message: dict[str, Any]) -> None:
+            raise AssertionError(f"nobody to answer: {message}")
+
+        scope = {"type": "http", "method": "POST", "headers": [(b"authorization", b"Bearer a")]}
+        await gate(scope, receive, send)
+        assert not ran and not gate.turns.inside and not gate.turns.line
 
     run(body())

@@ -137,20 +137,33 @@ class TenantShare:
             body = await _whole_body(receive)
         except BodyTimeout as exc:
             return await _answer(send, exc.status_code, exc.detail)
+        if body[-1]["type"] == "http.disconnect":
+            return  # the client went away while sending: nobody to answer, no turn to take
         await self.turns.enter(token)
-        seated = [True]
+        seat = _Seat(self.turns, token)
 
         async def answer(message: dict[str, Any]) -> None:
-            if seated[0] and message["type"] == "http.response.start":
-                seated[0] = False
-                self.turns.leave(token)
+            if message["type"] == "http.response.start":
+                seat.give_back()
             await send(message)
 
         try:
             await self.app(scope, _replay(body, receive), answer)
         finally:
-            if seated[0]:
-                self.turns.leave(token)
+            seat.give_back()
+
+
+class _Seat:
+    """One request's seat at the turns, given back once: when its answer starts, or when the
+    application ends without one."""
+
+    def __init__(self, turns: Turns, tenant: bytes) -> None:
+        self.turns, self.tenant, self.held = turns, tenant, True
+
+    def give_back(self) -> None:
+        if self.held:
+            self.held = False
+            self.turns.leave(self.tenant)
 
 
 async def _whole_body(receive: Any) -> list[dict[str, Any]]:

@@ -37,6 +37,7 @@ class Turns:
         self.line: OrderedDict[bytes, tuple[float, deque[asyncio.Future[None]]]] = OrderedDict()
         self._turn: set[bytes] = set()  # the tenants that held the application this turn
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None  # when the armed timer is due (the line's time)
 
     async def enter(self, tenant: bytes) -> None:
         """Return once ``tenant`` may run one request (a seat is then held for it)."""
@@ -93,8 +94,8 @@ class Turns:
 
     def _next(self) -> bytes | None:
         """The tenant whose turn is next: the first in line that has not held the
-        application this turn (round robin), else the first of those inside with a seat free
-        once the application is empty; None while only tenants inside wait."""
+        application this turn (round robin), else, once the application is empty, the first in
+        line; None while only tenants inside this turn wait."""
         for tenant in self.line:
             if tenant not in self._turn:
                 return tenant
@@ -114,15 +115,23 @@ class Turns:
 
     def _arm(self) -> None:
         """While a tenant waits beside a turn in progress, look again when it has waited a
-        slice."""
+        slice (the timer armed already is kept while that moment stays the same)."""
+        following = self._next() if self.inside else None
+        at = None if following is None else self.line[following][0] + self.slice_s
+        if self._timer is not None and at == self._timer_at:
+            return
         if self._timer is not None:
             self._timer.cancel()
-            self._timer = None
-        following = self._next() if self.inside else None
-        if following is not None:
+        self._timer, self._timer_at = None, at
+        if at is not None:
             loop = asyncio.get_running_loop()
-            at = self.line[following][0] + self.slice_s
-            self._timer = loop.call_at(max(at, loop.time()), self._dispatch)
+            self._timer = loop.call_at(max(at, loop.time()), self._on_timer)
+
+    def _on_timer(self) -> None:
+        """The slice is up (asyncio may fire a timer up to its clock's resolution early: then
+        :meth:`_dispatch` admits nobody yet and arms a new one)."""
+        self._timer = self._timer_at = None
+        self._dispatch()
 
     def _forget(self, tenant: bytes, waiter: asyncio.Future[None]) -> None:
         _, waiting = self.line.get(tenant, (0.0, deque()))
