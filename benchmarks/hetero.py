@@ -26,6 +26,7 @@ loss_diff=<max |balanced - uniform| loss over the logged steps>``. Needs root (t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -42,10 +43,21 @@ def train(
     """One run of ``python -m xirang`` (``steps``: other than ``--steps``); its summary and
     logged losses and shares per step."""
     run_dir = folder / name
-    command = [
-        sys.executable,
-        "-m",
-        "xirang",
+    overrides = run_overrides(args, extra, steps)
+    command = [sys.executable, "-m", "xirang", *overrides, f"hydra.run.dir={run_dir}"]
+    env = {**os.environ, **args.env}
+    done = subprocess.run(command, capture_output=True, text=True, cwd=folder, env=env)
+    if done.returncode != 0:
+        sys.exit(f"{name} failed:\n{done.stderr[-3000:]}")
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    speed = steady_tokens_per_s(records, args.warmup)
+    print(f"{name}: {speed:.1f} tok/s after step {args.warmup}", flush=True)
+    return {"tokens_per_s": speed, "records": records}
+
+
+def run_overrides(args: argparse.Namespace, extra: list[str], steps: int = 0) -> list[str]:
+    """What every run is given (the same model, data, batch and steps), then ``extra``."""
+    return [
         f"model={args.model}",
         "tokenizer=bytes",
         f"data.seq_len={args.seq_len}",
@@ -56,17 +68,9 @@ def train(
         "trainer.sample_tokens=0",
         "trainer.threads=1",
         "checkpoint.interval=0",
-        f"hydra.run.dir={run_dir}",
         *args.override,
         *extra,
     ]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=folder)
-    if done.returncode != 0:
-        sys.exit(f"{name} failed:\n{done.stderr[-3000:]}")
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    speed = steady_tokens_per_s(records, args.warmup)
-    print(f"{name}: {speed:.1f} tok/s after step {args.warmup}", flush=True)
-    return {"tokens_per_s": speed, "records": records}
 
 
 def steady_tokens_per_s(records: list[dict[str, Any]], warmup: int) -> float:
@@ -77,36 +81,98 @@ def steady_tokens_per_s(records: list[dict[str, Any]], warmup: int) -> float:
     return (end["tokens"] - start["tokens"]) / (end["elapsed_s"] - start["elapsed_s"])
 
 
-def runs(args: argparse.Namespace, tmp: Path) -> dict[str, list[dict[str, Any]]]:
-    """Every configuration once per round, in turn (drift in the machine's load hits all),
-    then the straggler run."""
+def local_configs(args: argparse.Namespace) -> dict[str, list[str]]:
+    """Two local workers, worker 1 under the quota (``scheduler.worker_quota``)."""
     quotas = f"[1.0,{args.quota}]"
-    half = args.global_batch // 2
-    configs = {
+    return {
         "uniform": ["parallel=ddp", "trainer.nproc=2", f"scheduler.worker_quota={quotas}"],
         "balanced": [
             "parallel=ddp",
             "trainer.nproc=2",
             f"scheduler.worker_quota={quotas}",
-            "parallel.balance=adaptive",
+            *BALANCE,
             f"parallel.balance_every={args.every}",
         ],
         "solo_fast": ["scheduler.worker_quota=[1.0]"],
         "solo_slow": [f"scheduler.worker_quota=[{args.quota}]"],
     }
+
+
+def slurm_configs(args: argparse.Namespace) -> dict[str, list[str]]:
+    """One task on each of the test bed's two nodes (node2's slurmd under the quota, so its
+    job steps are), each alone on its node for the solo runs."""
+    two = ["scheduler=slurm", "scheduler.nodes=2", "trainer.nproc=1", "parallel=ddp"]
+    return {
+        "uniform": two,
+        "balanced": [*two, *BALANCE, f"parallel.balance_every={args.every}"],
+        "solo_fast": ["scheduler=slurm", "scheduler.nodelist=node1"],
+        "solo_slow": ["scheduler=slurm", "scheduler.nodelist=node2"],
+    }
+
+
+#: what turns the balancing on (with ``parallel.balance_every``)
+BALANCE = ["parallel.balance=adaptive"]
+
+
+def runs(args: argparse.Namespace, tmp: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every configuration once per round, in turn (drift in the machine's load hits all),
+    then the straggler run."""
+    configs = configs_of(args)
     found: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
-    for round_ in range(args.rounds):
-        for name, extra in configs.items():
-            found[name].append(train(tmp, f"{name}-{round_}", args, extra))
-    straggler = [
-        *configs["balanced"][:2],  # ddp, two workers
-        "scheduler.worker_quota=[1.0,1.0]",  # both full until the drop
-        *configs["balanced"][3:],  # adaptive
-        f"parallel.balance_shares=[{half},{half}]",  # from even shares
+    with slow_node(args, args.quota):
+        for round_ in range(args.rounds):
+            for name, extra in configs.items():
+                found[name].append(train(tmp, f"{name}-{round_}", args, extra))
+    straggler = straggler_overrides(args, configs["balanced"])
+    with slow_node(args, 1.0):  # on Slurm node2 at a full core until the drill drops it
+        found["straggler"] = [train(tmp, "straggler", args, straggler, args.straggler_steps)]
+    return found
+
+
+def configs_of(args: argparse.Namespace) -> dict[str, list[str]]:
+    """The runs compared, each by its overrides: on the Slurm test bed or on this machine."""
+    return slurm_configs(args) if args.slurm else local_configs(args)
+
+
+def straggler_overrides(args: argparse.Namespace, balanced: list[str]) -> list[str]:
+    """The balanced run from even shares, both workers at a full core until worker 1's quota
+    drops to ``--quota`` at the end of step ``--slow-at`` (the drill ``drill.slow``)."""
+    half = args.global_batch // 2
+    found = [
+        *(c for c in balanced if not c.startswith("scheduler.worker_quota=")),
+        f"parallel.balance_shares=[{half},{half}]",
         f"+drill={{slow:[[{args.slow_at},1,{args.quota}]]}}",
     ]
-    found["straggler"] = [train(tmp, "straggler", args, straggler, args.straggler_steps)]
-    return found
+    return found if args.slurm else [*found, "scheduler.worker_quota=[1.0,1.0]"]
+
+
+def slow_node(args: argparse.Namespace, cpus: float) -> contextlib.AbstractContextManager[Any]:
+    """On the Slurm test bed: node2's slurmd, and so the job steps it starts, under a quota
+    of ``cpus`` (a drill may change it from inside a step); locally nothing (each run gives
+    its workers' quotas)."""
+    if not args.slurm:
+        return contextlib.nullcontext()
+    from xirang_local.quota import process_under_quota
+
+    pid = int((SLURM_BED / "run" / "slurmd-node2.pid").read_text())
+    return process_under_quota(pid, cpus, "hetero-node2")
+
+
+def slurm_bed() -> dict[str, str]:
+    """The environment of a Slurm client of the two-node test bed, which is started first
+    when its two nodes do not both answer."""
+    env = {"SLURM_CONF": str(SLURM_BED / "etc" / "slurm.conf")}
+    up = subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True, env={**os.environ, **env}
+    )
+    if up.returncode != 0 or len([t for t in up.stdout.split() if t.startswith("idle")]) < 2:
+        service = Path(__file__).parents[1] / ".ci" / "services" / "slurm_multinode.sh"
+        subprocess.run(["bash", str(service), "up"], check=True)
+    return env
+
+
+#: where .ci/services/slurm_multinode.sh keeps its cluster
+SLURM_BED = Path(os.environ.get("XIRANG_SLURM_MULTINODE", "/tmp/xirang-multinode"))
 
 
 def rebalance_steps(records: list[dict[str, Any]], slow_at: int) -> int | None:
@@ -140,7 +206,7 @@ def plot_shares(records: list[dict[str, Any]], slow_at: int, quota: float, out: 
     plt.close(fig)
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="llama_small")
     parser.add_argument("--seq-len", type=int, default=128)
@@ -154,7 +220,18 @@ def main() -> None:
     parser.add_argument("--straggler-steps", type=int, default=16)
     parser.add_argument("--plot", type=Path, default=Path("hetero_straggler_shares.png"))
     parser.add_argument("--override", nargs="*", default=[], help="more overrides, each run")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--slurm",
+        action="store_true",
+        help="on the two-node Slurm test bed (.ci/services/slurm_multinode.sh; started when "
+        "down): a task per node, node2 under the quota",
+    )
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
+    args.env = slurm_bed() if args.slurm else {}
     os.environ.setdefault("GOMP_SPINCOUNT", "1000")  # waiting threads sleep (tests/conftest.py)
     with tempfile.TemporaryDirectory(prefix="xirang-hetero-") as tmp:
         found = runs(args, Path(tmp))

@@ -62,11 +62,39 @@ def worker_cgroups(quota: Sequence[float], nproc: int, run_dir: str) -> Iterator
             _remove(folder, home)
 
 
-def _check_controller() -> None:
+@contextlib.contextmanager
+def process_under_quota(pid: int, cpus: float, name: str) -> Iterator[Path]:
+    """A running process, and what it starts from now on, under a quota of ``cpus`` for a
+    while: a Slurm test bed's ``slurmd``, whose node then computes as a slower machine (its job
+    steps stay in its cgroup: ``proctrack/linuxproc``). The process goes back to its own
+    cgroup after, and the one made here (``xirang-<name>-…``) is removed."""
+    _check_controller(f"putting process {pid} under a CPU quota")
+    home = cgroup_of(pid)
+    folder = _make(CPU_CGROUP / f"{CPU_CGROUP_PREFIX}{name}-{uuid.uuid4().hex[:8]}", cpus)
+    try:
+        (folder / "cgroup.procs").write_text(str(pid))
+        yield folder
+    finally:
+        with contextlib.suppress(OSError):  # it ended meanwhile
+            (home / "cgroup.procs").write_text(str(pid))
+        _remove(folder, home)
+
+
+def cgroup_of(pid: int) -> Path:
+    """Process ``pid``'s cgroup of the CPU controller (the controller's root where it has
+    none)."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):
+            return CPU_CGROUP / path.lstrip("/")
+    return CPU_CGROUP
+
+
+def _check_controller(what: str = "scheduler.worker_quota") -> None:
     if not (CPU_CGROUP / "cpu.cfs_quota_us").exists() or not os.access(CPU_CGROUP, os.W_OK):
         raise ConfigError(
-            f"scheduler.worker_quota needs the cgroup v1 CPU controller at {CPU_CGROUP}, "
-            f"writable (run as root); this machine has no such writable controller. Leave "
+            f"{what} needs the cgroup v1 CPU controller at {CPU_CGROUP}, writable (run as "
+            f"root); this machine has no such writable controller. Leave "
             f"scheduler.worker_quota empty ([]) to run the workers without a quota"
         )
 

@@ -40,14 +40,18 @@ from xirang.planning import (
 from xirang_planner.together import time_together
 from xirang_planner.wrapper_costs import GROUP, WrapperCosts, derive, measure_wrappers
 
-#: message sizes (bytes) the links are fitted on: latency- to bandwidth-bound
-MESSAGE_BYTES = (4096, 65536, 1048576)
+#: message sizes (bytes) the links are fitted on: latency- to bandwidth-bound (up to 8 MiB:
+#: with 1 MiB the largest, gloo's per-hop latency on a shared host hid the bytes' time and the
+#: fit could find no bandwidth at all)
+MESSAGE_BYTES = (4096, 65536, 1048576, 8388608)
 #: the micro-batch the concurrency probe runs
 PROBE_MICRO_BATCH = 2
 #: layer passes per probe: long enough that workers running them at once share the cores
 PROBE_PASSES = 8
 #: micro-batches of the probe pipeline (two stages of one layer each, micro-batch 1)
 PROBE_PIPELINE_MICRO = 8
+#: timed steps of the probe pipeline
+PIPELINE_REPEATS = 3
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,10 @@ class HostProfile:
     pipeline_hop_s: float = 0.0
     #: bytes of the activation the hop was measured with
     pipeline_hop_bytes: int = 0
+    #: core-seconds a stage spends on each action of torch's schedule beyond its layers'
+    #: compute (the schedule's Python, posting and taking its messages): work that shares
+    #: the cores as compute does, not a wait
+    pipeline_action_s: float = 0.0
     #: what FSDP and DDP cost beyond their collectives' bytes (:mod:`.wrappers`)
     wrappers: WrapperCosts = field(default_factory=WrapperCosts)
 
@@ -153,6 +161,8 @@ def measure_host(config: dict[str, Any], world: int, micro_batches: list[int]) -
         costs = derive(main["wrappers"], profile.link(GROUP), per_param)
         profile = replace(profile, wrappers=costs)
     if "pipeline_s" in main:
+        cpu = sum(r["pipeline_cpu_s"] for r in ranks) / len(ranks)
+        profile = replace(profile, pipeline_action_s=_action_overhead(profile, cpu))
         profile = replace(
             profile,
             pipeline_hop_s=_fit_hop(profile, main["pipeline_s"]),
@@ -161,13 +171,24 @@ def measure_host(config: dict[str, Any], world: int, micro_batches: list[int]) -
     return profile
 
 
+def _action_overhead(profile: HostProfile, cpu_s: float) -> float:
+    """Core-seconds per schedule action of the probe pipeline beyond its layer's compute,
+    from a stage's processor time per step (``cpu_s``, the mean over the workers): on a host
+    whose cores the stages share, torch's schedule costs a stage more processor time than
+    its layer does, and that time is taken from the other workers', not waited out."""
+    cost = profile.layer_cost(1, 1)
+    compute = PROBE_PIPELINE_MICRO * (cost.forward + cost.backward)
+    return max(0.0, cpu_s - compute) / (2 * PROBE_PIPELINE_MICRO)
+
+
 def _fit_hop(profile: HostProfile, seconds: float) -> float:
     """The hop latency under which the simulated probe pipeline takes the measured
     ``seconds`` (the simulation grows with the hop, so bisection finds it)."""
     from xirang_planner.simulate import StageWork, simulate_step
 
     cost = profile.layer_cost(1, 1)
-    stages = [StageWork(cost.forward, cost.backward)] * 2
+    action = profile.pipeline_action_s
+    stages = [StageWork(cost.forward + action, cost.backward + action)] * 2
     replicas = profile.world // 2
 
     def simulated(hop: float) -> float:
@@ -217,7 +238,7 @@ def _probe(
     if world % GROUP == 0:
         found["wrappers"] = measure_wrappers(world, parts, micro_batches[0])
     if world % 2 == 0:
-        found["pipeline_s"] = _pipeline_probe(rank, world, parts)
+        found["pipeline_s"], found["pipeline_cpu_s"] = _pipeline_probe(rank, world, parts)
         found["pipeline_bytes"] = parts.shape.seq_len * parts.shape.hidden * 4
     return found
 
@@ -347,9 +368,10 @@ def _splits_heads(shape: Any, tp: int) -> bool:
     return shape.heads % tp == 0 and (shape.kv_heads or shape.heads) % tp == 0
 
 
-def _pipeline_probe(rank: int, world: int, parts: _ModelParts) -> float:
+def _pipeline_probe(rank: int, world: int, parts: _ModelParts) -> tuple[float, float]:
     """Best seconds of a 1F1B step of two-stage pipelines (rank pairs, all at once), each
-    stage one layer of the model at micro-batch 1: torch's schedule as the strategies run it."""
+    stage one layer of the model at micro-batch 1: torch's schedule as the strategies run it;
+    and this worker's processor seconds per step (all its threads), over the timed steps."""
     import torch
     import torch.distributed as dist
     from torch.distributed import pipelining
@@ -371,7 +393,9 @@ def _pipeline_probe(rank: int, world: int, parts: _ModelParts) -> float:
         parts.wait()
 
     step()  # the first step settles shapes
-    return time_together(step)
+    started = time.process_time()
+    seconds = time_together(step, PIPELINE_REPEATS)
+    return seconds, (time.process_time() - started) / PIPELINE_REPEATS
 
 
 def _mean_square(out: Any, target: Any) -> Any:

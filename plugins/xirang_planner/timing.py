@@ -342,8 +342,9 @@ def _host_time(
     hooks = _wrapper_hooks(shape, plan, host) / 2  # a micro-batch's forward, then backward
     waits["forward"] += hooks
     waits["backward"] += hooks
+    action = host.pipeline_action_s if plan.pp > 1 else 0.0  # the schedule's own work
     work = [
-        StageWork(c.forward, c.backward, waits["forward"], waits["backward"])
+        StageWork(c.forward + action, c.backward + action, waits["forward"], waits["backward"])
         for c in (_stage_cost(shape, plan, s, host) for s in range(plan.pp))
     ]
     hop = sum(host.hop_seconds(c.nbytes) for c in found if c.op == "p2p" and c.phase == "forward")

@@ -51,3 +51,34 @@ def test_every_run_is_timed_from_the_end_of_the_warmup_steps(hetero: ModuleType)
     ]
     assert hetero.steady_tokens_per_s(records, 1) == 500.0
     assert hetero.steady_tokens_per_s(records, 2) == 500.0
+
+
+@pytest.mark.parametrize("slurm", [False, True])
+def test_every_run_it_starts_composes(hetero: ModuleType, slurm: bool) -> None:
+    """Each run's overrides, locally and on the Slurm test bed, make a valid config: the
+    compared runs split the same global batch, the solo ones run one worker, and the
+    straggler run starts both workers at a full core with even shares."""
+    from xirang_core.config import compose
+    from xirang_core.plugins import get_registry
+
+    args = hetero.parse_args(["--slurm"] if slurm else [])
+    configs = hetero.configs_of(args)
+    straggler = hetero.straggler_overrides(args, configs["balanced"])
+    composed = {
+        name: compose(hetero.run_overrides(args, extra), get_registry())
+        for name, extra in {**configs, "straggler": straggler}.items()
+    }
+    for name, config in composed.items():
+        assert config["trainer"]["global_batch"] == args.global_batch
+        workers = config["trainer"]["nproc"] * config["scheduler"].get("nodes", 1)
+        assert workers == (1 if name.startswith("solo") else 2), name
+        assert config["scheduler"]["name"] == ("slurm" if slurm else "local")
+    assert composed["balanced"]["parallel"]["balance"] == "adaptive"
+    assert composed["uniform"]["parallel"]["balance"] == "uniform"
+    assert composed["straggler"]["parallel"]["balance_shares"] == [8, 8]
+    if not slurm:
+        assert composed["straggler"]["scheduler"]["worker_quota"] == [1.0, 1.0]
+        assert composed["balanced"]["scheduler"]["worker_quota"] == [1.0, 0.4]
+    else:
+        nodes = {composed[n]["scheduler"]["nodelist"] for n in ("solo_fast", "solo_slow")}
+        assert nodes == {"node1", "node2"}

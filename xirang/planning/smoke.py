@@ -8,6 +8,7 @@ sees the same sequences and losses are comparable across plans.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -18,6 +19,10 @@ from xirang_core.parallel.plan import ParallelPlan
 
 #: steps not timed: the first step builds buffers, the pipeline infers shapes
 WARMUP_STEPS = 1
+#: steps whose saved tensors are counted (the first: warm-up; the second: a settled step).
+#: The count's hooks run Python for every tensor autograd saves, so no timed step carries
+#: them: the steps after these are the timed ones
+METERED_STEPS = 2
 
 
 @dataclass
@@ -196,8 +201,9 @@ def _train_and_measure(
     wait = synchronizer(device)  # a device's queued work is part of the step
     wrapped.train()
     for step in range(first, first + steps):
+        watch = meter.watch() if step - first < METERED_STEPS else contextlib.nullcontext()
         started = time.perf_counter()
-        with meter.watch():
+        with watch:
             loss = trainer.train_step(step)
         wait()
         times.append(time.perf_counter() - started)  # the loss's all-reduce is not training
@@ -214,8 +220,8 @@ def _train_and_measure(
     return {
         "rank": rank,
         "losses": losses,
-        "step_s": statistics.median(times[WARMUP_STEPS:] or times),
-        "best_step_s": min(times[WARMUP_STEPS:] or times),
+        "step_s": statistics.median(_timed(times)),
+        "best_step_s": min(_timed(times)),
         "state_bytes": state_total,
         "activation_bytes": meter.peak,
         "gathered_bytes": meter.gathered,
@@ -223,6 +229,12 @@ def _train_and_measure(
         "real_peak_bytes": real_peak,
         "shares": shares,
     }
+
+
+def _timed(times: list[float]) -> list[float]:
+    """The step times to report: those after the counted steps, or past the warm-up when a
+    run is too short to have any."""
+    return times[METERED_STEPS:] or times[WARMUP_STEPS:] or times
 
 
 def save_state(model: Any, optimizer: Any, path: str) -> None:

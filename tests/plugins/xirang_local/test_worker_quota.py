@@ -66,3 +66,37 @@ def test_a_quota_that_cannot_be_set_is_one_error(run_xirang, quota: str, says: s
     done = run_xirang(f"scheduler.worker_quota={quota}", *RUN)
     errors = [line for line in done.stderr.splitlines() if line.startswith("xirang error:")]
     assert done.returncode != 0 and len(errors) == 1 and says in errors[0], done.stderr[-2000:]
+
+
+def test_a_running_process_and_what_it_starts_go_under_a_quota_for_a_while(cgroups) -> None:
+    """The Slurm test bed's slower node: a running process (there, slurmd) is moved under a
+    quota, a process it starts meanwhile is under it too, and after the block both are back
+    in their own cgroup and the cgroup made for it is gone."""
+    import subprocess
+    import sys
+
+    from xirang_local.quota import cgroup_of, process_under_quota
+
+    script = "import subprocess, sys; input(); print(subprocess.Popen(sys.argv[1:]).pid); input()"
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script, "sleep", "30"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    home, child = cgroup_of(parent.pid), 0
+    try:
+        with process_under_quota(parent.pid, 0.5, "test-node") as folder:
+            assert cgroup_of(parent.pid) == folder and folder.name.startswith("xirang-test-node-")
+            assert (folder / "cpu.cfs_quota_us").read_text().strip() == "50000"
+            parent.stdin.write("\n")  # let it start its child now, inside the block
+            parent.stdin.flush()
+            child = int(parent.stdout.readline())
+            assert cgroup_of(child) == folder
+        assert cgroup_of(parent.pid) == home and cgroup_of(child) == home
+        assert not folder.exists()
+    finally:
+        parent.kill()
+        if child:
+            os.kill(child, 9)
+    assert {p.name for p in CPU_CGROUP.glob("xirang-*")} == cgroups

@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from xirang_core.devices.cgroup import CPU_CGROUP, set_cpu_quota
+from xirang_local.quota import process_under_quota
 
 
 @pytest.fixture(scope="session")
@@ -35,15 +34,6 @@ def slurm() -> str:
             pytest.fail(problem)
         pytest.skip(problem)
     return probe.stdout.split()[0]
-
-
-def cgroup_of(pid: int) -> Path:
-    """Process ``pid``'s cgroup of the CPU controller."""
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "cpu" in controllers.split(","):
-            return CPU_CGROUP / path.lstrip("/")
-    return CPU_CGROUP
 
 
 #: where .ci/services/slurm_multinode.sh keeps its cluster (its MN_DIR)
@@ -91,23 +81,10 @@ class MultiNodeSlurm:
     @contextlib.contextmanager
     def under_quota(self, node: str, cpus: float) -> Iterator[None]:
         """Node ``nodeN`` as a slower machine for real: its slurmd (and so every job step it
-        starts: ``proctrack/linuxproc`` leaves them in its cgroup) under a CFS quota of
-        ``cpus`` in a cgroup of the CPU controller made here; slurmd goes back to its own
-        cgroup after, and the one made here is removed once the steps in it have ended."""
+        starts) under a CFS quota of ``cpus`` (``xirang_local.quota.process_under_quota``)."""
         pid = int((MULTINODE_DIR / "run" / f"slurmd-{node}.pid").read_text())
-        home = cgroup_of(pid)
-        folder = CPU_CGROUP / f"xirang-test-{node}-{os.getpid()}"
-        folder.mkdir()
-        try:
-            set_cpu_quota(folder, cpus)
-            (folder / "cgroup.procs").write_text(str(pid))
+        with process_under_quota(pid, cpus, f"test-{node}"):
             yield
-        finally:
-            (home / "cgroup.procs").write_text(str(pid))
-            deadline = time.monotonic() + 30
-            while (folder / "cgroup.procs").read_text().split() and time.monotonic() < deadline:
-                time.sleep(0.2)  # the job's steps ending
-            folder.rmdir()
 
     def restore(self) -> None:
         """Start what is missing again (a killed node's slurmd: its replacement)."""
