@@ -293,6 +293,10 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
     ),
     "python benchmarks/hetero.py [--model llama_small] [--quota 0.4] [--steps 12] "
     "[--global-batch 16]": Skip("needs the cgroup v1 CPU controller as root, and minutes"),
+    "python benchmarks/hetero.py --slurm": Skip(
+        "the two-node Slurm test bed and the cgroup v1 CPU controller as root, and minutes; "
+        "tests/benchmarks/test_hetero.py composes its runs"
+    ),
     "torchrun --nproc-per-node=2 -m xirang parallel=ddp": Slow(
         _MULTI + "; tests/parallel/test_torchrun.py runs it short against trainer.nproc=2"
     ),
