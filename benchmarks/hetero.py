@@ -95,7 +95,7 @@ def local_configs(args: argparse.Namespace) -> dict[str, list[str]]:
             "parallel=ddp",
             "trainer.nproc=2",
             f"scheduler.worker_quota={quotas}",
-            *BALANCE,
+            "parallel.balance=adaptive",
             f"parallel.balance_every={args.every}",
         ],
         "solo_fast": ["scheduler.worker_quota=[1.0]"],
@@ -109,14 +109,10 @@ def slurm_configs(args: argparse.Namespace) -> dict[str, list[str]]:
     two = ["scheduler=slurm", "scheduler.nodes=2", "trainer.nproc=1", "parallel=ddp"]
     return {
         "uniform": two,
-        "balanced": [*two, *BALANCE, f"parallel.balance_every={args.every}"],
+        "balanced": [*two, "parallel.balance=adaptive", f"parallel.balance_every={args.every}"],
         "solo_fast": ["scheduler=slurm", "scheduler.nodelist=node1"],
         "solo_slow": ["scheduler=slurm", "scheduler.nodelist=node2"],
     }
-
-
-#: what turns the balancing on (with ``parallel.balance_every``)
-BALANCE = ["parallel.balance=adaptive"]
 
 
 def runs(args: argparse.Namespace, tmp: Path) -> dict[str, list[dict[str, Any]]]:
