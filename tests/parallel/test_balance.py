@@ -113,6 +113,7 @@ def test_a_rank_far_below_its_calibration_is_reported_once_after_its_windows(
         (1, 6 + 2 * (STRAGGLER_WINDOWS - 1), 0.4)
     ]
     assert list(balancer.stragglers) == [1]
+    balancer.meet(20, logs=True)
     figures = balancer.figures(1.0, 1)
     assert figures["balance_stragglers"][0]["rank"] == 1
     assert summary_fields(figures)["balance"]["stragglers"][0]["speed_ratio"] == 0.4

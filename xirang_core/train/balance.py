@@ -92,6 +92,10 @@ class Balancer:
         self._started = self._forward_s = 0.0
         self._window = [0.0, 0.0]  # micro-batches, compute seconds since the last move
         self._logged = [0.0, 0.0]  # the same since the last record
+        #: every rank's (micro-batches, seconds) of the window and since the last record, as
+        #: :meth:`meet` gathered them at the step's gradient sync
+        self._window_met: list[tuple[float, float]] = []
+        self._logged_met: list[tuple[float, float]] = []
         self._speeds: list[float] = []  # each rank's micro-batches/s, averaged over windows
         self.on_reshare: Any = None  # called with the new shares (the batches follow)
 
@@ -137,13 +141,31 @@ class Balancer:
         if self.device.type != "cpu":
             getattr(torch, self.device.type).synchronize(self.device)
 
+    def meet(self, step: int, logs: bool) -> None:
+        """Right after the gradient sync, where every rank has just arrived: gather, in one
+        collective, the tallies this step's move (:meth:`after_step`) and record
+        (:meth:`figures`) need. Gathered after the optimizer step, they would hold the fast
+        ranks until the slowest one's optimizer step ended."""
+        moves = self._moves(step)
+        if not (moves or logs):
+            return
+        gathered = gather([*self._window, *self._logged], self.device)
+        if moves:
+            self._window, self._window_met = [0.0, 0.0], [(t[0], t[1]) for t in gathered]
+        if logs:
+            self._logged, self._logged_met = [0.0, 0.0], [(t[2], t[3]) for t in gathered]
+
+    def _moves(self, step: int) -> bool:
+        """Whether ``step`` may move the shares (``adaptive``, every ``balance_every``)."""
+        return self.mode == "adaptive" and not step % self.every
+
     def after_step(self, step: int) -> bool:
-        """Every ``balance_every`` steps under ``adaptive``: gather the ranks' speeds and move
-        the shares when that predicts a faster step; True when they moved."""
-        if self.mode != "adaptive" or step % self.every:
+        """Every ``balance_every`` steps under ``adaptive``: move the shares toward the ranks'
+        speeds (gathered by :meth:`meet`) when that predicts a faster step; True when they
+        moved."""
+        if not self._moves(step):
             return False
-        measured = [m / s if s > 0 else 0.0 for m, s in gather(self._window, self.device)]
-        self._window = [0.0, 0.0]
+        measured = [m / s if s > 0 else 0.0 for m, s in self._window_met]
         if not all(measured):
             return False
         # an exponential average over windows: one noisy window does not move the shares
@@ -201,13 +223,12 @@ class Balancer:
         )
 
     def figures(self, step_s: float, steps: int) -> dict[str, Any]:
-        """For the metrics record (every rank calls it): each rank's share, compute time per
-        step and ``balance_efficiency``: the step's lower bound (all micro-batches over the
-        sum of the ranks' speeds) over its actual time."""
-        gathered = gather(self._logged, self.device)
-        self._logged = [0.0, 0.0]
+        """For the metrics record, from the tallies :meth:`meet` gathered: each rank's share,
+        compute time per step and ``balance_efficiency``: the step's lower bound (all
+        micro-batches over the sum of the ranks' speeds) over its actual time."""
+        gathered = self._logged_met
         speeds = [m / s if s > 0 else 0.0 for m, s in gathered]
-        bound = self.shares.total / sum(speeds) if all(speeds) else 0.0
+        bound = self.shares.total / sum(speeds) if speeds and all(speeds) else 0.0
         stragglers = [self.stragglers[r] for r in sorted(self.stragglers)]
         return {
             "balance_shares": list(self.shares.counts),
@@ -236,7 +257,7 @@ class Balancer:
             return
         state = state or {"shares": [], "device": ""}  # a run that did not balance saved none
         same = len(state["shares"]) == self.world and state["device"] == device_name(self.device)
-        if not all(flag for flag, _ in gather([float(same), 0.0], self.device)):
+        if not all(flag for (flag,) in gather([float(same)], self.device)):
             log.info("balance: the devices differ from the checkpoint's; shares as calibrated")
             return
         self.shares = Shares(tuple(state["shares"]))
@@ -258,7 +279,7 @@ class Balancer:
                 model(*inputs)
             self._sync()
         seconds = (time.perf_counter() - started) / CALIBRATION_FORWARDS
-        self.expected = [1 / s for _, s in gather([1.0, seconds], self.device)]
+        self.expected = [1 / s for (s,) in gather([seconds], self.device)]
         self.shares = proportional(self.shares.total, self.expected)
 
 
@@ -285,14 +306,14 @@ def device_name(device: torch.device) -> str:
     return f"{name} quota={quota}" if quota is not None else name
 
 
-def gather(values: list[float], device: torch.device) -> list[tuple[float, float]]:
-    """Every rank's (micro-batches, seconds) pair, in rank order."""
+def gather(values: list[float], device: torch.device) -> list[tuple[float, ...]]:
+    """Every rank's ``values`` (tallies: micro-batches and seconds), in rank order."""
     mine = torch.tensor(values, dtype=torch.float64, device=device)
     if not dist.is_initialized() or dist.get_world_size() == 1:
-        return [(values[0], values[1])]
+        return [tuple(values)]
     every = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(every, mine)
-    return [(float(t[0]), float(t[1])) for t in every]
+    return [tuple(float(v) for v in t) for t in every]
 
 
 def for_run(config: dict[str, Any], ctx: Any) -> Balancer | None:

@@ -133,6 +133,7 @@ class Trainer:
         self.recovery = companions.recovery or (lambda: f"see the run directory {ctx.run_dir}")
         self.grad_norm: Any = None  # the last step's, pre-clip (a device tensor or a float)
         self._skipped = 0
+        self._loss_sum = torch.zeros(())  # the last logged step's loss, summed over workers
         #: the device-side guard's (count, first step) of non-finite steps not yet read
         self._pending: tuple[torch.Tensor, torch.Tensor] | None = None
         self.compile_s, self.compile_steps = 0.0, 0
@@ -154,6 +155,7 @@ class Trainer:
                 total = run_step([self._batch(step, m) for m in range(s.accum_steps)])
         else:
             total = self._accumulate(step)
+        self._meet(step, total)
         scaler = self.precision.scaler
         if scaler is not None:
             scaler.unscale_(self.optimizer)  # clip and guard the true gradients
@@ -169,6 +171,30 @@ class Trainer:
                 scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         return total
+
+    def _meet(self, step: int, total: torch.Tensor) -> None:
+        """The collectives of ``step``'s record (the loss summed over the workers, the
+        balancer's tallies), issued right after the gradient sync, where every worker has just
+        arrived. After the optimizer step they would hold a fast worker, at every logged step,
+        until the slowest had finished its own optimizer step (a balanced worker under a 0.4
+        core quota takes 2.5 times as long over the same parameters)."""
+        logs = self._logs(step)
+        if logs and self.ctx.world_size > 1:  # summed over the workers that hold a loss
+            self._loss_sum = total.detach().clone()
+            dist.all_reduce(self._loss_sum, op=dist.ReduceOp.SUM)
+        if self.balance is not None:
+            self.balance.meet(step, logs)
+
+    def _logs(self, step: int) -> bool:
+        """Whether ``step`` writes a record: every ``log_every`` steps, the first and the last,
+        and each evaluation."""
+        s = self.settings
+        return self._evaluates(step) or not step % s.log_every or step in (1, s.max_steps)
+
+    def _evaluates(self, step: int) -> bool:
+        """Whether ``step`` scores the held-out batches (never the last: the summary does)."""
+        s = self.settings
+        return bool(s.eval_every) and step % s.eval_every == 0 and step != s.max_steps
 
     @property
     def skipped_steps(self) -> int:
@@ -334,8 +360,8 @@ class Trainer:
                 if on_step_end is not None:
                     on_step_end(step)
                 collect(step)
-                evaluating = s.eval_every and step % s.eval_every == 0 and step != s.max_steps
-                if not evaluating and step % s.log_every and step not in (1, s.max_steps):
+                evaluating = self._evaluates(step)
+                if not self._logs(step):
                     advance(step, None)
                     continue
                 self.settle(step)
@@ -346,7 +372,7 @@ class Trainer:
                 record = self._record(step, loss, interval, steps, now - started)
                 record["data_wait_ms"] = round(1e3 * self.data_wait_s / (step - mark_step), 3)
                 record |= self.figures()
-                if self.balance is not None:  # every rank: the ranks' figures are gathered
+                if self.balance is not None:  # the ranks' tallies, met at the sync
                     record |= self.balance.figures(interval / steps, steps)
                 self.data_wait_s = 0.0
                 if compiling[0]:
@@ -388,10 +414,8 @@ class Trainer:
     def _record(
         self, step: int, loss: torch.Tensor, interval: float, steps: int, elapsed: float
     ) -> dict[str, Any]:
-        loss = loss.detach().clone()
-        if self.ctx.world_size > 1:  # mean over the workers that hold a loss
-            dist.all_reduce(loss, op=dist.ReduceOp.SUM)
-            loss /= self.ctx.loss_replicas
+        if self.ctx.world_size > 1:  # mean over the workers that hold a loss (see _meet)
+            loss = self._loss_sum / self.ctx.loss_replicas
         tokens_per_s = self.tokens_per_step * steps / max(interval, 1e-9)
         mfu, note = self._mfu(tokens_per_s * self.settings.flops_per_token)
         record = {
