@@ -8,6 +8,9 @@ sleeps). Same model, global batch and steps for every run, alternating round by 
 - (b) balanced: ``parallel.balance=adaptive`` as a user runs it, its first shares from each
   worker's calibration at start-up;
 - each worker alone (one process under its quota) for its solo tokens/s;
+- both solo runs at once, two independent jobs with no collective between them: what the two
+  workers compute while they share one machine (cores, memory, caches), so the most a
+  balanced run of the two could reach on this test bed;
 - once after the rounds, the straggler run: both workers start with a full core and even
   shares (given, so that the move is itself measured), and at the end of step ``--slow-at``
   worker 1's quota drops to ``--quota`` (the drill fault ``drill.slow``, the same cgroup
@@ -25,7 +28,9 @@ node alone for its solo figure; in the straggler run node2 starts at a full core
 
 Last line: ``hetero_efficiency=<balanced tok/s over the sum of the solo tok/s>
 speedup_vs_uniform=<balanced over uniform tok/s> straggler_rebalance_steps=<n, or none>
-loss_diff=<max |balanced - uniform| loss over the logged steps>``. Needs root (the cgroups).
+loss_diff=<max |balanced - uniform| loss over the logged steps>
+beside_ceiling=<the solo runs at once over the solo runs alone, tok/s>
+efficiency_vs_beside=<balanced over the solo runs at once>``. Needs root (the cgroups).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -45,19 +51,72 @@ from typing import Any
 def train(
     folder: Path, name: str, args: argparse.Namespace, extra: list[str], steps: int = 0
 ) -> dict[str, Any]:
-    """One run of ``python -m xirang`` (``steps``: other than ``--steps``); its summary and
+    """One run of ``python -m xirang`` (``steps``: other than ``--steps``); its tokens/s and
     logged losses and shares per step."""
+    records = finish(start(folder, name, args, extra, steps))
+    speed = steady_tokens_per_s(records, args.warmup)
+    print(f"{name}: {speed:.1f} tok/s after step {args.warmup}", flush=True)
+    return {"tokens_per_s": speed, "records": records}
+
+
+def start(
+    folder: Path, name: str, args: argparse.Namespace, extra: list[str], steps: int = 0
+) -> tuple[str, Path, subprocess.Popen[bytes]]:
+    """``python -m xirang`` started (its errors kept in a file: a pipe nobody reads while a
+    run beside it is waited for could fill and stall it)."""
     run_dir = folder / name
     overrides = run_overrides(args, extra, steps)
     command = [sys.executable, "-m", "xirang", *overrides, f"hydra.run.dir={run_dir}"]
     env = {**os.environ, **args.env}
-    done = subprocess.run(command, capture_output=True, text=True, cwd=folder, env=env)
-    if done.returncode != 0:
-        sys.exit(f"{name} failed:\n{done.stderr[-3000:]}")
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    speed = steady_tokens_per_s(records, args.warmup)
-    print(f"{name}: {speed:.1f} tok/s after step {args.warmup}", flush=True)
-    return {"tokens_per_s": speed, "records": records}
+    with (folder / f"{name}.stderr").open("wb") as errors:
+        return (
+            name,
+            run_dir,
+            subprocess.Popen(
+                command, stdout=subprocess.DEVNULL, stderr=errors, cwd=folder, env=env
+            ),
+        )
+
+
+def finish(started: tuple[str, Path, subprocess.Popen[bytes]]) -> list[dict[str, Any]]:
+    """The records of a started run, once it ended (the benchmark stops if it failed)."""
+    name, run_dir, process = started
+    if process.wait() != 0:
+        errors = (run_dir.parent / f"{name}.stderr").read_text(errors="replace")
+        sys.exit(f"{name} failed:\n{errors[-3000:]}")
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def beside(
+    folder: Path, round_: int, args: argparse.Namespace, configs: dict[str, list[str]], solo: Any
+) -> dict[str, Any]:
+    """Both solo runs at once, as two independent jobs with no collective between them: what
+    the two workers compute while they share the machine (locally its cores, memory and
+    caches; on Slurm the test bed's one host). The fast one runs as many more steps as it is
+    faster, and each speed is taken over the span both ran, so their sum is the most a
+    balanced run of the two could reach here (``beside_ceiling``: that sum over the solos')."""
+    fast, slow = solo["solo_fast"][-1]["tokens_per_s"], solo["solo_slow"][-1]["tokens_per_s"]
+    fast_steps = math.ceil(args.steps * fast / slow) + args.warmup
+    both = [
+        start(folder, f"beside_fast-{round_}", args, configs["solo_fast"], fast_steps),
+        start(folder, f"beside_slow-{round_}", args, configs["solo_slow"]),
+    ]
+    fast_records, slow_records = (finish(s) for s in both)
+    speeds = overlapping_speeds(fast_records, slow_records, args.warmup)
+    print(f"beside-{round_}: {speeds[0]:.1f} + {speeds[1]:.1f} tok/s", flush=True)
+    return {"tokens_per_s": sum(speeds)}
+
+
+def overlapping_speeds(
+    fast: list[dict[str, Any]], slow: list[dict[str, Any]], warmup: int
+) -> tuple[float, float]:
+    """Each run's tokens/s from the end of step ``warmup`` to its last step that ended while
+    the other still ran (both started together, so their clocks start together)."""
+    span = min(fast[-1]["elapsed_s"], slow[-1]["elapsed_s"])
+    inside = [
+        [r for r in run if r["step"] <= warmup or r["elapsed_s"] <= span] for run in (fast, slow)
+    ]
+    return steady_tokens_per_s(inside[0], warmup), steady_tokens_per_s(inside[1], warmup)
 
 
 def run_overrides(args: argparse.Namespace, extra: list[str], steps: int = 0) -> list[str]:
@@ -119,11 +178,12 @@ def runs(args: argparse.Namespace, tmp: Path) -> dict[str, list[dict[str, Any]]]
     """Every configuration once per round, in turn (drift in the machine's load hits all),
     then the straggler run."""
     configs = configs_of(args)
-    found: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
+    found: dict[str, list[dict[str, Any]]] = {name: [] for name in [*configs, "beside"]}
     with slow_node(args, args.quota):
         for round_ in range(args.rounds):
             for name, extra in configs.items():
                 found[name].append(train(tmp, f"{name}-{round_}", args, extra))
+            found["beside"].append(beside(tmp, round_, args, configs, found))
     straggler = straggler_overrides(args, configs["balanced"])
     with slow_node(args, 1.0):  # on Slurm node2 at a full core until the drill drops it
         found["straggler"] = [train(tmp, "straggler", args, straggler, args.straggler_steps)]
@@ -248,6 +308,7 @@ def main() -> None:
     speed = {name: statistics.median(r["tokens_per_s"] for r in rs) for name, rs in found.items()}
     balanced, uniform = found["balanced"][-1]["records"], found["uniform"][-1]["records"]
     loss_diff = max(abs(b["loss"] - u["loss"]) for b, u in zip(balanced, uniform, strict=True))
+    solo_sum = speed["solo_fast"] + speed["solo_slow"]
     print(
         f"final shares {balanced[-1]['balance_shares']}, solo tok/s {speed['solo_fast']:.1f}"
         f" + {speed['solo_slow']:.1f}, uniform {speed['uniform']:.1f}"
@@ -259,10 +320,11 @@ def main() -> None:
         f"plot: {args.plot}"
     )
     print(
-        f"hetero_efficiency={speed['balanced'] / (speed['solo_fast'] + speed['solo_slow']):.3f} "
+        f"hetero_efficiency={speed['balanced'] / solo_sum:.3f} "
         f"speedup_vs_uniform={speed['balanced'] / speed['uniform']:.3f} "
         f"straggler_rebalance_steps={'none' if rebalanced is None else rebalanced} "
-        f"loss_diff={loss_diff:.2e}"
+        f"loss_diff={loss_diff:.2e} beside_ceiling={speed['beside'] / solo_sum:.3f} "
+        f"efficiency_vs_beside={speed['balanced'] / speed['beside']:.3f}"
     )
 
 

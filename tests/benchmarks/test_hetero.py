@@ -82,3 +82,18 @@ def test_every_run_it_starts_composes(hetero: ModuleType, slurm: bool) -> None:
     else:
         nodes = {composed[n]["scheduler"]["nodelist"] for n in ("solo_fast", "solo_slow")}
         assert nodes == {"node1", "node2"}
+
+
+def test_runs_side_by_side_are_timed_over_the_span_both_ran(hetero: ModuleType) -> None:
+    """The fast run went on after the slow one ended: its steps after that span, alone on
+    the machine again, do not count toward the ceiling."""
+
+    def run(step_s: float, steps: int, tokens: int) -> list[dict]:
+        return [
+            {"step": s, "tokens": s * tokens, "elapsed_s": s * step_s} for s in range(1, steps + 1)
+        ]
+
+    fast, slow = run(1.0, 40, 300), run(3.0, 10, 300)  # the slow one ends at 30 s
+    fast[35:] = [dict(r, elapsed_s=r["elapsed_s"] - 5.0) for r in fast[35:]]  # faster alone
+    assert hetero.overlapping_speeds(fast, slow, 2) == (300.0, 100.0)
+    assert hetero.overlapping_speeds(slow, fast, 2) == (100.0, 300.0)
