@@ -13,6 +13,7 @@ from xirang_core.checkpoint.events import read_events, record_event, recovery_no
 from xirang_core.config import run_workers
 from xirang_core.devices.cgroup import CPU_CGROUP, own_cgroup, set_cpu_quota, worker_quota
 from xirang_core.devices.cgroup import PREFIX as CPU_CGROUP_PREFIX
+from xirang_core.devices.cores import bind_cpus, cpu_slices
 from xirang_core.parallel.plan import workers_problem
 from xirang_core.train import report, resume
 from xirang_core.train.interrupt import RunInterrupted, stop_on
@@ -28,7 +29,9 @@ __all__ = [
     "SUMMARY_FILE",
     "RunInterrupted",
     "balance_placement",
+    "bind_cpus",
     "check_balance",
+    "cpu_slices",
     "own_cgroup",
     "read_config",
     "read_events",

@@ -15,9 +15,8 @@ import contextlib
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 from xirang import ConfigError
 from xirang.launch import CPU_CGROUP, CPU_CGROUP_PREFIX, own_cgroup, record_event, set_cpu_quota
@@ -131,9 +130,10 @@ def join(folder: Path) -> None:
     (folder / "cgroup.procs").write_text(str(os.getpid()))
 
 
-def in_own_cgroup(entrypoint: Callable[[str], Any], run_dir: str) -> Any:
-    """An elastic worker's entry point, run in the cgroup the launcher made for its local
-    rank (a module-level function, so spawned workers can unpickle it)."""
+def own_worker_cgroup() -> Path | None:
+    """The cgroup the launcher made for this worker (by ``LOCAL_RANK``); None without
+    ``worker_quota``."""
+    if CGROUPS_ENV not in os.environ:
+        return None
     folders = os.environ[CGROUPS_ENV].split(os.pathsep)
-    join(Path(folders[int(os.environ["LOCAL_RANK"])]))
-    return entrypoint(run_dir)
+    return Path(folders[int(os.environ["LOCAL_RANK"])])

@@ -32,9 +32,10 @@ from xirang import ConfigError, XirangError, get_registry, peer_lost
 from xirang.launch import RunInterrupted, read_events, record_event, recovery_note, workers_problem
 from xirang.specs import JobSpec, SchedulerBase
 from xirang.worker import DEVICES_ENV, RESTART_ENV
+from xirang_local.binding import bind_worker, check_bind, worker_cpus
 from xirang_local.devices import Eviction, LocalDevices
 from xirang_local.nodes import NodeLost, Nodes
-from xirang_local.quota import check_quota, in_own_cgroup, join, worker_cgroups
+from xirang_local.quota import check_quota, join, own_worker_cgroup, worker_cgroups
 from xirang_local.settings import LocalConfig
 
 log = logging.getLogger("xirang.local")
@@ -46,7 +47,8 @@ class WorkerFailed(XirangError):
 
 class LocalScheduler(SchedulerBase):
     def __init__(self, **settings: Any) -> None:
-        self.quota = check_quota(LocalConfig(**settings).worker_quota)
+        config = LocalConfig(**settings)
+        self.quota, self.bind = check_quota(config.worker_quota), check_bind(config.cpu_bind)
 
     def launch(self, job: JobSpec, entrypoint: Callable[[str], Any]) -> None:
         devices = LocalDevices.of_run(job.run_dir, get_registry())
@@ -56,14 +58,18 @@ class LocalScheduler(SchedulerBase):
         while True:
             placed = _placement(devices, job, restarts)
             started = len(read_events(job.run_dir))  # this attempt's events come after
-            with _worker_env(placed, restarts), self._quota(job, len(placed)) as cgroups:
+            with (
+                _worker_env(placed, restarts),
+                self._quota(job, len(placed)) as cgroups,
+                worker_cpus(self.bind, len(placed)) as cpus,
+            ):
                 if job.nproc == 1 and job.max_restarts == 0 and not nodes.multi:
                     if cgroups:
                         join(cgroups[0])  # this process, until the cgroup is removed
                     entrypoint(job.run_dir)
                     return
-                if cgroups:
-                    inner = functools.partial(in_own_cgroup, entrypoint)
+                if cgroups or cpus:
+                    inner = functools.partial(_start_worker, entrypoint)
                     entrypoint = functools.update_wrapper(inner, entrypoint)  # named in logs
                 failure = _attempt(job, entrypoint, len(placed), nodes)
             if failure is None:
@@ -83,6 +89,17 @@ class LocalScheduler(SchedulerBase):
         if not self.quota:
             return contextlib.nullcontext([])
         return worker_cgroups(self.quota, nproc, job.run_dir)
+
+
+def _start_worker(entrypoint: Callable[[str], Any], run_dir: str) -> Any:
+    """An elastic worker's entry point, run in the cgroup (``worker_quota``) and on the CPUs
+    (``cpu_bind``) the launcher made for its local rank (a module-level function, so spawned
+    workers can unpickle it)."""
+    cgroup = own_worker_cgroup()
+    if cgroup is not None:
+        join(cgroup)
+    bind_worker(run_dir)
+    return entrypoint(run_dir)
 
 
 @contextlib.contextmanager

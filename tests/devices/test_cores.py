@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.conftest import ONE_LAYER_GPT, run_dirs
 from xirang_core.devices import cores
@@ -110,6 +112,44 @@ def test_quota_of_a_recorded_cgroup_v1_from_inside_a_container(tmp_path: Path) -
 def test_workers_share_the_cores() -> None:
     assert cores.default_threads(4, cores=16) == 4
     assert cores.default_threads(3, cores=2) == 1
+
+
+def test_a_bound_worker_computes_on_all_of_its_own_cores(monkeypatch) -> None:
+    """Bound to its part of the node (``scheduler.cpu_bind=cores``), a worker's affinity is
+    already its share: dividing it again among the node's workers would idle cores."""
+    monkeypatch.setenv(cores.BOUND_ENV, "0,1,2,3")
+    assert cores.default_threads(4, cores=4) == 4
+
+
+@given(cpus=st.sets(st.integers(0, 255), max_size=64), workers=st.integers(1, 16))
+def test_each_worker_gets_as_many_cpus_of_its_own(cpus: set[int], workers: int) -> None:
+    slices = cores.cpu_slices(list(cpus), workers)
+    if len(cpus) < workers:
+        assert slices == []
+        return
+    taken = [cpu for part in slices for cpu in part]
+    assert len(slices) == workers and len({len(part) for part in slices}) == 1
+    assert len(taken) == len(set(taken)) and set(taken) <= cpus  # disjoint, the process's own
+    assert len(cpus) - len(taken) < workers  # no worker could have had one more
+    assert taken == sorted(taken)  # neighbours together
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to bind")
+def test_binding_moves_every_thread_and_those_started_after() -> None:
+    """:func:`cores.bind_cpus` in a process that already runs a thread: that thread, the
+    main one and one started after all run on the CPU given."""
+    script = (
+        "import os, threading, time; from xirang_core.devices import cores; "
+        "t = threading.Thread(target=time.sleep, args=(3,)); t.start(); "
+        "cpu = max(os.sched_getaffinity(0)); cores.bind_cpus([cpu]); "
+        "u = threading.Thread(target=time.sleep, args=(3,)); u.start(); "
+        "print(cpu, sorted({c for d in os.listdir('/proc/self/task') "
+        "for c in os.sched_getaffinity(int(d))}), len(os.listdir('/proc/self/task')), "
+        "os.environ[cores.BOUND_ENV])"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    cpu, *rest = out.stdout.split(maxsplit=1)
+    assert rest == [f"[{cpu}] 3 {cpu}\n"]
 
 
 def test_omp_defaults_keep_the_users_settings() -> None:

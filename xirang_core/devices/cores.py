@@ -14,6 +14,7 @@ runtime, which reads those settings once, when it loads.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from collections.abc import Iterator, MutableMapping
@@ -21,6 +22,9 @@ from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 MEMBERSHIP = Path("/proc/self/cgroup")
+#: set in a worker that its launcher bound to its own CPUs (:func:`bind_cpus`): its affinity is
+#: then its part of the node's cores, not the run's to divide among the node's workers
+BOUND_ENV = "XIRANG_CPUS_BOUND"
 #: OpenMP waiting that a shared node survives, set for a run unless the user chose a policy:
 #: libgomp (torch's Linux wheels) spins 1000 times at a barrier before it sleeps, instead of
 #: its default 300,000 (~3 ms, which busy cores stretch to the whole step); Intel's OpenMP
@@ -51,9 +55,30 @@ def available_cores(root: Path = CGROUP_ROOT, membership: Path = MEMBERSHIP) -> 
 
 def default_threads(local_workers: int, cores: int | None = None) -> int:
     """Threads per worker when ``trainer.threads=0``: the run's cores shared by the
-    ``local_workers`` of this node, at least one each."""
+    ``local_workers`` of this node, at least one each (all of a worker's own cores when its
+    launcher bound it to them: :func:`bind_cpus`)."""
+    if os.environ.get(BOUND_ENV):
+        local_workers = 1
     cores = available_cores() if cores is None else cores
     return max(1, cores // max(1, local_workers))
+
+
+def cpu_slices(cpus: list[int], workers: int) -> list[list[int]]:
+    """``cpus`` cut into ``workers`` equal runs of neighbours (what Slurm's
+    ``--cpu-bind=cores`` gives the tasks of a node), the remainder left unused so that every
+    worker has as many; empty when there are fewer CPUs than workers."""
+    ordered, each = sorted(cpus), len(cpus) // max(1, workers)
+    return [ordered[i * each : (i + 1) * each] for i in range(workers)] if each else []
+
+
+def bind_cpus(cpus: list[int]) -> None:
+    """Run this process, every thread it has and every one it starts, on ``cpus`` only: a
+    worker then keeps its caches and never waits behind another worker for a core, as a
+    device of its own does. Marks the process bound (:data:`BOUND_ENV`)."""
+    for thread in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+            os.sched_setaffinity(int(thread.name), cpus)
+    os.environ[BOUND_ENV] = ",".join(map(str, cpus))
 
 
 def cgroup_quota_cores(root: Path = CGROUP_ROOT, membership: Path = MEMBERSHIP) -> float | None:
