@@ -18,6 +18,11 @@ sleeps). Same model, global batch and steps for every run, alternating round by 
   steps after the drop the first step runs with work moved off worker 1; ``--plot`` draws each
   rank's share of the step over that run.
 
+Locally each of the two workers computes on a CPU of its own (``scheduler.cpu_bind=cores``;
+each solo run, by ``taskset``, on the CPU its worker has in the two-worker runs), as two
+devices do: unbound, the kernel may have them take turns on one core. ``--no-cpu-bind`` leaves
+them to the kernel.
+
 Every run is timed over the same span: from the end of step ``--warmup`` to its last step
 (start-up, the first allocations and the first shares left out, as for every run alike).
 Each configuration runs ``--rounds`` times (3), and each figure is the median of its runs.
@@ -67,6 +72,9 @@ def start(
     run_dir = folder / name
     overrides = run_overrides(args, extra, steps)
     command = [sys.executable, "-m", "xirang", *overrides, f"hydra.run.dir={run_dir}"]
+    cpus = solo_cpus(args, name)
+    if cpus is not None:
+        command = ["taskset", "--cpu-list", ",".join(map(str, cpus)), *command]
     env = {**os.environ, **args.env}
     with (folder / f"{name}.stderr").open("wb") as errors:
         return (
@@ -76,6 +84,18 @@ def start(
                 command, stdout=subprocess.DEVNULL, stderr=errors, cwd=folder, env=env
             ),
         )
+
+
+def solo_cpus(args: argparse.Namespace, name: str) -> list[int] | None:
+    """The CPUs a local solo run is bound to (``--cpu-bind``): those its worker has in the
+    two-worker runs (``scheduler.cpu_bind=cores`` gives each worker its equal part of this
+    process's CPUs, in order); None for the two-worker runs (bound by the launcher) and on
+    Slurm."""
+    if args.slurm or not args.cpu_bind or not name.startswith(("solo_", "beside_")):
+        return None
+    from xirang.launch import cpu_slices
+
+    return cpu_slices(sorted(os.sched_getaffinity(0)), 2)["slow" in name]
 
 
 def finish(started: tuple[str, Path, subprocess.Popen[bytes]]) -> list[dict[str, Any]]:
@@ -148,11 +168,15 @@ def steady_tokens_per_s(records: list[dict[str, Any]], warmup: int) -> float:
 def local_configs(args: argparse.Namespace) -> dict[str, list[str]]:
     """Two local workers, worker 1 under the quota (``scheduler.worker_quota``)."""
     quotas = f"[1.0,{args.quota}]"
+    two = [
+        "parallel=ddp",
+        "trainer.nproc=2",
+        f"scheduler.cpu_bind={'cores' if args.cpu_bind else 'none'}",
+    ]
     return {
-        "uniform": ["parallel=ddp", "trainer.nproc=2", f"scheduler.worker_quota={quotas}"],
+        "uniform": [*two, f"scheduler.worker_quota={quotas}"],
         "balanced": [
-            "parallel=ddp",
-            "trainer.nproc=2",
+            *two,
             f"scheduler.worker_quota={quotas}",
             "parallel.balance=adaptive",
             f"parallel.balance_every={args.every}",
@@ -286,6 +310,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--slow-at", type=int, default=4, help="the straggler run's drop")
     parser.add_argument("--straggler-steps", type=int, default=16)
     parser.add_argument("--plot", type=Path, default=Path("hetero_straggler_shares.png"))
+    parser.add_argument(
+        "--cpu-bind",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="locally, each worker on a CPU of its own, as a device of its own computes "
+        "(scheduler.cpu_bind=cores; each solo run on its worker's CPU, by taskset)",
+    )
     parser.add_argument("--override", nargs="*", default=[], help="more overrides, each run")
     parser.add_argument(
         "--slurm",

@@ -4,6 +4,7 @@ step with work moved off the slowed worker, and the plot of per-rank shares."""
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 from types import ModuleType
 
@@ -79,6 +80,7 @@ def test_every_run_it_starts_composes(hetero: ModuleType, slurm: bool) -> None:
     if not slurm:
         assert composed["straggler"]["scheduler"]["worker_quota"] == [1.0, 1.0]
         assert composed["balanced"]["scheduler"]["worker_quota"] == [1.0, 0.4]
+        assert all(composed[n]["scheduler"]["cpu_bind"] == "cores" for n in ("uniform", "balanced"))
     else:
         nodes = {composed[n]["scheduler"]["nodelist"] for n in ("solo_fast", "solo_slow")}
         assert nodes == {"node1", "node2"}
@@ -97,3 +99,19 @@ def test_runs_side_by_side_are_timed_over_the_span_both_ran(hetero: ModuleType) 
     fast[35:] = [dict(r, elapsed_s=r["elapsed_s"] - 5.0) for r in fast[35:]]  # faster alone
     assert hetero.overlapping_speeds(fast, slow, 2) == (300.0, 100.0)
     assert hetero.overlapping_speeds(slow, fast, 2) == (100.0, 300.0)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to bind")
+def test_each_solo_run_computes_on_the_cpu_its_worker_has_in_the_two_worker_runs(
+    hetero: ModuleType,
+) -> None:
+    """Worker k of a bound two-worker run has the k-th half of the CPUs: the fast worker's
+    solo runs (and the side-by-side ones) go on the first, the slow one's on the second;
+    unbound, none is bound."""
+    cpus = sorted(os.sched_getaffinity(0))
+    first, second = cpus[: len(cpus) // 2], cpus[len(cpus) // 2 : len(cpus) // 2 * 2]
+    args = hetero.parse_args([])
+    got = {n: hetero.solo_cpus(args, n) for n in ("solo_fast-0", "beside_slow-1", "balanced-0")}
+    assert got == {"solo_fast-0": first, "beside_slow-1": second, "balanced-0": None}
+    assert hetero.solo_cpus(hetero.parse_args(["--no-cpu-bind"]), "solo_slow-0") is None
+    assert hetero.solo_cpus(hetero.parse_args(["--slurm"]), "solo_slow-0") is None
