@@ -29,7 +29,9 @@ Each configuration runs ``--rounds`` times (3), and each figure is the median of
 
 ``--slurm``: the same on the two-node Slurm test bed (.ci/services/slurm_multinode.sh, started
 when down): a task on each node, node2's slurmd (and so its job steps) under the quota, each
-node alone for its solo figure; in the straggler run node2 starts at a full core.
+node alone for its solo figure; in the straggler run node2 starts at a full core. With
+``--cpu-bind`` each node's slurmd is put on a CPU of its own for the benchmark (``taskset``):
+the test bed's nodes share one host, and so they compute as two machines would.
 
 Last line: ``hetero_efficiency=<balanced tok/s over the sum of the solo tok/s>
 speedup_vs_uniform=<balanced over uniform tok/s> straggler_rebalance_steps=<n, or none>
@@ -49,6 +51,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -203,13 +206,13 @@ def runs(args: argparse.Namespace, tmp: Path) -> dict[str, list[dict[str, Any]]]
     then the straggler run."""
     configs = configs_of(args)
     found: dict[str, list[dict[str, Any]]] = {name: [] for name in [*configs, "beside"]}
-    with slow_node(args, args.quota):
+    with nodes_on_own_cpus(args), slow_node(args, args.quota):
         for round_ in range(args.rounds):
             for name, extra in configs.items():
                 found[name].append(train(tmp, f"{name}-{round_}", args, extra))
             found["beside"].append(beside(tmp, round_, args, configs, found))
     straggler = straggler_overrides(args, configs["balanced"])
-    with slow_node(args, 1.0):  # on Slurm node2 at a full core until the drill drops it
+    with nodes_on_own_cpus(args), slow_node(args, 1.0):  # node2 at a full core until the drill
         found["straggler"] = [train(tmp, "straggler", args, straggler, args.straggler_steps)]
     return found
 
@@ -241,6 +244,39 @@ def slow_node(args: argparse.Namespace, cpus: float) -> contextlib.AbstractConte
 
     pid = int((SLURM_BED / "run" / "slurmd-node2.pid").read_text())
     return process_under_quota(pid, cpus, "hetero-node2")
+
+
+@contextlib.contextmanager
+def nodes_on_own_cpus(args: argparse.Namespace) -> Iterator[None]:
+    """On the Slurm test bed (``--cpu-bind``): each node's slurmd, and so the job steps it
+    starts, on a CPU of its own for a while (``taskset``; node i on the i-th of this process's
+    CPUs, as :func:`solo_cpus`), so that the two nodes compute as two machines do rather than
+    taking turns on the host's cores; each slurmd's CPUs are given back after (a node that
+    registered while pinned would report fewer CPUs than its config says)."""
+    if not (args.slurm and args.cpu_bind):
+        yield
+        return
+    from xirang.launch import cpu_slices
+
+    pids = [(SLURM_BED / "run" / f"slurmd-node{i}.pid").read_text().strip() for i in (1, 2)]
+    before = [os.sched_getaffinity(int(pid)) for pid in pids]
+    try:
+        for pid, cpus in zip(pids, cpu_slices(sorted(os.sched_getaffinity(0)), 2), strict=True):
+            pin(pid, cpus)
+        yield
+    finally:
+        for pid, cpus in zip(pids, before, strict=True):
+            pin(pid, cpus)
+
+
+def pin(pid: str, cpus: Iterable[int]) -> None:
+    """Process ``pid`` and every thread it has on ``cpus``; what it starts from now on too."""
+    cpu_list = ",".join(map(str, sorted(cpus)))
+    subprocess.run(
+        ["taskset", "--all-tasks", "--cpu-list", "--pid", cpu_list, pid],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def slurm_bed() -> dict[str, str]:
@@ -314,8 +350,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--cpu-bind",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="locally, each worker on a CPU of its own, as a device of its own computes "
-        "(scheduler.cpu_bind=cores; each solo run on its worker's CPU, by taskset)",
+        help="each worker on a CPU of its own, as a device of its own computes (locally "
+        "scheduler.cpu_bind=cores and each solo run on its worker's CPU, by taskset; on Slurm "
+        "each node's slurmd on its own CPU)",
     )
     parser.add_argument("--override", nargs="*", default=[], help="more overrides, each run")
     parser.add_argument(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 from pathlib import Path
 from types import ModuleType
 
@@ -115,3 +116,30 @@ def test_each_solo_run_computes_on_the_cpu_its_worker_has_in_the_two_worker_runs
     assert got == {"solo_fast-0": first, "beside_slow-1": second, "balanced-0": None}
     assert hetero.solo_cpus(hetero.parse_args(["--no-cpu-bind"]), "solo_slow-0") is None
     assert hetero.solo_cpus(hetero.parse_args(["--slurm"]), "solo_slow-0") is None
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to bind")
+def test_on_slurm_each_node_computes_on_a_cpu_of_its_own_and_gets_its_cpus_back(
+    hetero: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two running processes stand for the test bed's two slurmd (their pid files where
+    .ci/services/slurm_multinode.sh writes them): while the benchmark runs, node i computes
+    on the i-th half of the CPUs; after, on what it had before; unbound, nothing moves."""
+    cpus = sorted(os.sched_getaffinity(0))
+    half = len(cpus) // 2
+    (tmp_path / "run").mkdir()
+    monkeypatch.setattr(hetero, "SLURM_BED", tmp_path)
+    sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    try:
+        for i, process in enumerate(sleepers, 1):
+            (tmp_path / "run" / f"slurmd-node{i}.pid").write_text(f"{process.pid}\n")
+        with hetero.nodes_on_own_cpus(hetero.parse_args(["--slurm"])):
+            held = [os.sched_getaffinity(p.pid) for p in sleepers]
+        assert held == [set(cpus[:half]), set(cpus[half : 2 * half])]
+        assert [os.sched_getaffinity(p.pid) for p in sleepers] == [set(cpus)] * 2
+        with hetero.nodes_on_own_cpus(hetero.parse_args(["--slurm", "--no-cpu-bind"])):
+            assert [os.sched_getaffinity(p.pid) for p in sleepers] == [set(cpus)] * 2
+    finally:
+        for process in sleepers:
+            process.kill()
+            process.wait()
