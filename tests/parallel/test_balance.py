@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import ONE_LAYER_GPT
 from xirang_core.checkpoint.events import read_events
@@ -54,6 +56,33 @@ def test_shares_follow_speed_with_at_least_one_each() -> None:
     assert even_shares(5, 2).counts == (3, 2)
     # the faster split predicts the shorter step
     assert step_time(Shares((6, 2)), [2.5, 1.0]) < step_time(Shares((4, 4)), [2.5, 1.0])
+    # 11.43:4.57 exactly: rounding gives 11:5 (a step of 5), the least step is 12:4's 4.8
+    assert proportional(16, [2.5, 1.0]).counts == (12, 4)
+
+
+def splits(total: int, world: int) -> list[Shares]:
+    """Every split of ``total`` micro-batches over ``world`` ranks, each at least one."""
+    if world == 1:
+        return [Shares((total,))]
+    return [
+        Shares((first, *rest.counts))
+        for first in range(1, total - world + 2)
+        for rest in splits(total - first, world - 1)
+    ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    speeds=st.lists(st.floats(0.1, 10.0), min_size=1, max_size=4),
+    extra=st.integers(0, 12),
+)
+def test_the_shares_give_the_shortest_step_any_split_gives(speeds: list[float], extra: int) -> None:
+    total = len(speeds) + extra
+    shares = proportional(total, speeds)
+    assert shares.total == total and min(shares.counts) >= 1
+    best = min(step_time(split, speeds) for split in splits(total, len(speeds)))
+    assert step_time(shares, speeds) <= best * (1 + 1e-12)
+    assert proportional(total, [speeds[0]] * len(speeds)) == even_shares(total, len(speeds))
 
 
 TWO = [*ONE_LAYER_GPT, "trainer.nproc=2", "trainer.micro_batch=1"]
