@@ -78,10 +78,11 @@ def history_says(client: PoolClient, job: int) -> str:
 
 
 def test_the_model_weighs_the_steps_left_against_the_restart() -> None:
-    # 8 micro-batches over speeds 2 and 0.5: shares 6:2, a 4 s step; replaced at 2.0: 2 s
+    # 8 micro-batches over speeds 2 and 0.5: shares 7:1, a 3.5 s step (6:2 would take 4 s);
+    # replaced at 2.0: 4:4, a 2 s step
     prediction = predict(StragglerReport.from_body(report()))
-    assert (prediction.step_s_now, prediction.step_s_replaced) == (4.0, 2.0)
-    assert prediction.saved_s == 1000 * 2.0 - 30.0
+    assert (prediction.step_s_now, prediction.step_s_replaced) == (3.5, 2.0)
+    assert prediction.saved_s == 1000 * 1.5 - 30.0
     assert predict(StragglerReport.from_body(report(remaining_steps=10))).saved_s < 0
 
 
@@ -104,13 +105,13 @@ def test_with_drain_stragglers_a_drain_that_pays_moves_the_job_off_the_node(pool
     slow = node_of(operator, job["devices"][4])
     answer = nlp.straggler(job["id"], report())
     assert (answer["action"], answer["node"], answer["requeued"]) == ("drained", slow, [job["id"]])
-    assert answer["saved_s"] == 1970.0
+    assert answer["saved_s"] == 1470.0
     moved = nlp.job(job["id"])
     assert moved["state"] == "running" and moved["requeues"] == 1
     assert slow not in {node_of(operator, d) for d in moved["devices"]}
     drained = {n["name"]: n for n in operator.call("GET", "/v1/nodes")}[slow]
     assert not drained["healthy"] and "straggler: job" in drained["drain_reason"]
-    assert "drained: the run finishes about 1970 s sooner" in history_says(nlp, job["id"])
+    assert "drained: the run finishes about 1470 s sooner" in history_says(nlp, job["id"])
 
 
 @pytest.mark.parametrize(
