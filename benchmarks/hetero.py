@@ -96,9 +96,15 @@ def solo_cpus(args: argparse.Namespace, name: str) -> list[int] | None:
     Slurm."""
     if args.slurm or not args.cpu_bind or not name.startswith(("solo_", "beside_")):
         return None
+    return host_halves()["slow" in name]
+
+
+def host_halves() -> list[list[int]]:
+    """This process's CPUs in two equal runs, in order: the i-th for worker or node i (as
+    ``scheduler.cpu_bind=cores`` splits them for a node's two workers)."""
     from xirang.launch import cpu_slices
 
-    return cpu_slices(sorted(os.sched_getaffinity(0)), 2)["slow" in name]
+    return cpu_slices(sorted(os.sched_getaffinity(0)), 2)
 
 
 def finish(started: tuple[str, Path, subprocess.Popen[bytes]]) -> list[dict[str, Any]]:
@@ -250,18 +256,16 @@ def slow_node(args: argparse.Namespace, cpus: float) -> contextlib.AbstractConte
 def nodes_on_own_cpus(args: argparse.Namespace) -> Iterator[None]:
     """On the Slurm test bed (``--cpu-bind``): each node's slurmd, and so the job steps it
     starts, on a CPU of its own for a while (``taskset``; node i on the i-th of this process's
-    CPUs, as :func:`solo_cpus`), so that the two nodes compute as two machines do rather than
+    CPUs, as :func:`host_halves`), so that the two nodes compute as two machines do rather than
     taking turns on the host's cores; each slurmd's CPUs are given back after (a node that
     registered while pinned would report fewer CPUs than its config says)."""
     if not (args.slurm and args.cpu_bind):
         yield
         return
-    from xirang.launch import cpu_slices
-
     pids = [(SLURM_BED / "run" / f"slurmd-node{i}.pid").read_text().strip() for i in (1, 2)]
     before = [os.sched_getaffinity(int(pid)) for pid in pids]
     try:
-        for pid, cpus in zip(pids, cpu_slices(sorted(os.sched_getaffinity(0)), 2), strict=True):
+        for pid, cpus in zip(pids, host_halves(), strict=True):
             pin(pid, cpus)
         yield
     finally:

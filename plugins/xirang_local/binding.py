@@ -33,11 +33,11 @@ def check_bind(bind: str) -> str:
 
 
 @contextlib.contextmanager
-def worker_cpus(bind: str, nproc: int) -> Iterator[list[list[int]]]:
-    """Each of the ``nproc`` workers' CPUs for one attempt (none unbound or for one worker,
-    which has all of them), in the environment the workers inherit."""
+def worker_cpus(bind: str, nproc: int) -> Iterator[bool]:
+    """Each of the ``nproc`` workers' CPUs for one attempt, in the environment the workers
+    inherit; yields whether it gave any (not unbound, nor for one worker, which has all)."""
     if bind == "none" or nproc == 1:
-        yield []
+        yield False
         return
     cpus = sorted(os.sched_getaffinity(0))
     slices = cpu_slices(cpus, nproc)
@@ -49,7 +49,7 @@ def worker_cpus(bind: str, nproc: int) -> Iterator[list[list[int]]]:
         )
     os.environ[CPUS_ENV] = ";".join(",".join(map(str, part)) for part in slices)
     try:
-        yield slices
+        yield True
     finally:
         os.environ.pop(CPUS_ENV, None)
 

@@ -61,14 +61,14 @@ class LocalScheduler(SchedulerBase):
             with (
                 _worker_env(placed, restarts),
                 self._quota(job, len(placed)) as cgroups,
-                worker_cpus(self.bind, len(placed)) as cpus,
+                worker_cpus(self.bind, len(placed)) as bound,
             ):
                 if job.nproc == 1 and job.max_restarts == 0 and not nodes.multi:
                     if cgroups:
                         join(cgroups[0])  # this process, until the cgroup is removed
                     entrypoint(job.run_dir)
                     return
-                if cgroups or cpus:
+                if cgroups or bound:
                     inner = functools.partial(_start_worker, entrypoint)
                     entrypoint = functools.update_wrapper(inner, entrypoint)  # named in logs
                 failure = _attempt(job, entrypoint, len(placed), nodes)
