@@ -200,3 +200,27 @@ def test_calibrated_shares_are_not_replaced_by_a_checkpoints() -> None:
     balancer = Balancer("calibrated", 2, Shares((5, 3)), 0, torch.device("cpu"))
     balancer.load_state_dict(saved_shares("cpu"))
     assert balancer.shares == Shares((5, 3))
+
+
+def test_a_small_gain_moves_the_shares_when_two_windows_in_a_row_ask_for_it() -> None:
+    """At speeds 2.5:1, 12:4 predicts a step 4% shorter than 11:5: under the 5% a single
+    window needs, so one window leaves 11:5 and the second window asking moves to 12:4."""
+    balancer = Balancer("adaptive", 2, Shares((11, 5)), 0, torch.device("cpu"))
+    dealt: list[Shares] = []
+    balancer.on_reshare = dealt.append
+    assert not balancer.move([2.5, 1.0])
+    assert balancer.move([2.5, 1.0])
+    assert balancer.shares == Shares((12, 4)) and dealt == [Shares((12, 4))]
+    assert not balancer.move([2.5, 1.0])  # at its best, it stays
+
+
+def test_windows_asking_for_different_small_moves_leave_the_shares() -> None:
+    """Noise about 23:9 of 32: windows that each ask for a split under 5% better (24:8 at
+    2.7:1, 22:10 at 2.2:1), never the same one twice in a row, move nothing; a gain over 5%
+    moves at once."""
+    balancer = Balancer("adaptive", 2, Shares((23, 9)), 0, torch.device("cpu"))
+    for ratio in (2.7, 2.2, 2.7, 2.2, 2.7):
+        assert not balancer.move([ratio, 1.0])
+    assert balancer.shares == Shares((23, 9))
+    assert balancer.move([3.0, 1.0])  # 24:8 predicts an 11% shorter step
+    assert balancer.shares == Shares((24, 8))

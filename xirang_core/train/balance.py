@@ -20,8 +20,10 @@ micro-batches that run without a collective (under ``no_sync``), plus the last m
 forward scaled by the forward-to-whole ratio those show; the last backward, which waits for
 the gradient sync, is left out. ``calibrated`` times forwards of one micro-batch on every rank
 at start-up; ``adaptive`` also moves shares toward the measured speeds every
-``parallel.balance_every`` steps, only when the predicted step time improves by more than
-:data:`HYSTERESIS` (noise does not make shares oscillate).
+``parallel.balance_every`` steps when the predicted step time improves by more than
+:data:`HYSTERESIS`, or by less when two windows in a row ask for the same shares (one noisy
+window does not move them; a split one micro-batch off its best, a few per cent slower, is not
+kept for the whole run).
 
 A rank that slows mid-run is rebalanced at the next move (within ``balance_every`` steps). One
 whose speed, relative to the fastest rank's, stays below :data:`STRAGGLER_RATIO` of what its
@@ -46,7 +48,8 @@ from xirang_core.devices.cgroup import worker_quota
 
 log = logging.getLogger("xirang.balance")
 
-#: shares move only when the predicted step time drops by more than this fraction
+#: shares move at once when the predicted step time drops by more than this fraction, and
+#: by less only when two windows in a row ask for the same shares
 HYSTERESIS = 0.05
 #: weight of the past windows in each rank's averaged speed (``adaptive``)
 SMOOTHING = 0.5
@@ -97,6 +100,7 @@ class Balancer:
         self._window_met: list[tuple[float, float]] = []
         self._logged_met: list[tuple[float, float]] = []
         self._speeds: list[float] = []  # each rank's micro-batches/s, averaged over windows
+        self._asked: Shares | None = None  # the shares the last window asked for, not taken
         self.on_reshare: Any = None  # called with the new shares (the batches follow)
 
     @property
@@ -173,15 +177,20 @@ class Balancer:
         speeds = self._speeds = [
             SMOOTHING * p + (1 - SMOOTHING) * m for p, m in zip(past, measured, strict=True)
         ]
-        moved = self._move(speeds)
+        moved = self.move(speeds)
         self.watch(step, speeds)
         return moved
 
-    def _move(self, speeds: list[float]) -> bool:
-        """The shares by ``speeds`` when they predict a step faster by :data:`HYSTERESIS`."""
+    def move(self, speeds: list[float]) -> bool:
+        """Take the shares ``speeds`` give when they predict a faster step: faster by more than
+        :data:`HYSTERESIS`, or by any amount when the window before asked for them too. True
+        when the shares moved."""
         target = proportional(self.shares.total, speeds)
-        if step_time(target, speeds) >= (1 - HYSTERESIS) * step_time(self.shares, speeds):
+        gain = 1 - step_time(target, speeds) / step_time(self.shares, speeds)
+        again, self._asked = target == self._asked, target
+        if gain <= 0 or (gain <= HYSTERESIS and not again):
             return False
+        self._asked = None
         self.shares = target
         if self.on_reshare is not None:
             self.on_reshare(target)
