@@ -4,7 +4,8 @@ The run is submitted with its project, logical cards, job class and priority; it
 pool's queue until admitted. With the service's local executor the submitter is the executor:
 once admitted, the workers run here through the local scheduler (torch's elastic launcher for
 several workers) and the end is reported back. With a cluster executor (Slurm) the service
-starts the workers on the nodes it chose and this process only follows the job to its end.
+starts the workers on the nodes it chose and this process follows the job to its end,
+passing the run's stragglers on (:mod:`xirang_pool.stragglers`).
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ class PoolScheduler:
         try:
             state = self._wait(job_id, until=("running",))
             if self.client.call("GET", "/v1/status").get("executor", "local") != "local":
-                self._follow(job_id)  # a cluster executor's run dir is on a shared filesystem
+                self._follow(job_id, job.run_dir)
             else:
                 self._run_here(job_id, job, entrypoint, state)
             self._state_the_charge(job_id, job.run_dir)
@@ -153,10 +154,19 @@ class PoolScheduler:
         if charge is not None and Path(run_dir, SUMMARY_FILE).exists():
             charge_summary(run_dir, charge)
 
-    def _follow(self, job_id: int) -> None:
-        final = self._wait(job_id, until=("done", "failed", "cancelled"))
-        if final["state"] != "done":
-            raise JobNotRun(f"pool job {job_id} ended {final['state']}")
+    def _follow(self, job_id: int, run_dir: str) -> None:
+        """A cluster executor (Slurm) runs the job: wait for its end, passing the run's
+        stragglers on to the pool placement by placement, as the local executor's watch does
+        (the run directory is on a filesystem the submitter shares with the nodes)."""
+        relay: StragglerRelay | None = None
+        while (state := self.client.job(job_id))["state"] not in ("done", "failed", "cancelled"):
+            if state["state"] == "running":
+                if relay is None or relay.started != state["started"]:
+                    relay = StragglerRelay(self.client, job_id, run_dir, state["started"])
+                relay.poll()
+            time.sleep(self.config.poll_s)
+        if state["state"] != "done":
+            raise JobNotRun(f"pool job {job_id} ended {state['state']}")
 
     def _wait(self, job_id: int, until: tuple[str, ...]) -> dict[str, Any]:
         while True:

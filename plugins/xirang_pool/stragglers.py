@@ -2,7 +2,9 @@
 
 A run with ``parallel.balance=adaptive`` writes a ``straggler`` event when a rank stays far
 below its calibrated speed (the run absorbs it by moving work off the rank). Under the pool, the
-executor's watch thread reads those events of the current placement and reports each once
+submitter reads those events of the current placement (in the local executor's watch thread, or
+while it follows a Slurm executor's job: the run directory is on a shared filesystem) and
+reports each once
 (``POST /v1/jobs/<id>/straggler``) with what the pool needs to weigh a drain: the ranks'
 measured speeds, the step's micro-batches, the steps left and what a restart costs this run
 (from the placement's start to its first training step). What the pool did is printed; with

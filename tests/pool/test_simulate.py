@@ -104,3 +104,21 @@ def test_philly_trace_loads_sorted_from_zero() -> None:
     jobs = traces.load(PHILLY / "philly.csv", ["a", "b"], limit=2000)
     assert jobs[0].arrival == 0 and all(a.arrival <= b.arrival for a, b in itertools.pairwise(jobs))
     assert {j.job_class for j in jobs} == {"a", "b"}
+
+
+def test_without_fifo_the_table_compares_with_the_first_policy_unmixed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--policy priority --mixing off,balanced``: the last column reads as mixing's gain
+    over the same policy without it, not as a ratio to a FIFO that was not replayed."""
+    monkeypatch.setenv("COLUMNS", "120")
+    trace, cluster = _trace(tmp_path / "t.csv", jobs=120), _cluster(tmp_path / "c.yaml")
+    argv = ["simulate", "--trace", str(trace), "--cluster", str(cluster), "--policy", "priority"]
+    out = tmp_path / "out"
+    assert main([*argv, "--mixing", "off,balanced", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    rows = {r["mixing"]: r for r in json.loads((out / "results.json").read_text())}
+    gain = rows["off"]["avg_jct_h"] / rows["balanced"]["avg_jct_h"]
+    assert "JCT vs priority" in printed and "nan" not in printed, printed
+    [mixed] = [line for line in printed.splitlines() if "priority mix balanced" in line]
+    assert mixed.split()[-2] == f"{gain:.2f}x", printed

@@ -120,8 +120,12 @@ def _unmixed(row: dict[str, Any]) -> bool:
 
 
 def comparison_table(rows: list[dict[str, Any]], baseline: str = "fifo") -> Table:
-    """Policies side by side, with average JCT relative to the baseline policy."""
-    base = next((r for r in rows if r["policy"] == baseline and _unmixed(r)), None)
+    """Policies side by side, with average JCT relative to the baseline policy without
+    mixing, or, when that was not replayed, to the first policy replayed without mixing (so
+    ``--policy priority --mixing off,balanced`` reads as mixing's gain)."""
+    unmixed = [r for r in rows if _unmixed(r)]
+    base = next((r for r in unmixed if r["policy"] == baseline), unmixed[0] if unmixed else None)
+    baseline = base["policy"] if base else baseline
     table = Table(title="pool policies on the trace")
     for column in (
         "policy",
@@ -135,7 +139,7 @@ def comparison_table(rows: list[dict[str, Any]], baseline: str = "fifo") -> Tabl
     ):  # short headers fit 80 columns and no policy name is cut; the wall time went to stderr
         table.add_column(column, justify="right", no_wrap=column == "policy")
     for r in rows:
-        ratio = base["avg_jct_h"] / r["avg_jct_h"] if base and r["avg_jct_h"] else float("nan")
+        ratio = f"{base['avg_jct_h'] / r['avg_jct_h']:.2f}x" if base and r["avg_jct_h"] else "-"
         table.add_row(
             r["policy"] if _unmixed(r) else f"{r['policy']} mix {r['mixing']}",
             f"{r['avg_jct_h']:.2f}",
@@ -144,6 +148,6 @@ def comparison_table(rows: list[dict[str, Any]], baseline: str = "fifo") -> Tabl
             f"{r['utilisation']:.1%}",
             str(r["preemptions"]),
             f"{r['fragmentation']:.2f}",
-            f"{ratio:.2f}x",
+            ratio,
         )
     return table

@@ -32,6 +32,7 @@ from xirang_slurm.executor import SlurmExecutor
 
 from tests.conftest import run_dirs
 from tests.plugins.xirang_slurm.conftest import MultiNodeSlurm
+from xirang_core.checkpoint.events import read_events
 from xirang_core.checkpoint.store import CheckpointStore
 from xirang_core.devices.cgroup import CPU_CGROUP
 from xirang_service.pool.client import PoolClient
@@ -194,6 +195,36 @@ def test_two_nodes_one_under_a_cpu_quota_train_balanced(
     shares = [r["balance_shares"] for r in rows if "balance_shares" in r]
     assert shares[-1][0] > shares[-1][1], shares  # from 4:4 toward rank 0, on node1
     assert json.loads((run_dir / "summary.json").read_text())["world_size"] == 2
+
+
+@pytest.mark.service
+@pytest.mark.slow
+def test_a_straggler_under_the_pools_slurm_executor_reaches_the_pool(
+    pool, slurm_multinode: MultiNodeSlurm, tmp_path: Path, account: str
+) -> None:
+    """``scheduler=pool`` with the Slurm executor: node2 under a quarter of a core from the
+    start, its rank far below the even shares the run began with; the submitter, following
+    the job, reads the run's straggler event from the shared run directory and passes it on,
+    so the job's history in the pool records it (the pool reports, it does not drain)."""
+    if not os.access(CPU_CGROUP, os.W_OK):
+        pytest.skip(f"needs the cgroup v1 CPU controller at {CPU_CGROUP}, writable (root)")
+    service, operator, _ = pool
+    token = operator.call("PUT", "/v1/projects/prod", {})["token"]
+    home = tmp_path / "account-home"  # the submitter is the account its jobs run as
+    home.mkdir(mode=0o777)
+    home.chmod(0o777)
+    env = {"XIRANG_POOL_URL": operator.url, "XIRANG_POOL_TOKEN": token, "XIRANG_HOME": str(home)}
+    pool_run = ("scheduler=pool", "project=prod", "pool.cards=2", "scheduler.poll_s=0.3")
+    balanced = ("parallel.balance=adaptive", "parallel.balance_every=1")
+    shares = ("parallel.balance_shares=[4,4]", "trainer.global_batch=8", "trainer.micro_batch=1")
+    with slurm_multinode.under_quota("node2", 0.25):
+        run = ("trainer.nproc=2", DDP, *RUN, *balanced, *shares)
+        proc = xirang(tmp_path, *pool_run, *run, env=env, user=account)
+        run_dir = finished(proc, tmp_path, timeout=600)
+    (event,) = [e for e in read_events(run_dir) if e["event"] == "straggler"]
+    assert event["rank"] == 1
+    told = [e for e in service.job_history(OPERATOR, 1)["events"] if e["event"] == "straggler"]
+    assert len(told) == 1 and told[0]["text"].startswith("straggler reported: rank 1 at "), told
 
 
 def assert_stopped_requeued_and_resumed(run_dir: Path, reference: Path) -> None:
