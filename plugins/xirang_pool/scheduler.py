@@ -158,23 +158,34 @@ class PoolScheduler:
         """A cluster executor (Slurm) runs the job: wait for its end, passing the run's
         stragglers on to the pool placement by placement, as the local executor's watch does
         (the run directory is on a filesystem the submitter shares with the nodes)."""
-        relay: StragglerRelay | None = None
-        while (state := self.client.job(job_id))["state"] not in ("done", "failed", "cancelled"):
-            if state["state"] == "running":
-                if relay is None or relay.started != state["started"]:
-                    relay = StragglerRelay(self.client, job_id, run_dir, state["started"])
-                relay.poll()
-            time.sleep(self.config.poll_s)
-        if state["state"] != "done":
-            raise JobNotRun(f"pool job {job_id} ended {state['state']}")
+        relays: dict[float, StragglerRelay] = {}  # by placement (when it started)
 
-    def _wait(self, job_id: int, until: tuple[str, ...]) -> dict[str, Any]:
+        def pass_on(state: dict[str, Any]) -> None:
+            if state["state"] == "running":
+                started = state["started"]
+                if started not in relays:
+                    relays[started] = StragglerRelay(self.client, job_id, run_dir, started)
+                relays[started].poll()
+
+        final = self._wait(job_id, until=("done", "failed", "cancelled"), each=pass_on)
+        if final["state"] != "done":
+            raise JobNotRun(f"pool job {job_id} ended {final['state']}")
+
+    def _wait(
+        self,
+        job_id: int,
+        until: tuple[str, ...],
+        each: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """The job's state once it is one of ``until``; ``each`` sees every state before."""
         while True:
             state = self.client.job(job_id)
             if state["state"] in until:
                 return state
             if state["state"] in ("done", "failed", "cancelled"):
                 raise JobNotRun(f"pool job {job_id} ended {state['state']} while waiting to run")
+            if each is not None:
+                each(state)
             time.sleep(self.config.poll_s)
 
 

@@ -100,7 +100,7 @@ class Balancer:
         self._window_met: list[tuple[float, float]] = []
         self._logged_met: list[tuple[float, float]] = []
         self._speeds: list[float] = []  # each rank's micro-batches/s, averaged over windows
-        self._asked: Shares | None = None  # the shares the last window asked for, not taken
+        self._asked: Shares | None = None  # the shares the last window's speeds gave
         self.on_reshare: Any = None  # called with the new shares (the batches follow)
 
     @property
