@@ -9,7 +9,7 @@ imports torch.
 from xirang.balance import check as check_balance
 from xirang_core.parallel.plan import ParallelPlan, check_plan, resolve_degrees
 from xirang_core.train.compile import compile_model
-from xirang_core.train.optim import build_optimizer
+from xirang_core.train.optim import build_optimizer, group_params
 from xirang_core.train.precision import fsdp_policy
 
 __all__ = [
@@ -19,5 +19,6 @@ __all__ = [
     "check_plan",
     "compile_model",
     "fsdp_policy",
+    "group_params",
     "resolve_degrees",
 ]

@@ -26,7 +26,8 @@ from xirang.checkpoint import (
     open_tier,
 )
 from xirang_ckpt.export import export_adapter, export_hf, export_safetensors, export_tokenizer
-from xirang_ckpt.interop import export_dcp, import_folder
+from xirang_ckpt.fit import TargetModel
+from xirang_ckpt.interop import export_dcp, export_torchtitan, import_folder
 
 CONFIG_FILE = "config.yaml"
 
@@ -54,11 +55,12 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--step", type=int, help="this step (default: newest valid)")
     export.add_argument(
         "--format",
-        choices=("safetensors", "hf", "peft", "dcp"),
+        choices=("safetensors", "hf", "peft", "dcp", "torchtitan"),
         default="safetensors",
         help="safetensors: one file, xirang's names; hf: a directory transformers loads; "
         "peft: a LoRA run's adapters as a folder peft loads; "
-        "dcp: a torch DCP folder with the optimizer state and step (torch, torchtitan)",
+        "dcp: a torch DCP folder with the optimizer state and step (torch); "
+        "torchtitan: a step folder torchtitan's CheckpointManager loads (initial_load_path)",
     )
     export.add_argument(
         "-o", "--output", type=Path, help="file or folder (default: RUN/model-step<N>...)"
@@ -72,7 +74,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     into.add_argument("folder", type=Path, help="the DCP folder (.metadata, *.distcp)")
     into.add_argument("--step", type=int, help="its step (default: its train_state.step)")
+    into.add_argument(
+        "--model-only", action="store_true", help="the weights alone: the optimizer starts anew"
+    )
     into.set_defaults(action=cmd_import)
+    for p in (export, into):
+        p.add_argument(
+            "--model",
+            nargs="+",
+            default=[],
+            metavar="KEY=VALUE",
+            help="the model that resumes it, as a run's model section names it (family=llama "
+            "dim=64 ...), over RUN's config.yaml when RUN is a run directory: names and "
+            "optimizer groups are checked and brought to it (torchtitan's names mapped)",
+        )
     for p in (ls, verify, export, keep, into):
         p.add_argument("run", help="run directory, or checkpoint root path/URL")
     keep.add_argument("step", type=int, help="the step to keep (xirang ckpt ls lists them)")
@@ -171,7 +186,15 @@ def _check(store: CheckpointStore, manifest: Any) -> None:
 def cmd_export(store: CheckpointStore, args: argparse.Namespace) -> int:
     manifest = pick_manifest(store, args.step)
     out = args.out or args.output
-    if args.format == "dcp":
+    if args.format == "torchtitan":
+        target = target_model(args.run, args.model)
+        if target is None:
+            raise ConfigError(
+                "--format torchtitan needs the model: a run directory, or --model family=..."
+            )
+        out = out or Path(args.run) / "torchtitan" / f"step-{manifest.step}"
+        count = export_torchtitan(store, manifest, out, target)
+    elif args.format == "dcp":
         out = out or Path(args.run) / f"dcp-step{manifest.step}"
         count = export_dcp(store, manifest, out)
     elif args.format == "peft":
@@ -191,9 +214,24 @@ def cmd_export(store: CheckpointStore, args: argparse.Namespace) -> int:
 
 
 def cmd_import(store: CheckpointStore, args: argparse.Namespace) -> int:
-    result = import_folder(args.folder, store, args.step)
+    target = target_model(args.run, args.model)
+    result = import_folder(args.folder, store, args.step, target, args.model_only)
     print(f"imported {args.folder} as step {result.step}: {result.location}")
     return 0
+
+
+def target_model(run: str, pairs: list[str]) -> TargetModel | None:
+    """The model ``--model KEY=VALUE ...`` names, over the model section of RUN's
+    ``config.yaml`` when RUN is a run directory; None when neither names one."""
+    path = Path(run) / CONFIG_FILE
+    base = (yaml.safe_load(path.read_text()) or {}).get("model") if path.is_file() else None
+    section = dict(base or {})
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--model {pair!r}: give KEY=VALUE (e.g. n_heads=32)")
+        section[key.removeprefix("model.")] = yaml.safe_load(value)
+    return TargetModel(section, get_registry()) if section else None
 
 
 def _run_config(run: str, needs: str) -> dict[str, Any]:

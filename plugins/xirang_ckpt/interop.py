@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import pickle
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,18 @@ from xirang.checkpoint import (
     memory_reader,
     write_snapshot,
 )
+from xirang_ckpt.fit import (
+    TargetModel,
+    by_field,
+    fit,
+    from_titan,
+    per_parameter,
+    renamed,
+    same_setting,
+)
 
+#: a model tensor only torchtitan's Llama 3 names so
+TITAN_MARK = "tok_embeddings.weight"
 #: top-level keys of torchtitan's checkpoints that are not the model's tensors
 NOT_MODEL = ("optimizer", "optim", "train_state", "lr_scheduler", "dataloader")
 _METADATA_CLASSES = {
@@ -123,31 +135,55 @@ def load_flat(reader: Any, metadata: Metadata) -> dict[str, Any]:
     return state
 
 
-def xirang_state(flat: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
-    """``{"model": ..., "optim": ...}`` as xirang saves them, and the step (None if unknown),
-    from the keys of a xirang export or a torchtitan checkpoint."""
-    model: dict[str, Any] = {}
-    state: dict[str, dict[str, Any]] = {}
-    settings: dict[str, dict[str, Any]] = {}
+@dataclass
+class Imported:
+    """A foreign checkpoint's values, sorted: model tensors and optimizer state by parameter
+    name, the optimizer's settings per parameter (torchtitan's flattened layout) or as torch's
+    groups, and the step (None if it holds none)."""
+
+    model: dict[str, Any] = field(default_factory=dict)
+    state: dict[str, dict[str, Any]] = field(default_factory=dict)
+    settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     groups: list[dict[str, Any]] | None = None
+    step: int | None = None
+
+    @property
+    def titan(self) -> bool:
+        """Whether the model tensors carry torchtitan's Llama 3 names."""
+        return TITAN_MARK in self.model
+
+
+def sort_values(flat: dict[str, Any]) -> Imported:
+    """The values of a xirang export or a torchtitan checkpoint, by what they are."""
+    found = Imported()
     for key, value in flat.items():
         top, _, rest = key.partition(".")
         if top == "model":
-            model[rest] = value
+            found.model[rest] = value
         elif top in ("optim", "optimizer") and rest == "param_groups":
-            groups = list(value)
+            found.groups = list(value)
         elif top in ("optim", "optimizer"):
             kind, _, tail = rest.partition(".")
-            name, _, field = tail.rpartition(".")
-            target = state if kind == "state" else settings if kind == "param_groups" else None
+            name, _, setting = tail.rpartition(".")
+            target = {"state": found.state, "param_groups": found.settings}.get(kind)
             if target is None or not name:
                 raise ConfigError(f"{key}: not an optimizer key this import understands")
-            target.setdefault(name, {})[field] = value
+            target.setdefault(name, {})[setting] = value
         elif top not in NOT_MODEL:
-            model[key] = value
-    optim = {"state": state, "param_groups": groups or _groups(settings)}
+            found.model[key] = value
+    if found.settings and all("params" in v for v in found.settings.values()):
+        indexed = sorted(found.settings.items(), key=lambda item: int(item[0]))
+        found.groups, found.settings = [group for _, group in indexed], {}  # torch's groups
     step = flat.get("train_state.step")
-    return {"model": model, "optim": optim}, None if step is None else int(step)
+    found.step = None if step is None else int(step)
+    return found
+
+
+def xirang_state(found: Imported) -> dict[str, Any]:
+    """``{"model": ..., "optim": ...}`` as xirang saves them, the groups as the source had
+    them (no target model to bring them to)."""
+    groups = found.groups or _groups(found.settings)
+    return {"model": found.model, "optim": {"state": found.state, "param_groups": groups}}
 
 
 def _groups(settings: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -166,30 +202,49 @@ def _groups(settings: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 def _same(group: dict[str, Any], values: dict[str, Any]) -> bool:
     """Whether a group's settings (all but its ``params``) are ``values``."""
     keys = set(group) - {"params"}
-    return keys == set(values) and all(_equal(group[k], values[k]) for k in keys)
+    return keys == set(values) and all(same_setting(group, values, k) for k in keys)
 
 
-def _equal(a: Any, b: Any) -> bool:
-    if torch.is_tensor(a) or torch.is_tensor(b):
-        return torch.is_tensor(a) and torch.is_tensor(b) and torch.equal(a, b)
-    return bool(a == b)
-
-
-def import_folder(folder: Path, store: CheckpointStore, step: int | None) -> SaveResult:
+def import_folder(
+    folder: Path,
+    store: CheckpointStore,
+    step: int | None,
+    target: TargetModel | None = None,
+    model_only: bool = False,
+) -> SaveResult:
     """Commit the DCP checkpoint in ``folder`` into ``store`` as a xirang checkpoint of
-    ``step`` (default: its ``train_state.step``)."""
+    ``step`` (default: its ``train_state.step``), brought to ``target`` when one is given
+    (:mod:`xirang_ckpt.fit`); ``model_only``: the weights alone."""
     metadata = read_metadata(folder)
-    flat = load_flat(folder_reader(folder, metadata), metadata)
-    tensors, saved_step = xirang_state(flat)
-    step = step if step is not None else saved_step
+    found = sort_values(load_flat(folder_reader(folder, metadata), metadata))
+    step = step if step is not None else found.step
     if step is None:
         raise ConfigError(f"{folder}: no train_state.step in the checkpoint; give --step N")
-    if not tensors["model"]:
+    if not found.model:
         raise ConfigError(f"{folder}: no model tensors in the checkpoint")
+    tensors = _tensors(found, target, model_only)
     rank_state = {"rng": None, "data": None}  # not in a DCP checkpoint: resume starts them anew
     snap = Snapshot(step, tensors, rank_state, {"step": step, "imported_from": str(folder)})
     extra: dict[str, Any] = {"config": {}, "dataset_snapshot": None}
     return write_snapshot(snap, store, Collective(), extra)
+
+
+def _tensors(found: Imported, target: TargetModel | None, model_only: bool) -> dict[str, Any]:
+    """What the imported checkpoint holds: fitted to ``target``, or as the source has it."""
+    if target is None and found.titan:
+        raise ConfigError(
+            f"the checkpoint has torchtitan's names ({TITAN_MARK}): name the model that will "
+            f"resume it, e.g. --model family=llama dim=4096 n_layers=32 n_heads=32 "
+            f"n_kv_heads=8 ffn_dim=14336 vocab_size=128256 (or import into its run directory)"
+        )
+    settings = per_parameter(found.settings, found.groups)
+    if target is None:
+        tensors = xirang_state(found)
+        return {"model": tensors["model"]} if model_only else tensors
+    model, state = found.model, found.state
+    if found.titan:
+        model, state, settings = from_titan(target, model, state, settings)
+    return fit(target, model, state, settings, model_only)
 
 
 def export_dcp(store: CheckpointStore, manifest: Manifest, out: Path) -> int:
@@ -206,6 +261,35 @@ def export_dcp(store: CheckpointStore, manifest: Manifest, out: Path) -> int:
         warnings.simplefilter("ignore", UserWarning)
         dcp.save(state, storage_writer=FileSystemWriter(str(out)), no_dist=True)
     return len(flat) + 1
+
+
+def export_torchtitan(
+    store: CheckpointStore, manifest: Manifest, out: Path, target: TargetModel
+) -> int:
+    """Write the checkpoint as a step folder of torchtitan's ``CheckpointManager``: the model
+    at the top level under its Llama 3 names (as its model's ``state_dict`` gives them, q, k
+    and v apart), the optimizer flattened under ``optimizer.`` (keyed by its parameters,
+    ``wqkv`` fused) and the step under ``train_state``; returns the number of values."""
+    files = store.read_files(manifest, dcp_names(manifest.files))
+    metadata = check_loadable(files, f"step {manifest.step}")
+    found = sort_values(load_flat(memory_reader(dcp_filesystem(files)), metadata))
+    interop, family = target.interop(), target.settings
+
+    def fused(tensors: dict[str, Any]) -> dict[str, Any]:
+        return dict(interop.to_torchtitan(family, tensors, True))
+
+    flat: dict[str, Any] = dict(interop.to_torchtitan(family, found.model, False))
+    for key, values in by_field(found.state).items():
+        flat.update({f"optimizer.state.{n}.{key}": v for n, v in fused(values).items()})
+    settings = renamed(fused, per_parameter(found.settings, found.groups))
+    for name, values in settings.items():
+        flat.update({f"optimizer.param_groups.{name}.{k}": v for k, v in values.items()})
+    flat.update({"train_state.step": manifest.step, "train_state.ntokens_seen": 0})
+    out.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.save(flat, storage_writer=FileSystemWriter(str(out)), no_dist=True)
+    return len(flat)
 
 
 def _nest(flat: dict[str, Any], paths: dict[str, Any]) -> dict[str, Any]:

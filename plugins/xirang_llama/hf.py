@@ -14,6 +14,7 @@ import torch
 from xirang import ConfigError
 from xirang.lora import merge_injected, save_injected
 from xirang.specs import HFInteropBase
+from xirang_llama import titan
 from xirang_llama.config import LLAMA3_SCALING, LORA_TARGETS, LlamaConfig
 
 #: (xirang setting, Hugging Face key) pairs that carry the same value
@@ -72,6 +73,18 @@ class LlamaHF(HFInteropBase):
                 "--format peft: this run trained no adapters (model.lora_rank=0); use --format hf"
             )
         return save_injected(asdict(cfg), state, out, LORA_TARGETS, _hf_name)
+
+    def from_torchtitan(
+        self, settings: dict[str, Any], tensors: dict[str, torch.Tensor]
+    ) -> tuple[dict[str, torch.Tensor], list[str]]:
+        """xirang's tensors from torchtitan's Llama 3 names (:mod:`xirang_llama.titan`)."""
+        return titan.from_torchtitan(_config(settings), tensors)
+
+    def to_torchtitan(
+        self, settings: dict[str, Any], tensors: dict[str, torch.Tensor], fused: bool
+    ) -> dict[str, torch.Tensor]:
+        """torchtitan's Llama 3 names from xirang's (:mod:`xirang_llama.titan`)."""
+        return titan.to_torchtitan(_config(settings), tensors, fused)
 
     def from_hf(
         self, hf_config: dict[str, Any], tensors: dict[str, torch.Tensor]

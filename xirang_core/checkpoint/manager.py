@@ -41,6 +41,7 @@ from xirang_core.checkpoint.snapshot import (
     write_snapshot,
 )
 from xirang_core.checkpoint.state import (
+    OPTIM_KEY,
     StagingBuffers,
     StateAdapter,
     TorchStateAdapter,
@@ -186,11 +187,17 @@ class CheckpointManager:
 
     def _apply(self, files: dict[str, ChunkedBytes]) -> None:
         """Put model, optimizer, RNG and data position back from a checkpoint's files."""
+        metadata = dcp_metadata(files)
         if isinstance(self.adapter, TorchStateAdapter):  # empty optimizer state, no warm-up
-            self.adapter.prepare_load(self.model, self.optimizer, dcp_metadata(files))
+            self.adapter.prepare_load(self.model, self.optimizer, metadata)
         model_sd, optim_sd = self.adapter.get_state_dict(self.model, self.optimizer)
-        state = load_tensors(files, {"model": model_sd, "optim": optim_sd}, self.peers)
-        self.adapter.set_state_dict(self.model, self.optimizer, state["model"], state["optim"])
+        template = {"model": model_sd, "optim": optim_sd}
+        if not any(key.startswith(f"{OPTIM_KEY}.") for key in metadata.state_dict_metadata):
+            log.info("the checkpoint holds weights only: the optimizer starts afresh")
+            del template["optim"]  # xirang ckpt import --model-only
+        state = load_tensors(files, template, self.peers)
+        optim_sd = state.get("optim", optim_sd)
+        self.adapter.set_state_dict(self.model, self.optimizer, state["model"], optim_sd)
         own = files.get(rank_file(self.ctx.rank))
         if own is None:  # resumed on more workers than saved: start from rank 0's state
             log.info("no saved state for rank %d; using rank 0's RNG state", self.ctx.rank)

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint._nested_dict import flatten_state_dict
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata
 
@@ -305,6 +306,7 @@ def load_tensors(
     """Fill ``template`` (this rank's state-dict layout) from a checkpoint's DCP files; DCP
     reshards when the checkpoint was written by another world size or strategy."""
     fs = dcp_filesystem(files)
+    check_layout(memory_reader(fs).read_metadata(), template)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         dcp.load(
@@ -314,3 +316,39 @@ def load_tensors(
             no_dist=not peers.distributed,
         )
     return template
+
+
+#: how many names a layout error lists before saying how many more there are
+_SHOWN = 6
+
+
+def check_layout(metadata: Metadata, template: dict[str, Any]) -> None:
+    """Refuse, as one error naming both layouts, a checkpoint that lacks values this run's
+    model and optimizer need (another model's names, another optimizer's param groups),
+    where DCP would raise a traceback about one missing key."""
+    wanted, _ = flatten_state_dict(template)
+    stored = metadata.state_dict_metadata
+    missing = sorted(set(wanted) - set(stored))
+    if not missing:
+        return
+    extra = sorted(set(stored) - set(wanted))
+    raise XirangError(
+        f"the checkpoint does not fit this run: this run's model and optimizer need "
+        f"{_names(missing)}, which it lacks; it holds {_names(extra) if extra else 'nothing else'}"
+        f" (the checkpoint: {_layout(stored)}; this run: {_layout(wanted)}). Import the source "
+        f"again for this run's model (xirang ckpt import FOLDER RUN --model family=... brings "
+        f"names and optimizer groups to it; --model-only takes the weights alone)"
+    )
+
+
+def _names(keys: list[str]) -> str:
+    more = f" and {len(keys) - _SHOWN} more" if len(keys) > _SHOWN else ""
+    return ", ".join(keys[:_SHOWN]) + more
+
+
+def _layout(keys: Iterable[str]) -> str:
+    """A layout in a few words: how many model tensors and optimizer param groups."""
+    keys = list(keys)
+    model = sum(k.startswith("model.") for k in keys)
+    groups = {k.split(".")[2] for k in keys if k.startswith("optim.param_groups.")}
+    return f"{model} model tensors, {len(groups)} optimizer param groups"

@@ -123,6 +123,16 @@ class HFInteropBase:
             "--format peft: this model family trains no adapters; use --format hf for its weights"
         )
 
+    def from_torchtitan(
+        self, settings: dict[str, Any], tensors: dict[str, Any]
+    ) -> tuple[dict[str, Any], list[str]]:
+        raise ConfigError("this model family has no mapping of torchtitan's names")
+
+    def to_torchtitan(
+        self, settings: dict[str, Any], tensors: dict[str, Any], fused: bool
+    ) -> dict[str, Any]:
+        raise ConfigError("--format torchtitan: this model family has no torchtitan mapping")
+
 
 class SettingsBase:
     """Defaults of a ``schema``'s optional members (an :class:`ImplSpec`'s settings dataclass):

@@ -344,6 +344,22 @@ class HFInterop(Protocol):
         (:class:`HFInteropBase`: the family trains no adapters, which it says)."""
         ...
 
+    def from_torchtitan(
+        self, settings: dict[str, Any], tensors: dict[str, torch.Tensor]
+    ) -> tuple[dict[str, torch.Tensor], list[str]]:
+        """``(xirang tensors, torchtitan names it has no place for)`` from per-parameter
+        tensors keyed by torchtitan's names (weights, or an optimizer's moments; 0-d values are
+        renamed only) for the model ``settings`` describe (``xirang ckpt import``). Optional."""
+        ...
+
+    def to_torchtitan(
+        self, settings: dict[str, Any], tensors: dict[str, torch.Tensor], fused: bool
+    ) -> dict[str, torch.Tensor]:
+        """The inverse of :meth:`from_torchtitan`; ``fused``: as torchtitan's optimizer keys
+        fused parameters rather than as its model's ``state_dict`` splits them (``xirang ckpt
+        export --format torchtitan``). Optional."""
+        ...
+
 
 @runtime_checkable
 class Tokenizer(Protocol):

@@ -17,12 +17,22 @@ from xirang_core.specs import LRSchedule
 DEFAULT_SCHEDULE = {"name": "cosine"}
 
 
+def group_params(model: torch.nn.Module) -> list[list[tuple[str, torch.nn.Parameter]]]:
+    """The trainable parameters of each param group :func:`build_optimizer` makes, by name, in
+    its order: weight decay applies to matrices only; norms, biases and embeddings' vectors
+    are exempt. A checkpoint keys its groups by index, so an import brings another trainer's
+    groups to these (``xirang ckpt import``)."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    return [[(n, p) for n, p in named if p.dim() >= 2], [(n, p) for n, p in named if p.dim() < 2]]
+
+
 def build_optimizer(model: torch.nn.Module, optim: dict[str, Any]) -> torch.optim.Optimizer:
-    """Weight decay applies to matrices only; norms, biases and embeddings' vectors are exempt."""
-    params = [p for p in model.parameters() if p.requires_grad]
+    """The optimizer ``optim.name`` names over :func:`group_params`' groups."""
+    decayed, exempt = group_params(model)
+    params = [p for _, p in decayed + exempt]
     groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": optim["weight_decay"]},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        {"params": [p for _, p in decayed], "weight_decay": optim["weight_decay"]},
+        {"params": [p for _, p in exempt], "weight_decay": 0.0},
     ]
     impl = implementation(params)
     built = get_registry().load("optimizer", optim["name"])(groups, optim, impl)
