@@ -3,12 +3,14 @@
 ``xirang ckpt import FOLDER RUN`` brings in a DCP checkpoint folder (``.metadata`` and
 ``__<rank>_<n>.distcp`` files, as torch's ``FileSystemWriter`` and torchtitan write them) as a
 committed xirang checkpoint; ``xirang ckpt export RUN --format dcp`` writes one such folder of
-its own, which torch, torchtitan and ``xirang ckpt import`` read.
+its own, which torch and ``xirang ckpt import`` read, and ``--format torchtitan`` one that
+torchtitan's ``CheckpointManager`` loads.
 
 Keys: xirang saves ``model.<name>`` and ``optim.state.<name>.<key>`` plus ``optim.param_groups``.
 torchtitan keeps the model's tensors at the top level, the optimizer (flattened) under
 ``optimizer.`` (``optimizer.state.<name>.<key>``, ``optimizer.param_groups.<name>.<setting>``)
-and the step in ``train_state.step``; both are understood.
+and the step in ``train_state.step``; both are understood. torchtitan's own names, and groups
+other than the resuming model's, are brought to that model by :mod:`xirang_ckpt.fit`.
 
 The foreign ``.metadata`` is a pickle: it is read by an unpickler that builds DCP's metadata
 classes and nothing else (any other global is refused), tensors by torch's weights-only rules.

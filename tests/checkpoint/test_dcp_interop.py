@@ -1,5 +1,7 @@
-"""``xirang ckpt import`` of a torchtitan-style DCP folder and ``xirang ckpt export --format dcp``:
-model and optimizer state and the step leave and enter, and training continues as it would."""
+"""``xirang ckpt import`` of a DCP folder in torchtitan's key layout (a toy model's names, saved
+by torch's own DCP; torchtitan's real model and ``CheckpointManager``: test_torchtitan.py) and
+``xirang ckpt export --format dcp``: model and optimizer state and the step leave and enter, and
+training continues as it would."""
 
 from __future__ import annotations
 

@@ -219,8 +219,15 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
     ),
     "xirang ckpt keep RUN N [--undo]": As(("xirang ckpt keep {run} {step} --undo",)),
     "xirang ckpt export --format dcp RUN [OUT]": As(("xirang ckpt export --format dcp {run} dcp",)),
-    "xirang ckpt import FOLDER RUN [--step N]": As(
-        ("xirang ckpt export --format dcp {run} dcp", "xirang ckpt import dcp imported")
+    "xirang ckpt export --format torchtitan RUN [OUT]": As(
+        ("xirang ckpt export --format torchtitan {run} titan",)
+    ),
+    "xirang ckpt import FOLDER RUN [--step N] [--model K=V ...] [--model-only]": As(
+        (
+            "xirang ckpt export --format dcp {run} dcp",
+            "xirang ckpt import dcp imported",
+            "xirang ckpt import dcp weights --model-only",
+        )
     ),
     "xirang drill kill|corrupt|fail_save|storage|all [--times 3] [--seed 0] [overrides...]": Skip(
         _SYNOPSIS
