@@ -85,14 +85,23 @@ def test_an_export_loads_in_torchtitans_checkpoint_manager_with_the_same_logits(
     tmp_path: Path, titan_step: Path
 ) -> None:
     """torchtitan -> xirang -> torchtitan: the weights come back into its fused ``wqkv``
-    exactly, so its model computes its own logits bitwise."""
+    exactly, so its model computes its own logits bitwise; loaded with its optimizer
+    (``initial_load_model_only`` off), Adam's state and settings are what it saved."""
     ckpts = tmp_path / "run" / "checkpoints"
     assert main(["import", str(titan_step), str(ckpts), *MODEL]) == 0
     out = tmp_path / "back" / "step-2"
     assert main(["export", str(ckpts), "--format", "torchtitan", "-o", str(out), *MODEL]) == 0
-    run_driver("load", str(out), str(tmp_path / "logits.pt"))
+    run_driver("full", str(out), str(tmp_path / "logits.pt"))
     back = torch.load(tmp_path / "logits.pt")
     assert torch.equal(back, torch.load(titan_step.parent / "logits.pt"))
+    loaded = torch.load(tmp_path / "logits.optim", weights_only=False)
+    saved = torch.load(titan_step.parent / "optim.pt", weights_only=False)
+    assert loaded.keys() == saved.keys()
+    moments = [k for k in saved if k.startswith("state.layers.0.attention.qkv_linear.wqkv")]
+    assert len(moments) == 3  # step, exp_avg, exp_avg_sq of the fused parameter
+    for key, value in saved.items():
+        same = torch.equal(loaded[key], value) if torch.is_tensor(value) else loaded[key] == value
+        assert same, key
 
 
 @titan_run

@@ -4,10 +4,12 @@ Run with the test-built torchtitan install on ``PYTHONPATH`` (tests/checkpoint/t
 
     python titan_driver.py save ROOT STEPS     train STEPS steps, save as torchtitan does
     python titan_driver.py load FOLDER OUT     load FOLDER (initial_load_path), write logits
+    python titan_driver.py full FOLDER OUT     the same with the optimizer (model_only off)
 
 The model: torchtitan's ``Llama3Model`` with its fused ``wqkv``, built by its own layer
 builder at tiny dims (``DIMS``), attention by its causal SDPA inner attention. The optimizer:
-its ``default_adamw`` container. ``logits.pt`` beside a save holds the logits of ``TOKENS``.
+its ``default_adamw`` container. ``logits.pt`` beside a save holds the logits of ``TOKENS``,
+``optim.pt`` its optimizer's (flattened) state dict; ``full`` writes ``OUT`` and ``OUT.optim``.
 """
 
 from __future__ import annotations
@@ -124,20 +126,25 @@ def save(root: Path, steps: int) -> None:
     saver.close()
     with torch.no_grad():
         torch.save(model(TOKENS), root / "logits.pt")
+    torch.save(optimizers.state_dict(), root / "optim.pt")
 
 
-def load(folder: Path, out: Path) -> None:
+def load(folder: Path, out: Path, full: bool) -> None:
+    """``full``: the optimizer too (its schedule and data loader are not in the folder)."""
     model = build_model(seed=1)
     optimizers, schedules = parts(model, 2)
     loader = manager(
         model, optimizers, schedules, TrainState(), folder=str(out.parent / "unused"),
-        initial_load_path=str(folder),
+        initial_load_path=str(folder), initial_load_model_only=not full,
+        exclude_from_loading=["lr_scheduler", "dataloader"] if full else [],
     )  # fmt: skip
     assert loader.load(), f"torchtitan loaded nothing from {folder}"
     with torch.no_grad():
         torch.save(model(TOKENS), out)
+    if full:
+        torch.save(optimizers.state_dict(), out.with_suffix(".optim"))
 
 
 if __name__ == "__main__":
     action, where, more = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
-    save(where, int(more)) if action == "save" else load(where, Path(more))
+    save(where, int(more)) if action == "save" else load(where, Path(more), action == "full")
