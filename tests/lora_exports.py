@@ -4,6 +4,7 @@ logits, and ``--format peft`` loads with ``PeftModel.from_pretrained`` and gives
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -74,8 +75,10 @@ def check_exports(
     run: Path, pretrained: Path, adapters: dict[str, torch.Tensor], tmp_path: Path
 ) -> None:
     """``adapters`` (named as peft names them on transformers' model) merged by peft into the
-    pretrained model: the run's merged export and its peft folder compute the same logits."""
-    from peft import LoraConfig, PeftModel, get_peft_model
+    pretrained model: the run's merged export and its peft folder compute the same logits, the
+    folder loaded onto the base by hand and by ``AutoPeftModelForCausalLM`` from the base it
+    names (relative to the directory the export ran in)."""
+    from peft import AutoPeftModelForCausalLM, LoraConfig, PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM
 
     reference = get_peft_model(
@@ -89,8 +92,11 @@ def check_exports(
     export(run, "--format", "peft", str(run), "-o", str(tmp_path / "adapter"))
     plain = AutoModelForCausalLM.from_pretrained(pretrained, local_files_only=True)
     loaded = PeftModel.from_pretrained(plain, tmp_path / "adapter")  # peft's own loader
+    with contextlib.chdir(run.parent):
+        auto = AutoPeftModelForCausalLM.from_pretrained(tmp_path / "adapter", local_files_only=True)
     x = torch.randint(0, 256, (2, 16))
     with torch.no_grad():
         expected = merged(x).logits
         torch.testing.assert_close(exported.eval()(x).logits, expected, rtol=0, atol=1e-5)
         torch.testing.assert_close(loaded.eval()(x).logits, expected, rtol=0, atol=1e-5)
+        torch.testing.assert_close(auto.eval()(x).logits, expected, rtol=0, atol=1e-5)

@@ -97,6 +97,16 @@ def lora_config(settings: dict[str, Any], default_targets: list[str] | None = No
     )
 
 
+def base_model_name(settings: dict[str, Any]) -> str:
+    """The pretrained folder an adapter folder names as its base (``adapter_config.json``'s
+    ``base_model_name_or_path``, which ``AutoPeftModelForCausalLM`` loads): relative to the
+    working directory, as ``model.pretrained`` is read, so no path of this machine is in it."""
+    import os
+
+    folder = Path(settings["pretrained"]).expanduser().resolve()
+    return os.path.relpath(folder)
+
+
 def inject(model: nn.Module, settings: dict[str, Any], default_targets: list[str]) -> None:
     """Adapters put into ``model``'s target layers in place (peft's
     ``inject_adapter_in_model``: the model keeps its class and methods), every other weight
@@ -147,7 +157,9 @@ def save_injected(
     from safetensors.torch import save_file
 
     out.mkdir(parents=True, exist_ok=True)
-    lora_config(settings, defaults).save_pretrained(str(out))
+    config = lora_config(settings, defaults)
+    config.base_model_name_or_path = base_model_name(settings)
+    config.save_pretrained(str(out))
     adapters = {
         f"base_model.model.{rename(name.replace(f'.{ADAPTER}.', '.'))}": tensor.contiguous()
         for name, tensor in state.items()

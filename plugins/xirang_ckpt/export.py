@@ -27,6 +27,7 @@ from xirang.data import open_tokenizer
 
 MODEL_PREFIX = "model."
 TOKENIZER_CONFIG = "tokenizer_config.json"
+GENERATION_CONFIG = "generation_config.json"
 
 
 @runtime_checkable
@@ -77,9 +78,10 @@ def export_hf(
 ) -> int:
     """Write a directory ``transformers`` loads (``from_pretrained(out)``): ``config.json`` and
     ``model.safetensors`` from the family's Hugging Face mapping, and ``generation_config.json``
-    with xirang's sampling defaults. ``model`` is the run's ``model`` config section;
-    ``special`` the tokenizer's bos/eos/pad ids (:func:`special_token_ids`), which take the
-    place of the mapping's."""
+    (the pretrained folder's own, else xirang's sampling defaults). ``model`` is the run's
+    ``model`` config section; ``special`` the tokenizer's bos/eos/pad ids
+    (:func:`special_token_ids`), which join the mapping's (a list of eos ids keeps them all).
+    No path of this machine goes in: transformers' ``_name_or_path`` is left out."""
     from safetensors.torch import save_file
 
     spec = registry.spec("model", model["family"])
@@ -91,7 +93,8 @@ def export_hf(
         )
     settings = {k: v for k, v in model.items() if k not in ("family", "name")}
     hf_config, tensors = interop.to_hf(settings, model_tensors(store, manifest))
-    hf_config.update(special or {})
+    hf_config = with_special_ids(hf_config, special or {})
+    hf_config.pop("_name_or_path", None)
     out.mkdir(parents=True, exist_ok=True)
     save_file(
         {k: v.contiguous() for k, v in tensors.items()},
@@ -99,8 +102,20 @@ def export_hf(
         metadata={"format": "pt", "step": str(manifest.step)},  # transformers requires "pt"
     )
     (out / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
-    (out / "generation_config.json").write_text(json.dumps(generation_config(hf_config), indent=2))
+    generation = generation_config(hf_config, settings.get("pretrained") or "")
+    (out / GENERATION_CONFIG).write_text(json.dumps(generation, indent=2) + "\n")
     return len(tensors)
+
+
+def with_special_ids(hf_config: dict[str, Any], special: dict[str, int]) -> dict[str, Any]:
+    """``hf_config`` with the tokenizer's bos/eos/pad ids. Where the config lists several eos
+    ids (Llama 3.1 ends a turn with any of three), the list stays, the tokenizer's eos in it:
+    generation must stop at each of them, not only at the first."""
+    merged = {**hf_config, **special}
+    eos, listed = special.get("eos_token_id"), hf_config.get("eos_token_id")
+    if eos is not None and isinstance(listed, list):
+        merged["eos_token_id"] = listed if eos in listed else [eos, *listed]
+    return merged
 
 
 def export_adapter(
@@ -127,11 +142,13 @@ def export_tokenizer(config: dict[str, Any], out: Path) -> dict[str, int]:
     config = {**config, "tokenizer": config.get("tokenizer") or {"name": "bytes"}}
     tokenizer = open_tokenizer(config)
     tokenizer.save(out)
+    path = out / TOKENIZER_CONFIG
+    settings = json.loads(path.read_text()) if path.is_file() else {}
+    if settings.pop("name_or_path", None) is not None:  # the folder it was read from, here
+        path.write_text(json.dumps(settings, indent=2) + "\n")
     if not isinstance(tokenizer, NamesEosToken) or not tokenizer.eos_token:
         return {}
     eos = tokenizer.eos_token
-    path = out / TOKENIZER_CONFIG
-    settings = json.loads(path.read_text()) if path.is_file() else {}
     for key in ("bos_token", "eos_token", "pad_token"):
         settings[key] = settings.get(key) or eos  # the source folder's own names stay
     path.write_text(json.dumps(settings, indent=2) + "\n")
@@ -152,11 +169,20 @@ def special_token_ids(backend: Any, settings: dict[str, Any]) -> dict[str, int]:
     return ids
 
 
-def generation_config(hf_config: dict[str, Any]) -> dict[str, Any]:
-    """Sampling as xirang's end-of-run sample does it (top-k 40, temperature 0.8)."""
+def generation_config(hf_config: dict[str, Any], pretrained: str) -> dict[str, Any]:
+    """The pretrained folder's ``generation_config.json`` (its authors' sampling and stop
+    ids: fine-tuning changes neither), its missing token ids from ``hf_config``; without one,
+    sampling as xirang's end-of-run sample does it (top-k 40, temperature 0.8)."""
     tokens = {
         key: hf_config[key]
         for key in ("bos_token_id", "eos_token_id", "pad_token_id")
         if hf_config.get(key) is not None
     }
+    source = Path(pretrained).expanduser() / GENERATION_CONFIG if pretrained else None
+    if source is not None and source.is_file():
+        try:
+            own = json.loads(source.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{source}: not a JSON generation config ({exc})") from None
+        return {**tokens, **own}
     return {"do_sample": True, "temperature": 0.8, "top_k": 40, **tokens}

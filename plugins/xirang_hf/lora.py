@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from xirang.lora import base_model_name, lora_config
 from xirang.lora import check_targets as check_targets_of
-from xirang.lora import lora_config
 
 
 def attach(model: nn.Module, settings: dict[str, Any]) -> nn.Module:
@@ -42,6 +42,13 @@ def save_adapter(settings: dict[str, Any], state: dict[str, torch.Tensor], out: 
     """The run's adapters written by peft itself (``save_pretrained``: the adapter weights and
     ``adapter_config.json``); returns how many tensors."""
     wrapped = _wrapped(settings, state)
+    # peft names the base (adapter_config.json, its README's card and tags) after the model's
+    # name_or_path, the absolute path of the config.json read: the folder, relative, instead
+    name = base_model_name(settings)
+    base = wrapped.get_base_model()
+    base.name_or_path = base.config.name_or_path = name
+    for config in wrapped.peft_config.values():
+        config.base_model_name_or_path = name
     wrapped.save_pretrained(str(out))
     return sum(1 for name, _ in wrapped.named_parameters() if ".lora_" in name)
 

@@ -22,6 +22,7 @@ from xirang.specs import TextCorpus
 
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
 #: what ends a document when the tokenizer names no end-of-document token
 SEPARATOR = "\n\n"
 #: the most ids a tokenizer may bring (the largest published vocabularies hold about 262k):
@@ -99,15 +100,16 @@ class HFTokenizer:
 
     def save(self, folder: Path) -> None:
         """tokenizer.json as the backend holds it; the source folder's tokenizer_config.json
-        (and special_tokens_map.json) when it had one, else a PreTrainedTokenizerFast one."""
+        (and special_tokens_map.json) when it had one, else a PreTrainedTokenizerFast one; and
+        its chat_template.jinja, where transformers keeps a chat template."""
         folder.mkdir(parents=True, exist_ok=True)
         self.backend.save(str(folder / TOKENIZER_FILE))
-        if (self.source.parent / CONFIG_FILE).is_file():
-            for extra in (CONFIG_FILE, "special_tokens_map.json"):
-                if (self.source.parent / extra).is_file():
-                    shutil.copyfile(self.source.parent / extra, folder / extra)
-        else:
+        source = self.source.parent
+        if not (source / CONFIG_FILE).is_file():
             write_config(folder, self.eos_token)
+        for extra in (CONFIG_FILE, "special_tokens_map.json", CHAT_TEMPLATE_FILE):
+            if (source / extra).is_file():
+                shutil.copyfile(source / extra, folder / extra)
 
 
 def checked_vocab(backend: Any, file: Path, limit: int) -> int:

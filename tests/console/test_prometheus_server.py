@@ -108,3 +108,75 @@ def test_prometheus_scrapes_the_console_and_answers_promql(prometheus) -> None:
     assert float(water["value"][1]) == 0.75
     [cost] = answer(prometheus, 'xirang_cost_total{project="nlp",device_type="a100"}')
     assert float(cost["value"][1]) == 126.0
+
+
+#: tokens a step trains in the restart test, and its run: 30 steps, a worker restart that
+#: resumes from the step-25 checkpoint, a preemption and an exporter restart, 48 steps in all
+TOKENS_PER_STEP, LAST_STEP = 5120, 48
+
+
+def query_at(base: str, promql: str, at: float) -> list[dict]:
+    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": promql, "time": at})
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        body = json.load(reply)
+    assert body["status"] == "success", body
+    return body["data"]["result"]
+
+
+def scraped(base: str, promql: str, value: float) -> None:
+    """Wait until the server has scraped ``promql`` at ``value``."""
+    answer(base, f"{promql} == {value}")
+
+
+def test_the_tokens_counter_never_resets_across_worker_job_and_exporter_restarts(
+    console, prometheus, tmp_path: Path, monkeypatch
+) -> None:
+    """What Prometheus itself computes over a run whose worker restarts from an earlier
+    checkpoint (its newest record drops from 153,600 to 133,120 tokens), whose pool job is
+    requeued and placed again, and whose exporter starts afresh: no reset, and increase()
+    is the tokens the run trained."""
+    from xirang_core.train.report import MetricsLog
+    from xirang_service.console import prometheus as exporter
+    from xirang_service.pool.service import OPERATOR as POOL_OPERATOR
+
+    run = tmp_path / "run"
+    run.mkdir()
+    service = console.pool.service
+    job = service.submit(POOL_OPERATOR, {"project": "nlp", "cards": 8, "name": "restarts",
+                                          "payload": {"run_dir": str(run)}})  # fmt: skip
+    series = f'xirang_train_tokens_total{{pool_job="{job["id"]}"}}'
+    step = f'xirang_train_step{{pool_job="{job["id"]}"}}'
+    scraped(prometheus, series, 0)  # running, nothing logged yet
+
+    def train(segment: int, steps: range) -> None:
+        log = MetricsLog(run, segment)
+        for chunk in (steps[i : i + 6] for i in range(0, len(steps), 6)):
+            for s in chunk:
+                log.write({"step": s, "loss": 5.0, "tokens": s * TOKENS_PER_STEP,
+                           "tokens_per_s": 1000.0, "mfu": 0.4})  # fmt: skip
+            scraped(prometheus, step, chunk[-1])
+
+    train(1, range(1, 31))
+    train(2, range(26, 27))  # the restarted worker resumed from step 25: its record is scraped
+    train(2, range(27, 36))
+    devices = set(service.job(POOL_OPERATOR, job["id"])["devices"])
+    nodes = {d["node"] for d in service.devices(POOL_OPERATOR) if d["id"] in devices}
+    for node in nodes:  # the job is requeued and placed again (its workers start afresh)
+        service.drain(POOL_OPERATOR, node, "maintenance")
+    for node in nodes:
+        service.undrain(POOL_OPERATOR, node)
+    service.tick()
+    placed = service.job(POOL_OPERATOR, job["id"])
+    assert placed["state"] == "running" and placed["requeues"] == 1
+    monkeypatch.setattr(exporter, "TOKENS_SEEN", exporter.FurthestTokens())  # a new exporter
+    train(3, range(36, LAST_STEP + 1))
+
+    [raw] = query(prometheus, f"{series}[10m]")
+    last = raw["values"][-1][0]  # evaluated at the last scrape: no extrapolation past it
+    [resets] = query_at(prometheus, f"resets({series}[10m])", last)
+    assert float(resets["value"][1]) == 0
+    [grown] = query_at(prometheus, f"increase({series}[10m])", last)
+    trained = LAST_STEP * TOKENS_PER_STEP  # 245,760
+    assert abs(float(grown["value"][1]) - trained) <= 0.01 * trained
+    assert grown["metric"]["job"] == "xirang"  # Prometheus's own label, not the pool job's
+    assert "exported_job" not in raw["metric"] and raw["metric"]["pool_job"] == str(job["id"])

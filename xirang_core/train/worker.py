@@ -23,7 +23,7 @@ import torch.distributed as dist
 from xirang_core.checkpoint.pretrained import load_pretrained
 from xirang_core.data.interface import open_dataset
 from xirang_core.data.step_loader import loop_batches
-from xirang_core.data.tokens import TokenBatches
+from xirang_core.data.tokens import IGNORE, TokenBatches
 from xirang_core.devices.cores import (
     OMP_DEFAULTS,
     available_cores,
@@ -341,6 +341,7 @@ def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry
     wall = time.perf_counter() - started
     with finishing.part("validation"), trainer.precision.autocast():
         val_loss = held_out_loss(parts)  # every worker scores its stride of the rows
+        val_bytes = held_out_bytes_per_token(parts)
     with finishing.part("sample"), trainer.precision.autocast():
         # a model the guard could not save (weights already non-finite) has nothing to say;
         # a replicated model samples on the main worker only
@@ -353,7 +354,7 @@ def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry
         segment.end(last_step, wall, figures["compile_s"], figures["compile_steps"])
         whole = segment.whole_run()  # every segment's records: the loss curve of the whole run
         whole.records[-1]["val_loss"] = round(val_loss, 5)
-        summary = summarize(config, parts, whole, registry, figures)
+        summary = summarize(config, parts, whole, registry, figures, val_bytes)
         summary["sample"] = sample
         title = f"{config['model']['name']} loss"
         report.plot_loss(whole.records, run_dir / report.PLOT_FILE, title)
@@ -376,6 +377,35 @@ def held_out_loss(parts: Assembly) -> float:
     batches = count if runner.evaluate is not None else count * parts.settings.accum_steps
     loss = evaluate(evaluated, parts.val, ctx.device, batches, runner)
     return mean_over_workers(loss, ctx)
+
+
+#: what a decoder puts where bytes do not form a character
+REPLACEMENT = "\ufffd"
+
+
+def held_out_bytes_per_token(parts: Assembly) -> float:
+    """UTF-8 bytes per scored token of the held-out rows :func:`held_out_loss` scores, over
+    every worker: their targets decoded to text (an end-of-document token has no bytes). Bits
+    per byte divide by these, as lm-eval's ``bits_per_byte`` divides by the evaluated texts'
+    own bytes: the training corpus's average would put another text's loss on its scale."""
+    tokenizer = parts.val.tokenizer
+    tokens = text = 0
+    for i in range(parts.settings.eval_batches * parts.settings.accum_steps):
+        for row in parts.val.get(i)[1].tolist():
+            ids = [t for t in row if t != IGNORE]
+            tokens += len(ids)
+            text += text_bytes(tokenizer.decode(ids))
+    counts = torch.tensor([tokens, text], dtype=torch.float64, device=parts.ctx.device)
+    if parts.ctx.world_size > 1 and dist.is_initialized():  # ranks alike in rows count alike
+        dist.all_reduce(counts, op=dist.ReduceOp.SUM)
+    return counts[1].item() / counts[0].item() if counts[0].item() else 0.0
+
+
+def text_bytes(text: str) -> int:
+    """The UTF-8 bytes ``text`` was decoded from. A row's edges can cut a character's bytes
+    apart, and each piece decodes to one U+FFFD (three bytes): it counts as one byte, the
+    piece's usual length (a lone continuation byte at a row's start)."""
+    return len(text.encode("utf-8")) - 2 * text.count(REPLACEMENT)
 
 
 def mean_over_workers(value: float, ctx: WorkerContext) -> float:
@@ -431,9 +461,11 @@ def summarize(
     whole: WholeRun,
     registry: Registry,
     figures: dict[str, Any] | None = None,
+    val_bytes_per_token: float = 0.0,
 ) -> dict[str, Any]:
     """The summary of the whole run, across its segments (resumes, restarts); tokens/s and
-    MFU leave out the steps that compiled."""
+    MFU leave out the steps that compiled; bits per byte per the held-out texts' own bytes
+    (``val_bytes_per_token``, 0: unknown)."""
     figures = {**(figures or {"skipped_steps": 0}), **whole.compile_figures()}
     records = whole.records
     first, last = records[0], records[-1]
@@ -460,9 +492,10 @@ def summarize(
         "first_loss": first["loss"],
         "final_loss": last["loss"],
         "val_loss": last["val_loss"],
-        "val_bpb": report.bits_per_byte(last["val_loss"], parts.settings.bytes_per_token),
+        "val_bpb": report.bits_per_byte(last["val_loss"], val_bytes_per_token),
         "tokenizer": config["tokenizer"]["name"],
         "bytes_per_token": round(parts.settings.bytes_per_token, 5),
+        "val_bytes_per_token": round(val_bytes_per_token, 5),
         "loss_drop_pct": round(100 * (1 - last["loss"] / first["loss"]), 2),
         "tokens_per_s": round(tokens_per_s, 1),
         "mfu": round(checked.mfu, 5),

@@ -4,7 +4,11 @@ Gauges for capacity, allocation, water level, queue and quota, and for the conso
 view (``xirang_cost_30d``: it drops as charges age out of the window); counters (``_total``)
 for all-time cost in currency units, which only grow, so ``rate()`` never sees a false reset.
 Running pool jobs that name their ``run_dir`` also export their training live (step, loss,
-tokens/s, MFU, tokens so far), read from the newest record of the run's ``metrics.jsonl``.
+tokens/s, MFU), read from the newest record of the run's ``metrics.jsonl``, and the tokens
+trained so far as a counter: the furthest any record of the file reached, since a worker that
+restarts resumes from its last checkpoint and logs fewer tokens than before for a while.
+A job is labelled ``pool_job``, never ``job`` or ``instance``: Prometheus sets those itself on
+every scraped series (the scrape job, the target) and renames a clashing label ``exported_job``.
 A project token gets its own project's series only; the operator gets all.
 The text is prometheus_client's own exposition of metric families, collected once per snapshot (a
 custom collector: the figures are read from the pool and cost stores, not kept in-process).
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -160,7 +165,12 @@ TRAINING = (
     ("loss", "xirang_train_loss", "gauge", "Training loss at that step."),
     ("tokens_per_s", "xirang_train_tokens_per_second", "gauge", "Training throughput."),
     ("mfu", "xirang_train_mfu_ratio", "gauge", "Model FLOPs utilisation (0 when unknown)."),
-    ("tokens", "xirang_train_tokens", "counter", "Tokens trained on so far."),
+    (
+        "tokens",
+        "xirang_train_tokens",
+        "counter",
+        "Tokens trained on so far (the furthest reached).",
+    ),
 )
 #: how much of the end of metrics.jsonl is read for its newest record
 TAIL_BYTES = 16384
@@ -174,13 +184,55 @@ def _training_families(source: ConsoleSource, who: str) -> list[tuple]:
             continue
         if who != OPERATOR and job.project != who:
             continue
-        record = latest_record(Path(run_dir))
-        if record is not None:
-            rows.append(({"job": str(job.id), "project": job.project}, record))
+        record = latest_record(Path(run_dir)) or {}
+        # a running job that has logged nothing yet has trained 0 tokens: its counter starts
+        # at 0, so increase() counts the first record's tokens too
+        record = {**record, "tokens": TOKENS_SEEN.furthest(Path(run_dir) / METRICS_FILE)}
+        rows.append(({"pool_job": str(job.id), "project": job.project}, record))
     return [
         (name, kind, text, [(labels, r[key]) for labels, r in rows if _number(r.get(key))])
         for key, name, kind, text in TRAINING
     ]
+
+
+class FurthestTokens:
+    """The most ``tokens`` any record of a ``metrics.jsonl`` logged, read on from where the
+    last scrape stopped. A resumed worker logs from its checkpoint's step again, so its newest
+    record can hold fewer tokens than an earlier one; the counter stays at the furthest, which
+    never goes down while the file grows (an exporter that restarts reads the file again)."""
+
+    def __init__(self) -> None:
+        self.read: dict[Path, tuple[int, int, int]] = {}  # path -> (inode, offset, furthest)
+
+    def furthest(self, path: Path) -> int:
+        try:
+            with path.open("rb") as stream:
+                inode = os.fstat(stream.fileno()).st_ino
+                known, offset, most = self.read.get(path, (inode, 0, 0))
+                if known != inode or stream.seek(0, io.SEEK_END) < offset:
+                    offset, most = 0, 0  # a new file in its place: read it from the start
+                stream.seek(offset)
+                whole, newline, _ = stream.read().rpartition(b"\n")  # a line cut short waits
+        except OSError:
+            return 0
+        for line in whole.splitlines():
+            most = max(most, _tokens(line))
+        self.read[path] = (inode, offset + len(whole) + len(newline), most)
+        return most
+
+
+def _tokens(line: bytes) -> int:
+    """The ``tokens`` of a training record (0 for any other line)."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return 0
+    tokens = record.get("tokens") if isinstance(record, dict) else None
+    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else 0
+
+
+#: one per exporter process: each scrape reads only what metrics files gained since the last
+TOKENS_SEEN = FurthestTokens()
 
 
 def latest_record(run_dir: Path) -> dict[str, Any] | None:

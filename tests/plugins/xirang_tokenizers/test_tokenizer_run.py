@@ -33,7 +33,9 @@ def test_a_bpe_run_reports_bits_per_byte_and_a_decoded_sample(
     assert [r["step"] for r in records] == [1, 2, 4, 6]
     for record in records:
         assert record["bpb"] == pytest.approx(record["loss"] / math.log(2) / per_token, abs=1e-4)
-    expected = summary["val_loss"] / math.log(2) / per_token
+    held_out = summary["val_bytes_per_token"]  # of the held-out rows scored, not the corpus
+    assert held_out == pytest.approx(per_token, rel=0.15)  # the same kind of text
+    expected = summary["val_loss"] / math.log(2) / held_out
     assert summary["val_bpb"] == pytest.approx(expected, abs=1e-4)
     assert "bits per byte, tokenizer bpe" in done.stdout
     assert summary["sample"].startswith("def ") and len(summary["sample"]) > len("def ")
