@@ -167,14 +167,14 @@ def test_a_stray_slurm_job_of_a_pool_job_is_cancelled_the_tracked_one_runs_on(
     """A second Slurm job under a pool job's name (an sbatch whose answer was lost, that Slurm
     made anyway after the pool submitted again) is cancelled at the next poll: one pool job
     never has two live Slurm jobs. Another store's jobs are left alone."""
-    job = _submit(service, "nlp", ["sleep", "30"])
+    job = _submit(service, "nlp", ["sleep", "300"])
     service.settle()
     tracked = service.executor.slurm_ids[job["id"]]  # type: ignore[attr-defined]
     store_id = service.store.meta("store_id")
     stray_name = f"{INTENT}{store_id}-{job['id']}-0ld5ubm1"
     foreign_name = f"{INTENT}0therst0-{job['id']}-0ld5ubm1"
     submitted = [
-        commands.run("sbatch", "--parsable", f"--job-name={n}", "--wrap", "sleep 60").strip()
+        commands.run("sbatch", "--parsable", f"--job-name={n}", "--wrap", "sleep 300").strip()
         for n in (stray_name, foreign_name)
     ]
     try:
