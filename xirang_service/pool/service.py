@@ -900,7 +900,7 @@ class PoolService:
         """Queue what the stored change asks of the executor: stops first, then starts."""
         stops, self._stops = self._stops, []
         for stopped, reason in stops:
-            self._outbox.append(Action("stop", _copy(stopped), reason=reason))
+            self._stop(stopped, reason)
         for event in events:
             job = self.engine.jobs.get(event.job) if event.job is not None else None
             if job is None:
@@ -913,7 +913,17 @@ class PoolService:
                 self._starting.add(job.id)
             elif event.kind == "preempted":
                 reason = event.detail.get("reason") or f"preempted by job {event.detail.get('by')}"
-                self._outbox.append(Action("stop", _copy(job), reason=reason))
+                self._stop(job, reason)
+
+    def _stop(self, job: Job, reason: str) -> None:
+        """Queue a stop; a start of the job still queued is dropped instead (the executor never
+        heard of it: a burst of submits and cancels while Slurm stalls costs it nothing)."""
+        queued = [a for a in self._outbox if a.kind == "start" and a.job and a.job.id == job.id]
+        if queued:
+            self._outbox.remove(queued[0])
+            self._starting.discard(job.id)
+            return
+        self._outbox.append(Action("stop", _copy(job), reason=reason))
 
     # --- the executor's calls, outside the lock ---------------------------------------------
 
