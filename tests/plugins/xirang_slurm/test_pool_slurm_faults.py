@@ -52,10 +52,11 @@ def stalled_controller(seconds: float, stopped: threading.Event) -> Iterator[Non
 
 @pytest.fixture
 def service(slurm: str, tmp_path: Path, account: str) -> Iterator[PoolService]:  # noqa: F811
-    """A pool on the single node (two cards) of two projects running as ``account``."""
+    """A pool on the single node (four cards, two CPUs for Slurm) of two projects running as
+    ``account``."""
     cluster = tmp_path / "cluster.yaml"
-    nodes = [{"name": slurm, "type": "cpu", "devices": 2}]
-    projects = [{"name": p, "guaranteed": 1, "run_as": account} for p in ("nlp", "cv")]
+    nodes = [{"name": slurm, "type": "cpu", "devices": 4}]
+    projects = [{"name": p, "guaranteed": 2, "run_as": account} for p in ("nlp", "cv")]
     cluster.write_text(json.dumps({"nodes": nodes, "projects": projects}))
     pool = PoolService(
         PoolStore(tmp_path / "pool.db"), cluster, "priority", OPERATOR, SlurmExecutor(tmp_path)
@@ -128,27 +129,32 @@ def test_while_slurmctld_is_stopped_the_pool_answers_and_loses_no_job(
     service: PoolService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With slurmctld stopped, two tenants' submits and reads are answered while it is still
-    stopped (the sbatch waits in the actor, not in the request), their jobs show
-    ``submitting``, never ``failed``; once it wakes, each job is found by its name (its sbatch
-    got no answer), runs once, and ends ``done``."""
-    monkeypatch.setattr(commands, "TIMEOUT", 3.0)  # the sbatch gives up inside the stall
+    stopped (the sbatch waits in the actor, not in the request); their jobs show
+    ``submitting`` and a job already running ``unknown``, never ``failed`` or ``running``.
+    Once it wakes, each job submitted meanwhile is found by its name (its sbatch got no
+    answer), runs once, and ends ``done``."""
+    monkeypatch.setattr(commands, "TIMEOUT", 2.0)  # the sbatch gives up inside the stall
     service.executor.grace = 5.0  # type: ignore[attr-defined]
+    running = _submit(service, "nlp", ["sleep", "8"])
+    service.settle()
+    _until(lambda: service.job(OPERATOR_WHO, running["id"])["state"] == "running", "it runs")
     stopped = threading.Event()
     answered_while_stopped = []
-    with stalled_controller(12, stopped):
+    with stalled_controller(15, stopped):
+        ids = []
         for project in ("nlp", "cv"):
             job = _submit(service, project, ["sleep", "2"])
             answered_while_stopped.append(stopped.is_set())
             assert job["state"] == "submitting"
-        rows = service.jobs(OPERATOR_WHO)
+            ids.append(job["id"])
+        service.jobs(OPERATOR_WHO)
         answered_while_stopped.append(stopped.is_set())
-        time.sleep(4)  # the first sbatch has timed out by now
-        service.tick()
-        rows = service.jobs(OPERATOR_WHO)
+        service.tick()  # two sbatches and a poll, 2 s each, go unanswered
+        service.settle()
+        states = {row["id"]: row["state"] for row in service.jobs(OPERATOR_WHO)}
         answered_while_stopped.append(stopped.is_set())
-        assert {row["state"] for row in rows} == {"submitting"}
     assert all(answered_while_stopped), "a request waited for the stopped slurmctld"
-    ids = [row["id"] for row in rows]
+    assert states == {running["id"]: "unknown", ids[0]: "submitting", ids[1]: "submitting"}
     _until(
         lambda: all(service.job(OPERATOR_WHO, i)["state"] == "done" for i in ids),
         "both jobs run and end done",
