@@ -264,8 +264,7 @@ class PoolService:
         rows = {}
         for job in changed:
             rows[job.id] = describe(job, self._speeds(job))
-            if job.state is JobState.RUNNING and (fate := self._fate(job.id)):
-                rows[job.id]["state"] = fate
+            rows[job.id]["state"] = self._state(job)
             if job.state.finished:  # no longer counts towards its project's payload cap
                 self._sizes.pop(job.id, None)
         jobs = Rows(rows) if everything else self.view.jobs.updated(rows)
@@ -1043,8 +1042,18 @@ class PoolService:
             old, self._fates = self._fates, fates
             touched = {j for j in old.keys() | fates.keys() if old.get(j) != fates.get(j)}
             jobs = [self.engine.jobs[j] for j in touched | acted if j in self.engine.jobs]
+            jobs = [job for job in jobs if self._shown(job) != self._state(job)]
             if jobs:
                 self._publish(jobs)
+
+    def _shown(self, job: Job) -> str:
+        row = self.view.jobs.get(job.id)
+        return row["state"] if row is not None else ""
+
+    def _state(self, job: Job) -> str:
+        """The state a job's row shows: its own, or, running, what its executor says."""
+        fate = self._fate(job.id) if job.state is JobState.RUNNING else ""
+        return fate or job.state.value
 
 
 def _copy(job: Job) -> Job:
