@@ -205,7 +205,7 @@ def pending_cancels(pool: PoolClient, prefix: str, count: int) -> tuple[list[flo
 def phase(seconds: float = 6.0, stall_s: float = 20.0, cancels: int = 10) -> dict[str, str]:
     """The phase's figures, by name (each ``nan`` with a ``slurm_phase`` reason when this
     machine cannot run it)."""
-    reason = why_not()
+    reason = why_not() if stall_s > 0 else "--stall-s 0"
     names = ("slurm_stall_p99_ratio", "double_runs", "ghost_runs", "cancel_pending_p99_ms")
     if reason:
         return {"slurm_phase": f"skipped({reason})", **dict.fromkeys(names, "nan")}

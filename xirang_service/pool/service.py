@@ -931,7 +931,15 @@ class PoolService:
         thread of a remote executor, else this thread, now (it holds no lock of the
         service's: a local executor answers at once)."""
         if not getattr(self.executor, "remote", False):
-            self._act(poll)
+            if poll:
+                self._act(poll)
+            # a thread already calling the executor takes what is queued before it lets go
+            # (and one that finds more queued once it let go takes that too)
+            while self._outbox and self._acting.acquire(blocking=False):
+                try:
+                    self._drain()
+                finally:
+                    self._acting.release()
             return
         with self._rounds:
             self._asked += 1
@@ -966,18 +974,22 @@ class PoolService:
         """Make the queued executor calls in order, then poll: each outside the service lock
         (which is taken only to take an action and to store what it learnt)."""
         with self._acting:
-            while True:
-                with self.lock:
-                    if not self._outbox:
-                        break
-                    action = self._outbox.popleft()
-                self._do(action)
-                self._learn_fates({action.job.id} if action.job is not None else set())
+            self._drain()
             if poll:
                 ended = self.executor.poll()
                 with self.lock:  # the ends of an earlier start of a job started again: dropped
                     self._ended += [e for e in ended if e[0] not in self._starting]
                 self._learn_fates(set())
+
+    def _drain(self) -> None:
+        """Make the queued executor calls in order (the caller holds ``_acting``)."""
+        while True:
+            with self.lock:
+                if not self._outbox:
+                    return
+                action = self._outbox.popleft()
+            self._do(action)
+            self._learn_fates({action.job.id} if action.job is not None else set())
 
     def _do(self, action: Action) -> None:
         """One executor call; one that fails is logged, and a start that fails ends its job
