@@ -34,7 +34,12 @@ from a kill -9 of the leader to the standby acknowledging a write> db_outage_503
 time writes still failed after the database was back> slow_attack_ok_ratio=<share of
 legitimate requests answered during the attack> submit_p99_idle_ms=<another tenant's submit
 p99, alone> submit_p99_hammered_ms=<the same while a tenant hammers reads>
-submit_p99_hammered_rated_ms=<the same once the operator gave that tenant a rate of 20/s>``.
+submit_p99_hammered_rated_ms=<the same once the operator gave that tenant a rate of 20/s>
+slurm_stall_p99_ratio=<a tenant's submit p99 while slurmctld is stopped / idle>
+double_runs=<pool jobs with two Slurm jobs that ran> ghost_runs=<Slurm jobs that ran after
+their pool job ended> cancel_pending_p99_ms=<p99 of DELETEs of jobs Slurm held pending>``: the
+last four from benchmarks/pool_chaos_slurm.py's phase on the Slurm test bed (``--stall-s``
+seconds of SIGSTOP; ``nan``, with the reason, where this machine has no Slurm or is not root).
 Answers of 500 are counted on the line before.
 """
 
@@ -59,6 +64,7 @@ from pathlib import Path
 
 # the pool tests' throwaway PostgreSQL (initdb in a temporary folder), from the checkout
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.pool_chaos_slurm import phase as slurm_phase
 from tests.pool import postgres
 from xirang_service.pool.client import PoolClient
 from xirang_service.pool.errors import PoolError
@@ -103,6 +109,8 @@ class Tally:
     writes_ok: list[float] = field(default_factory=list)  # times of acknowledged submits
 
 
+#: the Slurm phase's figures on the last line (the others go on the line before)
+SLURM_LAST = ("slurm_stall_p99_ratio", "double_runs", "ghost_runs", "cancel_pending_p99_ms")
 #: the hammering tenant's request rate for the last fairness phase (docs/pool.md's example)
 HAMMER_RATE = 20
 
@@ -237,6 +245,8 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=4)
     parser.add_argument("--db-restarts", type=int, default=2)
     parser.add_argument("--fair-s", type=float, default=6.0)
+    parser.add_argument("--stall-s", type=float, default=20.0)
+    parser.add_argument("--pending-cancels", type=int, default=10)
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="xirang-chaos-"))
     cluster = folder / "cluster.json"
@@ -270,9 +280,10 @@ def run(args: argparse.Namespace, folder: Path, store: str, server: str, cluster
     for thread in threads:
         thread.join(timeout=120)
     fair = fairness(leader(replicas), tokens[8], tokens[9], args.fair_s)
-    report(tally, store, failover, outage, window, fair)
     for replica in replicas:
         replica.kill()
+    slurm = slurm_phase(args.fair_s, args.stall_s, args.pending_cancels)
+    report(tally, store, failover, outage, window, fair, slurm)
 
 
 def pause_each(times: int, seconds: float):  # type: ignore[no-untyped-def]
@@ -412,6 +423,7 @@ def report(
     outage: list[float],
     window: tuple[float, float],
     fair: tuple[float, float, float],
+    slurm: dict[str, str],
 ) -> None:
     store = PoolStore(location)
     jobs = [job for job in store.jobs() if not job.name.startswith("probe")]
@@ -426,7 +438,8 @@ def report(
     print(
         f"requests={len(tally.requests)} errors_500={len(tally.errors_500)} "
         f"attack_requests={len(during)} failovers={[round(f, 2) for f in failover]} "
-        f"db_returns={[round(o, 2) for o in outage]}"
+        f"db_returns={[round(o, 2) for o in outage]} "
+        + " ".join(f"{k}={v}" for k, v in slurm.items() if k not in SLURM_LAST)
     )
     print(
         f"acked={len(tally.acked)} lost={lost} duplicated={duplicated} phantom={phantom} "
@@ -434,7 +447,8 @@ def report(
         f"db_outage_503_s={max(outage, default=0):.2f} "
         f"slow_attack_ok_ratio={sum(during) / max(1, len(during)):.4f} "
         f"submit_p99_idle_ms={fair[0]:.1f} submit_p99_hammered_ms={fair[1]:.1f} "
-        f"submit_p99_hammered_rated_ms={fair[2]:.1f}"
+        f"submit_p99_hammered_rated_ms={fair[2]:.1f} "
+        + " ".join(f"{k}={slurm[k]}" for k in SLURM_LAST)
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import subprocess
+from collections.abc import Mapping
 from datetime import datetime
 
 from xirang import XirangError
@@ -14,25 +15,42 @@ class SlurmError(XirangError):
     """A Slurm command is missing or refused a request."""
 
 
+class SlurmTimeout(SlurmError):
+    """A Slurm command got no answer in time (slurmctld stalled or overloaded): what it asked
+    may still happen (an sbatch's job may still be made), so its outcome is unknown."""
+
+
+#: seconds a Slurm command may take: slurmctld answers in milliseconds when healthy; a
+#: stalled one must cost the pool seconds, never minutes
+TIMEOUT = 10.0
+
+
 def run(
     *args: str,
     input_text: str | None = None,
-    timeout: float = 60.0,
+    timeout: float | None = None,
     env: dict[str, str] | None = None,
 ) -> str:
     """Run a Slurm tool (with ``env`` in place of this process's environment, if given); its
-    stderr becomes the error message when it fails."""
+    stderr becomes the error message when it fails, and no answer within ``timeout`` (else
+    :data:`TIMEOUT`) is a :class:`SlurmTimeout`."""
+    timeout = timeout or TIMEOUT
     if shutil.which(args[0]) is None:
         raise SlurmError(
             f"{args[0]} is not installed here; install Slurm (Debian: apt-get install "
             "slurm-wlm munge) or run .ci/services/slurm.sh"
         )
-    proc = subprocess.run(
-        list(args), input=input_text, capture_output=True, text=True, timeout=timeout, env=env
-    )
+    tool = " ".join((args[args.index("--") + 1 :] if "--" in args else args)[:2])  # runuser
+    try:
+        proc = subprocess.run(
+            list(args), input=input_text, capture_output=True, text=True, timeout=timeout, env=env
+        )
+    except subprocess.TimeoutExpired:
+        raise SlurmTimeout(f"{tool} got no answer from Slurm in {timeout:.0f} s") from None
     if proc.returncode != 0:
-        tool = args[args.index("--") + 1 :] if "--" in args else args  # runuser -u U -- sbatch
-        raise SlurmError(f"{' '.join(tool[:2])} failed: {proc.stderr.strip() or proc.stdout}")
+        message = proc.stderr.strip() or proc.stdout
+        unknown = "timed out" in message.lower()  # sbatch's own MessageTimeout: no answer
+        raise (SlurmTimeout if unknown else SlurmError)(f"{tool} failed: {message}")
     return proc.stdout
 
 
@@ -62,21 +80,27 @@ def resume(node: str) -> None:
     run("scontrol", "update", f"NodeName={node}", "State=RESUME")
 
 
-def end_time(slurm_id: str) -> float | None:
-    """When a job ended (``EndTime`` of ``scontrol show job``, the controller's local time), as
-    epoch seconds; None while it runs or when Slurm no longer knows it."""
-    records = parse_records(run("scontrol", "-o", "show", "job", slurm_id))
-    text = records[0].get("EndTime", "") if records else ""
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:  # "Unknown", "None" or missing
-        return None
-
-
 def cancel(slurm_id: str, *flags: str) -> None:
     """``scancel`` (with ``flags``, e.g. a signal); a job that already ended is no error."""
     with contextlib.suppress(SlurmError):
         run("scancel", *flags, slurm_id)
+
+
+def jobs() -> dict[str, dict[str, str]]:
+    """Every job slurmctld holds (running, pending, and ended ones until ``MinJobAge``), by
+    id, from one ``scontrol show job``: one question per poll however many jobs the pool
+    tracks, so a stalled controller costs one timeout, not one per job."""
+    records = parse_records(run("scontrol", "-o", "show", "job"))
+    return {record["JobId"]: record for record in records if "JobId" in record}
+
+
+def ended_at(record: Mapping[str, str]) -> float | None:
+    """A job record's ``EndTime`` (the controller's local time) as epoch seconds; None while
+    it runs."""
+    try:
+        return datetime.fromisoformat(record.get("EndTime", "")).timestamp()
+    except ValueError:  # "Unknown", "None" or missing
+        return None
 
 
 def job_state(slurm_id: str) -> tuple[str, int]:

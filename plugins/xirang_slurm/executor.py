@@ -14,10 +14,19 @@ ran on meanwhile are polled again: one Slurm finished is ``done``, one that fail
 Slurm no longer knows (or whose id was never stored) is ``failed``.
 
 Before sbatch, the service stores the job's *intent*: the unique Slurm job name it is about to
-be submitted under (``xirang-<job>-<random>``, :meth:`SlurmExecutor.intent`). A pool that died
-between sbatch and storing the id finds the job by that name (``squeue --name``) after its
-restart and tracks it, cancelling any older submission of the same name: no Slurm job runs
-that the pool does not know of. Only a name Slurm has no job under is reported ``failed``.
+be submitted under (``xirang-<store>-<job>-<random>``, :meth:`SlurmExecutor.intent`; the
+store's id keeps two pools' job 1 apart). A job whose id the pool does not have (it died
+between sbatch and storing the id, or sbatch got no answer from a stalled slurmctld) is found
+by that name at the next poll that Slurm answers and tracked; a name Slurm has no job under is
+``failed``, but a lost answer only after :attr:`SlurmExecutor.grace` (the stalled controller may
+still make the job when it wakes). Every poll is one ``scontrol show job`` listing; in it, a
+live job of this store's that is not the one tracked for its pool job (an earlier start, a
+submission given up, one whose cancel went unanswered) is cancelled: no Slurm job runs that the
+pool does not know of, and no pool job runs twice.
+
+Every Slurm command has a short timeout (:data:`xirang_slurm.commands.TIMEOUT`); the service
+calls this executor outside its lock, from one thread (``remote = True``), so a stalled
+controller delays Slurm's side of the pool, never its answers.
 
 Each job runs as its project's account (``run_as``): the service, as root, submits it with
 ``runuser -u ACCOUNT -- sbatch`` and a clean environment (none of the service's variables, its
@@ -32,6 +41,7 @@ import logging
 import os
 import pwd
 import secrets
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -69,22 +79,40 @@ class SlurmExecutor:
     name = "slurm"
     #: jobs run as their project's account: the service gives one to every start
     accounts = True
+    #: every call may wait on slurmctld: the service makes them from its actor thread
+    remote = True
+    #: seconds a submission whose answer was lost may take to appear in Slurm before a
+    #: lookup that does not find it reports it failed (a stalled slurmctld reads the request
+    #: when it wakes, after the sbatch gave up)
+    grace = 30.0
 
     def __init__(self, workdir: str | Path | None = None, partition: str = "") -> None:
         self.workdir = Path(workdir or xirang_home() / "slurm")
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.partition = partition
+        self.store_id = ""  # the pool store's, in every job name and output file (bind)
         self.slurm_ids: dict[int, str] = {}
         self.ended_at: dict[int, float] = {}
         self.lost: set[int] = set()  # running in the pool's store, with no Slurm job id
         self.names: dict[int, str] = {}  # intents: the name the next start submits under
-        self.unresolved: dict[int, str] = {}  # adopted intents not yet found in Slurm
+        self.unresolved: dict[int, str] = {}  # intents not yet found in Slurm
+        self.asked: dict[int, float] = {}  # unresolved submissions: when sbatch got no answer
+        self.unanswered: set[int] = set()  # tracked jobs the last poll could not learn of
+
+    def bind(self, store_id: str) -> None:
+        """The pool store's id, put in every Slurm job's name and output file: a pool finds
+        and cancels only its own store's jobs, and two stores' job 1 never share a file."""
+        self.store_id = store_id
 
     def intent(self, job: Any) -> str:
         """The unique Slurm job name ``job``'s next start will be submitted under; the service
         stores it before :meth:`start`, so a restart finds the job even without its id."""
-        self.names[job.id] = name = f"{INTENT}{job.id}-{secrets.token_hex(4)}"
+        self.names[job.id] = name = f"{self._prefix}{job.id}-{secrets.token_hex(4)}"
         return name
+
+    @property
+    def _prefix(self) -> str:
+        return f"{INTENT}{self.store_id}-" if self.store_id else INTENT
 
     def adopt(self, handles: Mapping[int, str | None]) -> None:
         """Track the running jobs a restarted pool stored, by their Slurm ids, or by the name
@@ -98,32 +126,22 @@ class SlurmExecutor:
             else:
                 self.lost.add(job_id)
 
-    def _resolve(self) -> None:
-        """Find each adopted intent's Slurm job by name: the newest is tracked, older ones
-        (an earlier submission under the same name) cancelled; a name Slurm has no job under
-        is lost. Slurm not answering is retried at the next poll."""
-        for job_id, name in list(self.unresolved.items()):
-            try:
-                found = _jobs_named(name)
-            except commands.SlurmError as exc:
-                log.warning("pool: cannot look up Slurm job %s (job %d): %s", name, job_id, exc)
-                continue
-            del self.unresolved[job_id]
-            if not found:
-                self.lost.add(job_id)
-                continue
-            *older, self.slurm_ids[job_id] = found
-            for slurm_id in older:
-                commands.cancel(slurm_id)
-            log.info("pool: job %d adopted by its name %s: Slurm job %s", job_id, name, found[-1])
+    def fates(self) -> dict[int, str]:
+        """What the pool cannot know of its running jobs now: ``submitting`` for one whose
+        submission Slurm has not confirmed, ``unknown`` for one Slurm did not answer about."""
+        fates = dict.fromkeys(self.unanswered, "unknown")
+        return fates | dict.fromkeys(self.unresolved, "submitting")
 
     def start(self, job: Any, nodes: list[str], leaves: int = 1, account: str = "") -> str:
-        """sbatch the job on ``nodes`` (as ``account`` when given); returns Slurm's job id."""
+        """sbatch the job on ``nodes`` (as ``account`` when given); returns Slurm's job id, or,
+        when sbatch got no answer (the job may or may not exist), the job's name, by which
+        the next polls find it (:meth:`_resolve`): never failed while Slurm may still run it."""
         payload = job.payload or {}
         run_dir = "" if "command" in payload else str(payload.get("run_dir", "."))
         per_node = workers_per_node(payload, len(job.devices), len(nodes))
+        name = self.names.pop(job.id, f"{self._prefix}{job.id}")
         batch = BatchJob(
-            name=self.names.pop(job.id, f"{INTENT}{job.id}"),
+            name=name,
             command=payload.get("command") or (),
             run_dir=run_dir,
             nodes=nodes,
@@ -136,18 +154,32 @@ class SlurmExecutor:
         )
         script = self.workdir / f"job-{job.id}.sbatch"
         script.write_text(render(batch))
-        slurm_id = _sbatch(script.read_text(), account, run_dir).strip().split(";")[0]
-        self.slurm_ids[job.id] = slurm_id
+        try:
+            answer = _sbatch(script.read_text(), account, run_dir)
+        except commands.SlurmTimeout as exc:
+            log.warning(
+                "pool: job %d's sbatch got no answer (%s); looking for %s", job.id, exc, name
+            )
+            self.unresolved[job.id], self.asked[job.id] = name, time.monotonic()
+            return name
+        self.slurm_ids[job.id] = slurm_id = answer.strip().split(";")[0]
         return slurm_id
 
     def _output(self, job_id: int, account: str) -> str:
         """Where Slurm writes the job's output: the executor's folder, or, for a job run as an
-        account (which cannot enter the service's folders), its working directory."""
-        return f"xirang-pool-{job_id}.out" if account else str(self.workdir / f"job-{job_id}.out")
+        account (which cannot enter the service's folders), its working directory. The store's
+        id is in the name: job ids start again at 1 in every pool store."""
+        stem = f"{self.store_id}-{job_id}" if self.store_id else str(job_id)
+        return f"xirang-pool-{stem}.out" if account else str(self.workdir / f"job-{stem}.out")
 
     def stop(self, job: Any, reason: str) -> None:
-        """Tell the job (TERM: checkpoint now), then cancel it; it is no longer tracked. One
-        adopted by a name not yet looked up is cancelled by that name."""
+        """Tell a running job (TERM: checkpoint now), then cancel it; a pending one is just
+        cancelled (slurmctld refuses to signal a job that has not started, and scancel would
+        retry until it gave up). It is no longer tracked; a cancel Slurm did not answer is
+        repeated by the next polls, which cancel every live job of this store they do not
+        track. One whose submission is unconfirmed is cancelled by its name."""
+        self.asked.pop(job.id, None)
+        self.unanswered.discard(job.id)
         name = self.unresolved.pop(job.id, None)
         if name is not None:
             with contextlib.suppress(commands.SlurmError):
@@ -155,26 +187,85 @@ class SlurmExecutor:
         slurm_id = self.slurm_ids.pop(job.id, None)
         if slurm_id is None:
             return
-        commands.cancel(slurm_id, "--signal=TERM", "--full")  # it may have ended meanwhile
-        commands.cancel(slurm_id)
+        commands.cancel(slurm_id, "--signal=TERM", "--full", "--state=RUNNING")
+        commands.cancel(slurm_id)  # a pending one, and a running one after its TERM
 
     def poll(self) -> list[tuple[int, bool]]:
-        """Jobs that ended since the last poll and whether they succeeded; a job Slurm no
-        longer knows has vanished (failed). Slurm not answering is retried at the next poll."""
-        self._resolve()
-        ended = [(job_id, False) for job_id in sorted(self.lost)]
-        self.lost.clear()
-        for job_id, slurm_id in list(self.slurm_ids.items()):
+        """Jobs that ended since the last poll and whether they succeeded, from one listing of
+        Slurm's jobs: a job Slurm no longer knows has vanished (failed). The same listing finds
+        unconfirmed submissions by name and cancels strays (see :meth:`_sweep`). Slurm not
+        answering is retried at the next poll; meanwhile the jobs' fate is ``unknown``."""
+        if self.slurm_ids or self.unresolved or self.store_id:
             try:
-                state, code = commands.job_state(slurm_id)
+                listing = commands.jobs()
             except commands.SlurmError as exc:
-                log.warning("pool: cannot poll Slurm job %s (job %d): %s", slurm_id, job_id, exc)
-                continue
+                log.warning("pool: cannot list Slurm's jobs: %s; asking at the next poll", exc)
+                self.unanswered = set(self.slurm_ids)
+                return self._lost()
+            self.unanswered.clear()
+            self._resolve(listing)
+            ended = self._lost() + self._ended(listing)
+            self._sweep(listing)
+            return ended
+        return self._lost()
+
+    def _lost(self) -> list[tuple[int, bool]]:
+        """The jobs found to have no Slurm job, each reported failed once."""
+        lost, self.lost = sorted(self.lost), set()
+        return [(job_id, False) for job_id in lost]
+
+    def _ended(self, listing: Mapping[str, Mapping[str, str]]) -> list[tuple[int, bool]]:
+        """The tracked jobs the listing shows ended (or no longer has), no longer tracked."""
+        ended = []
+        for job_id, slurm_id in list(self.slurm_ids.items()):
+            record = listing.get(slurm_id, {})
+            state = record.get("JobState", "UNKNOWN")
             if state.split()[0] in TERMINAL:
-                ended.append((job_id, state.startswith("COMPLETED") and code == 0))
-                self._note_end(job_id, slurm_id)
+                code = record.get("ExitCode", "-1:0").split(":")[0]
+                ended.append((job_id, state.startswith("COMPLETED") and code == "0"))
+                if (end := commands.ended_at(record)) is not None:
+                    self.ended_at[job_id] = end
                 del self.slurm_ids[job_id]
         return ended
+
+    def _resolve(self, listing: Mapping[str, Mapping[str, str]]) -> None:
+        """Find each unconfirmed submission's Slurm job by its name: the newest is tracked,
+        older ones (an earlier submission under the same name) cancelled. A name Slurm has no
+        job under is lost, but only once the grace since its lost answer has passed."""
+        for job_id, name in list(self.unresolved.items()):
+            found = sorted(
+                (i for i, r in listing.items() if r.get("JobName") == name), key=_numeric
+            )
+            if not found and time.monotonic() - self.asked.get(job_id, 0.0) < self.grace:
+                continue
+            del self.unresolved[job_id]
+            self.asked.pop(job_id, None)
+            if not found:
+                self.lost.add(job_id)
+                continue
+            *older, self.slurm_ids[job_id] = found
+            for slurm_id in older:
+                commands.cancel(slurm_id)
+            log.info("pool: job %d found by its name %s: Slurm job %s", job_id, name, found[-1])
+
+    def _sweep(self, listing: Mapping[str, Mapping[str, str]]) -> None:
+        """Cancel every live Slurm job of this store that is not the one tracked for its pool
+        job: a submission that surfaced after it was given up, an earlier start of a requeued
+        job, one whose cancel Slurm did not answer. One pool job never runs twice."""
+        if not self.store_id:
+            return
+        for slurm_id, record in listing.items():
+            job_id = self._job_of(record.get("JobName", ""))
+            state = record.get("JobState", "UNKNOWN").split()[0]
+            if job_id is None or state in TERMINAL or self.slurm_ids.get(job_id) == slurm_id:
+                continue
+            log.warning("pool: Slurm job %s (pool job %d) is a stray; cancelling", slurm_id, job_id)
+            commands.cancel(slurm_id)
+
+    def _job_of(self, name: str) -> int | None:
+        """The pool job a Slurm job name of this store's belongs to; None for another's."""
+        job, dash, _ = name.removeprefix(self._prefix).partition("-")
+        return int(job) if name.startswith(self._prefix) and dash and job.isdigit() else None
 
     def usage(self, job_id: int) -> dict[str, float]:
         """What Slurm measured of an ended job: when it ended (the pool releases the devices
@@ -182,23 +273,12 @@ class SlurmExecutor:
         ended = self.ended_at.pop(job_id, None)
         return {"run_ended_at": ended} if ended is not None else {}
 
-    def _note_end(self, job_id: int, slurm_id: str) -> None:
-        try:
-            ended = commands.end_time(slurm_id)
-        except commands.SlurmError:
-            return
-        if ended is not None:
-            self.ended_at[job_id] = ended
-
     def drain(self, node: str, reason: str) -> None:
         commands.drain(node, reason)
 
 
-def _jobs_named(name: str) -> list[str]:
-    """The ids of the Slurm jobs named ``name`` (any user, any state Slurm still holds),
-    oldest first."""
-    out = commands.run("squeue", "--noheader", "--states=all", f"--name={name}", "--format=%i")
-    return sorted(out.split(), key=lambda slurm_id: int(slurm_id) if slurm_id.isdigit() else 0)
+def _numeric(slurm_id: str) -> int:
+    return int(slurm_id) if slurm_id.isdigit() else 0
 
 
 def _sbatch(script: str, account: str, run_dir: str) -> str:

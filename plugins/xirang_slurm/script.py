@@ -102,7 +102,9 @@ def placement_flags(job: BatchJob) -> list[str]:
 
 
 def _plain(job: BatchJob) -> str:
-    return "srun " + shlex.join(job.command)
+    """srun the command; ``--`` first, so a command that starts with a dash (``--uid=0``)
+    is the program to run, never an option of srun's."""
+    return "srun -- " + shlex.join(job.command)
 
 
 def _run(job: BatchJob) -> list[str]:

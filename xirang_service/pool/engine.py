@@ -544,8 +544,11 @@ class PoolEngine:
         return shares
 
     def _end(self, job: Job, state: JobState, now: float) -> None:
+        """End ``job``; one that ran keeps when its last run started (its row shows it)."""
         if job.state is JobState.RUNNING:
+            started = job.started
             self._release(job, now)
+            job.started = started
         elif job.state is JobState.QUEUED:
             self.queue.remove((self._keys[job.id], job.id))
         job.state, job.finished = state, now

@@ -89,7 +89,7 @@ class Replica:
         assert self.service is not None
         log.warning("pool replica: lost the leader lease; standing by")
         old, self.service, self.leader = self.service, None, ""
-        old.store.close()
+        old.close()
 
     def run(self, stop: threading.Event, tick_s: float = 2.0) -> None:
         """Until ``stop``: contend or check the lease every :data:`POLL_S`, and, leading,

@@ -1,12 +1,18 @@
 """The pool service: one engine, its store (SQLite or PostgreSQL), project tokens and the executors.
 
 Every change runs under one lock: validate, change the engine, run a scheduling pass, write
-the changed jobs and the events in one transaction, publish the new :class:`View`, then hand
-``started``/``preempted`` events to the executor. Reads answer from the published view, without
-the lock: a tenant hammering reads neither waits for nor delays another's submit, and nobody
-sees a change the store refused. A restart rebuilds the engine from the store, so no queued
-or running job is lost. Tokens are stored only as SHA-256 hashes; a project token sees and
-cancels only its own project's jobs, the operator token sees and does everything.
+the changed jobs and the events in one transaction, publish the new :class:`View`, then queue
+what the executor must do (start, stop, drain). The executor's calls (an sbatch, a scancel, a
+poll of Slurm: each may wait on a stalled controller) are made outside that lock, in order, by
+the request's own thread after it lets go of the lock, or, for an executor whose calls go to a
+remote controller (``remote = True``), by the service's actor thread, so no tenant waits on
+another's sbatch. A running job whose start its executor has not confirmed shows
+``submitting``; one its executor could not learn of, ``unknown``. Reads answer from the
+published view, without the lock: a tenant hammering reads neither waits for nor delays
+another's submit, and nobody sees a change the store refused. A restart rebuilds the engine
+from the store, so no queued or running job is lost. Tokens are stored only as SHA-256
+hashes; a project token sees and cancels only its own project's jobs, the operator token sees
+and does everything.
 
 Budgets (xirang_service.cost.budgets) act here: a submission is admitted, demoted or refused (402)
 by the governor, and each tick meters the pool's usage and ends the jobs a budget stops.
@@ -14,19 +20,23 @@ by the governor, and each tick meters the pool's usage and ends the jobs a budge
 
 from __future__ import annotations
 
+import copy
+import functools
 import hashlib
 import hmac
 import json
 import logging
 import os
 import pwd
+import secrets
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from xirang_service.cost.errors import BudgetExceeded
 from xirang_service.cost.governor import PoolBudgets
@@ -66,7 +76,11 @@ MAX_NAME = 200
 
 
 class Executor(Protocol):
-    """Runs what the pool placed: told when a job starts and when it must stop."""
+    """Runs what the pool placed: told when a job starts and when it must stop, never under
+    the service's lock. One with ``remote = True`` (its calls may wait on a remote controller)
+    is called from the service's actor thread; it may offer ``bind(store_id)`` (the store's
+    own id, to keep its jobs apart from another store's) and ``fates()`` (its running jobs it
+    cannot vouch for now: ``submitting`` or ``unknown``, shown as their state)."""
 
     def start(self, job: Job, nodes: list[str], leaves: int = 1, account: str = "") -> Any:
         """Run ``job`` on ``nodes``; an executor with ``accounts = True`` runs it as
@@ -103,6 +117,37 @@ class RecordingExecutor:
 
     def poll(self) -> list[tuple[int, bool]]:
         return []
+
+
+@dataclass(frozen=True)
+class Action:
+    """One executor call a stored change asks for (``start``, ``stop`` or ``drain``), made
+    outside the service's lock; ``job`` is a copy, as the change left it."""
+
+    kind: str
+    job: Job | None = None
+    nodes: tuple[str, ...] = ()
+    leaves: int = 1
+    account: str = ""
+    reason: str = ""
+    node: str = ""
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _then_act(method: F) -> F:
+    """A request that changes the pool: once it let go of the lock, the executor calls its
+    change asked for are made (:meth:`PoolService._kick`), whatever it answered."""
+
+    @functools.wraps(method)
+    def changing(self: PoolService, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._kick()
+
+    return changing  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -159,13 +204,42 @@ class PoolService:
         self._keys: list[tuple[str, str, int]] = []  # submissions' idempotency keys, likewise
         self._sizes: dict[int, int] = {}  # live jobs' payload bytes, for the project caps
         self._stale = False  # memory may differ from the store: reload before the next change
+        self._outbox: deque[Action] = deque()  # executor calls stored changes asked for
+        self._starting: set[int] = set()  # jobs whose start is queued or being made
+        self._fates: dict[int, str] = {}  # the executor's word on running jobs it is unsure of
+        self._acting = threading.Lock()  # one thread at a time calls the executor
+        self._rounds = threading.Condition()  # the actor's work: asked and done
+        self._asked = self._done = 0
+        self._poll_asked = self._closing = False
         self.rates = RateBuckets()
         self.view = View()
+        bind = getattr(self.executor, "bind", None)
+        if bind is not None:  # e.g. Slurm: the store's id in its job names and output files
+            bind(self._store_id())
         self.restored = self._load()
         self._adopt()
         self.budgets.check_types(self.engine.cluster.types)
+        if getattr(self.executor, "remote", False):
+            threading.Thread(target=self._actor, name="pool-executor", daemon=True).start()
         with self.lock, self._change(clock()):
             pass  # a first pass: what fits starts, and a restart's repairs are stored
+        self._kick()
+
+    def _store_id(self) -> str:
+        """This store's own random id (made once, kept in its ``meta`` table)."""
+        found = self.store.meta("store_id")
+        if found is None:
+            found = secrets.token_hex(4)
+            self.store.set_meta("store_id", found)
+        return found
+
+    def close(self) -> None:
+        """Stop the actor thread (its call in flight ends first) and close the store."""
+        with self._rounds:
+            self._closing = True
+            self._rounds.notify_all()
+        with self._acting:
+            self.store.close()
 
     def _load(self) -> int:
         """Build the engine from the store: at start, and after a write the store refused (so
@@ -190,6 +264,7 @@ class PoolService:
         rows = {}
         for job in changed:
             rows[job.id] = describe(job, self._speeds(job))
+            rows[job.id]["state"] = self._state(job)
             if job.state.finished:  # no longer counts towards its project's payload cap
                 self._sizes.pop(job.id, None)
         jobs = Rows(rows) if everything else self.view.jobs.updated(rows)
@@ -307,6 +382,7 @@ class PoolService:
 
     # --- requests ---------------------------------------------------------------------------
 
+    @_then_act
     def submit(self, who: str, body: dict[str, Any], key: str = "") -> dict[str, Any]:
         """Queue a job; with an idempotency ``key`` a project's repeated submission (a client
         retrying after a lost answer) answers the job the first one made, never a second."""
@@ -345,7 +421,7 @@ class PoolService:
                 )
                 if key:
                     self._keys.append((project, key, job.id))
-            return describe(job)
+            return dict(self.view.jobs[job.id])
 
     def _within_caps(self, name: str, payload: dict[str, Any]) -> None:
         """Refuse a job that would take a project past its caps: ``max_jobs`` queued or
@@ -402,6 +478,7 @@ class PoolService:
         except BudgetExceeded as exc:
             raise PoolError(str(exc), 402) from None
 
+    @_then_act
     def cancel(self, who: str, job_id: int) -> dict[str, Any]:
         """Cancel a job; cancelling a cancelled one (a retry after a lost answer) answers the
         same again, changing nothing. One that ended otherwise is a 409 naming its state."""
@@ -419,6 +496,7 @@ class PoolService:
                     self._stops.append((job, "cancelled"))
             return describe(self.engine.job(job_id))
 
+    @_then_act
     def complete(
         self, who: str, job_id: int, ok: bool, usage: dict[str, Any] | None = None
     ) -> dict[str, Any]:
@@ -437,6 +515,7 @@ class PoolService:
                 job.payload.update(report)
             return describe(self.engine.job(job_id))
 
+    @_then_act
     def drain(self, who: str, node: str, reason: str) -> dict[str, Any]:
         self._operator(who)
         with self.lock:
@@ -454,8 +533,9 @@ class PoolService:
 
     def _tell_executor(self, node: str, reason: str) -> None:
         if hasattr(self.executor, "drain"):  # e.g. Slurm: scontrol update State=DRAIN
-            self.executor.drain(node, reason)
+            self._outbox.append(Action("drain", node=node, reason=reason))
 
+    @_then_act
     def straggler(self, who: str, job_id: int, body: dict[str, Any]) -> dict[str, Any]:
         """A running job's run reports a straggler rank (its executor passes on the run's
         event). With ``drain_stragglers`` on and a drain that pays (:mod:`.stragglers`), the
@@ -526,6 +606,7 @@ class PoolService:
             return f"no room to place job {job.id} again without node {node_name}"
         return ""
 
+    @_then_act
     def undrain(self, who: str, node: str) -> dict[str, Any]:
         self._operator(who)
         with self.lock:
@@ -534,6 +615,7 @@ class PoolService:
                 self.engine.undrain(node, now)
             return {"node": node, "healthy": True}
 
+    @_then_act
     def set_quota(self, who: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         """Create or edit a project; a new project's token is returned once, never again."""
         self._operator(who)
@@ -709,12 +791,14 @@ class PoolService:
 
     # --- executors and persistence ----------------------------------------------------------
 
+    @_then_act
     def tick(self) -> None:
-        """Collect finished jobs from the executor, enforce budgets and schedule again (called
+        """Poll the executor, store the ends it found (a remote executor's: those its actor
+        found since the last tick), enforce budgets and schedule again (called
         periodically). A store that refuses the write is logged and the tick retried next time
         (the ends the executor reported are kept until they are stored)."""
+        self._kick(poll=True)
         with self.lock:
-            self._ended += self.executor.poll()
             now = self.clock()
             try:
                 with self._change(now, schedule=False):  # stored first: metering reads the store
@@ -773,6 +857,7 @@ class PoolService:
             if schedule:
                 self.engine.schedule(now)
             events, changed = self._commit()
+            self._notify(events)
             self._publish(changed)
         except BaseException:
             dirty = bool(self.engine.events or self._projects or self._jobs or self._stops)
@@ -784,7 +869,6 @@ class PoolService:
             if dirty:
                 self._reload()
             raise
-        self._notify(events)
 
     def _commit(self) -> tuple[list[Event], list[Job]]:
         """Store every event since the last commit, with the jobs and projects they changed;
@@ -812,10 +896,10 @@ class PoolService:
         return events, list(changed.values())
 
     def _notify(self, events: list[Event]) -> None:
-        """Tell the executor what the stored change means: stops first, then starts."""
+        """Queue what the stored change asks of the executor: stops first, then starts."""
         stops, self._stops = self._stops, []
-        for job, reason in stops:
-            self.executor.stop(job, reason)
+        for stopped, reason in stops:
+            self._stop(stopped, reason)
         for event in events:
             job = self.engine.jobs.get(event.job) if event.job is not None else None
             if job is None:
@@ -823,30 +907,127 @@ class PoolService:
             if event.kind == "started" and job.state.value == "running":
                 nodes = sorted({self.engine.cluster.node_of(d).name for d in job.devices})
                 leaves = span(self.engine.cluster, job.devices)["leaves"]
-                self._start(job, nodes, leaves)
+                account = self.engine.quotas.project(job.project).run_as
+                self._outbox.append(Action("start", _copy(job), tuple(nodes), leaves, account))
+                self._starting.add(job.id)
             elif event.kind == "preempted":
                 reason = event.detail.get("reason") or f"preempted by job {event.detail.get('by')}"
-                self.executor.stop(job, reason)
+                self._stop(job, reason)
 
-    def _start(self, job: Job, nodes: list[str], leaves: int) -> None:
+    def _stop(self, job: Job, reason: str) -> None:
+        """Queue a stop; a start of the job still queued is dropped instead (the executor never
+        heard of it: a burst of submits and cancels while Slurm stalls costs it nothing)."""
+        queued = [a for a in self._outbox if a.kind == "start" and a.job and a.job.id == job.id]
+        if queued:
+            self._outbox.remove(queued[0])
+            self._starting.discard(job.id)
+            return
+        self._outbox.append(Action("stop", _copy(job), reason=reason))
+
+    # --- the executor's calls, outside the lock ---------------------------------------------
+
+    def _kick(self, poll: bool = False) -> None:
+        """Have the executor make the calls queued so far (and, ``poll``, poll it): the actor
+        thread of a remote executor, else this thread, now (it holds no lock of the
+        service's: a local executor answers at once)."""
+        if not getattr(self.executor, "remote", False):
+            if poll:
+                self._act(poll)
+            # a thread already calling the executor takes what is queued before it lets go
+            # (and one that finds more queued once it let go takes that too)
+            while self._outbox and self._acting.acquire(blocking=False):
+                try:
+                    self._drain()
+                finally:
+                    self._acting.release()
+            return
+        with self._rounds:
+            self._asked += 1
+            self._poll_asked |= poll
+            self._rounds.notify_all()
+
+    def _actor(self) -> None:
+        """A remote executor's calls, one round per kick, until :meth:`close`."""
+        while True:
+            with self._rounds:
+                self._rounds.wait_for(lambda: self._asked > self._done or self._closing)
+                if self._closing:
+                    return
+                target, poll, self._poll_asked = self._asked, self._poll_asked, False
+            try:
+                self._act(poll)
+            except Exception:  # a bug must not end the thread every later start needs
+                log.exception("pool: the executor's actor failed a round; going on")
+            with self._rounds:
+                self._done = target
+                self._rounds.notify_all()
+
+    def settle(self, timeout: float = 120.0) -> None:
+        """Wait until the executor has made every call asked of it so far (a test, a tool
+        that reads the executor's own state after a request)."""
+        with self._rounds:
+            target = self._asked
+            if not self._rounds.wait_for(lambda: self._done >= target, timeout):
+                raise TimeoutError(f"the pool's executor calls took over {timeout:.0f} s")
+
+    def _act(self, poll: bool) -> None:
+        """Make the queued executor calls in order, then poll: each outside the service lock
+        (which is taken only to take an action and to store what it learnt)."""
+        with self._acting:
+            self._drain()
+            if poll:
+                ended = self.executor.poll()
+                with self.lock:  # the ends of an earlier start of a job started again: dropped
+                    self._ended += [e for e in ended if e[0] not in self._starting]
+                self._learn_fates(set())
+
+    def _drain(self) -> None:
+        """Make the queued executor calls in order (the caller holds ``_acting``)."""
+        while True:
+            with self.lock:
+                if not self._outbox:
+                    return
+                action = self._outbox.popleft()
+            self._do(action)
+            self._learn_fates({action.job.id} if action.job is not None else set())
+
+    def _do(self, action: Action) -> None:
+        """One executor call; one that fails is logged, and a start that fails ends its job
+        failed at the next tick (a stop that fails is the executor's to retry)."""
+        try:
+            if action.kind == "start":
+                self._start(action)
+            elif action.kind == "stop":
+                assert action.job is not None
+                self.executor.stop(action.job, action.reason)
+            elif action.kind == "drain":
+                self.executor.drain(action.node, action.reason)  # type: ignore[union-attr]
+        except Exception as exc:
+            log.warning("pool: the executor could not %s: %s", action.kind, exc)
+
+    def _start(self, action: Action) -> None:
         """Start a placed job and store its handle at once; an executor that refuses it (sbatch
         fails) ends it failed at the next tick instead of stopping the service."""
-        account = self.engine.quotas.project(job.project).run_as
+        job = action.job
+        assert job is not None
+        handle = None
         try:
-            if getattr(self.executor, "accounts", False) and not account:
+            if getattr(self.executor, "accounts", False) and not action.account:
                 raise PoolError(f"project '{job.project}' has no run_as account")
             self._intend(job)
-            handle = self.executor.start(job, nodes, leaves, account)
+            handle = self.executor.start(job, list(action.nodes), action.leaves, action.account)
         except Exception as exc:
             log.warning("pool: the executor could not start job %d: %s", job.id, exc)
-            self._ended.append((job.id, False))
-            return
-        if handle is None:
-            return
-        try:
-            self.store.save_handle(job.id, str(handle))
-        except Exception as exc:  # still polled from memory; a restart finds it by its intent
-            log.warning("pool: job %d's handle %s was not stored: %s", job.id, handle, exc)
+            with self.lock:
+                self._ended.append((job.id, False))
+        with self.lock:
+            self._starting.discard(job.id)
+            if handle is None:
+                return
+            try:
+                self.store.save_handle(job.id, str(handle))
+            except Exception as exc:  # still polled from memory; a restart finds it by intent
+                log.warning("pool: job %d's handle %s was not stored: %s", job.id, handle, exc)
 
     def _intend(self, job: Job) -> None:
         """Store the name an executor is about to submit ``job`` under (its ``intent``), before
@@ -855,7 +1036,44 @@ class PoolService:
         that cannot take it stops the start (an error, handled as a refused start)."""
         intent = getattr(self.executor, "intent", None)
         if intent is not None:
-            self.store.save_handle(job.id, str(intent(job)))
+            name = str(intent(job))
+            with self.lock:
+                self.store.save_handle(job.id, name)
+
+    def _fate(self, job_id: int) -> str:
+        """What a running job's row says instead of ``running``, if anything."""
+        if job_id in self._starting and getattr(self.executor, "remote", False):
+            return "submitting"
+        return self._fates.get(job_id, "")
+
+    def _learn_fates(self, acted: set[int]) -> None:
+        """Take the executor's word on the jobs it is unsure of and show it in their rows (and
+        the rows of the jobs it ``acted`` on)."""
+        fates: dict[int, str] = getattr(self.executor, "fates", dict)()
+        with self.lock:
+            old, self._fates = self._fates, fates
+            touched = {j for j in old.keys() | fates.keys() if old.get(j) != fates.get(j)}
+            jobs = [self.engine.jobs[j] for j in touched | acted if j in self.engine.jobs]
+            jobs = [job for job in jobs if self._shown(job) != self._state(job)]
+            if jobs:
+                self._publish(jobs)
+
+    def _shown(self, job: Job) -> str:
+        row = self.view.jobs.get(job.id)
+        return row["state"] if row is not None else ""
+
+    def _state(self, job: Job) -> str:
+        """The state a job's row shows: its own, or, running, what its executor says."""
+        fate = self._fate(job.id) if job.state is JobState.RUNNING else ""
+        return fate or job.state.value
+
+
+def _copy(job: Job) -> Job:
+    """A job as a change left it, for a call made after the lock is let go (the engine's own
+    may change meanwhile)."""
+    copied = copy.copy(job)
+    copied.payload = dict(job.payload)
+    return copied
 
 
 #: a project's caps: in its ``/v1/projects`` row, not in the status' project table

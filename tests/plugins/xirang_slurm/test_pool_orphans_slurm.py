@@ -46,16 +46,17 @@ def test_a_job_whose_id_was_never_stored_is_found_by_its_name_after_a_restart(
     job = first.submit(
         OPERATOR_WHO, {"project": "nlp", "cards": 1, "payload": {"command": command}}
     )
+    first.settle()  # its actor thread made the sbatch
     slurm_id = first.executor.slurm_ids[job["id"]]  # type: ignore[attr-defined]
     name = store.handles()[job["id"]]
-    assert name.startswith(f"{INTENT}{job['id']}-")
-    store.close()  # the pool is gone; its Slurm job runs on
+    assert name.startswith(f"{INTENT}{store.meta('store_id')}-{job['id']}-")
+    first.close()  # the pool is gone; its Slurm job runs on
     restarted = PoolService(
         PoolStore(tmp_path / "pool.db"), None, "priority", OPERATOR, SlurmExecutor(tmp_path / "b")
     )
     try:
         deadline = time.monotonic() + 120
-        while restarted.job(OPERATOR_WHO, job["id"])["state"] == "running":
+        while restarted.job(OPERATOR_WHO, job["id"])["state"] not in ("done", "failed"):
             assert time.monotonic() < deadline, "the adopted job never ended"
             restarted.tick()
             time.sleep(0.5)
@@ -65,7 +66,7 @@ def test_a_job_whose_id_was_never_stored_is_found_by_its_name_after_a_restart(
         assert restarted.status(OPERATOR_WHO)["types"]["cpu"]["free"] == 1
     finally:
         commands.cancel(slurm_id)
-        restarted.store.close()
+        restarted.close()
 
 
 def test_the_newest_job_of_a_name_is_tracked_older_ones_cancelled_none_is_failed(

@@ -418,6 +418,7 @@ def pool(
     stop.set()
     ticks.join()
     server.shutdown()
+    service.close()
 
 
 @pytest.mark.service
@@ -443,7 +444,8 @@ def test_the_pool_places_a_two_node_job_preempts_it_and_it_resumes(
     urgent = operator.submit(
         project="prod", cards=2, priority="high", payload={"command": ["true"]}
     )
-    assert urgent["state"] == "running"  # it took both cards back from the borrowed run
+    # placed: it took both cards back from the borrowed run (Slurm has yet to confirm it)
+    assert urgent["state"] in ("submitting", "running")
     finished(proc, tmp_path)
     script = (executor.workdir / "job-1.sbatch").read_text()
     assert "#SBATCH --nodelist=node1,node2" in script and "#SBATCH --ntasks-per-node=1" in script
