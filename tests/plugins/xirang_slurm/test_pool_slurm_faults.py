@@ -76,7 +76,9 @@ def service(slurm: str, tmp_path: Path, account: str) -> Iterator[PoolService]: 
 @pytest.fixture
 def full_node() -> Iterator[str]:
     """The node's two CPUs taken by a Slurm job of no pool's: the pool's next job pends."""
-    blocker = commands.run("sbatch", "--parsable", "-n", "2", "--wrap", "sleep 120").strip()
+    blocker = commands.run(
+        "sbatch", "--parsable", "--output=/dev/null", "-n", "2", "--wrap", "sleep 120"
+    ).strip()
     try:
         yield blocker.split(";")[0]
     finally:
@@ -180,7 +182,9 @@ def test_a_stray_slurm_job_of_a_pool_job_is_cancelled_the_tracked_one_runs_on(
     stray_name = f"{INTENT}{store_id}-{job['id']}-0ld5ubm1"
     foreign_name = f"{INTENT}0therst0-{job['id']}-0ld5ubm1"
     submitted = [
-        commands.run("sbatch", "--parsable", f"--job-name={n}", "--wrap", "sleep 300").strip()
+        commands.run(
+            "sbatch", "--parsable", "--output=/dev/null", f"--job-name={n}", "--wrap", "sleep 300"
+        ).strip()
         for n in (stray_name, foreign_name)
     ]
     try:
