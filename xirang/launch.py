@@ -11,7 +11,13 @@ from xirang.balance import balance_placement
 from xirang.balance import check as check_balance
 from xirang_core.checkpoint.events import read_events, record_event, recovery_note
 from xirang_core.config import run_workers
-from xirang_core.devices.cgroup import CPU_CGROUP, own_cgroup, set_cpu_quota, worker_quota
+from xirang_core.devices.cgroup import (
+    CPU_CGROUP,
+    check_quota,
+    own_cgroup,
+    set_cpu_quota,
+    worker_quota,
+)
 from xirang_core.devices.cgroup import PREFIX as CPU_CGROUP_PREFIX
 from xirang_core.devices.cores import bind_cpus, cpu_slices
 from xirang_core.parallel.plan import workers_problem
@@ -31,6 +37,7 @@ __all__ = [
     "balance_placement",
     "bind_cpus",
     "check_balance",
+    "check_quota",
     "cpu_slices",
     "own_cgroup",
     "read_config",
