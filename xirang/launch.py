@@ -22,6 +22,7 @@ from xirang_core.devices.cgroup import PREFIX as CPU_CGROUP_PREFIX
 from xirang_core.devices.cores import bind_cpus, cpu_slices
 from xirang_core.parallel.plan import workers_problem
 from xirang_core.train import report, resume
+from xirang_core.train.cost import pending_charges
 from xirang_core.train.interrupt import RunInterrupted, stop_on
 from xirang_core.train.report import SUMMARY_FILE
 from xirang_core.train.runconfig import CONFIG_FILE, read_config, write_config
@@ -40,6 +41,7 @@ __all__ = [
     "check_quota",
     "cpu_slices",
     "own_cgroup",
+    "pending_charges",
     "read_config",
     "read_events",
     "record_event",
