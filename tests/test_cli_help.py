@@ -44,3 +44,18 @@ def test_help_shows_no_rest_markup(command: str) -> None:
     result = xirang(command, "--help")
     assert result.returncode == 0, result.stderr
     assert "``" not in result.stdout and f"xirang {command}" in result.stdout
+
+
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version_prints_the_release_pyproject_names(
+    flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One version: pyproject.toml's, as the installed metadata carries it (docs/releasing.md)."""
+    import tomllib
+
+    from xirang_core.cli import main
+
+    pyproject = Path(__file__).parents[1] / "pyproject.toml"
+    release = tomllib.loads(pyproject.read_text())["project"]["version"]
+    assert main([flag]) == 0
+    assert capsys.readouterr().out == f"xirang {release}\n"

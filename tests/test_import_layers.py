@@ -5,13 +5,18 @@ without the module above it."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
+import tomllib
 
 import xirang_core
 
 ROOT = Path(xirang_core.__file__).parent
+#: import-linter's settings: the packages of the tree, the contracts
+LINTER = tomllib.loads((ROOT.parent / "pyproject.toml").read_text())["tool"]["importlinter"]
+ROOT_PACKAGES = LINTER["root_packages"]
 
 #: (module, what it must not import): each pair was an import circle or an upward import
 FORBIDDEN = [
@@ -54,15 +59,13 @@ def test_a_lower_module_never_imports_the_one_above(module: str, above: str) -> 
 
 
 def import_graph() -> dict[str, set[str]]:
-    """Which kernel module imports which, wherever the import stands (a function-level import
+    """Which module of the tree imports which: the kernel, the SDK, the service and every
+    plugin (import-linter's root packages), wherever the import stands (a function-level import
     still ties two modules together), leaving out imports only type checkers read."""
     import grimp
 
-    graph = grimp.build_graph("xirang_core", exclude_type_checking_imports=True)
-    return {
-        m: {i for i in graph.find_modules_directly_imported_by(m) if i.startswith("xirang_core")}
-        for m in graph.modules
-    }
+    graph = grimp.build_graph(*ROOT_PACKAGES, exclude_type_checking_imports=True)
+    return {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
 
 
 def a_cycle(graph: dict[str, set[str]]) -> list[str]:
@@ -93,7 +96,25 @@ def test_the_cycle_finder_finds_a_circle() -> None:
     assert a_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) == []
 
 
-def test_no_two_kernel_modules_import_each_other_in_a_circle() -> None:
+def test_every_package_of_the_tree_is_in_the_graph() -> None:
+    """The kernel, the SDK, the service and each plugin under plugins/ (a new plugin missing
+    from the root packages would go unchecked here and by lint-imports)."""
+    plugins = {p.parent.name for p in (ROOT.parent / "plugins").glob("xirang_*/__init__.py")}
+    assert {"xirang", "xirang_core", "xirang_service", *plugins} == set(ROOT_PACKAGES)
+
+
+def test_the_layers_contract_places_every_kernel_room() -> None:
+    """A kernel module or package outside the layers contract could import anything; each is
+    placed, so an upward import anywhere in the kernel breaks ``lint-imports``."""
+    [layers] = [c["layers"] for c in LINTER["contracts"] if c.get("containers") == ["xirang_core"]]
+    placed = {room.strip() for layer in layers for room in re.split(r"[|:]", layer)}
+    rooms = {p.stem for p in ROOT.glob("*.py") if p.stem != "__init__"}
+    rooms |= {p.parent.name for p in ROOT.glob("*/__init__.py")}
+    assert sorted(rooms - placed) == []
+
+
+def test_no_two_modules_of_the_tree_import_each_other_in_a_circle() -> None:
     """A circle makes each module in it need the others to be read, tested or replaced; the
-    kernel has none (config and overrides, config and the device choice once had one)."""
+    tree has none (config and overrides, config and the device choice, the pool's command line
+    and the console's state once had one)."""
     assert a_cycle(import_graph()) == []

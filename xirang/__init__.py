@@ -11,9 +11,8 @@ torch nor Hydra; the submodules that need torch say so::
     from xirang import hookimpl, specs
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
 from xirang import specs
+from xirang_core import installed_version
 from xirang_core.errors import ConfigError, DataError, PluginError, XirangError, peer_lost
 from xirang_core.hookcall import optional
 from xirang_core.hookspecs import hookimpl, hookspec
@@ -21,10 +20,7 @@ from xirang_core.paths import replace_text, xirang_home
 from xirang_core.plugins import conf_folder, get_registry
 from xirang_core.terminal import help_text
 
-try:
-    __version__ = version("xirang")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0+unknown"
+__version__ = installed_version()
 
 __all__ = [
     "ConfigError",

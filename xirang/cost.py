@@ -1,12 +1,11 @@
 """What a cost-policy or cost-observer plugin uses: the price book, money in micro-units,
-placement by price, metering, measured energy, the cost store, and a run's usage and charge
+placement by price, metering, the cost store, and a run's usage and charge
 summary.
 
 The names in ``__all__`` are the stable surface for cost plugins. Importing this module does not
 import torch.
 """
 
-from xirang_service.cost.energy import MEASURED, PowerSampler, run_watts
 from xirang_service.cost.meter import run_charge
 from xirang_service.cost.money import from_micro
 from xirang_service.cost.placement import cheap_start, rank_device_types
@@ -17,9 +16,7 @@ from xirang_service.cost.usage import run_usage
 
 __all__ = [
     "DEFAULT_CLASSES",
-    "MEASURED",
     "CostStore",
-    "PowerSampler",
     "PriceBook",
     "charge_summary",
     "cheap_start",
@@ -27,5 +24,4 @@ __all__ = [
     "rank_device_types",
     "run_charge",
     "run_usage",
-    "run_watts",
 ]

@@ -11,11 +11,18 @@ from xirang.balance import balance_placement
 from xirang.balance import check as check_balance
 from xirang_core.checkpoint.events import read_events, record_event, recovery_note
 from xirang_core.config import run_workers
-from xirang_core.devices.cgroup import CPU_CGROUP, own_cgroup, set_cpu_quota, worker_quota
+from xirang_core.devices.cgroup import (
+    CPU_CGROUP,
+    check_quota,
+    own_cgroup,
+    set_cpu_quota,
+    worker_quota,
+)
 from xirang_core.devices.cgroup import PREFIX as CPU_CGROUP_PREFIX
 from xirang_core.devices.cores import bind_cpus, cpu_slices
 from xirang_core.parallel.plan import workers_problem
 from xirang_core.train import report, resume
+from xirang_core.train.cost import pending_charges
 from xirang_core.train.interrupt import RunInterrupted, stop_on
 from xirang_core.train.report import SUMMARY_FILE
 from xirang_core.train.runconfig import CONFIG_FILE, read_config, write_config
@@ -31,8 +38,10 @@ __all__ = [
     "balance_placement",
     "bind_cpus",
     "check_balance",
+    "check_quota",
     "cpu_slices",
     "own_cgroup",
+    "pending_charges",
     "read_config",
     "read_events",
     "record_event",

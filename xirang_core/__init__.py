@@ -1,5 +1,13 @@
 """The small core of xirang: hook specs, the plugin registry, config, and the run loop."""
 
-from xirang_core.moved import install as _install_moved_names
+from importlib import metadata
 
-_install_moved_names()
+
+def installed_version() -> str:
+    """The version of the installed distribution ``xirang``, read from its metadata so that
+    pyproject.toml's ``version`` is the only place it is written; ``0+unknown`` for a source
+    tree that was never installed."""
+    try:
+        return metadata.version("xirang")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"

@@ -3,6 +3,7 @@
     xirang hydra overrides          train (``python -m xirang [overrides]`` is the same)
     xirang                          the subcommands (bare ``python -m xirang`` trains the default)
     xirang plugins [--json]         what is installed and available
+    xirang --version                the installed release
     xirang <command> ...            any command a plugin registers (``xirang --commands``)
 
 Start-up stays light: torch and Hydra are imported only when a run needs them.
@@ -17,6 +18,7 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
+from xirang_core import installed_version
 from xirang_core.devices.cores import omp_defaults
 from xirang_core.errors import ConfigError, XirangError
 from xirang_core.plugins import get_registry
@@ -40,6 +42,9 @@ def main(argv: list[str] | None = None, bare_trains: bool = False) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     omp_defaults(os.environ)  # before anything loads torch: its OpenMP reads them once
     try:
+        if args in (["--version"], ["-V"]):
+            print(f"xirang {installed_version()}")
+            return 0
         if args == ["--commands"] or (not args and not bare_trains):
             if not args:
                 print(USAGE)

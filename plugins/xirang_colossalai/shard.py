@@ -15,11 +15,12 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from torch import nn
 
 from xirang import ConfigError
+from xirang.model import hf_config_file
 
 SHARDABLE = ("llama", "hf")
 
@@ -35,9 +36,7 @@ def check_shardable(config: dict[str, Any]) -> None:
             f"config, or parallel.plugin=low_level_zero|gemini, or the native parallel=hybrid"
         )
     if family == "hf":
-        from xirang_hf.source import load_config
-
-        model_type = load_config(config["model"]).model_type
+        model_type = _hf_model_type(config["model"])
         if model_type != "llama":
             raise ConfigError(
                 f"model.config: parallel.plugin=hybrid_parallel needs a Llama-shaped Hugging "
@@ -47,13 +46,21 @@ def check_shardable(config: dict[str, Any]) -> None:
             )
 
 
+def _hf_model_type(model: dict[str, Any]) -> str:
+    """The ``model_type`` of the Hugging Face config.json the ``model`` section names (what
+    transformers' ``AutoConfig`` picks the architecture by)."""
+    path = hf_config_file(model)
+    try:
+        return str(json.loads(path.read_text()).get("model_type", ""))
+    except ValueError as exc:
+        raise ConfigError(f"model.config: {path} is not JSON ({exc})") from None
+
+
 def hf_llama(model: nn.Module, config: dict[str, Any]) -> nn.Module:
     """The ``model=hf`` module whose ``.hf`` is transformers' LlamaForCausalLM: the model itself
     for the hf family, the Llama's Hugging Face twin (its weights copied) for the llama family."""
     if config["model"]["family"] == "hf":
         return model
-    from xirang_hf.model import HFCausalLM
-
     from xirang import get_registry
 
     settings = {k: v for k, v in config["model"].items() if k not in ("family", "name")}
@@ -61,8 +68,9 @@ def hf_llama(model: nn.Module, config: dict[str, Any]) -> nn.Module:
     hf_config, tensors = interop.to_hf(settings, model.state_dict())
     with tempfile.TemporaryDirectory(prefix="xirang-llama-hf-") as folder:
         (Path(folder) / "config.json").write_text(json.dumps(hf_config))
-        twin = HFCausalLM({"config": folder})
-    missing, unexpected = twin.hf.load_state_dict(tensors, strict=False)
+        # the hf family's module, as the registry has it: a plugin never imports another
+        twin = cast(nn.Module, get_registry().load("model", "hf").from_config({"config": folder}))
+    missing, unexpected = twin.get_submodule("hf").load_state_dict(tensors, strict=False)
     tied = ["lm_head.weight"] if hf_config["tie_word_embeddings"] else []
     if unexpected or missing != tied:
         raise ConfigError(

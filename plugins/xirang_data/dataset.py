@@ -8,7 +8,6 @@ from typing import Any
 from xirang import ConfigError, xirang_home
 from xirang.data import FsspecTier, RetryPolicy, check_separate, did_you_mean
 from xirang_data.fetch import TierSettings
-from xirang_data.reader import ReadSettings, ShardReader
 from xirang_data.snapshot import Snapshot, load
 
 
@@ -218,11 +217,3 @@ def tier_settings(cfg: DataConfig, origin_root: str) -> TierSettings:
             deadline_s=cfg.origin_deadline_s,
         ),
     )
-
-
-def open_reader(
-    data: dict[str, Any], storage: dict[str, Any] | None, read: ReadSettings
-) -> ShardReader:
-    """A reader over the run's pinned snapshot."""
-    tier, snap = resolve(data, storage)
-    return ShardReader(snap, tier, read, tier_settings(check(data), tier.root))

@@ -11,31 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from xirang import ConfigError
+from xirang.model import hf_config_file as config_path
 
 # belt and braces: every call below also passes local_files_only=True
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-CONFIG_FILE = "config.json"
-
-
-def config_path(settings: dict[str, Any]) -> Path:
-    """The config.json named by ``model.config`` (a file or a directory), or by
-    ``model.pretrained`` when ``model.config`` is empty."""
-    given = settings.get("config") or settings.get("pretrained") or ""
-    key = "model.config" if settings.get("config") else "model.pretrained"
-    if not given:
-        raise ConfigError(
-            "model.config: required for model=hf: a local directory holding config.json, or the "
-            "config.json itself (or set model.pretrained=<dir> to take the config from there)"
-        )
-    path = Path(given).expanduser()
-    path = path / CONFIG_FILE if path.is_dir() else path
-    if not path.is_file():
-        raise ConfigError(
-            f"{key}={given}: no such file or directory with a {CONFIG_FILE} (nothing is "
-            f"downloaded: give a local path)"
-        )
-    return path.resolve()
 
 
 def load_config(settings: dict[str, Any]) -> Any:

@@ -19,22 +19,16 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from xirang import ConfigError
-from xirang.launch import CPU_CGROUP, CPU_CGROUP_PREFIX, own_cgroup, record_event, set_cpu_quota
+from xirang.launch import (
+    CPU_CGROUP,
+    CPU_CGROUP_PREFIX,
+    own_cgroup,
+    record_event,
+    set_cpu_quota,
+)
 
 #: the worker's cgroup folders, by local rank, for the worker to join (set by the launcher)
 CGROUPS_ENV = "XIRANG_WORKER_CGROUPS"
-
-
-def check_quota(quota: Sequence[float]) -> list[float]:
-    """The quotas as CPU counts; a share outside (0, this machine's cores] is refused."""
-    cores = os.cpu_count() or 1
-    bad = [q for q in quota if not 0 < float(q) <= cores]
-    if bad:
-        raise ConfigError(
-            f"scheduler.worker_quota={list(quota)}: {bad[0]} is not a CPU count in (0, {cores}] "
-            f"(this machine has {cores} cores); e.g. scheduler.worker_quota=[1.0,0.4]"
-        )
-    return [float(q) for q in quota]
 
 
 @contextlib.contextmanager

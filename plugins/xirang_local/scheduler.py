@@ -29,13 +29,20 @@ from pathlib import Path
 from typing import Any
 
 from xirang import ConfigError, XirangError, get_registry, peer_lost
-from xirang.launch import RunInterrupted, read_events, record_event, recovery_note, workers_problem
+from xirang.launch import (
+    RunInterrupted,
+    check_quota,
+    read_events,
+    record_event,
+    recovery_note,
+    workers_problem,
+)
 from xirang.specs import JobSpec, SchedulerBase
 from xirang.worker import DEVICES_ENV, RESTART_ENV
 from xirang_local.binding import bind_worker, check_bind, worker_cpus
 from xirang_local.devices import Eviction, LocalDevices
 from xirang_local.nodes import NodeLost, Nodes
-from xirang_local.quota import check_quota, join, own_worker_cgroup, worker_cgroups
+from xirang_local.quota import join, own_worker_cgroup, worker_cgroups
 from xirang_local.settings import LocalConfig
 
 log = logging.getLogger("xirang.local")

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from xirang.launch import check_quota
 from xirang_local.binding import check_bind
-from xirang_local.quota import check_quota
 
 
 @dataclass

@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xirang import XirangError
+from xirang import XirangError, get_registry
 from xirang.cost import charge_summary, run_usage
 from xirang.launch import (
     CONFIG_FILE,
     SUMMARY_FILE,
     balance_placement,
+    check_quota,
     read_config,
     stop_on,
     write_config,
@@ -44,14 +45,12 @@ class PoolSchedulerConfig:
     #: when no single device type has room, the job may span types (cards converted per type)
     allow_mixing: bool = False
     #: the local executor's workers each under a CPU quota, as ``scheduler=local``'s
-    #: (:mod:`xirang_local.quota`): a slower device made real on one machine
+    #: (:func:`xirang.launch.check_quota`): a slower device made real on one machine
     worker_quota: list[float] = field(default_factory=list)
 
     @staticmethod
     def resolve(settings: dict[str, Any]) -> dict[str, Any]:
         """The composed ``scheduler`` section, its quotas checked against this machine."""
-        from xirang_local.quota import check_quota
-
         check_quota(settings.get("worker_quota") or [])
         return settings
 
@@ -116,14 +115,16 @@ class PoolScheduler:
     def _run_placement(
         self, job_id: int, job: JobSpec, entrypoint: Callable[[str], Any], state: dict[str, Any]
     ) -> bool:
-        """The workers of one placement; False when the pool stopped them first."""
-        from xirang_local.scheduler import LocalScheduler
-
+        """The workers of one placement; False when the pool stopped them first. They start
+        through ``scheduler=local`` as the registry has it: a plugin never imports another."""
+        local = get_registry().create(
+            "scheduler", {"name": "local", "worker_quota": self.config.worker_quota}
+        )
         relay = StragglerRelay(self.client, job_id, job.run_dir, state["started"])
         watch = PoolWatch(self.client, job_id, state, self.config.poll_s, relay)
         with stop_on(), watch:
             try:
-                LocalScheduler(worker_quota=self.config.worker_quota).launch(job, entrypoint)
+                local.launch(job, entrypoint)
                 return True
             except BaseException:
                 if not watch.told.is_set():

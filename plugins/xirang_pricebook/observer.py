@@ -6,7 +6,11 @@ charged here: the pool's metering charges the allocation it ran in, and charging
 the same device time twice. A failure to record is reported on stderr but does not fail a run
 that already trained and saved its results.
 
-While the run trains, its device's power is sampled (:class:`~xirang_service.cost.energy.
+The run prices itself (its policy's quote, re-quoted with measured watts) and leaves what the
+charge needs in :func:`xirang.launch.pending_charges`; the cost store records it when it next
+opens. So a training run imports nothing of the pool service.
+
+While the run trains, its device's power is sampled (:class:`~xirang_pricebook.energy.
 PowerSampler`, at the loop's log steps, at most every 30 s) where the device plugin reads it
 (NVML on NVIDIA GPUs); the charge's energy then uses the measured mean instead of the configured
 ``cost.watts``, and an energy-aware policy's amount is re-quoted with it. On the CPU, and on
@@ -15,12 +19,15 @@ devices without a reading, the configured watts stay.
 
 from __future__ import annotations
 
-import sqlite3
+import json
 import sys
 import time
+import uuid
 from typing import Any
 
-from xirang.cost import MEASURED, CostStore, PowerSampler, run_charge, run_watts
+from xirang import replace_text
+from xirang.launch import pending_charges
+from xirang_pricebook.energy import MEASURED, PowerSampler, run_watts
 
 #: the scheduler whose jobs the pool meters itself
 POOL_SCHEDULER = "pool"
@@ -54,18 +61,20 @@ def record_run(ctx: Any, summary: dict[str, Any]) -> None:
     sampler = _SAMPLERS.pop(str(getattr(ctx, "run_dir", "")), None)
     if (config.get("scheduler") or {}).get("name") == POOL_SCHEDULER:
         return
-    charge = run_charge(summary, config, time.time(), *_energy(config, summary, sampler))
+    watts, amount = _energy(config, summary, sampler)
+    charge = {
+        "summary": summary,
+        "config": {k: config[k] for k in ("project", "team", "runtime") if k in config},
+        "end": time.time(),
+        "watts": watts,
+        "amount": amount,
+    }
     try:
-        store = CostStore()
-    except (OSError, sqlite3.Error) as exc:
+        folder = pending_charges()
+        folder.mkdir(parents=True, exist_ok=True)
+        replace_text(folder / f"{uuid.uuid4().hex}.json", json.dumps(charge, default=str))
+    except OSError as exc:
         print(f"xirang: run cost not recorded in the cost store: {exc}", file=sys.stderr)
-        return
-    try:
-        store.record([charge])
-    except sqlite3.Error as exc:
-        print(f"xirang: run cost not recorded in the cost store: {exc}", file=sys.stderr)
-    finally:
-        store.close()
 
 
 def _energy(

@@ -3,8 +3,6 @@ that the run prepares once at launch and trains on, through the kernel's step lo
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -50,19 +48,3 @@ def test_an_unknown_dataset_names_the_installed_ones(xirang: Kit) -> None:
     message = str(error.value)
     assert "unknown dataset 'countng'" in message
     assert "counting, mixture, snapshot, stdlib" in message
-
-
-@pytest.mark.parametrize("name", ["training", "snapshot", "cli", "token_shards"])
-def test_the_pipelines_old_module_names_warn_and_are_the_plugins_modules(name: str) -> None:
-    old, new = f"xirang_core.data.{name}", f"xirang_data.{name}"
-    code = (
-        "import importlib, warnings\n"
-        "with warnings.catch_warnings(record=True) as seen:\n"
-        "    warnings.simplefilter('always')\n"
-        f"    old = importlib.import_module({old!r})\n"
-        f"assert old is importlib.import_module({new!r})\n"
-        "print([str(w.message) for w in seen if w.category is DeprecationWarning][-1])\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == f"{old} moved to {new}; the old name goes in the next release"

@@ -8,6 +8,7 @@ in CONTRIBUTING.md). Importing this module imports torch.
 from xirang.model.layers import keep_stage_layers, parallelize_blocks
 from xirang.model.sampling import sample
 from xirang.model.stages import keep_layers, keep_stage
+from xirang_core.checkpoint.pretrained import hf_config_file
 from xirang_core.data import document_mask
 from xirang_core.parallel.plan import ModelShape
 from xirang_core.train.init import init_parameters
@@ -15,6 +16,7 @@ from xirang_core.train.init import init_parameters
 __all__ = [
     "ModelShape",
     "document_mask",
+    "hf_config_file",
     "init_parameters",
     "keep_layers",
     "keep_stage",

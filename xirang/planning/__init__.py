@@ -17,7 +17,6 @@ from xirang.planning.ondevice import RunDevice, run_device
 from xirang.planning.smoke import plan_config, run_configs, run_plans
 from xirang_core.config import compose
 from xirang_core.devices.cores import available_cores
-from xirang_core.moved import renamed
 from xirang_core.parallel.cluster import ClusterShape, local_cluster
 from xirang_core.parallel.plan import (
     MICRO_BATCHES,
@@ -64,6 +63,3 @@ __all__ = [
     "stage_layers_problem",
     "synchronizer",
 ]
-
-#: the old name, until the next release
-__getattr__ = renamed(__name__, {"Cluster": "ClusterShape"})

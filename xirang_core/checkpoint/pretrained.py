@@ -42,6 +42,27 @@ DTYPES = {
 SHOWN = 4
 
 
+def hf_config_file(settings: dict[str, Any]) -> Path:
+    """The Hugging Face config.json a ``model`` section names: ``model.config`` (a file or a
+    directory; ``model=hf``'s), else ``model.pretrained``'s. Every plugin that reads a Hugging
+    Face model's config (the hf family, a strategy that checks its architecture) finds it here."""
+    given = settings.get("config") or settings.get("pretrained") or ""
+    key = "model.config" if settings.get("config") else "model.pretrained"
+    if not given:
+        raise ConfigError(
+            "model.config: required for model=hf: a local directory holding config.json, or the "
+            "config.json itself (or set model.pretrained=<dir> to take the config from there)"
+        )
+    path = Path(given).expanduser()
+    path = path / CONFIG_FILE if path.is_dir() else path
+    if not path.is_file():
+        raise ConfigError(
+            f"{key}={given}: no such file or directory with a {CONFIG_FILE} (nothing is "
+            f"downloaded: give a local path)"
+        )
+    return path.resolve()
+
+
 def folder_tokenizer(model: dict[str, Any], overrides: list[str]) -> dict[str, str] | None:
     """``tokenizer=hf tokenizer.path=<folder>`` for a ``model.pretrained`` folder that holds
     its tokenizer, unless the command line (``overrides``) chose one: the weights' embedding

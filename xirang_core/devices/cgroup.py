@@ -9,7 +9,11 @@ resume under other quotas is a different mix of devices.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from pathlib import Path
+
+from xirang_core.errors import ConfigError
 
 #: the cgroup v1 CPU controller's mount point
 CPU_CGROUP = Path("/sys/fs/cgroup/cpu")
@@ -30,6 +34,19 @@ def own_cgroup() -> Path:
         if "cpu" in controllers.split(","):
             return CPU_CGROUP / path.lstrip("/")
     return CPU_CGROUP
+
+
+def check_quota(quota: Sequence[float]) -> list[float]:
+    """``scheduler.worker_quota`` as CPU counts (the local scheduler's and the pool's local
+    executor's); a share outside (0, this machine's cores] is refused."""
+    cores = os.cpu_count() or 1
+    bad = [q for q in quota if not 0 < float(q) <= cores]
+    if bad:
+        raise ConfigError(
+            f"scheduler.worker_quota={list(quota)}: {bad[0]} is not a CPU count in (0, {cores}] "
+            f"(this machine has {cores} cores); e.g. scheduler.worker_quota=[1.0,0.4]"
+        )
+    return [float(q) for q in quota]
 
 
 def set_cpu_quota(folder: Path, cpus: float) -> None:

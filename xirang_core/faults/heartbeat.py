@@ -74,9 +74,3 @@ class Heartbeat:
         log.error("%s; exiting so the run restarts from its latest checkpoint", message)
         record_event(self.run_dir, "hang", rank=self.rank, step=step, reason=message)
         os._exit(HANG_EXIT)
-
-
-def read_heartbeats(run_dir: str) -> list[dict]:
-    """The last heartbeat of every worker of a run."""
-    folder = Path(run_dir) / HEARTBEAT_DIR
-    return [json.loads(p.read_text()) for p in sorted(folder.glob("rank*.json"))]

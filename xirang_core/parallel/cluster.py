@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from xirang_core.devices.choice import pick_device
-from xirang_core.moved import renamed
 from xirang_core.plugins import get_registry
 
 
@@ -76,7 +75,3 @@ def local_cluster(workers: int, registry: Any = None, device: str = "auto") -> C
         dtype_bytes=4,
         shared=shared,
     )
-
-
-#: the old name, until the next release
-__getattr__ = renamed(__name__, {"Cluster": "ClusterShape"})

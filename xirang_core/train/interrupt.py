@@ -65,10 +65,6 @@ def _elastic_worker() -> bool:
     return "TORCHELASTIC_RUN_ID" in os.environ
 
 
-def stop_requested() -> bool:
-    return _requested.is_set()
-
-
 @contextmanager
 def stop_on(signals: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
     """While inside, ``signals`` request a stop instead of killing the process.

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xirang_service.pool.database import TOKEN_SUFFIX, beside_state
 from xirang_service.pool.jobs import Job
 from xirang_service.pool.quota import Project
 from xirang_service.pool.store import PoolStore
@@ -86,8 +87,6 @@ def operator_token(state_path: str | Path) -> str:
     """The pool's operator token: its environment variable, else the file the service keeps
     beside that state (read only; empty when neither exists): an SQLite file's neighbour, or
     the file named by a hash of a database URL."""
-    from xirang_service.pool.cli import TOKEN_SUFFIX, beside_state
-
     if os.environ.get(OPERATOR_TOKEN_ENV):
         return os.environ[OPERATOR_TOKEN_ENV]
     path = beside_state(str(state_path), TOKEN_SUFFIX)

@@ -35,10 +35,6 @@ class Charge:
     currency: str = "USD"
 
     @property
-    def idle_s(self) -> float:
-        return max(0.0, self.held_s - self.busy_s)
-
-    @property
     def device_s(self) -> float:
         return self.devices * self.held_s
 

@@ -6,6 +6,7 @@ run's observer fires after a restart) replaces the charge instead of billing twi
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
@@ -14,8 +15,10 @@ from dataclasses import fields
 from pathlib import Path
 
 from xirang_core.paths import private_file, xirang_home
+from xirang_core.train.cost import pending_charges
 from xirang_service.cost.budgets import Budget
 from xirang_service.cost.charges import Charge
+from xirang_service.cost.meter import run_charge
 
 _CHARGE_FIELDS = [f.name for f in fields(Charge)]
 _SCHEMA = f"""
@@ -44,6 +47,24 @@ class CostStore:
         self._lock = threading.Lock()
         with self._tx() as db:
             db.executescript(_SCHEMA)
+        if Path(self.path).resolve() == default_path().resolve():  # the store runs charge
+            self._take_pending()
+
+    def _take_pending(self) -> None:
+        """Record the charges finished runs left (:func:`~xirang_core.train.cost.
+        pending_charges`), then remove their files. A run reported twice, or taken by two
+        stores at once, is one charge: a charge replaces the one with its source and ref."""
+        folder = pending_charges()
+        for file in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            try:
+                left = json.loads(file.read_text())
+            except FileNotFoundError:  # another store took it first
+                continue
+            charge = run_charge(
+                left["summary"], left["config"], left["end"], left["watts"], left["amount"]
+            )
+            self.record([charge])
+            file.unlink(missing_ok=True)
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:

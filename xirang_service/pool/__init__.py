@@ -8,7 +8,6 @@ policy measured in simulation is the policy that runs. Policies are plugins regi
 Kubernetes) run what the engine placed.
 """
 
-from xirang_core.moved import renamed
 from xirang_service.pool.cards import Throughputs
 from xirang_service.pool.cluster import Inventory, Node
 from xirang_service.pool.engine import PoolEngine
@@ -25,6 +24,3 @@ __all__ = [
     "QuotaBook",
     "Throughputs",
 ]
-
-#: the old name, until the next release
-__getattr__ = renamed(__name__, {"Cluster": "Inventory"})

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import os
 import signal
@@ -39,7 +38,13 @@ from xirang_core.plugins import get_registry
 from xirang_core.specs import SchedulerSpec, import_target
 from xirang_core.terminal import help_text
 from xirang_service.pool.client import PoolClient
-from xirang_service.pool.database import LOCK_SUFFIX, redact
+from xirang_service.pool.database import (
+    LOCK_SUFFIX,
+    TOKEN_SUFFIX,
+    URL_SUFFIX,
+    beside_state,
+    redact,
+)
 from xirang_service.pool.errors import PoolError
 from xirang_service.pool.jobs import PRIORITIES
 from xirang_service.pool.tokens import new_token
@@ -49,7 +54,6 @@ if TYPE_CHECKING:
 
 OPERATOR_TOKEN_ENV = "XIRANG_POOL_OPERATOR_TOKEN"
 #: beside the state: the generated operator token, and the URL its service last served at
-TOKEN_SUFFIX, URL_SUFFIX = ".operator-token", ".operator-url"
 #: ``--executor`` for jobs their submitters run (no cluster behind the pool)
 LOCAL_EXECUTOR = "local"
 
@@ -447,15 +451,6 @@ def _budgets(prices: str, cost_db: str) -> PoolBudgets:
     from xirang_service.cost.governor import PoolBudgets
 
     return PoolBudgets.from_file(prices or None, cost_db or None)
-
-
-def beside_state(location: str, suffix: str) -> Path:
-    """A file kept with the state: beside an SQLite file, or in XIRANG_HOME for a database URL
-    (named by a hash of the URL, so no password lands in a file name)."""
-    if "://" not in location:
-        return Path(location + suffix)
-    digest = hashlib.sha256(location.encode()).hexdigest()[:12]
-    return xirang_home() / f"pool-{digest}{suffix}"
 
 
 def _operator_token(path: Path) -> tuple[str, str]:

@@ -13,7 +13,6 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from xirang_core.moved import renamed
 from xirang_service.pool.errors import PoolError
 
 
@@ -240,7 +239,3 @@ class Inventory:
             self._buckets[node.type][count].discard(node.id)
             self._count(node, -count)
             node.healthy = False
-
-
-#: the old name, until the next release
-__getattr__ = renamed(__name__, {"Cluster": "Inventory"})

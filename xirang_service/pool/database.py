@@ -8,6 +8,7 @@ auto-incrementing key and how a write transaction begins.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import logging
 import math
 import os
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import unquote
 
-from xirang_core.paths import private_file
+from xirang_core.paths import private_file, xirang_home
 from xirang_service.pool.errors import PoolError, StoreUnavailable
 
 log = logging.getLogger("xirang.pool")
@@ -126,6 +127,17 @@ def _keep_private(path: str) -> None:
 
 #: beside an SQLite store: the file its one server holds locked
 LOCK_SUFFIX = ".serve-lock"
+#: the files ``xirang pool serve`` keeps with its state: the operator token, the served URL
+TOKEN_SUFFIX, URL_SUFFIX = ".operator-token", ".operator-url"
+
+
+def beside_state(location: str, suffix: str) -> Path:
+    """A file kept with the state: beside an SQLite file, or in XIRANG_HOME for a database URL
+    (named by a hash of the URL, so no password lands in a file name)."""
+    if "://" not in location:
+        return Path(location + suffix)
+    digest = hashlib.sha256(location.encode()).hexdigest()[:12]
+    return xirang_home() / f"pool-{digest}{suffix}"
 
 
 class SQLiteDatabase:

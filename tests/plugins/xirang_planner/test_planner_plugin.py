@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 import types
-import warnings
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, ClassVar
@@ -172,13 +171,3 @@ def test_smoke_without_a_plugin_that_measures_is_refused_at_compose(registry: An
         compose(
             [*TINY, "parallel=auto", "parallel.planner=pipeline_first", "parallel.smoke=true"], bare
         )
-
-
-def test_the_planner_modules_keep_their_old_names_for_a_release() -> None:
-    import xirang_planner.planner
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        from xirang_core.parallel import planner
-    assert planner is xirang_planner.planner
-    assert any("xirang_planner.planner" in str(w.message) for w in caught)

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 from xirang_pricebook import observer
+from xirang_pricebook.energy import CONFIGURED, MEASURED, PowerSampler, run_watts
 
-from xirang_service.cost.energy import CONFIGURED, MEASURED, PowerSampler, run_watts
 from xirang_service.cost.store import CostStore
 
 BOOK = {"name": "energy_aware", "prices": {"cuda": 2.0, "cpu": 0.05}, "price_per_kwh": 0.25}
