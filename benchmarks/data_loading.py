@@ -151,6 +151,12 @@ def xirang_side(args: argparse.Namespace) -> dict:
     step ``--stop``: xirang's state is the step, so resuming is a loader started there)."""
     import numpy.random  # noqa: F401 - imports are not timed, for any side (numpy's is lazy)
 
+    # the reader's modules, a plugin since 5 December: imported inside the timed span until
+    # this (pyarrow and zstd with them), they were most of a resume's first batch
+    import xirang_data.fetch
+    import xirang_data.stream
+    import xirang_data.token_shards  # noqa: F401
+
     import xirang_core.data.step_loader  # noqa: F401
     from xirang.storage.locate import tier_for
 
