@@ -3,6 +3,7 @@ separate prepared dataset, every document of which is held out."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,17 @@ def test_a_text_file_named_as_held_out_data_gets_a_prepare_command_that_works(
     prepared = str(tmp_path / "notes-prepared")
     _, val = run_batches(config(train_root, val=prepared), 0, 1, 4, 1)
     assert "zebra" in text(val, 0)
+
+
+def test_the_launch_says_and_times_its_tokenizing(tmp_path: Path, capsys) -> None:
+    """Issue 53: a first run spent a minute tokenising with no word of it; the launch names the
+    snapshot, its shards and the tokenizer, shows a bar on a terminal, and says how long."""
+    from xirang_data.training import pin_tokens
+    from xirang_tokenizers.bytes import ByteTokenizer
+
+    run = config(dataset(tmp_path / "train", "quokka", 60))
+    pin_tokens(run, ByteTokenizer("\n\n"))
+    said = capsys.readouterr().err
+    snapshot = run["data"]["snapshot"]
+    assert f"tokenizing snapshot {snapshot} (" in said and "with tokenizer=bytes" in said
+    assert re.search(rf"tokenized snapshot {snapshot} in \d+\.\d s", said), said
