@@ -181,16 +181,17 @@ def peer_python(choice: str) -> tuple[str | None, str]:
     if choice != "auto":
         return choice, ""
     venv = xirang_home() / "bench-peers"
-    python = venv / "bin" / "python"
-    if not python.exists():
+    python, built = venv / "bin" / "python", venv / "built"  # built: pip finished there
+    if not built.exists():  # a build cut short (a timeout killed pip) is built again
         print(f"building the peers' venv in {venv} (once; pip)", flush=True)
         try:
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
             pip = [str(python), "-m", "pip", "install", "-q", *PEER_PACKAGES]
             subprocess.run(pip, check=True, capture_output=True, text=True)
         except subprocess.CalledProcessError as err:
             shutil.rmtree(venv, ignore_errors=True)
             return None, f"building its venv failed: {(err.stderr or '').strip()[-300:]}"
+        built.touch()
     return str(python), ""
 
 
