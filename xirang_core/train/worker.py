@@ -372,8 +372,8 @@ def final_loss(trainer: Trainer, parts: Assembly, last_step: int) -> float:
     """The held-out loss at ``last_step``: the loop's evaluation of that step (every worker
     took it, so every worker skips it alike), else scored now."""
     evaluated = trainer.evaluated
-    if evaluated is not None and evaluated[0] == last_step and evaluated[1] is not None:
-        return evaluated[1]
+    if evaluated is not None and evaluated[0] == last_step:  # alike on every worker
+        return math.nan if evaluated[1] is None else evaluated[1]
     return held_out_loss(parts)  # every worker scores its stride of the rows
 
 
