@@ -90,7 +90,6 @@ def test_lora_counts_trainable_parameters_and_no_weight_gradients_for_frozen_one
 ) -> None:
     """peft's count (trainable of all parameters) and MFU's FLOPs: 4 per frozen weight (no
     weight gradient), 6 per trained one, instead of 6 over all (1.5x high)."""
-    pytest.importorskip("peft")
     save_llama(tmp_path / "pretrained", None)
     run = ["model=llama_tiny", "tokenizer=bytes", "data.seq_len=16", "trainer.global_batch=8"]
     run += [f"model.pretrained={tmp_path / 'pretrained'}", "device=cpu"]
