@@ -151,6 +151,12 @@ def xirang_side(args: argparse.Namespace) -> dict:
     step ``--stop``: xirang's state is the step, so resuming is a loader started there)."""
     import numpy.random  # noqa: F401 - imports are not timed, for any side (numpy's is lazy)
 
+    # the reader's modules, a plugin since 5 December: imported inside the timed span until
+    # this (pyarrow and zstd with them), they were most of a resume's first batch
+    import xirang_data.fetch
+    import xirang_data.stream
+    import xirang_data.token_shards  # noqa: F401
+
     import xirang_core.data.step_loader  # noqa: F401
     from xirang.storage.locate import tier_for
 
@@ -175,16 +181,17 @@ def peer_python(choice: str) -> tuple[str | None, str]:
     if choice != "auto":
         return choice, ""
     venv = xirang_home() / "bench-peers"
-    python = venv / "bin" / "python"
-    if not python.exists():
+    python, built = venv / "bin" / "python", venv / "built"  # built: pip finished there
+    if not built.exists():  # a build cut short (a timeout killed pip) is built again
         print(f"building the peers' venv in {venv} (once; pip)", flush=True)
         try:
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
             pip = [str(python), "-m", "pip", "install", "-q", *PEER_PACKAGES]
             subprocess.run(pip, check=True, capture_output=True, text=True)
         except subprocess.CalledProcessError as err:
             shutil.rmtree(venv, ignore_errors=True)
             return None, f"building its venv failed: {(err.stderr or '').strip()[-300:]}"
+        built.touch()
     return str(python), ""
 
 

@@ -67,6 +67,9 @@ def trained_adapters(
         assert torch.equal(frozen[name], tensor), name
     adapters = {k: t for k, t in trained.items() if ".lora_" in k}
     assert len(adapters) == 2 * 2 * 2
+    # the summary counts what trains: the adapters alone, of every parameter (issue 53)
+    assert summary["trainable_params"] == sum(t.numel() for t in adapters.values())
+    assert summary["total_params"] > summary["trainable_params"]
     assert any(t.abs().sum() > 0 for k, t in adapters.items() if ".lora_B." in k)
     return run, adapters
 

@@ -71,3 +71,25 @@ def test_the_plan_table_fits_80_columns(capsys, monkeypatch) -> None:
     printed = capsys.readouterr().out
     assert fits(printed), printed
     assert "dp1xtp4xpp16" in printed and "33.65" in printed  # the plan and its memory, whole
+
+
+def test_the_sweep_table_splits_no_value_at_80_columns(tmp_path, capsys, monkeypatch) -> None:
+    """Issue 53: at 80 columns a figure or an override was split over two lines. Every value
+    stays whole (overrides wrap between overrides); what does not fit is left to the CSV."""
+    from xirang_core.sweep.table import _print_table
+
+    monkeypatch.setenv("COLUMNS", "80")
+    overrides = "optim.lr=0.0031622776601683794 trainer.global_batch=4 model.n_embd=32"
+    rows = [
+        {"job": n, "overrides": overrides, "final_loss": 4.123456, "val_loss": 5.372019,
+         "tokens_per_s": 71123.4, "objective_value": 5.372019, "pruned_at": None,
+         "run_dir": f"/tmp/multirun/2026-12-07/17-50-00/{n}"}
+        for n in range(2)
+    ]  # fmt: skip
+    _print_table(rows, tmp_path / "sweep_results.csv")
+    out = capsys.readouterr().out
+    table = out.split("every job's figures", 1)[0]
+    assert fits(table), out
+    words = set(table.split())
+    assert set(overrides.split()) <= words and "4.123456" in words and "5.372019" in words
+    assert str(tmp_path / "sweep_results.csv") in out

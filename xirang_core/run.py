@@ -41,6 +41,9 @@ def launch(cfg: DictConfig, config: dict[str, Any] | None = None) -> dict[str, A
 
     registry = get_registry()
     config = validate(cfg, registry) if config is None else config
+    caution = warmup_caution(config["optim"], config["trainer"]["max_steps"])
+    if caution:
+        logging.getLogger("xirang.run").warning("%s", caution)
     hydra = HydraConfig.get()
     sweeping = hydra.mode == RunMode.MULTIRUN
     # an interrupted run of this config continues in its own directory (checkpoint.resume=auto)
@@ -60,6 +63,21 @@ def launch(cfg: DictConfig, config: dict[str, Any] | None = None) -> dict[str, A
     report.print_summary(summary)
     print_top_operators(run_dir)  # trainer.profile: the main worker's top operators
     return summary
+
+
+def warmup_caution(optim: Mapping[str, Any], max_steps: int) -> str | None:
+    """Why the run will never train at ``optim.lr``: its warm-up (linear from 0) is longer
+    than the run, so every step trains at a fraction of the rate asked for, silently
+    (``optim.warmup_steps=500 trainer.max_steps=20`` ends at 4% of it). None when it fits."""
+    warm = optim["warmup_steps"]
+    if warm <= max_steps:
+        return None
+    return (
+        f"optim.warmup_steps={warm} is longer than the run (trainer.max_steps={max_steps}): "
+        f"the learning rate climbs only to {max_steps / warm:.0%} of optim.lr={optim['lr']:g} "
+        f"by the last step; use optim.warmup_steps={max(1, max_steps // 10)} (a tenth of the "
+        f"run) or a longer run"
+    )
 
 
 def train_in(

@@ -8,6 +8,12 @@ from __future__ import annotations
 import re
 import shutil
 import textwrap
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # rich is imported by the functions that print
+    from rich.console import Console
+    from rich.table import Table
 
 
 def help_text(doc: str) -> str:
@@ -30,3 +36,31 @@ def report_error(exc: BaseException) -> None:
     label = getattr(exc, "label", "xirang error")
     message = f"[bold red]{label}:[/] {escape(str(exc))}"
     Console(stderr=True, highlight=False).print(message, soft_wrap=True)
+
+
+def fitting_table(
+    console: Console,
+    build: Callable[[list[str]], Table],
+    columns: list[str],
+    keep: int = 1,
+    leave_first: tuple[str, ...] = (),
+) -> tuple[Table, list[str]]:
+    """The table ``build`` makes of as many of ``columns`` as fit ``console`` with every value
+    whole, and the columns left out. Each column is at least as wide as its longest word (its
+    longest value where it does not wrap, its header's longest word): rich squeezes a table
+    wider than the terminal by cutting values mid-word (a project name shrunk to nothing, a
+    figure split over two lines), so columns leave, those named in ``leave_first`` first,
+    then from the end, the first ``keep`` always staying, until the table fits."""
+    shown = list(columns)
+    order = [c for c in leave_first if c in columns[keep:]]
+    order += [c for c in reversed(columns[keep:]) if c not in order]
+    while True:
+        table = build(shown)
+        for column in table.columns:
+            cells = [str(column.header), *(str(c) for c in column.cells)]
+            words = [c if column.no_wrap else max(c.split() or [""], key=len) for c in cells]
+            column.min_width = max(len(w) for w in [*words, *str(column.header).split()])
+        wide = console.options.update_width(10 * console.width)
+        if len(shown) <= keep or console.measure(table, options=wide).minimum <= console.width:
+            return table, [c for c in columns if c not in shown]
+        shown.remove(order.pop(0))

@@ -38,16 +38,21 @@ PLAIN = "{role}: {content}\n"
 REPLY = "assistant: "
 #: what fills a row after its conversation (its targets are left out of the loss)
 PAD = 0
+#: ``data.val_fraction``'s default: the share held out when ``data.val`` names no file
+VAL_FRACTION = 0.1
 
 
 @dataclass
 class ChatConfig:
-    """Every ``data.*`` key of ``data=chat``; conf/data/chat.yaml documents them."""
+    """Every ``data.*`` key of ``data=chat``; conf/data/chat.yaml documents them.
+    ``val``: a separate file of conversations, all held out (then none of ``path`` is)."""
 
     name: str = "chat"
     path: str = ""
     seq_len: int = 128
-    val_fraction: float = 0.1
+    val_fraction: float = VAL_FRACTION
+    val: str = ""
+    val_snapshot: str = ""
     shuffle: bool = True
     num_workers: int = 0
     snapshot: str = ""
@@ -70,25 +75,34 @@ def check(data: dict[str, Any]) -> ChatConfig:
             f"data.val_fraction={cfg.val_fraction}: must be in (0, 1), the share of "
             "conversations held out for the evaluation loss"
         )
+    if cfg.val and cfg.val_fraction != VAL_FRACTION:
+        raise ConfigError(
+            f"data.val={cfg.val} and data.val_fraction={cfg.val_fraction} name two held-out "
+            "sets; set only one (data.val: a .jsonl file of conversations held out whole)"
+        )
     return cfg
 
 
-def read_conversations(path: str) -> tuple[list[list[dict[str, str]]], str]:
+def read_conversations(
+    path: str, key: str = "data.path", least: int = 2
+) -> tuple[list[list[dict[str, str]]], str]:
     """The file's conversations and its content id (``chat-`` and a hash of its bytes);
-    a line that is not a conversation with an assistant reply is one error naming it."""
+    a line that is not a conversation with an assistant reply is one error naming it
+    (``key``: the setting that names the file; ``least``: 2 where one is held out of it)."""
     file = Path(path).expanduser()
     try:
         raw = file.read_bytes()
     except OSError as exc:
-        raise ConfigError(f"data.path={path}: cannot be read ({exc.strerror})") from None
+        raise ConfigError(f"{key}={path}: cannot be read ({exc.strerror})") from None
     conversations = []
     for number, line in enumerate(raw.decode("utf-8", "replace").splitlines(), 1):
         if line.strip():
-            conversations.append(_conversation(line, f"data.path={path} line {number}"))
-    if len(conversations) < 2:
+            conversations.append(_conversation(line, f"{key}={path} line {number}"))
+    if len(conversations) < least:
+        why = " (one is held out for the evaluation loss)" if least > 1 else ""
         raise DataError(
-            f"data.path={path}: {len(conversations)} conversation(s); at least 2 are needed "
-            "(one is held out for the evaluation loss)"
+            f"{key}={path}: {len(conversations)} conversation(s); at least {least} "
+            f"{'are' if least > 1 else 'is'} needed{why}"
         )
     return conversations, "chat-" + hashlib.sha256(raw).hexdigest()[:16]
 
@@ -301,12 +315,15 @@ class ChatDataset:
 
     def prepare(self, config: dict[str, Any]) -> str:
         cfg = check(config["data"])
-        _, snapshot = read_conversations(cfg.path)
+        _, snapshot = read_conversations(cfg.path, least=1 if cfg.val else 2)
         config["data"].update(path=str(Path(cfg.path).expanduser().resolve()), snapshot=snapshot)
+        if cfg.val:  # a separate held-out file, pinned as the training file is
+            _, held = read_conversations(cfg.val, "data.val", least=1)
+            config["data"].update(val=str(Path(cfg.val).expanduser().resolve()), val_snapshot=held)
         return snapshot
 
     def text_corpus(self, config: dict[str, Any]) -> TextCorpus:
-        conversations, snapshot = read_conversations(config["data"]["path"])
+        conversations, snapshot = read_conversations(config["data"]["path"], least=1)
         texts = ["".join(PLAIN.format(**m) for m in c) for c in conversations]
 
         def batches() -> Iterator[list[str]]:
@@ -316,21 +333,20 @@ class ChatDataset:
 
     def pin_tokens(self, config: dict[str, Any], tokenizer: Tokenizer) -> list[str]:
         """Encode every conversation at launch, so a bad one stops the launch, not a worker."""
-        conversations, snapshot = self._read(config)
-        encode(conversations, template_of(config), tokenizer, config["data"]["seq_len"] + 1)
-        config["runtime"]["chat_conversations"] = len(conversations)
+        (train, held), snapshot = self._split(config), config["data"]["snapshot"]
+        for part in (train, held):
+            encode(part, template_of(config), tokenizer, config["data"]["seq_len"] + 1)
+        config["runtime"]["chat_conversations"] = len(train) + len(held)
         return [snapshot]
 
     def batches(
         self, config: dict[str, Any], rank: int, world: int, micro: int, accum: int
     ) -> tuple[TokenBatches, TokenBatches]:
         data, seed, tokenizer = config["data"], config["seed"], open_tokenizer(config)
-        conversations, _ = self._read(config)
-        held = max(1, round(len(conversations) * data["val_fraction"]))
-        held = min(held, len(conversations) - 1)
+        trained, held = self._split(config)
         template, span = template_of(config), data["seq_len"] + 1
-        train = encode(conversations[:-held], template, tokenizer, span)
-        val = encode(conversations[-held:], template, tokenizer, span)
+        train = encode(trained, template, tokenizer, span)
+        val = encode(held, template, tokenizer, span)
         rows = ChatRows(train, val, seed, data["shuffle"])
         part, sources = Partition(micro, world, rank), [NamedSource("chat", rows)]
         return (
@@ -338,14 +354,28 @@ class ChatDataset:
             TokenBatches(sources, part, 1, seed, "val", tokenizer, loss_mask=True),
         )
 
-    @staticmethod
-    def _read(config: dict[str, Any]) -> tuple[list[list[dict[str, str]]], str]:
-        """The conversations, refused when the file changed since the launch pinned it."""
+    def _split(
+        self, config: dict[str, Any]
+    ) -> tuple[list[list[dict[str, str]]], list[list[dict[str, str]]]]:
+        """The conversations trained on and those held out: all of ``data.val``'s file when
+        set, else the last ``data.val_fraction`` of ``data.path``'s."""
         data = config["data"]
-        conversations, snapshot = read_conversations(data["path"])
-        if snapshot != data["snapshot"]:
+        if data.get("val"):
+            return self._read(data, "path"), self._read(data, "val")
+        conversations = self._read(data, "path")
+        held = max(1, round(len(conversations) * data["val_fraction"]))
+        held = min(held, len(conversations) - 1)
+        return conversations[:-held], conversations[-held:]
+
+    @staticmethod
+    def _read(data: dict[str, Any], key: str) -> list[list[dict[str, str]]]:
+        """The conversations of ``data.<key>``, refused when the file changed since the
+        launch pinned it."""
+        pinned = data["snapshot" if key == "path" else "val_snapshot"]
+        conversations, snapshot = read_conversations(data[key], f"data.{key}", least=1)
+        if snapshot != pinned:
             raise DataError(
-                f"data.path={data['path']} changed since the launch pinned {data['snapshot']} "
+                f"data.{key}={data[key]} changed since the launch pinned {pinned} "
                 f"(it is now {snapshot}); launch the run again"
             )
-        return conversations, snapshot
+        return conversations

@@ -12,6 +12,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from xirang import DataError
@@ -98,15 +99,29 @@ def list_ids(tier: FsspecTier) -> list[str]:
     return [s.id for s in sorted(snaps, key=lambda s: (s.meta.get("created", 0), s.id))]
 
 
+def no_snapshot(root: str) -> str:
+    """What to do about a dataset root with no snapshot: a text file named where a prepared
+    root belongs (``data.val=notes.txt``) is prepared into a folder beside it, a command that
+    works as pasted; a folder is the destination of a prepare from the user's source."""
+    given = Path(root.removeprefix("file://")).expanduser()
+    if given.is_file():
+        prepared = given.with_name(f"{given.stem}-prepared")
+        return (
+            f"{root} is a file, not a prepared dataset root; prepare it with `xirang data "
+            f"prepare {given} {prepared}`, then name {prepared} where you named the file"
+        )
+    return (
+        f"{root} holds no snapshot; create one with `xirang data prepare <your text folder or "
+        f"file> {root}`"
+    )
+
+
 def load(tier: FsspecTier, snapshot_id: str = "") -> Snapshot:
     """The snapshot ``snapshot_id`` (the latest one when empty); a clear error when absent."""
     if not snapshot_id:
         ids = list_ids(tier)
         if not ids:
-            raise DataError(
-                f"{tier.root} holds no snapshot; create one with `xirang data prepare SRC "
-                f"{tier.root}`"
-            )
+            raise DataError(no_snapshot(tier.root))
         snapshot_id = ids[-1]
     if not SNAPSHOT_ID.match(snapshot_id):
         raise DataError(f"data.snapshot={snapshot_id!r} is not a snapshot id ({ID_LENGTH} hex)")

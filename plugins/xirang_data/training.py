@@ -4,14 +4,15 @@ the token batches of one rank streamed from them; :class:`SnapshotDataset` is th
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Any
 
 from xirang import ConfigError
-from xirang.data import NamedSource, Partition, TokenBatches, open_tokenizer, tier_for
+from xirang.data import FsspecTier, NamedSource, Partition, TokenBatches, open_tokenizer, tier_for
 from xirang.specs import TextCorpus, Tokenizer
 from xirang_data import corpus, dataset, token_shards
-from xirang_data.snapshot import load
+from xirang_data.snapshot import Snapshot, load
 from xirang_data.stream import HELD_OUT_ALL, SourceRead, TokenSource
 
 
@@ -49,12 +50,30 @@ def pin_tokens(config: dict[str, Any], tokenizer: Tokenizer, prepared: bool = Fa
                     f"has no token shards for tokenizer={tokenizer.name}; make them once with "
                     f"`{command}`"
                 )
-            found = token_shards.tokenize_snapshot(tier, snap, tokenizer, recipe)
+            found = tokenize_at_launch(tier, snap, tokenizer, recipe)
         ids.append(found.id)
     if held_out is not None:  # the separate held-out dataset's tokens, after the sources'
         runtime["val_tokens"] = ids.pop()
     runtime["tokens"] = ids
     return ids
+
+
+def tokenize_at_launch(
+    tier: FsspecTier, snap: Snapshot, tokenizer: Tokenizer, recipe: dict[str, Any]
+) -> Snapshot:
+    """The launch's tokenising of a small snapshot, said and shown as it goes (a first run
+    spends a minute here): a line naming what, a bar over its shards on a terminal, the time."""
+    from rich.console import Console
+
+    console = Console(stderr=True, highlight=False)
+    console.print(
+        f"tokenizing snapshot {snap.id} ({len(snap.shards)} shards, {snap.bytes / 2**20:.1f} MiB) "
+        f"with tokenizer={tokenizer.name}; once per snapshot and tokenizer"
+    )
+    started = time.perf_counter()
+    found = token_shards.tokenize_snapshot(tier, snap, tokenizer, recipe, progress=True)
+    console.print(f"tokenized snapshot {snap.id} in {time.perf_counter() - started:.1f} s")
+    return found
 
 
 def run_batches(

@@ -11,6 +11,7 @@ transformers model.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,9 @@ from torch import nn
 
 from xirang.lora import base_model_name, lora_config
 from xirang.lora import check_targets as check_targets_of
+
+#: peft's warning after a merge whose embeddings are stored apart (false when they are equal)
+UNTIED = "Input and output embeddings are no longer tied after merging"
 
 
 def attach(model: nn.Module, settings: dict[str, Any]) -> nn.Module:
@@ -34,8 +38,23 @@ def merged(settings: dict[str, Any], state: dict[str, torch.Tensor]) -> dict[str
     to the model's own."""
     # peft merges in place: into copies, so the state given stays as it was
     copied = {k: v.clone() if ".base_layer." in k else v for k, v in state.items()}
-    plain = _wrapped(settings, copied).merge_and_unload()
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        plain = _wrapped(settings, copied).merge_and_unload()
+    for warning in said:  # the others as peft gave them
+        if not (UNTIED in str(warning.message) and _still_tied(plain)):
+            warnings.warn_explicit(
+                warning.message, warning.category, warning.filename, warning.lineno
+            )
     return {f"hf.{name}": t.detach() for name, t in plain.state_dict().items()}
+
+
+def _still_tied(model: Any) -> bool:
+    """Whether the merged model's input and output embeddings still hold the same values:
+    peft's "no longer tied" compares where they are stored, and the state loaded into the
+    model gave them two copies of one tensor, so it says so though no adapter touched them."""
+    into, out = model.get_input_embeddings(), model.get_output_embeddings()
+    return into is not None and out is not None and torch.equal(into.weight, out.weight)
 
 
 def save_adapter(settings: dict[str, Any], state: dict[str, torch.Tensor], out: Path) -> int:

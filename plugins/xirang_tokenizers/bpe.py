@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -111,7 +112,7 @@ def train(settings: dict[str, Any], corpus: TextCorpus) -> Any:
         min_frequency=settings["min_frequency"],
         special_tokens=[EOS],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
+        show_progress=sys.stderr.isatty(),  # its own bars, on a terminal only
     )
     backend.train_from_iterator(corpus.batches(), trainer, length=corpus.documents)
     console.print(

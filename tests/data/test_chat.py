@@ -17,7 +17,7 @@ from xirang_gpt.model import GPT, GPTConfig
 from xirang_tokenizers.bytes import ByteTokenizer
 
 from tests.conftest import ONE_LAYER_GPT
-from xirang import DataError
+from xirang import ConfigError, DataError
 from xirang.data import Partition, TokenBatches
 from xirang.testing import Kit
 from xirang_core.data.step_loader import LoaderBatches
@@ -197,6 +197,24 @@ def test_a_reply_past_seq_len_and_a_changed_file_are_each_one_error(tmp_path) ->
     write_jsonl(data, 5)
     with pytest.raises(DataError, match=f"changed since the launch pinned {snapshot}"):
         ChatDataset().pin_tokens(config, tokenizer)
+
+
+def test_a_separate_validation_file_is_held_out_whole(tmp_path) -> None:
+    """Issue 53: ``data=chat data.val=<file.jsonl>`` said "data.val: no such setting"; now
+    every conversation of that file is held out and every one of data.path's trains."""
+    train = write_jsonl(tmp_path / "train.jsonl", 3)
+    val = tmp_path / "val.jsonl"
+    val.write_text(json.dumps({"messages": conversation(100)}) + "\n")
+    run = [*ONE_LAYER_GPT, "device=cpu", "data=chat", f"data.path={train}", f"data.val={val}"]
+    config = compose_config([*run, "data.seq_len=128"])
+    assert config["data"]["val_snapshot"].startswith("chat-")
+    trained, held = ChatDataset().batches(config, 0, 1, 3, 1)
+    tokenizer = ByteTokenizer("\n\n")
+    text = [tokenizer.decode(row.tolist()) for row in trained.get(1)[0]]
+    assert sorted(t.split("What is ", 1)[1][:1] for t in text) == ["0", "1", "2"]
+    assert "What is 100 plus 100?" in tokenizer.decode(held.get(1)[0][0].tolist())
+    with pytest.raises(ConfigError, match=r"data.val=.* and data.val_fraction=0.2 name two"):
+        compose_config([*run, "data.val_fraction=0.2"])
 
 
 def test_accumulated_micro_batches_train_as_the_whole_batch_of_replies(tmp_path) -> None:

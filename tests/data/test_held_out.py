@@ -3,6 +3,7 @@ separate prepared dataset, every document of which is held out."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,39 @@ def test_two_held_out_sets_or_a_bad_share_are_refused(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         run_batches(config(str(tmp_path), **data), 0, 1, 4, 1)
+
+
+def test_a_text_file_named_as_held_out_data_gets_a_prepare_command_that_works(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 53: ``data.val=notes.txt`` suggested ``xirang data prepare SRC notes.txt``
+    (preparing into the text file); the hint's command, pasted, prepares it, and the folder
+    it names then serves as data.val."""
+    from xirang_core.cli import main
+
+    train_root = dataset(tmp_path / "train", "quokka", 60)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("".join(f"zebra notes, paragraph {i}.\n\n" for i in range(30)))
+    with pytest.raises(Exception, match="is a file, not a prepared dataset root") as refused:
+        run_batches(config(train_root, val=str(notes)), 0, 1, 4, 1)
+    command = str(refused.value).split("`")[1]
+    assert command.startswith("xirang data prepare ")
+    monkeypatch.chdir(tmp_path)
+    assert main(command.split()[1:]) == 0
+    prepared = str(tmp_path / "notes-prepared")
+    _, val = run_batches(config(train_root, val=prepared), 0, 1, 4, 1)
+    assert "zebra" in text(val, 0)
+
+
+def test_the_launch_says_and_times_its_tokenizing(tmp_path: Path, capsys) -> None:
+    """Issue 53: a first run spent a minute tokenising with no word of it; the launch names the
+    snapshot, its shards and the tokenizer, shows a bar on a terminal, and says how long."""
+    from xirang_data.training import pin_tokens
+    from xirang_tokenizers.bytes import ByteTokenizer
+
+    run = config(dataset(tmp_path / "train", "quokka", 60))
+    pin_tokens(run, ByteTokenizer("\n\n"))
+    said = capsys.readouterr().err
+    snapshot = run["data"]["snapshot"]
+    assert f"tokenizing snapshot {snapshot} (" in said and "with tokenizer=bytes" in said
+    assert re.search(rf"tokenized snapshot {snapshot} in \d+\.\d s", said), said

@@ -76,13 +76,50 @@ def test_a_host_that_is_never_quiet_stops_measuring_after_a_few_tries() -> None:
     assert best.matmul_tflops == {"float32": 0.1 * BUSY_TRIES}
 
 
-def test_a_store_of_the_older_form_is_measured_again_and_its_figure_kept() -> None:
+def test_a_store_of_the_older_form_is_measured_again_and_its_figure_kept_until_quiet() -> None:
     path = cache_path("store-old")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(asdict(_figures(0.3))))
-    best = cached_calibration("store-old", Measurements(0.1), False, 1, lambda: 0.0)
-    assert best.matmul_tflops == {"float32": 0.3}  # the older, faster figure stays the best
+    best = cached_calibration("store-old", Measurements(0.1), False, 1, lambda: 50.0)
+    assert best.matmul_tflops == {"float32": 0.3}  # faster than a busy measurement: kept
     assert best.measured_load == {}  # its load is unknown, so it is not yet known quiet
+    assert best.measured_busy == ("float32",)
+    best = cached_calibration("store-old", Measurements(0.25), False, 1, lambda: 0.0)
+    assert best.matmul_tflops == {"float32": 0.25}  # a quiet figure replaces one of no load
+    assert best.measured_busy == ()
+
+
+def test_a_peak_measured_busy_is_never_kept_over_a_quiet_one() -> None:
+    """Issue 53: a first run on a busy host (load 6.46 on two cores) stored 0.070 TFLOP/s
+    and printed MFU 46%; a quiet measurement is the device's peak even where a busy one
+    happened to read higher, and a busy one never replaces it."""
+    measure = Measurements(0.07, 0.363, 0.4, 0.3)
+    host = os.cpu_count() or 1
+    loads = iter([6.46, 0.1, 6.0, 0.2])
+
+    def read() -> Calibration:
+        return cached_calibration("store-quiet", measure, True, host, lambda: next(loads))
+
+    busy = read()
+    assert busy.measured_busy == ("float32",)
+    assert device_peak(busy, "float32", "cpu", False) == (
+        0.07e12,
+        "float32 measured at load 6.46 on a busy host (no quiet measurement yet)",
+    )
+    assert read().matmul_tflops == {"float32": 0.363}
+    after_busy = read()  # a busy host read higher (a burst between loads): not the peak
+    assert after_busy.matmul_tflops == {"float32": 0.363}
+    assert after_busy.measured_busy == ()
+    assert read().matmul_tflops == {"float32": 0.363}  # the best quiet figure stays
+    assert device_peak(read_store("store-quiet"), "float32", "cpu", False) == (
+        0.363e12,
+        "float32 measured at load 0.10",
+    )
+
+
+def read_store(key: str) -> Calibration:
+    """The best figures the store at ``key`` holds."""
+    return Calibration(**json.loads(cache_path(key).read_text())["best"])
 
 
 def test_accelerators_are_reported_against_their_datasheet() -> None:

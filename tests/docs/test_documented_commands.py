@@ -214,8 +214,8 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
     # docs/checkpoint.md
     "xirang ckpt ls RUN [--json]": As(("xirang ckpt ls {run} --json",)),
     "xirang ckpt verify RUN [--step N]": As(("xirang ckpt verify {run} --step {step}",)),
-    "xirang ckpt export RUN [--step N] [-o model.safetensors]": As(
-        ("xirang ckpt export {run} --step {step} -o model.safetensors",)
+    "xirang ckpt export RUN [OUT] [--step N]": As(
+        ("xirang ckpt export {run} model.safetensors --step {step}",)
     ),
     "xirang ckpt keep RUN N [--undo]": As(("xirang ckpt keep {run} {step} --undo",)),
     "xirang ckpt export --format dcp RUN [OUT]": As(("xirang ckpt export --format dcp {run} dcp",)),
@@ -274,9 +274,9 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
         "run by tests/benchmarks/test_data_loading.py"
     ),
     # docs/devices.md
-    "pip install 'xirang[cuda]'": Skip(_NET),
-    "pip install 'xirang[rocm]'": Skip(_NET),
-    "pip install 'xirang[ascend]'": Skip(_NET),
+    'pip install -e ".[cuda]"': Skip(_NET),
+    'pip install -e ".[rocm]"': Skip(_NET),
+    'pip install -e ".[ascend]"': Skip(_NET),
     "xirang devices --calibrate": Slow("measures every device again"),
     "xirang devices --calibrate --json > devices.json": Slow("measures every device again"),
     "python -m xirang device=cuda trainer.max_steps=2 trainer.sample_tokens=0": Skip(_GPU),
@@ -740,6 +740,36 @@ def test_ci_runs_the_readmes_install_and_test_commands() -> None:
     assert readme.index("pytest") == readme.index(tests) + 1  # the test set-up, then pytest
     assert [ln for ln in ci if ln.startswith("pip install")] == [tests], ".ci/run differs"
     assert "pytest" in ci
+
+
+def test_the_readme_names_every_extra_and_the_docs_install_them_as_it_does() -> None:
+    """Issue 53: README's list of extras lacked ``lora``, and docs/huggingface.md said ``pip
+    install 'xirang[hf]'`` where the README installs from a clone (``pip install -e ".[hf]"``).
+    ``dev`` is Test's set-up; ``web`` is ``pool`` under its earlier name."""
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    readme = (REPO / "README.md").read_text()
+    setup = readme.split("## Set up", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`([a-z0-9]+)`", setup))
+    assert set(extras["optional-dependencies"]) - {"dev", "web"} - named == set()
+    for page in (REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))):
+        text = " ".join(page.read_text().split())  # an inline command may wrap
+        assert not re.findall(r"pip install '?xirang\[", text), page.name
+
+
+def test_the_docs_show_one_form_of_export_that_runs() -> None:
+    """Issue 53: docs mixed ``export RUN OUT`` and ``export RUN -o OUT``; every export the
+    docs show names its output as the argument after RUN (``-o`` still works)."""
+    exports = [
+        line.split("#")[0]
+        for page in (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))
+        for line in page.read_text().splitlines()
+        if line.strip().startswith("xirang ckpt export")
+    ]
+    assert len(exports) >= 7
+    for line in exports:
+        assert not re.search(r"(^|[\s\[])(-o|--output)\b", line), line
 
 
 def _summary_rows(lines: list[str]) -> list[str]:

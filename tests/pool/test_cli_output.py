@@ -66,3 +66,22 @@ def test_control_characters_in_job_names_reach_the_terminal_escaped(
     for control in ("\x1b", "\x07", "\r", "\u202e"):
         assert control not in out
     assert "evil\\x1b[2J\\x1b]0;owned\\x07\\rfake\\u202egnp.exe[bold]x" in out
+
+
+def test_status_at_80_columns_keeps_every_project_whole_and_says_how_borrowing_counts(
+    busy_pool: str, capsys
+) -> None:
+    """Issue 53: at 80 columns the project column shrank to nothing, and ``borrowed 8``
+    against a guarantee of 4 went unexplained. Every value stays whole (columns that do not
+    fit are named), and the status says how borrowing is counted."""
+    long = "speech-recognition-research"
+    quota = {"guaranteed": 1, "borrow_limit": 1, "team": "audio-and-speech-group"}
+    PoolClient(busy_pool, OPERATOR).call("PUT", f"/v1/projects/{long}", quota)
+    assert main(["--url", busy_pool, "--token", OPERATOR, "status"]) == 0
+    out = capsys.readouterr().out
+    assert fits(out), out
+    assert long in out.split() and "nlp" in out.split()
+    head = next(line for line in out.splitlines() if "project" in line).split()
+    assert {"guaranteed", "used", "borrowed"} <= set(head), out  # the figures stay in view
+    words = " ".join(out.split())
+    assert "each job counted whole (a 2-card job over a 1-card guarantee: borrowed 2)" in words

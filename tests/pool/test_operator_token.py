@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from xirang_service.pool.cli import OPERATOR_TOKEN_ENV, _operator_client
+from xirang_service.pool.cli import OPERATOR_TOKEN_ENV, _client, _operator_client
 
 URL = "http://127.0.0.1:1"
 
@@ -47,6 +47,28 @@ def test_a_given_token_wins_over_the_kept_file(home, monkeypatch) -> None:
     monkeypatch.setenv(OPERATOR_TOKEN_ENV, "op-from-env")
     assert _operator_client(args()).token == "op-from-env"
     assert _operator_client(args("given")).token == "given"
+
+
+def test_every_command_takes_the_operators_token_where_no_other_is_given(home, monkeypatch) -> None:
+    """Issue 53: with only XIRANG_POOL_OPERATOR_TOKEN exported, ``pool status`` and the bare
+    ``pool quota`` said "missing token"; a project's token, where there is one, still wins."""
+    keep(home, "op-from-file", URL)
+    assert _client(args()).token == "op-from-file"
+    monkeypatch.setenv(OPERATOR_TOKEN_ENV, "op-from-env")
+    assert _client(args()).token == "op-from-env"
+    monkeypatch.setenv("XIRANG_POOL_TOKEN", "project")
+    assert _client(args()).token == "project"
+    assert _client(args("given")).token == "given"
+
+
+def test_status_and_quotas_answer_an_operator_with_only_the_operator_token(
+    home: Path, shell: dict[str, str], other_pool: str
+) -> None:
+    token = (home / "elsewhere" / "pool.db.operator-token").read_text().strip()
+    env = {**shell, "XIRANG_POOL_URL": other_pool, OPERATOR_TOKEN_ENV: token}
+    for command in (["status"], ["quota"]):
+        done = xirang("pool", *command, "--json", env=env)
+        assert done.returncode == 0 and "missing token" not in done.stderr, done.stderr
 
 
 def test_the_kept_file_is_used_only_for_the_url_it_was_served_at(home) -> None:

@@ -79,7 +79,7 @@ def test_a_run_prints_and_logs_its_eval_loss(run_xirang: Callable, tmp_path: Pat
     run_dir = run_dirs(tmp_path)[-1]
     records = report.read_metrics(run_dir)
     evaluated = {r["step"]: r["val_loss"] for r in records if "val_loss" in r}
-    assert sorted(evaluated) == [2, 4]  # every 2 steps; the last step's is in the summary
+    assert sorted(evaluated) == [2, 4, 6]  # every 2 steps and the last (the summary's)
     printed = [line for line in result.stdout.splitlines() if line.startswith("step ")]
     for step, loss in evaluated.items():
         assert any(
@@ -88,9 +88,9 @@ def test_a_run_prints_and_logs_its_eval_loss(run_xirang: Callable, tmp_path: Pat
     assert not any("eval_loss" in line for line in printed if line.startswith("step 3 "))
     # the progress bar keeps the latest evaluation in view (rich draws it on the way out)
     assert re.search(
-        rf"loss \d\.\d{{3}} eval loss {evaluated[4]:.3f}", result.stdout + result.stderr
+        rf"loss \d\.\d{{3}} eval loss {evaluated[6]:.3f}", result.stdout + result.stderr
     )
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["val_loss"] > 0
+    assert summary["val_loss"] == evaluated[6]
     assert (summary["global_batch"], summary["micro_batch"], summary["grad_accum"]) == (4, 4, 1)
     assert (run_dir / report.PLOT_FILE).exists()

@@ -17,6 +17,7 @@ from tests.conftest import QUICK, run_dirs
 from xirang_core.config import compose
 from xirang_core.errors import ConfigError
 from xirang_core.plugins import get_registry
+from xirang_core.train import report
 from xirang_core.train.loop import NonFiniteError
 from xirang_core.train.optim import build_optimizer, implementation, kernels
 
@@ -146,6 +147,24 @@ def test_grad_norm_is_measured_without_clipping(make_trainer: Callable) -> None:
     assert float(trainer.grad_norm) > 0
 
 
+def test_the_last_record_and_progress_line_hold_the_final_evaluation(
+    make_trainer: Callable, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 53: with ``trainer.eval_every=10 trainer.max_steps=30`` the last evaluation was
+    in summary.json but not in metrics.jsonl's step-30 record, and the last progress line
+    showed step 20's. Every evaluation is scored once: the worker reuses the last one."""
+    trainer = make_trainer(max_steps=6, eval_every=4, log_every=3)
+    scores = iter([4.75, 4.5])
+    trainer.evaluate = lambda: next(scores)
+    trainer.metrics, trainer.hook = report.MetricsLog(tmp_path), get_registry().hook
+    trainer.fit()
+    records = report.read_metrics(tmp_path)
+    assert {r["step"]: r.get("val_loss") for r in records} == {1: None, 3: None, 4: 4.75, 6: 4.5}
+    assert trainer.evaluated == (6, 4.5)  # what the summary reports, not scored again
+    printed = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("step ")]
+    assert printed[-1].startswith("step 6 loss ") and " eval_loss 4.5000 " in printed[-1]
+
+
 @pytest.mark.slow
 def test_records_carry_lr_grad_norm_memory_and_periodic_val_loss(
     run_xirang: Callable, tmp_path: Path
@@ -160,6 +179,7 @@ def test_records_carry_lr_grad_norm_memory_and_periodic_val_loss(
         assert record["grad_norm"] > 0 and record["mem_bytes"] > 2**20
     assert "val_loss" in records[1] and "val_loss" not in records[2]
     summary = json.loads((run_dir / "summary.json").read_text())
+    assert records[3]["val_loss"] == summary["val_loss"]  # the final evaluation, logged
     assert summary["skipped_steps"] == 0 and summary["compile_s"] == 0
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,8 @@ class Calibration:
     key: str = ""
     #: the host's load average when each dtype's matmul figure (the best kept) was measured
     measured_load: Mapping[str, float] = field(default_factory=dict)
+    #: dtypes whose figure was measured on a busy host, there being no quiet measurement yet
+    measured_busy: Sequence[str] = ()
 
     def peak_flops(self, dtype: str = "float32") -> float:
         """Measured FLOP/s for ``dtype``; falls back to the best dtype measured."""

@@ -18,6 +18,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from xirang_core.terminal import fitting_table
+
 #: the summary figures every row shows; the objective joins them when it is another one
 FIGURES = ("final_loss", "val_loss", "tokens_per_s")
 
@@ -52,21 +54,30 @@ WIDE = 120
 
 
 def _print_table(ranked: list[dict[str, Any]], csv_path: Path) -> None:
-    """Figures never truncate: overrides wrap, and on a narrow terminal the long run
-    directories are left to the CSV, whose path is printed below the table."""
+    """Figures never truncate nor split: overrides wrap between overrides, and on a narrow
+    terminal the long run directories, then the last figures, are left to the CSV, whose
+    path is printed below the table."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
     columns = [c for c in ranked[0] if c != "run_dir" or console.width >= WIDE]
-    table = Table(title="sweep results (best first)", box=box.SIMPLE_HEAD, collapse_padding=True)
-    for column in columns:
-        table.add_column(column, overflow="fold", no_wrap=column != "overrides")
-    for row in ranked:
-        table.add_row(*("-" if row[c] is None else str(row[c]) for c in columns))
+
+    def build(shown: list[str]) -> Table:
+        table = Table(
+            title="sweep results (best first)", box=box.SIMPLE_HEAD, collapse_padding=True
+        )
+        for column in shown:
+            table.add_column(column, overflow="fold", no_wrap=column != "overrides")
+        for row in ranked:
+            table.add_row(*("-" if row[c] is None else str(row[c]) for c in shown))
+        return table
+
+    table, left_out = fitting_table(console, build, columns, keep=3)
     console.print(table)
-    console.print(f"every job's figures and run directory:\n  {csv_path}", soft_wrap=True)
+    also = f" ({', '.join(left_out)} among them)" if left_out else ""
+    console.print(f"every job's figures{also} and run directory:\n  {csv_path}", soft_wrap=True)
 
 
 def rows_from_folder(sweep_dir: Path, objective: str = "val_loss") -> list[dict[str, Any]]:

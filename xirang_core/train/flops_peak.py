@@ -52,12 +52,15 @@ def run_peak_flops(runtime: dict, world_size: int) -> float:
 
 def device_peak(calibration: Calibration, dtype: str, model: str, accelerator: bool) -> Peak:
     """One worker's peak in ``dtype``: an accelerator's datasheet where the table names
-    ``model`` (MFU as PaLM and torchtitan report it), else the best measured figure."""
+    ``model`` (MFU as PaLM and torchtitan report it), else the best measured figure, saying
+    at what load and whether that was on a busy host (the figure is then too low)."""
     sheet = datasheet_tflops(model, dtype) if accelerator else None
     if sheet:
         return Peak(sheet * 1e12, f"{dtype} datasheet")
     load = calibration.measured_load.get(dtype)
     where = f" at load {load:.2f}" if load is not None else ""
+    if dtype in calibration.measured_busy:
+        where += " on a busy host (no quiet measurement yet)"
     return Peak(calibration.peak_flops(dtype), f"{dtype} measured{where}")
 
 

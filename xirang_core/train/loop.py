@@ -140,6 +140,8 @@ class Trainer:
         self.data_wait_s = 0.0  # waiting for batches since the last record
         self.figures, self.profiler = companions.figures, companions.profiler
         self.pruned_at: int | None = None  # the step a sweep's pruner ended the run at
+        #: the last evaluation in the loop: its step and the held-out loss (every worker's)
+        self.evaluated: tuple[int, float | None] | None = None
         self._peak_beaten = False  # whether a step computed above the peak (said once)
         self._peak = settings.peak_flops  # what step MFU is against: raised when a step beats it
 
@@ -192,9 +194,11 @@ class Trainer:
         return self._evaluates(step) or not step % s.log_every or step in (1, s.max_steps)
 
     def _evaluates(self, step: int) -> bool:
-        """Whether ``step`` scores the held-out batches (never the last: the summary does)."""
+        """Whether ``step`` scores the held-out batches: every ``eval_every`` steps and the
+        last, so the final evaluation (the summary's) is in the last record and progress line
+        too, not only in ``summary.json``."""
         s = self.settings
-        return bool(s.eval_every) and step % s.eval_every == 0 and step != s.max_steps
+        return step == s.max_steps or (bool(s.eval_every) and step % s.eval_every == 0)
 
     @property
     def skipped_steps(self) -> int:
@@ -384,7 +388,8 @@ class Trainer:
                 if self.ctx.is_main:
                     records.append(record)
                     self._publish(record)
-                if evaluating and pruned_here(self.ctx, self.hook, step, record):
+                last = step == s.max_steps  # the run ends here: nothing left to prune
+                if evaluating and not last and pruned_here(self.ctx, self.hook, step, record):
                     self.pruned_at = step
                     break
         return records
@@ -408,6 +413,7 @@ class Trainer:
         assert self.evaluate is not None
         with self.precision.autocast():
             val_loss = self.evaluate()
+        self.evaluated = (record["step"], val_loss)
         if val_loss is not None:
             record["val_loss"] = round(val_loss, 5)
 

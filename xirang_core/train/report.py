@@ -116,9 +116,45 @@ def _threads(summary: dict[str, Any]) -> str:
     )
 
 
-def _peak_kind(summary: dict[str, Any]) -> str:
-    """The word for the peak: datasheet (an accelerator's), else calibrated (measured)."""
-    return "datasheet" if "datasheet" in summary.get("peak_source", "") else "calibrated"
+def _model(summary: dict[str, Any]) -> str:
+    """The model, its size and, when weights are frozen (LoRA), how many train of all."""
+    text = f"{summary['model']} ({summary['params'] / 1e6:.2f}M parameters"
+    if "trainable_params" in summary:
+        trainable, total = summary["trainable_params"], summary["total_params"]
+        text += f"; {trainable:,} of {total:,} trainable, {100 * trainable / total:.2f}%"
+    return text + ")"
+
+
+def _loss(summary: dict[str, Any]) -> str:
+    """First and final training loss and how much lower (or higher: a diverged run) it is."""
+    change = summary["loss_drop_pct"]
+    way = f"{change:.0f}% lower" if change >= 0 else f"{-change:.0f}% higher: diverged"
+    return f"{summary['first_loss']:.3f} → {summary['final_loss']:.3f} ({way})"
+
+
+def divergence_hint(summary: dict[str, Any]) -> str | None:
+    """What to change when the loss ended higher than it began (``optim.lr=10`` ended 8.362
+    -> 52.323): the learning rate the run had and a tenth of it to try. None otherwise."""
+    if summary["final_loss"] <= summary["first_loss"]:
+        return None
+    lr = summary.get("lr")
+    at = f" at optim.lr={lr:g}" if lr else ""
+    fix = f"optim.lr={lr / 10:g} (a tenth)" if lr else "a lower optim.lr"
+    return (
+        f"the loss ended higher than it began ({summary['first_loss']:.3f} → "
+        f"{summary['final_loss']:.3f}): training diverged{at}; try {fix}, or a longer "
+        f"warm-up (optim.warmup_steps)"
+    )
+
+
+def _mfu(summary: dict[str, Any]) -> str:
+    """MFU, the peak it is a share of and where that peak came from (a datasheet, or a
+    measurement and the host's load then): a peak measured busy reads low and MFU high."""
+    text = (
+        f"{summary['mfu'] * 100:.1f}% of {summary['peak_tflops']:.3f} TFLOP/s "
+        f"({summary.get('precision', 'fp32')}); peak: {summary.get('peak_source', 'calibrated')}"
+    )
+    return text + (f"; {summary['mfu_note']}" if summary.get("mfu_note") else "")
 
 
 def print_summary(summary: dict[str, Any]) -> None:
@@ -131,22 +167,13 @@ def print_summary(summary: dict[str, Any]) -> None:
     cost = summary.get("cost") or {}
     rows = [
         ("run directory", summary["run_dir"]),
-        ("model", f"{summary['model']} ({summary['params'] / 1e6:.2f}M parameters)"),
+        ("model", _model(summary)),
         ("steps", str(summary["steps"])),
         ("tokens", f"{summary['tokens']:,}"),
-        (
-            "loss",
-            f"{summary['first_loss']:.3f} → {summary['final_loss']:.3f} "
-            f"({summary['loss_drop_pct']:.0f}% lower)",
-        ),
+        ("loss", _loss(summary)),
         ("validation loss", _validation(summary)),
         ("tokens/s", f"{summary['tokens_per_s']:,.0f}"),
-        (
-            "MFU",
-            f"{summary['mfu'] * 100:.1f}% of {summary['peak_tflops']:.3f} TFLOP/s "
-            f"{_peak_kind(summary)} ({summary.get('precision', 'fp32')})"
-            + (f"; {summary['mfu_note']}" if summary.get("mfu_note") else ""),
-        ),
+        ("MFU", _mfu(summary)),
         (
             "wall time",
             f"{summary['wall_time_s']:.1f} s on {summary['world_size']} worker(s), "
@@ -187,6 +214,9 @@ def print_summary(summary: dict[str, Any]) -> None:
         table.add_row(key, value)
     console = Console()
     console.print(table)
+    hint = divergence_hint(summary)
+    if hint:
+        console.print(f"warning: {hint}", markup=False, highlight=False)
     if summary.get("sample"):
         console.print("[bold]sample from the trained model:[/]")
         console.print(summary["sample"], markup=False, highlight=False)

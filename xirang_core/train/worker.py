@@ -48,6 +48,7 @@ from xirang_core.train.loop import NO_RUNNER, Companions, LoopSettings, Trainer,
 from xirang_core.train.optim import build_optimizer, build_schedule
 from xirang_core.train.runconfig import read_config
 from xirang_core.train.segments import SegmentLog, WholeRun
+from xirang_core.train.trainable import Trained, trained_flops
 
 log = logging.getLogger("xirang.devices")
 
@@ -69,6 +70,8 @@ class Assembly:
     strategy: Strategy  # the parallel strategy; it may say how its state is checkpointed
     comm: CommBackend | None = None  # the comm option's hooks, when one is installed
     params: int = 0  # the whole model's parameters, counted before a split keeps a stage's
+    #: the parameters that train, all of them, and the FLOPs per token a step does with them
+    trained: Trained | None = None
     #: threads per worker, the cores the run may use here and the host's load at the start
     host: dict[str, Any] = field(default_factory=dict)
     balancer: balance.Balancer | None = None  # parallel.balance: this rank's unequal share
@@ -185,7 +188,9 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
     family = cast(Model, model)  # the family's own members, beside nn.Module's
     flops_per_token = family.flops_per_token(data["seq_len"])  # of the whole model, not a split
     params = family.num_params()  # likewise: a pipeline stage keeps only its own layers
-    family.after_weights()  # adapters over the weights, counted apart from the model's FLOPs
+    base = list(model.parameters())
+    family.after_weights()  # adapters over the weights, which may freeze
+    trained = trained_flops(model, base, params, flops_per_token)  # no frozen weight grads
     ctx.mesh = strategy.build_mesh(ctx)
     if not strategy.compiles:  # xirang_torch's compile between their wraps
         compile_model(model, config)
@@ -217,7 +222,7 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
         gc_every=trainer["gc_every"],
         grad_clip=trainer["grad_clip"],
         optim=config["optim"],
-        flops_per_token=flops_per_token,
+        flops_per_token=trained.flops_per_token,
         peak_flops=run_peak_flops(config["runtime"], ctx.world_size),
         bytes_per_token=train.bytes_per_token,
         precision=trainer["precision"],
@@ -240,6 +245,7 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
         comm=sync,
         strategy=strategy,
         params=params,
+        trained=trained,
         balancer=balancer,
         runner=strategy.runner(wrapped),
     )
@@ -340,7 +346,7 @@ def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry
         guard.finish(last_step)
     wall = time.perf_counter() - started
     with finishing.part("validation"), trainer.precision.autocast():
-        val_loss = held_out_loss(parts)  # every worker scores its stride of the rows
+        val_loss = final_loss(trainer, parts, last_step)
         val_bytes = held_out_bytes_per_token(parts)
     with finishing.part("sample"), trainer.precision.autocast():
         # a model the guard could not save (weights already non-finite) has nothing to say;
@@ -361,6 +367,15 @@ def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry
         report.write_summary(run_dir, summary)
     finishing.done()
     notify(registry.hook, "xirang_on_run_end", ctx=ctx, summary=summary)
+
+
+def final_loss(trainer: Trainer, parts: Assembly, last_step: int) -> float:
+    """The held-out loss at ``last_step``: the loop's evaluation of that step (every worker
+    took it, so every worker skips it alike), else scored now."""
+    evaluated = trainer.evaluated
+    if evaluated is not None and evaluated[0] == last_step:  # alike on every worker
+        return math.nan if evaluated[1] is None else evaluated[1]
+    return held_out_loss(parts)  # every worker scores its stride of the rows
 
 
 def held_out_loss(parts: Assembly) -> float:
@@ -484,6 +499,7 @@ def summarize(
         "project": config["project"],
         "model": config["model"]["name"],
         "params": parts.params or cast(Model, parts.model).num_params(),
+        **trained_fields(parts.trained),
         "steps": last["step"],
         "tokens": tokens,
         "global_batch": config["trainer"]["global_batch"],
@@ -497,6 +513,7 @@ def summarize(
         "bytes_per_token": round(parts.settings.bytes_per_token, 5),
         "val_bytes_per_token": round(val_bytes_per_token, 5),
         "loss_drop_pct": round(100 * (1 - last["loss"] / first["loss"]), 2),
+        "lr": config["optim"]["lr"],  # what a diverged run's hint suggests a tenth of
         "tokens_per_s": round(tokens_per_s, 1),
         "mfu": round(checked.mfu, 5),
         "peak_tflops": round(peak / 1e12, 4),
@@ -522,6 +539,14 @@ def summarize(
         **comm_report(parts, last["step"]),
         **balance.summary_fields(last),
     }
+
+
+def trained_fields(trained: Trained | None) -> dict[str, int]:
+    """``trainable_params`` and ``total_params`` when some weights are frozen (LoRA), which
+    the summary shows beside the model's size."""
+    if trained is None or trained.trainable >= trained.total:
+        return {}
+    return {"trainable_params": trained.trainable, "total_params": trained.total}
 
 
 def checked_mfu(config: dict[str, Any], mfu: float, registry: Registry) -> MfuFigure:

@@ -14,7 +14,7 @@
                          --policy fifo,priority,hetero
 
 Clients read XIRANG_POOL_URL (replicas: their URLs, comma-separated) and XIRANG_POOL_TOKEN
-(a project's token, or the operator's).
+(a project's token, or the operator's); without it, the operator's token, as below.
 Operator commands send --token, else XIRANG_POOL_OPERATOR_TOKEN, else XIRANG_POOL_TOKEN, else
 the token pool serve kept beside its default state, if it serves at that URL.
 """
@@ -238,7 +238,11 @@ def _history(args: argparse.Namespace) -> int:
 
 
 def _client(args: argparse.Namespace) -> PoolClient:
-    return PoolClient(args.url, args.token)
+    """For every command: ``--token``, else XIRANG_POOL_TOKEN; without either, the operator's
+    token wherever the docs keep it (:func:`_operator_client`), so an operator who exported
+    only XIRANG_POOL_OPERATOR_TOKEN reads ``pool status`` and the quotas with it too."""
+    client = PoolClient(args.url, args.token)
+    return client if client.token else _operator_client(args)
 
 
 def _operator_client(args: argparse.Namespace) -> PoolClient:

@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from xirang_core.terminal import fitting_table
+
 #: job fields in the order a table shows them; a terminal under WIDE columns shows ``_NARROW``
 _JOB_COLUMNS = (
     "position",
@@ -28,6 +30,14 @@ _JOB_COLUMNS = (
 )
 _NARROW = ("position", "id", "project", "name", "cards", "priority", "state", "device_type", "cost")
 WIDE = 120
+#: the columns a narrow terminal leaves out first (use and quota stay in view)
+_LESSER = ("run_as", "team", "max_priority", "max_jobs", "max_payload_bytes", "rate", "burst")
+#: how the status' ``borrowed`` is counted, beside ``borrow_limit``: the two count apart
+BORROWING = (
+    "borrowed: the cards of jobs running beyond the guarantee of their project, each job counted "
+    "whole (a 2-card job over a 1-card guarantee: borrowed 2); borrow_limit caps the cards in "
+    "use beyond the guarantee (there 1)"
+)
 #: what a terminal acts on instead of showing: C0 and C1 controls, DEL, bidi overrides
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
@@ -44,15 +54,22 @@ def print_answer(answer: dict[str, Any] | list[Any], console: Console | None = N
     is_job = "id" in answer[0] and "cards" in answer[0]
     shown = _JOB_COLUMNS if console.width >= WIDE else _NARROW
     columns = [c for c in shown if c in answer[0]] if is_job else list(answer[0])
-    table = Table()
-    for column in columns:
-        table.add_column(column, overflow="fold", no_wrap=column not in ("name", "project"))
-    for row in answer:
-        cells = {**row, "cost": _cost(row.get("cost"))} if is_job else row
-        table.add_row(*(_cell(cells.get(c, "")) for c in columns))
+
+    def build(columns: list[str]) -> Table:
+        table = Table()
+        for column in columns:
+            table.add_column(column, overflow="fold", no_wrap=column not in ("name", "project"))
+        for row in answer:
+            cells = {**row, "cost": _cost(row.get("cost"))} if is_job else row
+            table.add_row(*(_cell(cells.get(c, "")) for c in columns))
+        return table
+
+    table, left_out = fitting_table(console, build, columns, leave_first=_LESSER)
     console.print(table)
     if is_job and len(columns) < len([c for c in _JOB_COLUMNS if c in answer[0]]):
         console.print(f"(class, borrowed, preemptions and tokens from {WIDE} columns, or --json)")
+    elif left_out:
+        console.print(f"({', '.join(left_out)}: on a wider terminal, or --json)")
 
 
 def print_history(history: dict[str, Any], console: Console | None = None) -> None:
@@ -93,6 +110,8 @@ def _print_status(status: dict[str, Any], console: Console) -> None:
         print_answer(types, console)
     if status.get("projects"):
         print_answer(status["projects"], console)
+        if any(p.get("borrowed") for p in status["projects"]):
+            console.print(BORROWING)
     if status.get("set_aside"):
         console.print("[bold]set aside[/]: stored rows a restart could not use (docs/pool.md)")
         print_answer(status["set_aside"], console)

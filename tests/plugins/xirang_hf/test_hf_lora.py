@@ -51,3 +51,38 @@ def test_lora_without_pretrained_weights_is_refused(run_xirang, llama_dir: Path)
     result = run_xirang(*RUN, f"model.config={llama_dir}", "model.lora_rank=4", timeout=120)
     assert result.returncode == 2
     assert "LoRA trains adapters over pretrained weights" in result.stderr
+
+
+def test_merging_a_tied_models_adapters_warns_of_untied_embeddings_only_when_they_are(
+    tmp_path: Path,
+) -> None:
+    """Issue 53: ``--format hf`` of a LoRA run over a model with tied embeddings printed
+    peft's "no longer tied after merging", false there: the checkpoint holds the embedding
+    and the head as two equal copies, which peft takes for untied. Where they differ it says
+    so still."""
+    import warnings
+
+    from transformers import AutoModelForCausalLM, LlamaConfig
+    from xirang_hf.lora import attach, merged
+
+    LlamaConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=64,
+        tie_word_embeddings=True,
+    ).save_pretrained(tmp_path)
+    settings = {"pretrained": str(tmp_path), "lora_rank": 4, "lora_alpha": 8.0}
+    settings |= {"lora_dropout": 0.0, "lora_targets": ["q_proj", "v_proj"]}
+    base = AutoModelForCausalLM.from_config(LlamaConfig.from_pretrained(tmp_path))
+    state = {f"hf.{k}": v.clone() for k, v in attach(base, settings).state_dict().items()}
+    head = "hf.base_model.model.lm_head.weight"
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        merged(settings, state)
+    assert not [w for w in said if "no longer tied" in str(w.message)]
+    state[head] = state[head] + 1.0  # a head that really differs from the embedding
+    with pytest.warns(UserWarning, match="no longer tied"):
+        merged(settings, state)
