@@ -50,6 +50,14 @@ from xirang_service.pool.service import PoolService
 from xirang_service.web.answers import JSONAnswer
 from xirang_service.web.fields import ERRORS, ErrorOut, install_errors
 from xirang_service.web.limits import BodyLimit, Refusal, Refuse, TenantShare
+from xirang_service.web.pages import (
+    CONTINUE_HEADER,
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    BadCursor,
+    Key,
+    page,
+)
 from xirang_service.web.server import Limits, WebServer
 
 LIMITS = Limits(max_body_bytes=64 * 1024)
@@ -174,9 +182,14 @@ def _routes(pool: PoolService) -> APIRouter:
     def status(you: Who) -> Any:
         return JSONAnswer(pool.status(you))
 
-    @router.get("/jobs", response_model=list[m.JobOut])
-    def jobs(you: Who, state: Annotated[m.States | None, Query()] = None) -> Any:
-        return JSONAnswer(pool.jobs(you, state or ""))
+    @router.get("/jobs", response_model=list[m.JobOut], responses=_PAGED)
+    def jobs(
+        you: Who,
+        limit: Limit = DEFAULT_LIMIT,
+        after: Cursor = "",
+        state: Annotated[m.States | None, Query()] = None,
+    ) -> Any:
+        return paged(pool.jobs(you, state or "", priced=False), "jobs", limit, after, pool.price)
 
     @router.post(
         "/jobs",
@@ -220,26 +233,26 @@ def _routes(pool: PoolService) -> APIRouter:
     def history(you: Who, job_id: JobId) -> Any:
         return JSONAnswer(pool.job_history(you, job_id))
 
-    @router.get("/queue", response_model=list[m.QueuedOut])
-    def queue(you: Who) -> Any:
-        return JSONAnswer(pool.queue(you))
+    @router.get("/queue", response_model=list[m.QueuedOut], responses=_PAGED)
+    def queue(you: Who, limit: Limit = DEFAULT_LIMIT, after: Cursor = "") -> Any:
+        return paged(pool.queue(you), "queue", limit, after)
 
-    @router.get("/projects", response_model=list[m.ProjectOut])
-    def projects(you: Who) -> Any:
-        return JSONAnswer(pool.quotas(you))
+    @router.get("/projects", response_model=list[m.ProjectOut], responses=_PAGED)
+    def projects(you: Who, limit: Limit = DEFAULT_LIMIT, after: Cursor = "") -> Any:
+        return paged(pool.quotas(you), "projects", limit, after)
 
     @router.put("/projects/{name}", response_model=m.QuotaSetOut)
     def set_quota(you: Who, name: ProjectName, body: m.QuotaIn | None = None) -> Any:
         changes = body.model_dump(exclude_unset=True) if body else {}
         return JSONAnswer(pool.set_quota(you, name, changes))
 
-    @router.get("/nodes", response_model=list[m.NodeOut])
-    def nodes(you: Who) -> Any:
-        return JSONAnswer(pool.store.nodes())
+    @router.get("/nodes", response_model=list[m.NodeOut], responses=_PAGED)
+    def nodes(you: Who, limit: Limit = DEFAULT_LIMIT, after: Cursor = "") -> Any:
+        return paged(pool.store.nodes(), "nodes", limit, after)
 
-    @router.get("/devices", response_model=list[m.DeviceOut])
-    def devices(you: Who) -> Any:
-        return JSONAnswer(pool.devices(you))
+    @router.get("/devices", response_model=list[m.DeviceOut], responses=_PAGED)
+    def devices(you: Who, limit: Limit = DEFAULT_LIMIT, after: Cursor = "") -> Any:
+        return paged(pool.devices(you), "devices", limit, after)
 
     @router.post("/nodes/{name}/drain", response_model=m.DrainOut)
     def drain(you: Who, name: NodeName, body: m.DrainIn | None = None) -> Any:
@@ -249,18 +262,68 @@ def _routes(pool: PoolService) -> APIRouter:
     def undrain(you: Who, name: NodeName) -> Any:
         return JSONAnswer(pool.undrain(you, name))
 
-    @router.get("/usage", response_model=list[m.UsageOut])
+    @router.get("/usage", response_model=list[m.UsageOut], responses=_PAGED)
     def usage(
         you: Who,
+        limit: Limit = DEFAULT_LIMIT,
+        after: Cursor = "",
         since: Annotated[float, Query(ge=0, le=1e11)] = 0.0,
         until: Annotated[float | None, Query(ge=0, le=1e11)] = None,
         bucket: Annotated[int, Query(ge=MIN_BUCKET_S, le=MAX_BUCKET_S)] = 3600,
     ) -> Any:
         end = float("inf") if until is None else until
-        return JSONAnswer(pool.usage(you, since, end, float(bucket)))
+        return paged(pool.usage(you, since, end, float(bucket)), "usage", limit, after)
 
     return router
 
+
+#: each list's sort key: a cursor resumes after the last key sent
+_KEYS: dict[str, Key] = {
+    "jobs": lambda row: row["id"],
+    "queue": lambda row: row["position"],
+    "projects": lambda row: row["project"],
+    "nodes": lambda row: row["name"],
+    "devices": lambda row: row["id"],
+    "usage": lambda row: (row["bucket_start"], row["project"], row["device_type"]),
+}
+
+
+def paged(
+    rows: list[dict[str, Any]],
+    kind: str,
+    limit: int,
+    cursor: str,
+    finish: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
+) -> JSONAnswer:
+    """One page of a list (:mod:`xirang_service.web.pages`), ``finish`` applied to its rows
+    alone (a job's cost, priced for the page's jobs, not the whole list's); the next page's
+    cursor in the ``X-Xirang-Continue`` header."""
+    try:
+        found = page(rows, _KEYS[kind], limit, cursor, kind)
+    except BadCursor as exc:
+        raise PoolError(str(exc)) from None
+    headers = {CONTINUE_HEADER: found.next} if found.next else {}
+    return JSONAnswer(finish(found.rows) if finish else found.rows, headers=headers)
+
+
+#: ``?limit=``: rows per page; ``?continue=``: the cursor the previous page gave
+Limit = Annotated[
+    int, Query(ge=1, le=MAX_LIMIT, description=f"rows per page (default {DEFAULT_LIMIT})")
+]
+Cursor = Annotated[
+    str,
+    Query(
+        alias="continue",
+        max_length=1000,
+        description=f"the {CONTINUE_HEADER} header of the previous page",
+    ),
+]
+_PAGED: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "one page; the next page's cursor in the X-Xirang-Continue header",
+        "headers": {CONTINUE_HEADER: {"schema": {"type": "string"}, "description": "next page"}},
+    }
+}
 
 _RATED: dict[int | str, dict[str, Any]] = {
     429: {"model": ErrorOut, "description": "the project is over its request rate (Retry-After)"}
