@@ -47,17 +47,11 @@ from xirang_service.pool import api_models as m
 from xirang_service.pool.errors import LEADER_HEADER, PoolError
 from xirang_service.pool.replica import Replica
 from xirang_service.pool.service import PoolService
-from xirang_service.web.answers import JSONAnswer
+from xirang_service.web.answers import PAGED, Cursor, JSONAnswer, Limit
+from xirang_service.web.answers import paged as paged_answer
 from xirang_service.web.fields import ERRORS, ErrorOut, install_errors
 from xirang_service.web.limits import BodyLimit, Refusal, Refuse, TenantShare
-from xirang_service.web.pages import (
-    CONTINUE_HEADER,
-    DEFAULT_LIMIT,
-    MAX_LIMIT,
-    BadCursor,
-    Key,
-    page,
-)
+from xirang_service.web.pages import DEFAULT_LIMIT, Key
 from xirang_service.web.server import Limits, WebServer
 
 LIMITS = Limits(max_body_bytes=64 * 1024)
@@ -182,7 +176,7 @@ def _routes(pool: PoolService) -> APIRouter:
     def status(you: Who) -> Any:
         return JSONAnswer(pool.status(you))
 
-    @router.get("/jobs", response_model=list[m.JobOut], responses=_PAGED)
+    @router.get("/jobs", response_model=list[m.JobOut], responses=PAGED)
     def jobs(
         you: Who,
         limit: Limit = DEFAULT_LIMIT,
@@ -233,11 +227,11 @@ def _routes(pool: PoolService) -> APIRouter:
     def history(you: Who, job_id: JobId) -> Any:
         return JSONAnswer(pool.job_history(you, job_id))
 
-    @router.get("/queue", response_model=list[m.QueuedOut], responses=_PAGED)
+    @router.get("/queue", response_model=list[m.QueuedOut], responses=PAGED)
     def queue(you: Who, limit: Limit = DEFAULT_LIMIT, after: Cursor = "") -> Any:
         return paged(pool.queue(you), "queue", limit, after)
 
-    @router.get("/projects", response_model=list[m.ProjectOut], responses=_PAGED)
+    @router.get("/projects", response_model=list[m.ProjectOut], responses=PAGED)
     def projects(you: Who, limit: Limit = DEFAULT_LIMIT, after: Cursor = "") -> Any:
         return paged(pool.quotas(you), "projects", limit, after)
 
@@ -246,11 +240,11 @@ def _routes(pool: PoolService) -> APIRouter:
         changes = body.model_dump(exclude_unset=True) if body else {}
         return JSONAnswer(pool.set_quota(you, name, changes))
 
-    @router.get("/nodes", response_model=list[m.NodeOut], responses=_PAGED)
+    @router.get("/nodes", response_model=list[m.NodeOut], responses=PAGED)
     def nodes(you: Who, limit: Limit = DEFAULT_LIMIT, after: Cursor = "") -> Any:
         return paged(pool.store.nodes(), "nodes", limit, after)
 
-    @router.get("/devices", response_model=list[m.DeviceOut], responses=_PAGED)
+    @router.get("/devices", response_model=list[m.DeviceOut], responses=PAGED)
     def devices(you: Who, limit: Limit = DEFAULT_LIMIT, after: Cursor = "") -> Any:
         return paged(pool.devices(you), "devices", limit, after)
 
@@ -262,7 +256,7 @@ def _routes(pool: PoolService) -> APIRouter:
     def undrain(you: Who, name: NodeName) -> Any:
         return JSONAnswer(pool.undrain(you, name))
 
-    @router.get("/usage", response_model=list[m.UsageOut], responses=_PAGED)
+    @router.get("/usage", response_model=list[m.UsageOut], responses=PAGED)
     def usage(
         you: Who,
         limit: Limit = DEFAULT_LIMIT,
@@ -295,35 +289,9 @@ def paged(
     cursor: str,
     finish: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
 ) -> JSONAnswer:
-    """One page of a list (:mod:`xirang_service.web.pages`), ``finish`` applied to its rows
-    alone (a job's cost, priced for the page's jobs, not the whole list's); the next page's
-    cursor in the ``X-Xirang-Continue`` header."""
-    try:
-        found = page(rows, _KEYS[kind], limit, cursor, kind)
-    except BadCursor as exc:
-        raise PoolError(str(exc)) from None
-    headers = {CONTINUE_HEADER: found.next} if found.next else {}
-    return JSONAnswer(finish(found.rows) if finish else found.rows, headers=headers)
+    """One page of the list ``kind`` (:func:`xirang_service.web.answers.paged`)."""
+    return paged_answer(rows, _KEYS[kind], kind, limit, cursor, finish)
 
-
-#: ``?limit=``: rows per page; ``?continue=``: the cursor the previous page gave
-Limit = Annotated[
-    int, Query(ge=1, le=MAX_LIMIT, description=f"rows per page (default {DEFAULT_LIMIT})")
-]
-Cursor = Annotated[
-    str,
-    Query(
-        alias="continue",
-        max_length=1000,
-        description=f"the {CONTINUE_HEADER} header of the previous page",
-    ),
-]
-_PAGED: dict[int | str, dict[str, Any]] = {
-    200: {
-        "description": "one page; the next page's cursor in the X-Xirang-Continue header",
-        "headers": {CONTINUE_HEADER: {"schema": {"type": "string"}, "description": "next page"}},
-    }
-}
 
 _RATED: dict[int | str, dict[str, Any]] = {
     429: {"model": ErrorOut, "description": "the project is over its request rate (Retry-After)"}

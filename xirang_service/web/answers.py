@@ -11,10 +11,15 @@ fuzz tests check (tests/pool/test_fuzz.py, tests/console/test_fuzz.py).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import pydantic_core
+from fastapi import Query
+from starlette.exceptions import HTTPException
 from starlette.responses import Response
+
+from xirang_service.web.pages import CONTINUE_HEADER, DEFAULT_LIMIT, MAX_LIMIT, BadCursor, Key, page
 
 
 class JSONAnswer(Response):
@@ -45,3 +50,44 @@ class AddHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+#: ``?limit=``: rows per page of a list (:mod:`xirang_service.web.pages`)
+Limit = Annotated[
+    int, Query(ge=1, le=MAX_LIMIT, description=f"rows per page (default {DEFAULT_LIMIT})")
+]
+#: ``?continue=``: the cursor the previous page gave
+Cursor = Annotated[
+    str,
+    Query(
+        alias="continue",
+        max_length=1000,
+        description=f"the {CONTINUE_HEADER} header of the previous page",
+    ),
+]
+#: what a paged list's route documents of its answer
+PAGED: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": f"one page; the next page's cursor in the {CONTINUE_HEADER} header",
+        "headers": {CONTINUE_HEADER: {"schema": {"type": "string"}, "description": "next page"}},
+    }
+}
+
+
+def paged(
+    rows: list[dict[str, Any]],
+    key: Key,
+    kind: str,
+    limit: int,
+    cursor: str,
+    finish: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
+) -> JSONAnswer:
+    """One page of ``rows`` (sorted by ``key``) as an answer, ``finish`` applied to the page's
+    rows alone (a job's cost, priced for the jobs sent, not the whole list); the next page's
+    cursor in the ``X-Xirang-Continue`` header; a cursor the list never gave is a 400."""
+    try:
+        found = page(rows, key, limit, cursor, kind)
+    except BadCursor as exc:
+        raise HTTPException(400, str(exc)) from None
+    headers = {CONTINUE_HEADER: found.next} if found.next else {}
+    return JSONAnswer(finish(found.rows) if finish else found.rows, headers=headers)
