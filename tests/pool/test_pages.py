@@ -15,7 +15,7 @@ import pytest
 from tests.pool.web import OPERATOR, Served, served
 from xirang_service.pool.cli import main as cli_main
 from xirang_service.pool.service import OPERATOR as OPERATOR_WHO
-from xirang_service.web.pages import CONTINUE_HEADER, DEFAULT_LIMIT, MAX_LIMIT
+from xirang_service.web.pages import CONTINUE_HEADER, DEFAULT_LIMIT, MAX_LIMIT, MAX_PAGE_BYTES
 
 
 def get(pool: Served, path: str, token: str = OPERATOR) -> tuple[int, Any, str]:
@@ -91,3 +91,25 @@ def test_the_client_and_the_cli_read_past_the_default_page(
         queued = [row["id"] for row in json.loads(capsys.readouterr().out)]
         assert queued == [row["id"] for row in service.queue(OPERATOR_WHO)]
         assert len(queued) > DEFAULT_LIMIT
+
+
+def test_a_page_of_large_jobs_ends_at_its_byte_bound_and_the_cursor_goes_on(
+    tmp_path: Path, cluster_file: Path
+) -> None:
+    """However large the jobs a tenant stored, one answer holds at most MAX_PAGE_BYTES (and a
+    row): what a client that reads slowly, or not at all, keeps of the service's memory."""
+    with served(str(tmp_path / "pool.db"), cluster_file) as pool:
+        blob = {"note": "x" * 50_000}
+        made = [
+            pool.service.submit(OPERATOR_WHO, {"project": "nlp", "cards": 1, "payload": blob})
+            for _ in range(40)
+        ]
+        connection = http.client.HTTPConnection(pool.host, pool.port, timeout=30)
+        connection.request("GET", "/v1/jobs", headers={"Authorization": f"Bearer {OPERATOR}"})
+        answer = connection.getresponse()
+        first = answer.read()
+        assert len(first) <= MAX_PAGE_BYTES and answer.getheader(CONTINUE_HEADER)
+        assert 0 < len(json.loads(first)) < len(made)
+        connection.close()
+        listed = pool.client("nlp").listing("/v1/jobs")
+        assert [row["id"] for row in listed] == [job["id"] for job in made]

@@ -19,7 +19,16 @@ from fastapi import Query
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from xirang_service.web.pages import CONTINUE_HEADER, DEFAULT_LIMIT, MAX_LIMIT, BadCursor, Key, page
+from xirang_service.web.pages import (
+    CONTINUE_HEADER,
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    BadCursor,
+    Key,
+    Page,
+    body,
+    page,
+)
 
 
 class JSONAnswer(Response):
@@ -28,7 +37,7 @@ class JSONAnswer(Response):
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
-        return pydantic_core.to_json(content, inf_nan_mode="null")
+        return _json(content)
 
 
 class AddHeaders:
@@ -82,12 +91,21 @@ def paged(
     cursor: str,
     finish: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
 ) -> JSONAnswer:
-    """One page of ``rows`` (sorted by ``key``) as an answer, ``finish`` applied to the page's
-    rows alone (a job's cost, priced for the jobs sent, not the whole list); the next page's
-    cursor in the ``X-Xirang-Continue`` header; a cursor the list never gave is a 400."""
+    """One page of ``rows`` (sorted by ``key``) as an answer: ``limit`` rows at most, and no
+    more than :data:`~xirang_service.web.pages.MAX_PAGE_BYTES` of JSON, ``finish`` applied to
+    the page's rows alone (a job's cost, priced for the jobs sent, not the whole list); the
+    next page's cursor in the ``X-Xirang-Continue`` header; a cursor the list never gave is a
+    400."""
     try:
         found = page(rows, key, limit, cursor, kind)
     except BadCursor as exc:
         raise HTTPException(400, str(exc)) from None
-    headers = {CONTINUE_HEADER: found.next} if found.next else {}
-    return JSONAnswer(finish(found.rows) if finish else found.rows, headers=headers)
+    if finish is not None:
+        found = Page(finish(found.rows), found.next)
+    content, following = body(found, key, kind, _json)
+    headers = {CONTINUE_HEADER: following} if following else {}
+    return Response(content, media_type=JSONAnswer.media_type, headers=headers)
+
+
+def _json(content: Any) -> bytes:
+    return pydantic_core.to_json(content, inf_nan_mode="null")

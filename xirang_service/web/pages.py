@@ -22,6 +22,9 @@ from typing import Any
 
 #: rows per page when the client names no limit, and the most it may ask for
 DEFAULT_LIMIT, MAX_LIMIT = 500, 5000
+#: a page ends once its JSON reaches this many bytes (whatever the limit; one row at least):
+#: what one answer holds of the service's memory while a slow client reads it
+MAX_PAGE_BYTES = 1 << 20
 #: the answer header holding the next page's cursor (absent on the last page)
 CONTINUE_HEADER = "X-Xirang-Continue"
 
@@ -37,6 +40,20 @@ class Page:
     rows: list[dict[str, Any]]
     #: the cursor of the next page, "" on the last
     next: str = ""
+
+
+def body(found: Page, key: Key, kind: str, encode_row: Callable[[Any], bytes]) -> tuple[bytes, str]:
+    """``found``'s JSON body, ended early once it would pass :data:`MAX_PAGE_BYTES` (the
+    cursor then resumes after the last row it holds), and the next page's cursor."""
+    parts: list[bytes] = []
+    size = 2
+    for row in found.rows:
+        part = encode_row(row)
+        if parts and size + len(part) > MAX_PAGE_BYTES:
+            return b"[" + b",".join(parts) + b"]", encode(kind, key(found.rows[len(parts) - 1]))
+        parts.append(part)
+        size += len(part) + 1
+    return b"[" + b",".join(parts) + b"]", found.next
 
 
 def page(rows: Sequence[dict[str, Any]], key: Key, limit: int, cursor: str, kind: str) -> Page:
