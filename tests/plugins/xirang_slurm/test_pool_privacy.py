@@ -60,12 +60,18 @@ def test_a_tenants_job_cannot_read_another_tenants_run_output(
     store = PoolStore(tmp_path / "pool.db")
     service = PoolService(store, cluster, "priority", "op", SlurmExecutor(tmp_path / "slurm"))
     try:
-        written = "mkdir -p $HOME/run/checkpoints && echo secret-of-b > $HOME/run/out; umask > $HOME/umask"
+        written = (
+            "mkdir -p $HOME/run/checkpoints && echo secret-of-b > $HOME/run/out; "
+            "umask > $HOME/umask"
+        )
         assert run(service, "pb", written) == "done"
         assert (home_b / "umask").read_text().strip() == "0077"
         assert (home_b / "run").stat().st_mode & 0o777 == 0o700
         assert (home_b / "run" / "out").stat().st_mode & 0o777 == 0o600
-        probe = f"cat {home_b}/run/out {home_b}/umask > $HOME/got 2>&1; ls {home_b}/run >> $HOME/got 2>&1"
+        probe = (
+            f"cat {home_b}/run/out {home_b}/umask > $HOME/got 2>&1; "
+            f"ls {home_b}/run >> $HOME/got 2>&1"
+        )
         run(service, "pa", probe)
         got = (home_a / "got").read_text()
         assert "secret-of-b" not in got and "0077" not in got and "Permission denied" in got, got
