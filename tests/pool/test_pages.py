@@ -5,8 +5,13 @@ pool jobs``) follow it, so they see every job past the default page too."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import http.client
 import json
+import re
+import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +19,7 @@ import pytest
 
 from tests.pool.web import OPERATOR, Served, served
 from xirang_service.pool.cli import main as cli_main
+from xirang_service.pool.rest import LIMITS
 from xirang_service.pool.service import OPERATOR as OPERATOR_WHO
 from xirang_service.web.pages import CONTINUE_HEADER, DEFAULT_LIMIT, MAX_LIMIT, MAX_PAGE_BYTES
 
@@ -113,3 +119,31 @@ def test_a_page_of_large_jobs_ends_at_its_byte_bound_and_the_cursor_goes_on(
         connection.close()
         listed = pool.client("nlp").listing("/v1/jobs")
         assert [row["id"] for row in listed] == [job["id"] for job in made]
+
+
+def test_a_client_that_does_not_read_its_answer_is_cut_at_the_send_deadline(
+    tmp_path: Path, cluster_file: Path
+) -> None:
+    """A client that asks for a page and reads nothing holds it only until the send deadline:
+    then the service drops the connection and the unsent bytes (the client, reading at last,
+    finds the answer cut short), and serves on."""
+    limits = dataclasses.replace(LIMITS, send_timeout_s=1.0)
+    with served(str(tmp_path / "pool.db"), cluster_file, limits) as pool:
+        for _ in range(40):
+            blob = {"note": "x" * 50_000}
+            pool.service.submit(OPERATOR_WHO, {"project": "nlp", "cards": 1, "payload": blob})
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window: it stalls
+        sock.connect((pool.host, pool.port))
+        request = f"GET /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {OPERATOR}\r\n\r\n"
+        sock.sendall(request.encode())
+        time.sleep(4)  # the deadline (1 s) passes while the client reads nothing
+        received = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(1 << 16):
+                received += chunk
+        sock.close()
+        head, _, content = received.partition(b"\r\n\r\n")
+        length = int(re.search(rb"content-length: (\d+)", head.lower()).group(1))  # type: ignore[union-attr]
+        assert len(content) < length, "the whole answer was kept for a client that read nothing"
+        assert get(pool, "/v1/status")[0] == 200
