@@ -42,6 +42,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
 from fastapi import Path as PathParam
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.responses import Response
 
 from xirang_service.pool import api_models as m
 from xirang_service.pool.errors import LEADER_HEADER, PoolError
@@ -288,7 +289,7 @@ def paged(
     limit: int,
     cursor: str,
     finish: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
-) -> JSONAnswer:
+) -> Response:
     """One page of the list ``kind`` (:func:`xirang_service.web.answers.paged`)."""
     return paged_answer(rows, _KEYS[kind], kind, limit, cursor, finish)
 

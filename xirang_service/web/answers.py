@@ -90,7 +90,7 @@ def paged(
     limit: int,
     cursor: str,
     finish: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
-) -> JSONAnswer:
+) -> Response:
     """One page of ``rows`` (sorted by ``key``) as an answer: ``limit`` rows at most, and no
     more than :data:`~xirang_service.web.pages.MAX_PAGE_BYTES` of JSON, ``finish`` applied to
     the page's rows alone (a job's cost, priced for the jobs sent, not the whole list); the
