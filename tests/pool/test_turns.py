@@ -272,16 +272,15 @@ def test_a_tenant_sent_a_costly_answer_lets_others_go_first_for_the_turns_it_owe
             await turns.enter(tenant)
             order.append(name)
 
-        asyncio.create_task(ask(A, "a1"))
+        tasks = [asyncio.create_task(ask(A, "a1"))]
         await settle()
-        for i in range(3):
-            asyncio.create_task(ask(B, f"b{i}"))
+        tasks += [asyncio.create_task(ask(B, f"b{i}")) for i in range(3)]
         await settle()
         turns.leave(C)
         for _ in range(4):
             await settle()
             turns.leave(B if order[-1].startswith("b") else A)
-        await settle()
+        await asyncio.gather(*tasks)
         assert order == ["b0", "b1", "a1", "b2"]
 
     run(body())
