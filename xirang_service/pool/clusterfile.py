@@ -14,6 +14,8 @@
     projects:
       - {name: nlp, guaranteed: 64, borrow_limit: 128, team: research, max_priority: high,
          run_as: nlp-jobs,         # the Unix account its jobs run as (docs/pool.md)
+         umask: "077",             # its jobs' umask (the default; shared_account: true lets
+                                   # run_as name an account another project holds)
          max_jobs: 2000, max_payload_bytes: 33554432, rate: 20, burst: 40}   # limits
 
 Relative paths resolve against the cluster file's folder.
