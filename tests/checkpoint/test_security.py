@@ -18,7 +18,7 @@ import yaml
 from xirang_ckpt.cli import main
 
 from tests.checkpoint.helpers import build, manager, train_step
-from xirang_core.checkpoint.chunks import RefusedCheckpoint, chunk_key
+from xirang_core.checkpoint.chunks import CorruptCheckpoint, RefusedCheckpoint, chunk_key
 from xirang_core.checkpoint.config import CheckpointConfig, check_checkpoint
 from xirang_core.checkpoint.signing import KEY_ENV, KEY_FILE_ENV
 from xirang_core.checkpoint.store import CheckpointStore
@@ -206,3 +206,23 @@ def test_a_crafted_manifest_naming_bytes_it_does_not_hold_fails_verify(
     forge(tmp_path, drop_a_tensor)
     assert main(["verify", str(tmp_path)]) == 1
     assert f"{dropped[0]}, which is not in the checkpoint" in capsys.readouterr().out
+
+
+def craft_shape(store: CheckpointStore, files: dict[str, bytes]) -> None:
+    """One tensor's shape made 8 PiB's worth, its stored chunks left as they were."""
+    meta = json.loads(files["metadata.json"])
+    tensor = next(iter(meta["tensors"].values()))
+    tensor["size"] = [2**50, *tensor["size"][1:]]
+    files["metadata.json"] = json.dumps(meta).encode()
+
+
+def test_a_crafted_tensor_shape_is_refused_as_corrupt_not_allocated(tmp_path: Path, capsys) -> None:
+    saved_run(tmp_path)
+    forge(tmp_path, craft_shape)
+    assert main(["verify", str(tmp_path)]) == 1
+    assert "its stored chunks hold" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match="no valid checkpoint"):  # one xirang error: line
+        main(["export", str(tmp_path), "-o", str(tmp_path / "w.safetensors")])
+    model, optim = build(seed=1)
+    with pytest.raises(CorruptCheckpoint, match="its stored chunks hold"):
+        manager(str(tmp_path), model, optim).restore()
