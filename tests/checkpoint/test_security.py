@@ -226,3 +226,37 @@ def test_a_crafted_tensor_shape_is_refused_as_corrupt_not_allocated(tmp_path: Pa
     model, optim = build(seed=1)
     with pytest.raises(CorruptCheckpoint, match="its stored chunks hold"):
         manager(str(tmp_path), model, optim).restore()
+
+
+def test_a_step_another_run_signed_with_the_same_key_is_refused(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The signature binds the run and the step: a newer step copied in from another run of
+    the same pool (same key) is refused, not resumed from."""
+    import shutil
+
+    monkeypatch.setenv(KEY_ENV, "a" * 32)
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    for run in (mine, theirs):
+        run.mkdir()
+        saved_run(run)
+    model, optim = build(seed=2)
+    other = manager(str(theirs), model, optim)
+    other.restore()
+    train_step(model, optim, 2)
+    other.save(2)
+    other.wait(raise_errors=True)
+    for chunk in (theirs / "checkpoints" / "chunks").rglob("*"):
+        target = mine / "checkpoints" / "chunks" / chunk.relative_to(theirs / "checkpoints/chunks")
+        if chunk.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        elif not target.exists():
+            shutil.copy(chunk, target)
+    step = "checkpoints/step-000000002"
+    shutil.copytree(theirs / step, mine / step)
+    assert (mine / "run-id").read_text() != (theirs / "run-id").read_text()
+    model, optim = build(seed=1)
+    with pytest.raises(RefusedCheckpoint, match=r"step 2 .* saved by another run"):
+        manager(str(mine), model, optim).restore()
+    model, optim = build(seed=1)
+    assert manager(str(theirs), model, optim).restore() == 3  # its own run resumes from it
