@@ -159,10 +159,24 @@ def _run_composed_once(args: list[str], registry: Any) -> bool:
     callbacks = Callbacks(cfg)
     callbacks.on_run_start(config=cfg, config_name=CONFIG_NAME)
     context = HydraContext(config_loader=hydra.config_loader, callbacks=callbacks)
-    job = run_job(_task(registry), cfg, "hydra.run.dir", None, hydra_context=context)
+    try:
+        job = run_job(_task(registry), cfg, "hydra.run.dir", None, hydra_context=context)
+    except OSError as exc:  # the run's own errors are in job.return_value: this is Hydra's set-up
+        raise _unwritable_run_dir(exc) from None
     callbacks.on_run_end(config=cfg, config_name=CONFIG_NAME, job_return=job)
     _ = job.return_value  # raises what the run raised
     return True
+
+
+def _unwritable_run_dir(exc: OSError) -> ConfigError:
+    """Hydra could not make the run directory (or write its ``.hydra`` record and log into
+    it): one line naming the folder and why, not the traceback of a ``mkdir``."""
+    where = f" {exc.filename}" if exc.filename else ""
+    return ConfigError(
+        f"hydra.run.dir: cannot create or write the run directory{where} "
+        f"({exc.strerror or exc}); name a folder this user can write, e.g. "
+        "hydra.run.dir=outputs/my-run"
+    )
 
 
 def _run_with_hydra_main(args: list[str], registry: Any) -> None:

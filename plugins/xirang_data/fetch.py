@@ -145,7 +145,14 @@ class ShardFetcher:
         return self.disk.get(info.key, lambda: self._from_origin(info), next_use, protect)
 
     def _from_origin(self, info: ShardInfo) -> bytes:
-        data = self.throttle.call(lambda: self.origin.read(info.key))
+        try:
+            data = self.throttle.call(lambda: self.origin.read(info.key))
+        except FileNotFoundError:
+            raise DataError(
+                f"shard {info.key} of this snapshot is missing at the origin {self.origin.root} "
+                "(deleted, or the snapshot copied without it); re-run `xirang data prepare` or "
+                "`xirang data sync` for this snapshot"
+            ) from None
         self.origin_bytes += len(data)
         return data
 

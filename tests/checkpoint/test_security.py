@@ -18,7 +18,7 @@ import yaml
 from xirang_ckpt.cli import main
 
 from tests.checkpoint.helpers import build, manager, train_step
-from xirang_core.checkpoint.chunks import RefusedCheckpoint, chunk_key
+from xirang_core.checkpoint.chunks import CorruptCheckpoint, RefusedCheckpoint, chunk_key
 from xirang_core.checkpoint.config import CheckpointConfig, check_checkpoint
 from xirang_core.checkpoint.signing import KEY_ENV, KEY_FILE_ENV
 from xirang_core.checkpoint.store import CheckpointStore
@@ -206,3 +206,57 @@ def test_a_crafted_manifest_naming_bytes_it_does_not_hold_fails_verify(
     forge(tmp_path, drop_a_tensor)
     assert main(["verify", str(tmp_path)]) == 1
     assert f"{dropped[0]}, which is not in the checkpoint" in capsys.readouterr().out
+
+
+def craft_shape(store: CheckpointStore, files: dict[str, bytes]) -> None:
+    """One tensor's shape made 8 PiB's worth, its stored chunks left as they were."""
+    meta = json.loads(files["metadata.json"])
+    tensor = next(iter(meta["tensors"].values()))
+    tensor["size"] = [2**50, *tensor["size"][1:]]
+    files["metadata.json"] = json.dumps(meta).encode()
+
+
+def test_a_crafted_tensor_shape_is_refused_as_corrupt_not_allocated(tmp_path: Path, capsys) -> None:
+    saved_run(tmp_path)
+    forge(tmp_path, craft_shape)
+    assert main(["verify", str(tmp_path)]) == 1
+    assert "its stored chunks hold" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match="no valid checkpoint"):  # one xirang error: line
+        main(["export", str(tmp_path), "-o", str(tmp_path / "w.safetensors")])
+    model, optim = build(seed=1)
+    with pytest.raises(CorruptCheckpoint, match="its stored chunks hold"):
+        manager(str(tmp_path), model, optim).restore()
+
+
+def test_a_step_another_run_signed_with_the_same_key_is_refused(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The signature binds the run and the step: a newer step copied in from another run of
+    the same pool (same key) is refused, not resumed from."""
+    import shutil
+
+    monkeypatch.setenv(KEY_ENV, "a" * 32)
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    for run in (mine, theirs):
+        run.mkdir()
+        saved_run(run)
+    model, optim = build(seed=2)
+    other = manager(str(theirs), model, optim)
+    other.restore()
+    train_step(model, optim, 2)
+    other.save(2)
+    other.wait(raise_errors=True)
+    for chunk in (theirs / "checkpoints" / "chunks").rglob("*"):
+        target = mine / "checkpoints" / "chunks" / chunk.relative_to(theirs / "checkpoints/chunks")
+        if chunk.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        elif not target.exists():
+            shutil.copy(chunk, target)
+    step = "checkpoints/step-000000002"
+    shutil.copytree(theirs / step, mine / step)
+    assert (mine / "run-id").read_text() != (theirs / "run-id").read_text()
+    model, optim = build(seed=1)
+    with pytest.raises(RefusedCheckpoint, match=r"step 2 .* saved by another run"):
+        manager(str(mine), model, optim).restore()
+    model, optim = build(seed=1)
+    assert manager(str(theirs), model, optim).restore() == 3  # its own run resumes from it

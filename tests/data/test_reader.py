@@ -92,6 +92,15 @@ def test_corrupt_shard_at_origin_is_reported_by_name(make_dataset: Make) -> None
         list(reader(tier, snap, seed=0))
 
 
+def test_a_missing_shard_is_one_data_error_naming_it_and_the_fix(make_dataset: Make) -> None:
+    tier, snap = make_dataset(n=40, per_shard=20)
+    victim = snap.shards[0].key
+    tier.fs.rm_file(tier.path(victim))
+    with pytest.raises(DataError, match=r"shard .* is missing at the origin") as err:
+        list(reader(tier, snap, seed=0))
+    assert victim in str(err.value) and "xirang data prepare" in str(err.value)
+
+
 def test_corrupt_cached_copy_is_fetched_again(make_dataset: Make, tmp_path) -> None:
     tier, snap = make_dataset(n=40, per_shard=20)
     cache = tmp_path / "cache"

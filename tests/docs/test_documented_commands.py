@@ -332,8 +332,9 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
     "xirang pool quota nlp --guaranteed 64 --borrow-limit 64 --team research": Pool(),
     "xirang pool quota nlp --max-priority high": Pool(),
     "xirang pool quota nlp --max-jobs 500 --max-payload-bytes 4194304 --rate 20 --burst 40": Pool(),
-    # the docs' account does not exist here; nobody does, on any Debian or Red Hat host
-    "xirang pool quota nlp --run-as nlp-jobs": Pool(("xirang pool quota nlp --run-as nobody",)),
+    # the docs' account does not exist here, and a fresh host has no login account (uid
+    # UID_MIN..UID_MAX) to name instead: the same option, clearing the project's account
+    "xirang pool quota nlp --run-as nlp-jobs": Pool(("xirang pool quota nlp --run-as ''",)),
     "xirang pool status | queue | jobs --state running | cancel 12": Pool(
         (
             "xirang pool status",

@@ -40,6 +40,22 @@ def test_the_same_key_makes_one_job_per_project_across_a_restart(
         restarted.store.close()
 
 
+def test_a_different_request_under_a_used_key_is_422_naming_the_job(
+    store_location: str, cluster_file: Path
+) -> None:
+    with served(store_location, cluster_file) as pool:
+        nlp = pool.client("nlp")
+        first = nlp.submit(key="run-7", cards=1, name="a", payload={"lr": 0.1})
+        with pytest.raises(PoolError) as err:
+            nlp.submit(key="run-7", cards=2, name="a", payload={"lr": 0.1})
+        assert err.value.status == 422
+        assert f"job {first['id']}" in str(err.value) and "new key" in str(err.value)
+        with pytest.raises(PoolError, match="different request"):
+            nlp.submit(key="run-7", cards=1, name="a", payload={"lr": 0.2})
+        assert nlp.submit(key="run-7", cards=1, name="a", payload={"lr": 0.1})["id"] == first["id"]
+        assert len(pool.service.jobs(OPERATOR_WHO)) == 1
+
+
 @contextmanager
 def dropping_proxy(host: str, port: int, drops: int) -> Iterator[str]:
     """A loopback proxy to the real service that passes each request on and, for the first

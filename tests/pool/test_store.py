@@ -16,9 +16,16 @@ def test_a_path_is_an_sqlite_file(tmp_path) -> None:
     store.close()
 
 
-def test_unreachable_postgresql_names_the_store_without_its_password(tmp_path) -> None:
-    url = f"postgresql://alice:s3cret@/pool?host={tmp_path}&connect_timeout=5"
+def test_unreachable_postgresql_names_the_store(tmp_path) -> None:
+    url = f"postgresql://alice@/pool?host={tmp_path}&connect_timeout=5"
     with pytest.raises(PoolError, match="cannot reach the pool store") as err:
+        PoolStore(url)
+    assert "postgresql://alice@/pool" in str(err.value)
+
+
+def test_a_store_url_with_a_password_is_refused_without_showing_it(tmp_path) -> None:
+    url = f"postgresql://alice:s3cret@/pool?host={tmp_path}&connect_timeout=5"
+    with pytest.raises(PoolError, match=r"carries a password.*PGPASSWORD") as err:
         PoolStore(url)
     assert "s3cret" not in str(err.value) and "alice:***@" in str(err.value)
 

@@ -248,10 +248,10 @@ class SeatsHeld:
     def __enter__(self) -> SeatsHeld:
         entered, jobs = threading.Semaphore(0), self.pool.service.jobs
 
-        def slow_jobs(who: str, state: str = "") -> list[dict[str, Any]]:
+        def slow_jobs(who: str, state: str = "", priced: bool = True) -> list[dict[str, Any]]:
             entered.release()
             self.release.wait(30)
-            return jobs(who, state)
+            return jobs(who, state, priced)
 
         self.pool.service.jobs = slow_jobs
         self.threads = [self.ask(f"held{i}", "nlp", "/v1/jobs") for i in range(SEATS)]

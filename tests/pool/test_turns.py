@@ -256,3 +256,44 @@ def test_a_client_gone_while_sending_its_body_takes_no_turn() -> None:
         assert not ran and not gate.turns.inside and not gate.turns.line
 
     run(body())
+
+
+def test_a_tenant_sent_a_costly_answer_lets_others_go_first_for_the_turns_it_owes() -> None:
+    """Turns are charged by the bytes answered (a page of a large listing costs as many turns
+    as it holds CHARGE_BYTES): a waits behind b's cheap requests until it has paid, then goes."""
+    from xirang_service.web.turns import CHARGE_BYTES
+
+    async def body() -> None:
+        turns, order = Turns(seats=1, slice_s=60), []
+        await turns.enter(C)
+        turns.charge(A, 2 * CHARGE_BYTES + 10)  # a's last answer: two turns owed
+
+        async def ask(tenant: bytes, name: str) -> None:
+            await turns.enter(tenant)
+            order.append(name)
+
+        tasks = [asyncio.create_task(ask(A, "a1"))]
+        await settle()
+        tasks += [asyncio.create_task(ask(B, f"b{i}")) for i in range(3)]
+        await settle()
+        turns.leave(C)
+        for _ in range(4):
+            await settle()
+            turns.leave(B if order[-1].startswith("b") else A)
+        await asyncio.gather(*tasks)
+        assert order == ["b0", "b1", "a1", "b2"]
+
+    run(body())
+
+
+def test_debts_hold_nobody_back_while_nobody_waits() -> None:
+    from xirang_service.web.turns import CHARGE_BYTES
+
+    async def body() -> None:
+        turns = Turns(seats=1, slice_s=60)
+        turns.charge(A, 50 * CHARGE_BYTES)
+        for _ in range(3):
+            await turns.enter(A)  # alone: at once, however much it owes
+            turns.leave(A)
+
+    run(body())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from typing import Any
 
 import torch
@@ -87,7 +88,7 @@ def from_json(data: bytes, where: str) -> Metadata:
         if doc.get("format") != FORMAT:
             raise ValueError(f"format {doc.get('format')!r}, need {FORMAT!r}")
         state: dict[str, Any] = {fqn: BytesStorageMetadata() for fqn in doc["values"]}
-        state.update({fqn: _tensor(md) for fqn, md in doc["tensors"].items()})
+        state.update({fqn: _tensor(str(fqn), md) for fqn, md in doc["tensors"].items()})
         storage = {
             _index(s): _StorageInfo(str(s["path"]), int(s["at"]), int(s["length"]))
             for s in doc["storage"]
@@ -98,13 +99,39 @@ def from_json(data: bytes, where: str) -> Metadata:
     return Metadata(state, planner, storage, version=doc.get("version"))
 
 
-def _tensor(md: dict[str, Any]) -> TensorStorageMetadata:
+def _tensor(fqn: str, md: dict[str, Any]) -> TensorStorageMetadata:
     dtype = getattr(torch, str(md["dtype"]), None)
     if not isinstance(dtype, torch.dtype):
         raise ValueError(f"unknown dtype {md['dtype']!r}")
     chunks = [ChunkStorageMetadata(_size(o), _size(s)) for o, s in md["chunks"]]
     props = TensorProperties(dtype=dtype, requires_grad=bool(md["requires_grad"]))
-    return TensorStorageMetadata(props, _size(md["size"]), chunks)
+    tensor = TensorStorageMetadata(props, _size(md["size"]), chunks)
+    _check_tiles(fqn, tensor)
+    return tensor
+
+
+def _check_tiles(fqn: str, tensor: TensorStorageMetadata) -> None:
+    """A tensor's stored chunks lie inside its shape and fill it exactly, as every save
+    writes them: a shape edited to claim more (8 PiB) is refused here, before anything is
+    allocated for it."""
+    shape = list(tensor.size)
+    held = 0
+    for chunk in tensor.chunks:
+        offsets, sizes = list(chunk.offsets), list(chunk.sizes)
+        inside = len(offsets) == len(sizes) == len(shape) and all(
+            o + n <= d for o, n, d in zip(offsets, sizes, shape, strict=True)
+        )
+        if not inside:
+            raise ValueError(
+                f"tensor {fqn}: a stored chunk at {offsets} of {sizes} lies outside its "
+                f"shape {shape}"
+            )
+        held += math.prod(sizes)
+    if held != math.prod(shape):
+        raise ValueError(
+            f"tensor {fqn}: its shape {shape} holds {math.prod(shape)} elements, its stored "
+            f"chunks hold {held}"
+        )
 
 
 def _index(entry: dict[str, Any]) -> MetadataIndex:
@@ -118,7 +145,10 @@ def _index(entry: dict[str, Any]) -> MetadataIndex:
 
 
 def _size(values: list[Any]) -> torch.Size:
-    return torch.Size(int(v) for v in values)
+    sizes = [int(v) for v in values]
+    if any(v < 0 for v in sizes):
+        raise ValueError(f"negative size or offset in {sizes}")
+    return torch.Size(sizes)
 
 
 def _path_part(part: Any) -> str | int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -28,7 +29,7 @@ from xirang_core.checkpoint.chunks import ChunkedBytes, CorruptCheckpoint, Refus
 from xirang_core.checkpoint.config import CheckpointConfig
 from xirang_core.checkpoint.events import record_event
 from xirang_core.checkpoint.interval import Interval, IntervalPolicy
-from xirang_core.checkpoint.manifest import parse_step_dir
+from xirang_core.checkpoint.manifest import Manifest, parse_step_dir
 from xirang_core.checkpoint.snapshot import (
     Collective,
     SaveFailed,
@@ -92,6 +93,8 @@ class CheckpointManager:
         self.last_result: SaveResult | None = None
         #: more of each rank's JSON state, by key: objects with state_dict/load_state_dict
         self.stateful: dict[str, Any] = {}
+        #: this run's identity, bound into every manifest it signs (rank 0 commits and chooses)
+        self.run_id = run_identity(ctx.run_dir) if ctx.is_main else ""
 
     @classmethod
     def from_config(
@@ -146,6 +149,18 @@ class CheckpointManager:
             self._event("restore", step=step, world_size=self.ctx.world_size, restart=restarts)
         return step + 1
 
+    def _same_run(self, manifest: Manifest, step: int) -> None:
+        """A step in this run's own folder that another run saved (its manifest signed for
+        that run, with the same key) is refused: it was copied in, and resuming would train
+        on another run's weights. ``checkpoint.resume=<path>`` loads one on purpose."""
+        if self.run_id and manifest.run and manifest.run != self.run_id:
+            raise RefusedCheckpoint(
+                f"checkpoint.resume: step {step} in {self.store.tier.path('')} was saved by "
+                f"another run ({manifest.run}, this run is {self.run_id}): copied in from "
+                f"elsewhere; refused (checkpoint.resume=<its run dir> loads another run's "
+                f"checkpoint on purpose)"
+            )
+
     def _choose(
         self, store: CheckpointStore, only: int | None
     ) -> tuple[int, dict[str, ChunkedBytes]] | None:
@@ -157,6 +172,8 @@ class CheckpointManager:
             if only is not None and cand.step != only:
                 continue
             problem, refused = cand.problem, cand.refused
+            if cand.manifest is not None and store is self.store:
+                self._same_run(cand.manifest, cand.step)
             if cand.manifest is not None:
                 try:
                     files = store.read_files(cand.manifest)
@@ -223,7 +240,11 @@ class CheckpointManager:
         """Snapshot now; write in the background (or inline when ``async_save`` is off)."""
         self.wait()
         snapshot = self._snapshot(step)
-        extra = {"config": self.config, "dataset_snapshot": _snapshot_id(self.config)}
+        extra = {
+            "config": self.config,
+            "dataset_snapshot": _snapshot_id(self.config),
+            "run": self.run_id,
+        }
         fail = self.fail_hook(step) if self.fail_hook else None
 
         def retain() -> None:
@@ -310,6 +331,22 @@ class CheckpointManager:
 
     def _event(self, kind: str, **fields: Any) -> None:
         record_event(self.ctx.run_dir, kind, rank=self.ctx.rank, **fields)
+
+
+#: the file in a run directory that names the run: kept across its restarts and resumes
+RUN_ID_FILE = "run-id"
+
+
+def run_identity(run_dir: str) -> str:
+    """The run's identity: read from its run directory, made there (random) the first time.
+    A resumed or restarted run keeps its directory, so it keeps its identity."""
+    path = Path(run_dir) / RUN_ID_FILE
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_hex(8) + "\n")
+        return path.read_text().strip()
 
 
 def _resume_target(path: str) -> tuple[CheckpointStore, int | None]:

@@ -52,6 +52,9 @@ class Manifest:
     dataset_snapshot: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat())
+    #: the run that saved it (:func:`xirang_core.checkpoint.manager.run_identity`); signed with
+    #: the rest, so a step another run signed with the same key is told apart ("" before it)
+    run: str = ""
 
     @property
     def bytes_total(self) -> int:
@@ -62,6 +65,7 @@ class Manifest:
 
     def body(self) -> dict[str, Any]:
         return {
+            **({"run": self.run} if self.run else {}),
             "format": FORMAT,
             "step": self.step,
             "created": self.created,
@@ -111,6 +115,7 @@ class Manifest:
             dataset_snapshot=doc.get("dataset_snapshot"),
             timings=doc.get("timings") or {},
             created=doc.get("created", ""),
+            run=str(doc.get("run") or ""),
         )
 
 

@@ -7,7 +7,8 @@ background sampler.
                        finished; tokens and cost (a project sees its own jobs)
     GET  /nodes        node health with drain reasons (operator)
     GET  /cost         cost by team, project and device type, budgets, findings
-    GET  /api/overview | /api/jobs | /api/nodes | /api/cost      the same as JSON
+    GET  /api/overview | /api/jobs | /api/nodes | /api/cost      the same as JSON (the lists
+                       a page at a time: ?limit=, and ?continue= the X-Xirang-Continue header)
     GET  /metrics      Prometheus exposition
     GET|POST /login, POST /logout (the session's CSRF token, from the pages' button)
     GET  /openapi.json the API's OpenAPI document
@@ -33,9 +34,10 @@ from xirang_service.console.api_models import CostOut, OverviewOut, Row
 from xirang_service.console.auth import OPERATOR, SESSION_COOKIE, AuthError, Session, Sessions
 from xirang_service.console.html import login_form
 from xirang_service.console.source import ConsoleSource
-from xirang_service.web.answers import AddHeaders, JSONAnswer
+from xirang_service.web.answers import PAGED, AddHeaders, Cursor, JSONAnswer, Limit, paged
 from xirang_service.web.fields import ERRORS, install_errors
 from xirang_service.web.limits import BodyLimit
+from xirang_service.web.pages import DEFAULT_LIMIT
 from xirang_service.web.server import Limits, WebServer
 
 LIMITS = Limits(max_body_bytes=4096)
@@ -220,15 +222,16 @@ def _api(source: ConsoleSource, viewer: _Viewer) -> APIRouter:
         }
         return JSONAnswer(overview)
 
-    @router.get("/api/jobs", response_model=list[Row])
-    def jobs(request: Request) -> Any:
-        return JSONAnswer(source.jobs_for(viewer(request, page=False)))
+    @router.get("/api/jobs", response_model=list[Row], responses=PAGED)
+    def jobs(request: Request, limit: Limit = DEFAULT_LIMIT, after: Cursor = "") -> Any:
+        rows = source.jobs_for(viewer(request, page=False))
+        return paged(rows, _job_order, "jobs", limit, after)
 
-    @router.get("/api/nodes", response_model=list[Row])
-    def nodes(request: Request) -> Any:
+    @router.get("/api/nodes", response_model=list[Row], responses=PAGED)
+    def nodes(request: Request, limit: Limit = DEFAULT_LIMIT, after: Cursor = "") -> Any:
         if viewer(request, page=False) != OPERATOR:
             raise AuthError("node health needs the operator token")
-        return JSONAnswer(source.snapshot().nodes)
+        return paged(source.snapshot().nodes, _node_order, "nodes", limit, after)
 
     @router.get("/api/cost", response_model=CostOut)
     def cost(request: Request) -> Any:
@@ -274,3 +277,13 @@ def _redirect(
         answer.headers.append("Set-Cookie", auth.cookie(SESSION_COOKIE, cookie, ttl_s))
         answer.headers.append("Set-Cookie", auth.cookie(auth.CSRF_COOKIE, ""))
     return answer
+
+
+def _job_order(row: dict[str, Any]) -> tuple[bool, int, int]:
+    """The console's job order as a page cursor's key: queued by position, then running."""
+    return (row["position"] is None, row["position"] or 0, int(row["id"]))
+
+
+def _node_order(row: dict[str, Any]) -> tuple[bool, str]:
+    """The console's node order as a page cursor's key: drained first, then by name."""
+    return (bool(row["healthy"]), str(row["name"]))

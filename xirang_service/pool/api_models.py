@@ -110,8 +110,12 @@ class QuotaIn(StrictModel):
     rotate_token: bool = False
     #: the highest priority class the project may submit (where the service governs priority)
     max_priority: Literal[tuple(PRIORITIES)] | None = None
-    #: the Unix account the project's jobs run as on a cluster executor (Slurm)
-    run_as: text(32, pattern=r"^[a-z_][a-z0-9_-]*$") | None = None
+    #: the Unix account the project's jobs run as on a cluster executor (Slurm); "" clears it
+    run_as: text(32, pattern=r"^([a-z_][a-z0-9_-]*)?$") | None = None
+    #: run_as may be an account another project holds too (they read each other's files)
+    shared_account: bool = False
+    #: the umask the project's jobs run with, in octal (default 077: their files are theirs)
+    umask: Annotated[str, Field(pattern=r"^0?[0-7]{3}$", max_length=4)] | None = None
     #: the project's jobs queued or running at once (more: 429)
     max_jobs: Annotated[int, Field(ge=1, le=MAX_JOBS_CAP)] | None = None
     #: the JSON bytes of those jobs' payloads together (more: 413)
@@ -210,6 +214,7 @@ class ProjectOut(QuotaOut):
     max_payload_bytes: int
     rate: float
     burst: int
+    umask: str
 
 
 class QuotaSetOut(ProjectOut):

@@ -7,7 +7,8 @@
     xirang pool history JOB
     xirang pool cancel JOB
     xirang pool quota [PROJECT --guaranteed N --borrow-limit N --team T
-                               --max-priority CLASS --run-as USER --max-jobs N
+                               --max-priority CLASS --run-as USER [--shared-account]
+                               --umask OCTAL --max-jobs N
                                --max-payload-bytes BYTES --rate PER_S --burst N]
     xirang pool drain NODE [--reason TEXT] | undrain NODE
     xirang pool simulate --trace philly.csv --cluster cluster.yaml
@@ -149,7 +150,18 @@ def _parser() -> argparse.ArgumentParser:
     quota.add_argument(
         "--run-as",
         metavar="USER",
-        help="the Unix account the project's jobs run as (needed by --executor slurm)",
+        help="the Unix account the project's jobs run as (needed by --executor slurm; a "
+        "login account, uid UID_MIN..UID_MAX, that no other project holds; '' clears it)",
+    )
+    quota.add_argument(
+        "--shared-account",
+        action="store_true",
+        help="let --run-as name an account another project holds (they read each other's files)",
+    )
+    quota.add_argument(
+        "--umask",
+        metavar="OCTAL",
+        help="the umask the project's jobs run with (default 077: what they create is theirs)",
     )
     quota.add_argument(
         "--max-jobs",
@@ -285,8 +297,10 @@ def _print(args: argparse.Namespace, answer: Any) -> int:
 
 
 def _view(args: argparse.Namespace) -> int:
+    """``status`` (one answer), or ``queue`` and ``jobs``: lists, read page after page."""
     path = args.path + (f"?state={args.state}" if getattr(args, "state", "") else "")
-    return _print(args, _client(args).call("GET", path))
+    client = _client(args)
+    return _print(args, client.call("GET", path) if path == "/v1/status" else client.listing(path))
 
 
 #: a project's limits (docs/pool.md, Limits per tenant), as ``xirang pool quota`` sets them
@@ -295,9 +309,11 @@ _LIMITS = ("max_jobs", "max_payload_bytes", "rate", "burst")
 
 def _quota(args: argparse.Namespace) -> int:
     if not args.project:
-        return _print(args, _client(args).call("GET", "/v1/projects"))
+        return _print(args, _client(args).listing("/v1/projects"))
     body: dict[str, Any] = {"rotate_token": args.rotate_token}
-    settable = ("guaranteed", "borrow_limit", "team", "max_priority", "run_as", *_LIMITS)
+    if args.shared_account:
+        body["shared_account"] = True
+    settable = ("guaranteed", "borrow_limit", "team", "max_priority", "run_as", "umask", *_LIMITS)
     for key in settable:
         if getattr(args, key) is not None:
             body[key] = getattr(args, key)

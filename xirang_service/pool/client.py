@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from xirang_service.pool.errors import LEADER_HEADER, OPERATOR_HELP, TOKEN_HELP, PoolError
+from xirang_service.web.pages import CONTINUE_HEADER
 
 DEFAULT_URL = "http://127.0.0.1:8476"
 #: how many times a retry-safe request is sent when its answer is lost
@@ -64,6 +65,32 @@ class PoolClient:
         headers: dict[str, str] | None = None,
     ) -> Any:
         """One request, retried as the module says; its JSON answer, or PoolError."""
+        return self._call(method, path, body, headers)[0]
+
+    def listing(self, path: str) -> list[Any]:
+        """Every row of a list (``/v1/jobs?state=queued``), page after page: the service
+        answers at most a page a request and names the next one in its ``X-Xirang-Continue``
+        header (:mod:`xirang_service.web.pages`)."""
+        rows: list[Any] = []
+        cursor = ""
+        while True:
+            sep = "&" if "?" in path else "?"
+            answer, headers = self._call(
+                "GET", path + (f"{sep}continue={cursor}" if cursor else "")
+            )
+            rows += answer
+            cursor = headers.get(CONTINUE_HEADER) or ""
+            if not cursor:
+                return rows
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[Any, Any]:
+        """:meth:`call`, with the answer's headers."""
         if not self.token:  # every endpoint needs one: say where it comes from, not just 401
             raise PoolError(f"missing token: {TOKEN_HELP}", 401)
         safe = method in ("GET", "DELETE") or "Idempotency-Key" in (headers or {})
@@ -98,7 +125,7 @@ class PoolClient:
 
     def _once(
         self, method: str, path: str, body: dict[str, Any] | None, headers: dict[str, str] | None
-    ) -> Any:
+    ) -> tuple[Any, Any]:
         """``method path`` at the endpoint in use, once."""
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(self.url + path, data=data, method=method)
@@ -108,7 +135,7 @@ class PoolClient:
             request.add_header(name, value)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as answer:
-                return json.loads(answer.read() or b"null")
+                return json.loads(answer.read() or b"null"), answer.headers
         except urllib.error.HTTPError as exc:
             try:
                 message = json.loads(exc.read()).get("error", exc.reason)

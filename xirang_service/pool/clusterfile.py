@@ -14,6 +14,8 @@
     projects:
       - {name: nlp, guaranteed: 64, borrow_limit: 128, team: research, max_priority: high,
          run_as: nlp-jobs,         # the Unix account its jobs run as (docs/pool.md)
+         umask: "077",             # its jobs' umask (the default; shared_account: true lets
+                                   # run_as name an account another project holds)
          max_jobs: 2000, max_payload_bytes: 33554432, rate: 20, burst: 40}   # limits
 
 Relative paths resolve against the cluster file's folder.
@@ -105,9 +107,20 @@ def _entry(section: str, index: int | None, value: Any, make: Any, *args: Any) -
 
 
 def _project(entry: dict[str, Any]) -> Project:
+    entry = {k: v for k, v in entry.items() if k != "shared_account"}  # the service's to check
     if "max_priority" in entry:  # a class name (normal, high, ...) in the file
         entry = {**entry, "max_priority": parse_priority(entry["max_priority"])}
-    return Project(**entry).check()  # inside _entry: the error names the entry
+    if isinstance(entry.get("umask"), str):  # "077": octal, as umask(1) reads it
+        entry["umask"] = int(entry["umask"], 8) if entry["umask"].isdigit() else entry["umask"]
+    return Project(**entry).check()
+
+
+def shared_accounts(data: dict[str, Any]) -> set[str]:
+    """The projects whose ``run_as`` the operator shares on purpose (``shared_account: true``)."""
+    entries = data.get("projects") or []
+    return {
+        str(e.get("name")) for e in entries if isinstance(e, dict) and e.get("shared_account")
+    }  # inside _entry: the error names the entry
 
 
 def load(path: str | Path) -> tuple[Inventory, Throughputs, QuotaBook]:

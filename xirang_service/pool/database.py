@@ -66,6 +66,7 @@ def connect(location: str | Path) -> Database:
     """An SQLite file (or ``:memory:``) for a path, PostgreSQL for a ``postgresql://`` URL."""
     text = str(location)
     if text.startswith(POSTGRES_SCHEMES):
+        refuse_password(text)
         return PostgresDatabase(text)
     if "://" in text:
         raise PoolError(
@@ -73,6 +74,23 @@ def connect(location: str | Path) -> Database:
             "postgresql://user@host/db URL"
         )
     return SQLiteDatabase(text)
+
+
+#: where a store's password goes instead of its URL (libpq reads each of them)
+PASSWORD_HELP = (
+    "give it in PGPASSWORD, in ~/.pgpass, or in a file of that format named by PGPASSFILE "
+    "(or the URL's ?passfile=FILE), and leave it out of the URL"
+)
+
+
+def refuse_password(location: str) -> None:
+    """Refuse a PostgreSQL URL that carries a password: a command line is readable by every
+    account of the host (``ps``, ``/proc/PID/cmdline``), the tenants' jobs included."""
+    if _passwords(location):
+        raise PoolError(
+            f"the pool store URL {redact(location)} carries a password, which every account "
+            f"on this host can read in ps; {PASSWORD_HELP}"
+        )
 
 
 def redact(location: str) -> str:

@@ -18,6 +18,9 @@ from xirang_service.pool.jobs import PRIORITIES, Job, allowed_priorities, priori
 
 #: the highest priority class a project may use unless the operator allows more
 DEFAULT_MAX_PRIORITY = PRIORITIES["normal"]
+#: the umask a project's jobs run with unless the operator sets another: what they create is
+#: their account's alone (docs/pool.md, Accounts)
+DEFAULT_UMASK = 0o077
 #: a Unix account name (useradd's default rule), the account a project's jobs run as
 ACCOUNT = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 #: a project's jobs queued or running at once, and the bytes of their payloads, unless the
@@ -39,7 +42,8 @@ class Project:
     queued and running jobs and their payloads' JSON bytes (Slurm's ``MaxSubmitJobs``);
     ``rate`` its requests per second, with bursts of ``burst`` (a token bucket; 0: the rate's
     one second, at least 1), so one tenant's loop cannot take the service's time from the
-    others (rate 0: no limit)."""
+    others (rate 0: no limit). ``umask`` is the file mode mask its jobs run with (077: what they
+    create is their account's alone)."""
 
     name: str
     guaranteed: int = 0
@@ -52,6 +56,7 @@ class Project:
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     rate: float = 0.0
     burst: int = 0
+    umask: int = DEFAULT_UMASK
 
     def check(self) -> Project:
         if not self.name or not self.name.replace("-", "").replace("_", "").isalnum():
@@ -67,6 +72,15 @@ class Project:
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
                 raise PoolError(f"project '{self.name}': {cap} must be 1..{most}, got {value!r}")
         self._check_rate()
+        if (
+            isinstance(self.umask, bool)
+            or not isinstance(self.umask, int)
+            or not 0 <= self.umask <= 0o777
+        ):
+            raise PoolError(
+                f"project '{self.name}': umask must be an octal mode 000..777 (e.g. 077), "
+                f"got {self.umask!r}"
+            )
         if self.run_as and not ACCOUNT.match(self.run_as):
             raise PoolError(
                 f"project '{self.name}': run_as {self.run_as!r} is not a Unix account name "

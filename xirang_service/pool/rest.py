@@ -42,14 +42,17 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
 from fastapi import Path as PathParam
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.responses import Response
 
 from xirang_service.pool import api_models as m
 from xirang_service.pool.errors import LEADER_HEADER, PoolError
 from xirang_service.pool.replica import Replica
 from xirang_service.pool.service import PoolService
-from xirang_service.web.answers import JSONAnswer
+from xirang_service.web.answers import PAGED, Cursor, JSONAnswer, Limit
+from xirang_service.web.answers import paged as paged_answer
 from xirang_service.web.fields import ERRORS, ErrorOut, install_errors
 from xirang_service.web.limits import BodyLimit, Refusal, Refuse, TenantShare
+from xirang_service.web.pages import DEFAULT_LIMIT, Key
 from xirang_service.web.server import Limits, WebServer
 
 LIMITS = Limits(max_body_bytes=64 * 1024)
@@ -174,9 +177,14 @@ def _routes(pool: PoolService) -> APIRouter:
     def status(you: Who) -> Any:
         return JSONAnswer(pool.status(you))
 
-    @router.get("/jobs", response_model=list[m.JobOut])
-    def jobs(you: Who, state: Annotated[m.States | None, Query()] = None) -> Any:
-        return JSONAnswer(pool.jobs(you, state or ""))
+    @router.get("/jobs", response_model=list[m.JobOut], responses=PAGED)
+    def jobs(
+        you: Who,
+        limit: Limit = DEFAULT_LIMIT,
+        after: Cursor = "",
+        state: Annotated[m.States | None, Query()] = None,
+    ) -> Any:
+        return paged(pool.jobs(you, state or "", priced=False), "jobs", limit, after, pool.price)
 
     @router.post(
         "/jobs",
@@ -220,26 +228,26 @@ def _routes(pool: PoolService) -> APIRouter:
     def history(you: Who, job_id: JobId) -> Any:
         return JSONAnswer(pool.job_history(you, job_id))
 
-    @router.get("/queue", response_model=list[m.QueuedOut])
-    def queue(you: Who) -> Any:
-        return JSONAnswer(pool.queue(you))
+    @router.get("/queue", response_model=list[m.QueuedOut], responses=PAGED)
+    def queue(you: Who, limit: Limit = DEFAULT_LIMIT, after: Cursor = "") -> Any:
+        return paged(pool.queue(you), "queue", limit, after)
 
-    @router.get("/projects", response_model=list[m.ProjectOut])
-    def projects(you: Who) -> Any:
-        return JSONAnswer(pool.quotas(you))
+    @router.get("/projects", response_model=list[m.ProjectOut], responses=PAGED)
+    def projects(you: Who, limit: Limit = DEFAULT_LIMIT, after: Cursor = "") -> Any:
+        return paged(pool.quotas(you), "projects", limit, after)
 
     @router.put("/projects/{name}", response_model=m.QuotaSetOut)
     def set_quota(you: Who, name: ProjectName, body: m.QuotaIn | None = None) -> Any:
         changes = body.model_dump(exclude_unset=True) if body else {}
         return JSONAnswer(pool.set_quota(you, name, changes))
 
-    @router.get("/nodes", response_model=list[m.NodeOut])
-    def nodes(you: Who) -> Any:
-        return JSONAnswer(pool.store.nodes())
+    @router.get("/nodes", response_model=list[m.NodeOut], responses=PAGED)
+    def nodes(you: Who, limit: Limit = DEFAULT_LIMIT, after: Cursor = "") -> Any:
+        return paged(pool.store.nodes(), "nodes", limit, after)
 
-    @router.get("/devices", response_model=list[m.DeviceOut])
-    def devices(you: Who) -> Any:
-        return JSONAnswer(pool.devices(you))
+    @router.get("/devices", response_model=list[m.DeviceOut], responses=PAGED)
+    def devices(you: Who, limit: Limit = DEFAULT_LIMIT, after: Cursor = "") -> Any:
+        return paged(pool.devices(you), "devices", limit, after)
 
     @router.post("/nodes/{name}/drain", response_model=m.DrainOut)
     def drain(you: Who, name: NodeName, body: m.DrainIn | None = None) -> Any:
@@ -249,17 +257,41 @@ def _routes(pool: PoolService) -> APIRouter:
     def undrain(you: Who, name: NodeName) -> Any:
         return JSONAnswer(pool.undrain(you, name))
 
-    @router.get("/usage", response_model=list[m.UsageOut])
+    @router.get("/usage", response_model=list[m.UsageOut], responses=PAGED)
     def usage(
         you: Who,
+        limit: Limit = DEFAULT_LIMIT,
+        after: Cursor = "",
         since: Annotated[float, Query(ge=0, le=1e11)] = 0.0,
         until: Annotated[float | None, Query(ge=0, le=1e11)] = None,
         bucket: Annotated[int, Query(ge=MIN_BUCKET_S, le=MAX_BUCKET_S)] = 3600,
     ) -> Any:
         end = float("inf") if until is None else until
-        return JSONAnswer(pool.usage(you, since, end, float(bucket)))
+        return paged(pool.usage(you, since, end, float(bucket)), "usage", limit, after)
 
     return router
+
+
+#: each list's sort key: a cursor resumes after the last key sent
+_KEYS: dict[str, Key] = {
+    "jobs": lambda row: row["id"],
+    "queue": lambda row: row["position"],
+    "projects": lambda row: row["project"],
+    "nodes": lambda row: row["name"],
+    "devices": lambda row: row["id"],
+    "usage": lambda row: (row["bucket_start"], row["project"], row["device_type"]),
+}
+
+
+def paged(
+    rows: list[dict[str, Any]],
+    kind: str,
+    limit: int,
+    cursor: str,
+    finish: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
+) -> Response:
+    """One page of the list ``kind`` (:func:`xirang_service.web.answers.paged`)."""
+    return paged_answer(rows, _KEYS[kind], kind, limit, cursor, finish)
 
 
 _RATED: dict[int | str, dict[str, Any]] = {

@@ -26,8 +26,6 @@ import hashlib
 import hmac
 import json
 import logging
-import os
-import pwd
 import secrets
 import threading
 import time
@@ -42,6 +40,7 @@ from xirang_service.cost.errors import BudgetExceeded
 from xirang_service.cost.governor import PoolBudgets
 from xirang_service.cost.usage import UsageError, check_report
 from xirang_service.pool import clusterfile
+from xirang_service.pool.accounts import check_account, job_umask
 from xirang_service.pool.cards import DEFAULT_CLASS, Throughputs
 from xirang_service.pool.cluster import Inventory
 from xirang_service.pool.engine import Event, PoolEngine
@@ -62,6 +61,7 @@ from xirang_service.pool.quota import (
     DEFAULT_MAX_JOBS,
     DEFAULT_MAX_PAYLOAD_BYTES,
     DEFAULT_MAX_PRIORITY,
+    DEFAULT_UMASK,
     Project,
 )
 from xirang_service.pool.rates import RateBuckets
@@ -129,6 +129,7 @@ class Action:
     nodes: tuple[str, ...] = ()
     leaves: int = 1
     account: str = ""
+    umask: int = 0o077
     reason: str = ""
     node: str = ""
 
@@ -201,7 +202,7 @@ class PoolService:
         self._projects: dict[str, Project] = {}  # edited, stored with the next change
         self._jobs: dict[int, Job] = {}  # changed without an event, stored likewise
         self._ended: list[tuple[int, bool]] = []  # polled ends not yet stored
-        self._keys: list[tuple[str, str, int]] = []  # submissions' idempotency keys, likewise
+        self._keys: list[tuple[str, str, int, str]] = []  # submissions' idempotency keys, likewise
         self._sizes: dict[int, int] = {}  # live jobs' payload bytes, for the project caps
         self._stale = False  # memory may differ from the store: reload before the next change
         self._outbox: deque[Action] = deque()  # executor calls stored changes asked for
@@ -337,8 +338,10 @@ class PoolService:
         spec = {"throughputs": {**asdict(throughputs), "classes": throughputs.table}}
         spec["throughputs"].pop("_memo", None)
         self.store.set_meta("cluster", json.dumps(spec))
-        for project in quotas.projects.values():
-            self.store.save_project(_check_account(project))
+        projects, shared = list(quotas.projects.values()), clusterfile.shared_accounts(data)
+        for i, project in enumerate(projects):  # the later of two on one account is named
+            check_account(project, projects[:i], shared=project.name in shared)
+            self.store.save_project(project)
         return throughputs
 
     # --- authentication ---------------------------------------------------------------------
@@ -401,27 +404,50 @@ class PoolService:
         if who != OPERATOR:  # the operator may submit at any class
             self.engine.quotas.project(project).admit_priority(priority)
         self._need_account(project)
+        cards, job_class = (
+            check_cards(body.get("cards")),
+            str(body.get("job_class") or DEFAULT_CLASS),
+        )
+        asked = (project, cards, job_class, priority, name, payload, mixing)
+        digest = hashlib.sha256(json.dumps(asked, sort_keys=True).encode()).hexdigest()
         priority = self._admit(project, priority)
         with self.lock:
-            earlier = self.store.submitted_as(project, key) if key else None
-            if earlier is not None and earlier in self.engine.jobs:
-                return describe(self.engine.jobs[earlier])
+            earlier = self._earlier(project, key, digest) if key else None
+            if earlier is not None:
+                return describe(earlier)
             self._within_caps(project, payload)
             now = self.clock()
             with self._change(now):
                 job = self.engine.submit(
                     project,
-                    check_cards(body.get("cards")),
+                    cards,
                     now,
-                    str(body.get("job_class") or DEFAULT_CLASS),
+                    job_class,
                     priority,
                     name=name,
                     payload=payload,
                     allow_mixing=mixing,
                 )
                 if key:
-                    self._keys.append((project, key, job.id))
+                    self._keys.append((project, key, job.id, digest))
             return dict(self.view.jobs[job.id])
+
+    def _earlier(self, project: str, key: str, digest: str) -> Job | None:
+        """The job an earlier submission under idempotency ``key`` made (a retry answers it);
+        a different request under a used key is a 422, as a client reusing a key by mistake
+        must hear, not be answered another job."""
+        found = self.store.submitted_as(project, key)
+        if found is None or found[0] not in self.engine.jobs:
+            return None
+        job_id, stored = found
+        if stored and stored != digest:
+            raise PoolError(
+                f"Idempotency-Key {key!r} was used by project '{project}' for job {job_id}, "
+                "with a different request; send a new key for a new job, or this key with "
+                "the same request to retry it",
+                422,
+            )
+        return self.engine.jobs[job_id]
 
     def _within_caps(self, name: str, payload: dict[str, Any]) -> None:
         """Refuse a job that would take a project past its caps: ``max_jobs`` queued or
@@ -628,6 +654,8 @@ class PoolService:
                 "rotate_token",
                 "max_priority",
                 "run_as",
+                "shared_account",
+                "umask",
                 "max_jobs",
                 "max_payload_bytes",
                 "rate",
@@ -651,8 +679,10 @@ class PoolService:
                 ),
                 body.get("rate", old.rate if old else 0.0),
                 body.get("burst", old.burst if old else 0),
+                _umask(body.get("umask"), old.umask if old else DEFAULT_UMASK),
             ).check()
-            _check_account(project)
+            others = self.engine.quotas.projects.values()
+            check_account(project, others, shared=body.get("shared_account") is True)
             token = ""
             if not project.token_hash or body.get("rotate_token"):
                 token = new_token()
@@ -696,19 +726,28 @@ class PoolService:
         )
         return self.budgets.job_charge(state, job_id, now)
 
-    def jobs(self, who: str, state: str = "") -> list[dict[str, Any]]:
-        """The jobs ``who`` may see (in ``state``), each with its cost. The rows are picked
-        once per view and asker: a tenant polling its queue repeats the same question far more
-        often than the pool changes, and each pick scans every job the pool ever held."""
+    def jobs(self, who: str, state: str = "", priced: bool = True) -> list[dict[str, Any]]:
+        """The jobs ``who`` may see (in ``state``), by id, each with its cost (``priced``
+        False: without, for a caller that prices only the page it sends, :meth:`price`). The
+        rows are picked once per view and asker: a tenant polling its queue repeats the same
+        question far more often than the pool changes, and each pick scans every job the pool
+        ever held."""
         view = self.view
         rows = view.picked.get((who, state))
         if rows is None:
-            rows = view.picked[(who, state)] = [
-                row
-                for row in view.jobs.values()
-                if who in (OPERATOR, row["project"]) and (not state or row["state"] == state)
-            ]
-        return priced(rows, self.budgets.governor.store)  # the cost store has its own lock
+            rows = view.picked[(who, state)] = sorted(
+                (
+                    row
+                    for row in view.jobs.values()
+                    if who in (OPERATOR, row["project"]) and (not state or row["state"] == state)
+                ),
+                key=_by_id,
+            )
+        return self.price(rows) if priced else rows
+
+    def price(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Job rows with their cost so far (the cost store has its own lock)."""
+        return priced(rows, self.budgets.governor.store)
 
     def job_history(self, who: str, job_id: int) -> dict[str, Any]:
         """Job ``job_id``'s history (:mod:`xirang_service.pool.history`), read from the store
@@ -785,6 +824,7 @@ class PoolService:
             "max_payload_bytes": project.max_payload_bytes,
             "rate": project.rate,
             "burst": project.burst,
+            "umask": f"{project.umask:03o}",
             "used": quotas.used[project.name],
             "borrowed": quotas.borrowed[project.name],
         }
@@ -907,8 +947,10 @@ class PoolService:
             if event.kind == "started" and job.state.value == "running":
                 nodes = sorted({self.engine.cluster.node_of(d).name for d in job.devices})
                 leaves = span(self.engine.cluster, job.devices)["leaves"]
-                account = self.engine.quotas.project(job.project).run_as
-                self._outbox.append(Action("start", _copy(job), tuple(nodes), leaves, account))
+                project = self.engine.quotas.project(job.project)
+                self._outbox.append(
+                    Action("start", _copy(job), tuple(nodes), leaves, project.run_as, project.umask)
+                )
                 self._starting.add(job.id)
             elif event.kind == "preempted":
                 reason = event.detail.get("reason") or f"preempted by job {event.detail.get('by')}"
@@ -1015,7 +1057,8 @@ class PoolService:
             if getattr(self.executor, "accounts", False) and not action.account:
                 raise PoolError(f"project '{job.project}' has no run_as account")
             self._intend(job)
-            handle = self.executor.start(job, list(action.nodes), action.leaves, action.account)
+            with job_umask(action.umask):  # the job's processes inherit it
+                handle = self.executor.start(job, list(action.nodes), action.leaves, action.account)
         except Exception as exc:
             log.warning("pool: the executor could not start job %d: %s", job.id, exc)
             with self.lock:
@@ -1077,7 +1120,7 @@ def _copy(job: Job) -> Job:
 
 
 #: a project's caps: in its ``/v1/projects`` row, not in the status' project table
-_CAPS = ("max_jobs", "max_payload_bytes", "rate", "burst")
+_CAPS = ("max_jobs", "max_payload_bytes", "rate", "burst", "umask")
 
 
 def describe(job: Job, speeds: list[float] | None = None) -> dict[str, Any]:
@@ -1106,24 +1149,8 @@ def describe(job: Job, speeds: list[float] | None = None) -> dict[str, Any]:
     }
 
 
-def _check_account(project: Project) -> Project:
-    """A project's ``run_as`` must be a user of this host, and not the pool service's own
-    (whose jobs could read the pool's store and the operator's token)."""
-    if not project.run_as:
-        return project
-    try:
-        uid = pwd.getpwnam(project.run_as).pw_uid
-    except KeyError:
-        raise PoolError(
-            f"project '{project.name}': run_as '{project.run_as}' is no user on this host; "
-            "create the account (useradd) or name another"
-        ) from None
-    if uid == os.geteuid():
-        raise PoolError(
-            f"project '{project.name}': run_as '{project.run_as}' is the pool service's own "
-            "user; its jobs could read the pool's store and tokens: name an account of its own"
-        )
-    return project
+def _by_id(row: dict[str, Any]) -> int:
+    return int(row["id"])
 
 
 def _hash(token: str) -> str:
@@ -1140,6 +1167,15 @@ def _count(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10_000_000:
         raise PoolError(f"{what} must be a whole number of cards >= 0, got {value!r}")
     return value
+
+
+def _umask(value: Any, old: int) -> int:
+    """A umask given as octal text ("077"), else the project's ``old`` one."""
+    if value is None:
+        return old
+    if not isinstance(value, str) or not value.isdigit() or set(value) - set("01234567"):
+        raise PoolError(f"umask must be an octal mode such as 077, got {value!r}")
+    return int(value, 8)
 
 
 def _limit(value: Any) -> int | None:

@@ -23,7 +23,12 @@ from xirang_service.pool.database import Database, connect
 from xirang_service.pool.engine import Event, PoolEngine, Segment
 from xirang_service.pool.errors import PoolError
 from xirang_service.pool.jobs import Job, JobState, check_payload, parse_priority
-from xirang_service.pool.quota import DEFAULT_MAX_JOBS, DEFAULT_MAX_PAYLOAD_BYTES, Project
+from xirang_service.pool.quota import (
+    DEFAULT_MAX_JOBS,
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    DEFAULT_UMASK,
+    Project,
+)
 
 SCHEMA_VERSION = 1
 log = logging.getLogger("xirang.pool")
@@ -39,7 +44,8 @@ CREATE TABLE IF NOT EXISTS projects (
     max_priority INTEGER NOT NULL DEFAULT 1, run_as TEXT NOT NULL DEFAULT '',
     max_jobs INTEGER NOT NULL DEFAULT {max_jobs},
     max_payload_bytes BIGINT NOT NULL DEFAULT {max_payload},
-    rate DOUBLE PRECISION NOT NULL DEFAULT 0, burst INTEGER NOT NULL DEFAULT 0);
+    rate DOUBLE PRECISION NOT NULL DEFAULT 0, burst INTEGER NOT NULL DEFAULT 0,
+    umask INTEGER NOT NULL DEFAULT {umask});
 CREATE TABLE IF NOT EXISTS nodes (
     name TEXT PRIMARY KEY, type TEXT NOT NULL, devices INTEGER NOT NULL, leaf TEXT NOT NULL,
     spine TEXT NOT NULL, domain_size INTEGER NOT NULL, healthy INTEGER NOT NULL,
@@ -68,7 +74,8 @@ CREATE INDEX IF NOT EXISTS usage_by_project ON usage(project, start);
 CREATE INDEX IF NOT EXISTS usage_by_job ON usage(job_id);
 CREATE TABLE IF NOT EXISTS handles (job_id INTEGER PRIMARY KEY, handle TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS submit_keys (
-    project TEXT NOT NULL, key TEXT NOT NULL, job_id INTEGER NOT NULL, PRIMARY KEY (project, key));
+    project TEXT NOT NULL, key TEXT NOT NULL, job_id INTEGER NOT NULL,
+    digest TEXT NOT NULL DEFAULT '', PRIMARY KEY (project, key));
 CREATE TABLE IF NOT EXISTS set_aside (
     kind TEXT NOT NULL, ref TEXT NOT NULL, reason TEXT NOT NULL, time DOUBLE PRECISION NOT NULL,
     PRIMARY KEY (kind, ref));
@@ -87,6 +94,8 @@ _ADDED_COLUMNS = (
     ("projects", "max_payload_bytes", f"BIGINT NOT NULL DEFAULT {DEFAULT_MAX_PAYLOAD_BYTES}"),
     ("projects", "rate", "DOUBLE PRECISION NOT NULL DEFAULT 0"),
     ("projects", "burst", "INTEGER NOT NULL DEFAULT 0"),
+    ("projects", "umask", f"INTEGER NOT NULL DEFAULT {DEFAULT_UMASK}"),
+    ("submit_keys", "digest", "TEXT NOT NULL DEFAULT ''"),
 )
 #: the most time buckets one usage query may fill (a tiny bucket over a long range is a typo)
 MAX_BUCKETS = 100_000
@@ -119,6 +128,7 @@ _PROJECT_COLUMNS = (
     "max_payload_bytes",
     "rate",
     "burst",
+    "umask",
 )
 _UPSERT_PROJECT = upsert("projects", _PROJECT_COLUMNS, "name")
 #: the rows every reader skips: those a restart set aside
@@ -147,6 +157,7 @@ class PoolStore:
                 serial=self.db.serial_key,
                 max_jobs=DEFAULT_MAX_JOBS,
                 max_payload=DEFAULT_MAX_PAYLOAD_BYTES,
+                umask=DEFAULT_UMASK,
             )
         )
         self._add_columns()
@@ -184,12 +195,13 @@ class PoolStore:
         with self._tx():
             self.db.execute(_UPSERT_HANDLE, (job_id, handle))
 
-    def submitted_as(self, project: str, key: str) -> int | None:
-        """The job a project's earlier submission with idempotency ``key`` made, if any."""
+    def submitted_as(self, project: str, key: str) -> tuple[int, str] | None:
+        """The job a project's earlier submission with idempotency ``key`` made, if any, and
+        the digest of what that submission asked for ('' for a key stored before digests)."""
         row = self.db.execute(
-            "SELECT job_id FROM submit_keys WHERE project = ? AND key = ?", (project, key)
+            "SELECT job_id, digest FROM submit_keys WHERE project = ? AND key = ?", (project, key)
         ).fetchone()
-        return None if row is None else int(row["job_id"])
+        return None if row is None else (int(row["job_id"]), str(row["digest"]))
 
     def handles(self) -> dict[int, str]:
         """The stored executor handle of every job, by job id."""
@@ -232,13 +244,16 @@ class PoolStore:
         jobs: Iterable[Job],
         events: list[Event],
         projects: Iterable[Project] = (),
-        keys: Iterable[tuple[str, str, int]] = (),
+        keys: Iterable[tuple[str, str, int, str]] = (),
     ) -> None:
         """Write changed projects and jobs, new events, finished usage segments, device
-        ownership and new submissions' idempotency ``keys`` (project, key, job id), in one
-        transaction: all of it is stored, or (an exception) none of it."""
+        ownership and new submissions' idempotency ``keys`` (project, key, job id, digest of
+        the request), in one transaction: all of it is stored, or (an exception) none of it."""
         with self._tx():
-            self.db.executemany("INSERT INTO submit_keys VALUES (?,?,?)", list(keys))
+            self.db.executemany(
+                "INSERT INTO submit_keys (project, key, job_id, digest) VALUES (?,?,?,?)",
+                list(keys),
+            )
             for project in projects:
                 self._save_project(project)
             for job in jobs:
@@ -623,7 +638,7 @@ def _no_node(row: Mapping[str, Any]) -> None:
 
 def _project(row: Mapping[str, Any]) -> Project:
     """A stored project row, checked as an operator's edit is."""
-    for column in ("guaranteed", "max_priority", "max_jobs", "max_payload_bytes", "burst"):
+    for column in ("guaranteed", "max_priority", "max_jobs", "max_payload_bytes", "burst", "umask"):
         if isinstance(row[column], bool) or not isinstance(row[column], int):
             raise ValueError(f"column {column} holds {row[column]!r}")
     limit = row["borrow_limit"]
@@ -641,5 +656,6 @@ def _project(row: Mapping[str, Any]) -> Project:
         row["max_payload_bytes"],
         row["rate"],
         row["burst"],
+        row["umask"],
     )
     return project.check()

@@ -11,10 +11,24 @@ fuzz tests check (tests/pool/test_fuzz.py, tests/console/test_fuzz.py).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import pydantic_core
+from fastapi import Query
+from starlette.exceptions import HTTPException
 from starlette.responses import Response
+
+from xirang_service.web.pages import (
+    CONTINUE_HEADER,
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    BadCursor,
+    Key,
+    Page,
+    body,
+    page,
+)
 
 
 class JSONAnswer(Response):
@@ -23,7 +37,7 @@ class JSONAnswer(Response):
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
-        return pydantic_core.to_json(content, inf_nan_mode="null")
+        return _json(content)
 
 
 class AddHeaders:
@@ -45,3 +59,53 @@ class AddHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+#: ``?limit=``: rows per page of a list (:mod:`xirang_service.web.pages`)
+Limit = Annotated[
+    int, Query(ge=1, le=MAX_LIMIT, description=f"rows per page (default {DEFAULT_LIMIT})")
+]
+#: ``?continue=``: the cursor the previous page gave
+Cursor = Annotated[
+    str,
+    Query(
+        alias="continue",
+        max_length=1000,
+        description=f"the {CONTINUE_HEADER} header of the previous page",
+    ),
+]
+#: what a paged list's route documents of its answer
+PAGED: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": f"one page; the next page's cursor in the {CONTINUE_HEADER} header",
+        "headers": {CONTINUE_HEADER: {"schema": {"type": "string"}, "description": "next page"}},
+    }
+}
+
+
+def paged(
+    rows: list[dict[str, Any]],
+    key: Key,
+    kind: str,
+    limit: int,
+    cursor: str,
+    finish: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
+) -> Response:
+    """One page of ``rows`` (sorted by ``key``) as an answer: ``limit`` rows at most, and no
+    more than :data:`~xirang_service.web.pages.MAX_PAGE_BYTES` of JSON, ``finish`` applied to
+    the page's rows alone (a job's cost, priced for the jobs sent, not the whole list); the
+    next page's cursor in the ``X-Xirang-Continue`` header; a cursor the list never gave is a
+    400."""
+    try:
+        found = page(rows, key, limit, cursor, kind)
+    except BadCursor as exc:
+        raise HTTPException(400, str(exc)) from None
+    if finish is not None:
+        found = Page(finish(found.rows), found.next)
+    content, following = body(found, key, kind, _json)
+    headers = {CONTINUE_HEADER: following} if following else {}
+    return Response(content, media_type=JSONAnswer.media_type, headers=headers)
+
+
+def _json(content: Any) -> bytes:
+    return pydantic_core.to_json(content, inf_nan_mode="null")

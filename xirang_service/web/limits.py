@@ -112,6 +112,8 @@ class TenantShare:
     taking no interpreter time. Requests without a token are not queued (the app answers them
     401 at once), so a client without one cannot hold a tenant's turn.
 
+    An answer's bytes are charged to its tenant's turns (:meth:`Turns.charge`).
+
     A request's body is read before it is seated (within :class:`BodyLimit`'s deadlines, which
     wrap this) and its seat is given back once its answer starts, so a client sending its body
     or reading its answer slowly holds nobody's turn.
@@ -141,16 +143,20 @@ class TenantShare:
             return  # the client went away while sending: nobody to answer, no turn to take
         await self.turns.enter(token)
         seat = _Seat(self.turns, token)
+        sent = 0
 
         async def answer(message: dict[str, Any]) -> None:
+            nonlocal sent
             if message["type"] == "http.response.start":
                 seat.give_back()
+            sent += len(message.get("body", b""))
             await send(message)
 
         try:
             await self.app(scope, _replay(body, receive), answer)
         finally:
             seat.give_back()
+            self.turns.charge(token, sent)  # a costly answer costs its tenant turns
 
 
 class _Seat:

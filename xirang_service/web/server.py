@@ -12,7 +12,10 @@ sees it; :class:`_Protocol` adds what h11 did and llhttp does not: a request hea
 ``max_header_bytes`` is refused (400). Idle keep-alive connections close after
 ``keep_alive_s``; a connection that has not sent a whole request head within
 ``read_timeout_s`` is closed, so idle or slow clients hold a file descriptor for seconds,
-never a worker thread; the body has ``body_timeout_s`` in all (:mod:`.limits`).
+never a worker thread; the body has ``body_timeout_s`` in all (:mod:`.limits`). An answer has a
+send deadline: a client that reads it slower than it is written has ``send_timeout_s`` from
+that moment to take it all, or the connection is cut and its unsent bytes dropped, so a client
+that reads nothing holds one answer (a page, :mod:`.pages`) of memory for that long at most.
 
 One client address holds at most ``max_per_client`` connections: more are answered 503 at
 once and closed, so one host dripping a thousand bodies (each byte within the chunk timeout)
@@ -52,6 +55,12 @@ class Limits:
     read_timeout_s: float = 10.0
     #: to send a request's whole body, from the end of its head
     body_timeout_s: float = 10.0
+    #: to take an answer, from the moment the client first reads slower than it is written
+    #: (then the connection is cut and its unsent bytes dropped)
+    send_timeout_s: float = 30.0
+    #: the kernel's send buffer per connection (fixed, so not grown to 4 MiB for a client
+    #: that does not read): what the send deadline cannot reach stays this small
+    send_buffer_bytes: int = 256 * 1024
     #: requests of one token served at once; its others wait their turn (:mod:`.limits`)
     seats_per_token: int = 1
 
@@ -66,6 +75,8 @@ class WebServer:
         _allow_files(limits.max_connections + 256)  # the connections, the store, the logs
         bounds = {
             "read_timeout_s": limits.read_timeout_s,
+            "send_timeout_s": limits.send_timeout_s,
+            "send_buffer": limits.send_buffer_bytes,
             "max_head": limits.max_header_bytes,
             "max_per_client": limits.max_per_client,
             "clients": Counter(),  # this server's open connections by client address
@@ -157,12 +168,15 @@ class _Protocol(HttpToolsProtocol):
     slowly, sends)."""
 
     read_timeout_s = 10.0
+    send_timeout_s = 30.0
+    send_buffer = 256 * 1024
     #: bytes of request line and headers (each header counted with its ": " and CRLF)
     max_head = 16 * 1024
     max_per_client = 256
     clients: ClassVar[Counter[str]] = Counter()  # replaced by each server's own
     _client: str | None = None  # the address this connection counts against
     _deadline: asyncio.TimerHandle | None = None
+    _stalled: asyncio.TimerHandle | None = None  # the send deadline of the answer being sent
     _head = 0  # bytes of the open head that the parser has handed over
     _raw = 0  # bytes of the open head received in chunks that held nothing else
     _in_head = True  # between requests or inside a head, so not in a body
@@ -176,6 +190,9 @@ class _Protocol(HttpToolsProtocol):
             return self._refuse(transport, client)
         self.clients[client] += 1
         self._client = client
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
         self._arm()
 
     def _refuse(self, transport: asyncio.Transport, client: str) -> None:
@@ -196,7 +213,32 @@ class _Protocol(HttpToolsProtocol):
         super().on_response_complete()
         self._arm()
 
+    def pause_writing(self) -> None:
+        """The client reads slower than its answer is written (the transport holds more than
+        its high-water mark): from now it has ``send_timeout_s`` to take the rest."""
+        super().pause_writing()
+        if self._stalled is None:
+            self._stalled = self.loop.call_later(self.send_timeout_s, self._cut)
+
+    def resume_writing(self) -> None:
+        """The client caught up: the deadline ends once its answer is complete (one still
+        being written keeps the deadline of its first stall, so a trickle does not reset it)."""
+        super().resume_writing()
+        done = self.cycle is None or self.cycle.response_complete
+        if done and self._stalled is not None:
+            self._stalled.cancel()
+            self._stalled = None
+
+    def _cut(self) -> None:
+        """The send deadline passed: a client still holding unsent bytes is cut off (abort, so
+        what it did not take is dropped rather than kept for it)."""
+        self._stalled = None
+        if self.transport.get_write_buffer_size() and not self.transport.is_closing():
+            self.transport.abort()
+
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._stalled is not None:
+            self._stalled.cancel()
         if self._deadline is not None:
             self._deadline.cancel()
         if self._client is not None:

@@ -14,6 +14,13 @@ A turn longer than ``slice_s`` (a request waiting on the store or the service's 
 the interpreter) lets the next tenant in beside it, so one slow request delays others by at
 most the slice, never by its whole time.
 
+A turn is charged by the work its answers cost, as Kubernetes' API Priority and Fairness
+charges a list by the objects it returns: every ``CHARGE_BYTES`` of answer a tenant was sent
+costs it one turn more, which it pays by letting the next tenant in line that owes nothing go
+first (:meth:`Turns.charge`). A tenant paging through a 30 MB listing then waits a turn per
+page's worth of others' cheap requests, rather than the page costing as much as a submit.
+Debts matter only while others wait: a tenant alone is never held back.
+
 Everything here runs on the event loop's thread: no locks.
 """
 
@@ -24,6 +31,8 @@ from collections import OrderedDict, deque
 
 #: how long the tenants in the application keep it to themselves while others wait
 SLICE_S = 0.02
+#: the bytes of answer one turn covers; each further this much costs its tenant a turn
+CHARGE_BYTES = 64 * 1024
 
 
 class Turns:
@@ -38,6 +47,15 @@ class Turns:
         self._turn: set[bytes] = set()  # the tenants that held the application this turn
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None  # when the armed timer is due (the line's time)
+        #: turns each tenant owes for costly answers, paid by letting others go first
+        self.debts: dict[bytes, int] = {}
+
+    def charge(self, tenant: bytes, answer_bytes: int) -> None:
+        """``tenant`` was sent ``answer_bytes``: every :data:`CHARGE_BYTES` past the first
+        costs it a turn."""
+        owed = answer_bytes // CHARGE_BYTES
+        if owed:
+            self.debts[tenant] = self.debts.get(tenant, 0) + owed
 
     async def enter(self, tenant: bytes) -> None:
         """Return once ``tenant`` may run one request (a seat is then held for it)."""
@@ -94,24 +112,42 @@ class Turns:
 
     def _next(self) -> bytes | None:
         """The tenant whose turn is next: the first in line that has not held the
-        application this turn (round robin), else, once the application is empty, the first in
-        line; None while only tenants inside this turn wait."""
-        for tenant in self.line:
-            if tenant not in self._turn:
-                return tenant
+        application this turn (round robin) and owes no turns, else, once the application is
+        empty, the first in line that owes none (those that owe wait a turn), else the first;
+        None while only tenants inside this turn wait."""
+        ready = [tenant for tenant in self.line if tenant not in self._turn]
+        owing_nothing = [tenant for tenant in ready if not self.debts.get(tenant)]
+        if owing_nothing or (ready and self.inside):
+            return (owing_nothing or ready)[0]
         if self.inside:
             return None
-        return next(iter(self.line), None)
+        # a new turn: one that owes turns lets those that owe nothing go first
+        free = [tenant for tenant in self.line if not self.debts.get(tenant)]
+        return next(iter(free or ready or self.line), None)
 
     def _admit(self, tenant: bytes) -> None:
         """Seat ``tenant``'s waiting requests up to its seats; those still waiting go to the
         back of the line, waiting anew from now."""
+        self._settle(tenant)
         _, waiting = self.line.pop(tenant)
         while waiting and self.inside.get(tenant, 0) < self.seats:
             self._seat(tenant)
             waiting.popleft().set_result(None)
         if waiting:
             self.line[tenant] = (asyncio.get_running_loop().time(), waiting)
+
+    def _settle(self, admitted: bytes) -> None:
+        """``admitted`` goes now: each tenant in line owing turns has waited one more, paid;
+        one admitted while owing (nobody owing nothing waited) pays a turn too. A tenant alone
+        owes nothing (nobody waited for it)."""
+        for tenant in [admitted, *(t for t in self.line if t != admitted)]:
+            owed = self.debts.get(tenant, 0)
+            if owed <= 1:
+                self.debts.pop(tenant, None)
+            else:
+                self.debts[tenant] = owed - 1
+        if len(self.line) == 1:
+            self.debts.pop(admitted, None)
 
     def _arm(self) -> None:
         """While a tenant waits beside a turn in progress, look again when it has waited a
