@@ -52,6 +52,32 @@ class Skip:
     why: str
 
 
+#: what makes a documented training run short (each replaces a value the command gives)
+SHORT_RUN = ("trainer.max_steps=2", "trainer.sample_tokens=0")
+
+
+@dataclass(frozen=True)
+class Short:
+    """A training command, run by ``test_documented_runs.py`` as written but with the docs
+    test's own ``overrides`` in place of any value it gives those keys: its choices (model,
+    strategy, workers, trackers, sweep) run for two steps rather than the minutes of the 300 it
+    trains. ``commands`` spell out placeholders (shortened too; ``hf-model`` is a Hugging Face
+    folder exported from the quick run)."""
+
+    commands: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = SHORT_RUN
+
+
+def shortened(text: str, overrides: tuple[str, ...] = SHORT_RUN) -> str:
+    """``text`` with each of ``overrides`` in place of the value it gives that key (appended
+    where it gives none)."""
+    for override in overrides:
+        key = override.split("=", 1)[0]
+        given = re.compile(rf"(?<=\s){re.escape(key)}=\S+")
+        text = given.sub(override, text) if given.search(text) else f"{text} {override}"
+    return text
+
+
 @dataclass(frozen=True)
 class Pool:
     """Run with the working folder's pool service up: the ``pool`` fixture starts it with the
@@ -114,20 +140,22 @@ class Export:
     file: str = ""
 
 
-_TRAINS = "a full training run (300 steps by default): minutes on two CPU cores"
-_MULTI = "several workers for a full run: minutes on two CPU cores"
+#: the docs' corpus (``xirang data prepare ./corpus /data/corpus``), for a run that reads it
+_PREPARED = "xirang data prepare ./corpus data/corpus && "
 _GPU = "needs NVIDIA GPUs"
 _NET = "installs from the network"
 #: what makes each point of a documented Slurm sweep short (the sweep itself is as written)
-_SHORT = " trainer.max_steps=2 trainer.sample_tokens=0"
-_HF = "a local Hugging Face model folder (DIR): tests/plugins/xirang_hf build one"
+_SHORT_SWEEP = " " + " ".join(SHORT_RUN)
+#: the docs' training run from S3, and a pool job (each shown twice)
+_FROM_S3 = "python -m xirang storage=s3_cache data=snapshot data.uri=s3://bucket/corpus"
+_POOLED = "python -m xirang scheduler=pool project=nlp pool.priority=high pool.cards=8"
+#: two trials of a few steps, each evaluated (the pruning sweeps' objective), for an Optuna sweep
+_TRIALS = ("trainer.max_steps=6", "trainer.eval_every=3", "hydra.sweeper.n_trials=2")
 _SYNOPSIS = "a synopsis of the options, not a command; the commands below it run"
 _PLAN = "measures this host for each plan: minutes on two CPU cores"
 _BENCH = "a benchmark: minutes; it prints its figures as its last line"
-_TRACKED = "20 steps with trackers: tests/tracking/test_trackers.py reads what each one writes"
-_SWEEP = "8 trials: tests/plugins/xirang_optuna and tests/plugins/xirang_slurm run these sweepers"
 
-TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
+TABLE: dict[str, As | Slow | Skip | Short | Pool | Service | Slurm | Export] = {
     # README.md
     'pip install -e ".[dev]" torch==2.13.0': Skip(
         "CI runs it verbatim: test_ci_runs_the_readmes_install_and_test_commands checks .ci/run"
@@ -135,38 +163,43 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
     "pip install -e . torch==2.13.0": Skip(
         "an install (network); tests/test_lean_install.py trains with only what it installs"
     ),
-    "python -m xirang": Slow(_TRAINS + "; README's sample and summary are its output"),
-    "python -m xirang model=gpt_small trainer.max_steps=50 optim.lr=1e-3": Slow(_TRAINS),
-    "python -m xirang trainer.nproc=2 parallel=ddp": Slow(_MULTI),
-    "python -m xirang -m optim.lr=1e-3,3e-3 trainer.max_steps=20": Slow("two runs of 20 steps"),
-    "python -m xirang model=hf model.config=DIR": Skip(_HF),
-    "python -m xirang model=hf model.pretrained=DIR": Skip(_HF),
-    "xirang ckpt export --format hf RUN [OUT]": As(("xirang ckpt export --format hf {run} hf",)),
-    "python -m xirang model=llama_tiny model.pretrained=OUT": Slow(_TRAINS),
-    "python -m xirang trainer.precision=bf16": Slow(_TRAINS),
-    "python -m xirang trainer.compile=true": Slow(_TRAINS + ", compiled"),
-    "python -m xirang trainer.eval_every=50": Slow(_TRAINS),
-    "python -m xirang trainer.nonfinite=skip": Slow(_TRAINS),
-    "python -m xirang trainer.global_batch=16 trainer.grad_accum=4": Slow(_TRAINS),
-    "python -m xirang trainer.eval_every=25 trainer.eval_batches=16": Slow(_TRAINS),
-    "python -m xirang schedule=wsd schedule.decay_fraction=0.1 optim.warmup_steps=30": Slow(
-        _TRAINS
+    "python -m xirang": Short(),
+    "python -m xirang model=gpt_small trainer.max_steps=50 optim.lr=1e-3": Short(),
+    "python -m xirang trainer.nproc=2 parallel=ddp": Short(),
+    "python -m xirang -m optim.lr=1e-3,3e-3 trainer.max_steps=20": Short(),
+    "python -m xirang model=hf model.config=DIR": Short(
+        ("python -m xirang model=hf model.config=hf-model",)
     ),
+    "python -m xirang model=hf model.pretrained=DIR": Short(
+        ("python -m xirang model=hf model.pretrained=hf-model",)
+    ),
+    "xirang ckpt export --format hf RUN [OUT]": As(("xirang ckpt export --format hf {run} hf",)),
+    "python -m xirang model=llama_tiny model.pretrained=OUT": Short(
+        (
+            "xirang ckpt export --format hf {run} OUT && python -m xirang model=llama_tiny "
+            "model.pretrained=OUT",
+        )
+    ),
+    "python -m xirang trainer.precision=bf16": Short(),
+    "python -m xirang trainer.compile=true": Short(),
+    "python -m xirang trainer.eval_every=50": Short(),
+    "python -m xirang trainer.nonfinite=skip": Short(),
+    "python -m xirang trainer.global_batch=16 trainer.grad_accum=4": Short(),
+    "python -m xirang trainer.eval_every=25 trainer.eval_batches=16": Short(),
+    "python -m xirang schedule=wsd schedule.decay_fraction=0.1 optim.warmup_steps=30": Short(),
     "xirang data prepare ./corpus /data/corpus": As(("xirang data prepare ./corpus data/corpus",)),
     "xirang data snapshots /data/corpus": As(("xirang data snapshots data/corpus",)),
     "xirang data sync /data/corpus s3://bucket/corpus": S3(
         ("xirang data sync data/corpus s3://bucket/corpus",)
     ),
     "xirang data verify s3://bucket/corpus": S3(),
-    "python -m xirang data=snapshot data.uri=/data/corpus [data.snapshot=<id>]": Slow(_TRAINS),
-    "python -m xirang storage=s3_cache data=snapshot data.uri=s3://bucket/corpus": Slow(
-        "a full training run from S3 (300 steps): tests/data/test_stream_s3.py trains from "
-        "moto_server"
+    "python -m xirang data=snapshot data.uri=/data/corpus [data.snapshot=<id>]": Short(
+        (_PREPARED + "python -m xirang data=snapshot data.uri=data/corpus",)
     ),
-    "python -m xirang trainer.nproc=4 parallel=hybrid parallel.tp=2 parallel.recompute=full": Slow(
-        _MULTI
-    ),
-    "python -m xirang trainer.nproc=4 parallel=auto": Slow(_MULTI),
+    _FROM_S3: S3((shortened(_FROM_S3),)),
+    "python -m xirang trainer.nproc=4 parallel=hybrid parallel.tp=2 "
+    "parallel.recompute=full": Short(),
+    "python -m xirang trainer.nproc=4 parallel=auto": Short(),
     "xirang plan model=gpt_tiny devices=4": Slow(_PLAN),
     "xirang plan model=gpt_125m cluster=dgx_h100 nodes=4 [--json]": As(
         (
@@ -174,10 +207,10 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
             "xirang plan model=gpt_125m cluster=dgx_h100 nodes=4 --json",
         )
     ),
-    "python -m xirang trainer.nproc=4 parallel=ddp comm=powersgd comm.rank=4": Slow(_MULTI),
+    "python -m xirang trainer.nproc=4 parallel=ddp comm=powersgd comm.rank=4": Short(),
     "xirang bench comm --workers 1,2,4": Slow("times each option on 1, 2 and 4 workers"),
     "python -m xirang trainer.nproc=2 parallel=ddp trainer.max_restarts=3 "
-    "checkpoint.interval=100": Slow(_MULTI),
+    "checkpoint.interval=100": Short(),
     "xirang ckpt ls|verify|export RUN": As(
         ("xirang ckpt ls {run}", "xirang ckpt verify {run}", "xirang ckpt export {run}")
     ),
@@ -187,9 +220,7 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
     "xirang pool serve --cluster cluster.yaml": Pool(serves=True),
     "xirang pool quota nlp --guaranteed 64": Pool(),
     "export XIRANG_POOL_TOKEN=<nlp token>": Export("XIRANG_POOL_TOKEN"),
-    "python -m xirang scheduler=pool project=nlp pool.priority=high pool.cards=8": Pool(
-        slow=_TRAINS
-    ),
+    _POOLED: Pool((shortened(_POOLED),)),
     "xirang pool status | queue | jobs | cancel 12": Pool(
         ("xirang pool status", "xirang pool queue", "xirang pool jobs", "xirang pool cancel {job}")
     ),
@@ -197,7 +228,7 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
     "optim.lr=1e-3,3e-3": Slurm(
         (
             "python -m xirang -m hydra/launcher=submitit_slurm hydra.launcher.partition=debug "
-            "optim.lr=1e-3,3e-3" + _SHORT,
+            "optim.lr=1e-3,3e-3" + _SHORT_SWEEP,
         )
     ),
     "xirang cost report --by team|project|device --since 7d [--csv out.csv]": As(
@@ -245,10 +276,8 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
         "xirang console: http://", ("/login", "/metrics"), "pool.db.operator-token"
     ),
     # docs/cost.md
-    "python -m xirang cost=pricebook cost.prices.cuda=3.2 cost.capacity_class=guaranteed": Slow(
-        _TRAINS
-    ),
-    "python -m xirang cost=energy_aware cost.watts.cuda=700 cost.price_per_kwh=0.25": Slow(_TRAINS),
+    "python -m xirang cost=pricebook cost.prices.cuda=3.2 cost.capacity_class=guaranteed": Short(),
+    "python -m xirang cost=energy_aware cost.watts.cuda=700 cost.price_per_kwh=0.25": Short(),
     # docs/data.md
     "xirang data prepare SRC DST [--format auto|files|lines|jsonl|parquet|hf] [--field text]": Skip(
         _SYNOPSIS
@@ -256,16 +285,17 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
     "xirang data snapshots DST": As(("xirang data snapshots data/corpus",)),
     "xirang data sync SRC DST [--snapshot ID]": As(("xirang data sync data/corpus data/copy",)),
     "xirang data verify DST [--snapshot ID]": As(("xirang data verify data/copy",)),
-    "python -m xirang data=snapshot data.uri=/data/corpus [data.snapshot=ID]": Slow(_TRAINS),
+    "python -m xirang data=snapshot data.uri=/data/corpus [data.snapshot=ID]": Short(
+        (_PREPARED + "python -m xirang data=snapshot data.uri=data/corpus",)
+    ),
     "xirang data tokenize DST --tokenizer NAME [--snapshot ID] [--workers 2] "
     "[--set tokenizer.KEY=V]": Skip(_SYNOPSIS),
     "python benchmarks/data_epoch.py [--gb 1.5] [--cache-mb 300] [--shard-mb 4]": Skip(_BENCH),
     "python benchmarks/data_epoch.py --train [--gb 1.5] [--steps 300]": Skip(_BENCH),
-    "python -m xirang tokenizer=bpe tokenizer.vocab_size=4096": Slow(_TRAINS),
-    "python -m xirang tokenizer=bytes": Slow(_TRAINS),
-    "python -m xirang tokenizer=hf tokenizer.path=/models/llama3": Skip(
-        "a local Hugging Face tokenizer folder; tests/plugins/xirang_tokenizers build one and read "
-        "it"
+    "python -m xirang tokenizer=bpe tokenizer.vocab_size=4096": Short(),
+    "python -m xirang tokenizer=bytes": Short(),
+    "python -m xirang tokenizer=hf tokenizer.path=/models/llama3": Short(
+        ("python -m xirang tokenizer=hf tokenizer.path=hf-model",)
     ),
     "python benchmarks/data_loading.py [--tokens 50000000] [--runs 3] [--workers 2]": Skip(
         "a benchmark that builds its peers' environment from the network; minutes"
@@ -282,11 +312,21 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
     "python -m xirang device=cuda trainer.max_steps=2 trainer.sample_tokens=0": Skip(_GPU),
     "python -m xirang device=cuda trainer.nproc=2 parallel=ddp trainer.max_steps=2": Skip(_GPU),
     # docs/huggingface.md
-    "python -m xirang model=hf model.config=path/to/dir": Skip(_HF),
-    "python -m xirang model=hf model.config=path/to/config.json model.vocab_size=256": Skip(_HF),
-    "python -m xirang model=hf model.pretrained=path/to/dir": Skip(_HF),
-    "python -m xirang model=llama_tiny model.pretrained=path/to/dir": Skip(_HF),
-    "python -m xirang model=hf model.config=dir parallel=fsdp trainer.nproc=2": Skip(_HF),
+    "python -m xirang model=hf model.config=path/to/dir": Short(
+        ("python -m xirang model=hf model.config=hf-model",)
+    ),
+    "python -m xirang model=hf model.config=path/to/config.json model.vocab_size=256": Short(
+        ("python -m xirang model=hf model.config=hf-model/config.json model.vocab_size=256",)
+    ),
+    "python -m xirang model=hf model.pretrained=path/to/dir": Short(
+        ("python -m xirang model=hf model.pretrained=hf-model",)
+    ),
+    "python -m xirang model=llama_tiny model.pretrained=path/to/dir": Short(
+        ("python -m xirang model=llama_tiny model.pretrained=hf-model",)
+    ),
+    "python -m xirang model=hf model.config=dir parallel=fsdp trainer.nproc=2": Short(
+        ("python -m xirang model=hf model.config=hf-model parallel=fsdp trainer.nproc=2",)
+    ),
     "xirang ckpt export --format hf outputs/2026-12-01/10-00-00-abc123 my-model": As(
         ("xirang ckpt export --format hf {run} my-model",)
     ),
@@ -294,30 +334,25 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
     "python -m xirang parallel=ddp trainer.nproc=2 'scheduler.worker_quota=[1.0,1.0]' "
     "parallel.balance=adaptive parallel.balance_every=2 '+drill={slow:[[4,1,0.05]]}' "
     "model=gpt_tiny tokenizer=bytes trainer.global_batch=8 trainer.micro_batch=1 "
-    "trainer.max_steps=16 trainer.sample_tokens=0": Slow(
-        "two workers under cgroup quotas, one dropped to 0.05 core (root): a minute or more; "
-        "tests/parallel/test_straggler.py runs the same drill"
-    ),
+    "trainer.max_steps=16 trainer.sample_tokens=0": Short(overrides=("trainer.max_steps=6",)),
     "python benchmarks/hetero.py [--model llama_small] [--quota 0.4] [--steps 12] "
     "[--global-batch 16]": Skip("needs the cgroup v1 CPU controller as root, and minutes"),
     "python benchmarks/hetero.py --slurm": Skip(
         "the two-node Slurm test bed and the cgroup v1 CPU controller as root, and minutes; "
         "tests/benchmarks/test_hetero.py composes its runs"
     ),
-    "torchrun --nproc-per-node=2 -m xirang parallel=ddp": Slow(
-        _MULTI + "; tests/parallel/test_torchrun.py runs it short against trainer.nproc=2"
-    ),
-    "python -m xirang trainer.nproc=4 parallel=fsdp": Slow(_MULTI),
-    "python -m xirang trainer.nproc=4 parallel=fsdp parallel.zero=2": Slow(_MULTI),
-    "python -m xirang trainer.nproc=2 parallel=tp": Slow(_MULTI),
-    "python -m xirang trainer.nproc=2 parallel=sp": Slow(_MULTI),
+    "torchrun --nproc-per-node=2 -m xirang parallel=ddp": Short(),
+    "python -m xirang trainer.nproc=4 parallel=fsdp": Short(),
+    "python -m xirang trainer.nproc=4 parallel=fsdp parallel.zero=2": Short(),
+    "python -m xirang trainer.nproc=2 parallel=tp": Short(),
+    "python -m xirang trainer.nproc=2 parallel=sp": Short(),
     "python -m xirang trainer.nproc=2 parallel=pp parallel.schedule=gpipe trainer.micro_batch=2": (
-        Slow(_MULTI)
+        Short()
     ),
-    "python -m xirang trainer.nproc=4 parallel=hybrid parallel.tp=2": Slow(_MULTI),
+    "python -m xirang trainer.nproc=4 parallel=hybrid parallel.tp=2": Short(),
     "python -m xirang trainer.nproc=8 parallel=hybrid parallel.tp=2 parallel.pp=2 "
-    "parallel.recompute=full": Slow(_MULTI),
-    "python -m xirang trainer.nproc=4 parallel=auto parallel.smoke=true": Slow(_MULTI),
+    "parallel.recompute=full": Short(),
+    "python -m xirang trainer.nproc=4 parallel=auto parallel.smoke=true": Short(),
     "xirang plan model=gpt_small devices=4 --smoke": Slow(_PLAN + ", then smoke-runs the best"),
     "pip install --no-deps colossalai==0.5.0": Skip(_NET),
     "pip install peft==0.13.2 transformers==4.51.3 'huggingface-hub<1.0' 'tokenizers<0.22' "
@@ -347,41 +382,50 @@ TABLE: dict[str, As | Slow | Skip | Pool | Service | Slurm | Export] = {
     "xirang pool history 12": Pool(("xirang pool history {job}",)),
     'xirang pool drain gpu-0007 --reason "ECC errors"': Pool(),
     "python -m xirang -m hydra/launcher=submitit_slurm hydra.launcher.partition=debug "
-    "hydra.launcher.cpus_per_task=4 hydra.launcher.timeout_min=60 optim.lr=1e-3,3e-3": Slow(
-        "README.md:221's sweep on Slurm (run above) with two launcher keys, which test_hydra_"
-        "sweep.py::test_two_point_sweep_runs_as_slurm_jobs sets on the real Slurm"
+    "hydra.launcher.cpus_per_task=4 hydra.launcher.timeout_min=60 optim.lr=1e-3,3e-3": Slurm(
+        (  # one CPU a task: the test bed's node has two
+            "python -m xirang -m hydra/launcher=submitit_slurm hydra.launcher.partition=debug "
+            "hydra.launcher.cpus_per_task=1 hydra.launcher.timeout_min=60 optim.lr=1e-3,3e-3"
+            + _SHORT_SWEEP,
+        )
     ),
     # docs/tracking.md (each tracker, the profiler and both sweepers have their own tests)
-    "python -m xirang 'tracker=[tensorboard,mlflow,wandb]' trainer.max_steps=20": Slow(_TRACKED),
-    "python -m xirang tracker=mlflow tracker.mlflow.experiment=lr-study trainer.max_steps=20": Slow(
-        _TRACKED
+    "python -m xirang 'tracker=[tensorboard,mlflow,wandb]' trainer.max_steps=20": Short(),
+    "python -m xirang tracker=mlflow tracker.mlflow.experiment=lr-study trainer.max_steps=20": (
+        Short()
     ),
     "python -m xirang 'tracker=[tensorboard,mlflow]' 'trainer.profile.steps=[5,7]' "
-    "trainer.max_steps=20": Slow(_TRACKED),
-    "python -m xirang 'trainer.profile.steps=[5,7]' trainer.max_steps=10": Slow(
-        "tests/tracking/test_bad_input.py::test_unreachable_server_warns_once_and_profile_is_"
-        "written profiles a shorter run and reads its trace"
+    "trainer.max_steps=20": Short(overrides=("trainer.max_steps=7",)),
+    "python -m xirang 'trainer.profile.steps=[5,7]' trainer.max_steps=10": Short(
+        overrides=("trainer.max_steps=7",)
     ),
     "python -m xirang -m hydra/sweeper=optuna hydra.sweeper.n_trials=8 trainer.max_steps=30 "
-    "'optim.lr=tag(log, interval(1e-4, 1e-1))'": Slow(_SWEEP),
+    "'optim.lr=tag(log, interval(1e-4, 1e-1))'": Short(overrides=(*SHORT_RUN, *_TRIALS[2:])),
     "python -m xirang -m hydra/sweeper=optuna_pruning hydra.sweeper.n_trials=8 model=gpt_tiny "
     "tokenizer=bytes trainer.max_steps=30 trainer.eval_every=5 trainer.sample_tokens=0 "
-    "optim.warmup_steps=2 'optim.lr=tag(log, interval(1e-4, 1e-1))'": Slow(_SWEEP),
+    "optim.warmup_steps=2 'optim.lr=tag(log, interval(1e-4, 1e-1))'": Short(overrides=_TRIALS),
     "python -m xirang -m hydra/launcher=submitit_slurm hydra.launcher.cpus_per_task=1 "
     "hydra/sweeper=optuna_pruning hydra.sweeper.n_trials=4 hydra.sweeper.n_jobs=2 model=gpt_tiny "
     "tokenizer=bytes trainer.max_steps=20 trainer.eval_every=5 trainer.sample_tokens=0 "
-    "'optim.lr=tag(log, interval(1e-4, 1e-1))'": Slow(
-        "4 trials on Slurm: tests/plugins/xirang_slurm/test_hydra_sweep.py::test_a_pruned_optuna_"
-        "sweep_runs_its_trials_as_slurm_jobs runs this sweep on the real Slurm"
+    "'optim.lr=tag(log, interval(1e-4, 1e-1))'": Slurm(
+        (
+            shortened(
+                "python -m xirang -m hydra/launcher=submitit_slurm hydra.launcher.cpus_per_task=1 "
+                "hydra/sweeper=optuna_pruning hydra.sweeper.n_trials=4 hydra.sweeper.n_jobs=2 "
+                "model=gpt_tiny tokenizer=bytes trainer.max_steps=20 trainer.eval_every=5 "
+                "trainer.sample_tokens=0 'optim.lr=tag(log, interval(1e-4, 1e-1))'",
+                _TRIALS,
+            ),
+        )
     ),
     # docs/training.md
-    "python -m xirang model=llama_small": Slow(_TRAINS),
-    "python -m xirang model=gpt_tiny tokenizer=bytes": Slow(_TRAINS),
-    "python -m xirang trainer.precision=fp16": Slow(_TRAINS),
-    "python -m xirang checkpoint.interval=100": Slow(_TRAINS),
-    "python -m xirang checkpoint.resume=never": Slow(_TRAINS),
+    "python -m xirang model=llama_small": Short(),
+    "python -m xirang model=gpt_tiny tokenizer=bytes": Short(),
+    "python -m xirang trainer.precision=fp16": Short(),
+    "python -m xirang checkpoint.interval=100": Short(),
+    "python -m xirang checkpoint.resume=never": Short(),
     "xirang ckpt ls RUN": As(("xirang ckpt ls {run}",)),
-    "python -m xirang trainer.threads=1": Slow(_TRAINS),
+    "python -m xirang trainer.threads=1": Short(),
     # docs/benchmarks/training.md
     "python benchmarks/llm_throughput.py --quick": Slow(_BENCH),
     "python benchmarks/llm_throughput.py": Slow(_BENCH),
@@ -406,6 +450,10 @@ def _id(command: DocCommand) -> str:
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory, prepared_home: Prepared) -> Path:
+    return newcomers_folder(tmp_path_factory, prepared_home)
+
+
+def newcomers_folder(tmp_path_factory: pytest.TempPathFactory, prepared_home: Prepared) -> Path:
     """A newcomer's folder: a fresh XIRANG_HOME, a small corpus, one quick run. The home starts
     as that first run leaves it (the embedded corpus, the BPE tokenizer, the calibration, copied
     from the session's): what the docs' commands read, without preparing it all again."""
@@ -693,8 +741,13 @@ def mismatch(shown: tuple[str, ...], printed: str, figures: bool = False) -> str
     return ""
 
 
+#: the commands this module runs in reading order (``Short`` ones run apart, in
+#: ``test_documented_runs.py``, on another test worker)
+IN_ORDER = [c for c in COMMANDS if not isinstance(TABLE.get(c.text), Short)]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("command", COMMANDS, ids=_id)
+@pytest.mark.parametrize("command", IN_ORDER, ids=_id)
 def test_a_documented_command_works_as_written(
     command: DocCommand, request: pytest.FixtureRequest
 ) -> None:
@@ -713,10 +766,16 @@ def test_a_documented_command_works_as_written(
         request.getfixturevalue("slurm")
     if isinstance(entry, S3):
         request.getfixturevalue("s3")
-    workspace: Path = request.getfixturevalue("workspace")
     texts = entry.commands if isinstance(entry, As | Slurm | S3) else (command.text,)
-    texts = texts or (command.text,)
+    check_commands(command, texts or (command.text,), request.getfixturevalue("workspace"))
+
+
+def check_commands(command: DocCommand, texts: tuple[str, ...], workspace: Path) -> str:
+    """Each of ``texts`` (``command`` as run) exits as the docs show (an error where they show
+    ``xirang error:``), with no traceback and the output lines the docs show; returns what the
+    last one printed."""
     expect_error = bool(command.output) and command.output[0].startswith("xirang error:")
+    printed = ""
     for text in texts:
         if "{run}" in text:
             run = _newest_run(workspace)
@@ -728,6 +787,7 @@ def test_a_documented_command_works_as_written(
         assert "Traceback (most recent call last)" not in printed, what
         missing = mismatch(command.output, printed, command.figures)
         assert not missing, f"the docs show {missing!r}; {what}"
+    return printed
 
 
 def test_ci_runs_the_readmes_install_and_test_commands() -> None:
