@@ -14,6 +14,7 @@ import re
 import secrets
 import sys
 import textwrap
+import types
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, cast
 
@@ -170,8 +171,23 @@ def _register_hydra_plugin(target: str) -> None:
     module_name, _, name = target.partition(":")
     module = importlib.import_module(module_name)
     plugin = getattr(module, name)
+    parent, _, leaf = plugin.__module__.rpartition(".")
+    if parent:
+        setattr(_namespace(parent), leaf, module)
     sys.modules.setdefault(plugin.__module__, module)
     Plugins.instance().register(plugin)
+
+
+def _namespace(name: str) -> types.ModuleType:
+    """The package ``name`` (Hydra's ``hydra_plugins``), made an empty namespace when nothing
+    installed provides it: only another Hydra plugin's distribution does (hydra-core does not),
+    and a sweep with only ``xirang[optuna]`` installed must still find its sweeper there."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        package = types.ModuleType(name)
+        package.__path__ = []
+        return sys.modules.setdefault(name, package)
 
 
 def compose(

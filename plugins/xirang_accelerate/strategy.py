@@ -23,7 +23,6 @@ from xirang_accelerate.settings import AccelerateConfig
 class AccelerateStrategy(StrategyBase):
     def __init__(self, **settings: Any) -> None:
         self.config = AccelerateConfig(**settings)
-        self.config.check()
         self.accelerator: Any = None
 
     def wrap(self, model: nn.Module, ctx: Any) -> nn.Module:

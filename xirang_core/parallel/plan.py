@@ -262,12 +262,13 @@ def batch_problem(plan: ParallelPlan, global_batch: int) -> str:
 
 def degrees_on(workers: int, parallel: dict[str, Any]) -> tuple[int, int, int] | None:
     """The (dp, tp, pp) a parallel section makes of ``workers`` workers (data parallel over
-    every worker for a strategy without degrees); None when its degrees do not fit them."""
+    every worker for a strategy without degrees, and over the workers ``tp`` and ``pp`` leave
+    for one without ``dp``, as Colossal-AI's plugins do); None when its degrees do not fit."""
     names = ("dp", "tp", "pp")
     if not any(d in parallel for d in names):
         return workers, 1, 1
     try:
-        dp, tp, pp = (int(parallel.get(d, 1)) for d in names)
+        dp, tp, pp = (int(parallel.get(d, 0 if d == "dp" else 1)) for d in names)
         return resolve_degrees(dp, tp, pp, workers)
     except PlanError:
         return None

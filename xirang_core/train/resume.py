@@ -46,9 +46,52 @@ def config_key(config: dict[str, Any]) -> str:
 
 
 def command_line() -> str:
-    """The command that started this run, runnable as is from any folder."""
+    """The command that started this run, runnable as is from any folder: under torchrun (or
+    a launcher that runs it, ``accelerate launch``) the launcher's own command, since a plain
+    ``python -m xirang`` would start a one-worker run instead."""
+    launcher = elastic_launcher()
     args = shlex.join(sys.argv[1:])
-    return f"cd {shlex.quote(os.getcwd())} && python -m xirang {args}".rstrip()
+    command = launcher or f"python -m xirang {args}".rstrip()
+    return f"cd {shlex.quote(os.getcwd())} && {command}"
+
+
+def elastic_launcher() -> str | None:
+    """The command line of the torchrun agent that started this worker (its parent process),
+    or a torchrun command naming this world when that cannot be read; None outside torchrun."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ:
+        return None
+    try:
+        raw = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
+    except OSError:
+        raw = b""
+    argv = [a.decode() for a in raw.split(b"\0") if a]
+    if "xirang" not in argv:  # not the agent that runs ``-m xirang`` (a wrapper, or no /proc)
+        env = os.environ
+        nnodes = env.get("GROUP_WORLD_SIZE", "1")
+        world = f"--nnodes={nnodes} --nproc-per-node={env.get('LOCAL_WORLD_SIZE', '1')}"
+        return f"torchrun {world} -m xirang {shlex.join(sys.argv[1:])}".rstrip()
+    return shlex.join(_as_typed(argv))
+
+
+def _as_typed(argv: list[str]) -> list[str]:
+    """``python /venv/bin/torchrun ...`` as typed: ``torchrun ...`` when that name on PATH is
+    the same script; the interpreter as ``python``."""
+    if Path(argv[0]).name.startswith("python"):
+        argv = argv[1:] if argv[1:] and not argv[1].startswith("-") else ["python", *argv[1:]]
+    found = shutil.which(Path(argv[0]).name)
+    if found and Path(found).resolve() == Path(argv[0]).resolve():
+        argv = [Path(argv[0]).name, *argv[1:]]
+    return argv
+
+
+def elastic_restarts_left() -> int:
+    """How many more times torchrun may restart this worker group (0 outside torchrun):
+    until then a failure is torchrun's to recover, not the run's end."""
+    env = os.environ
+    if "TORCHELASTIC_RUN_ID" not in env:
+        return 0
+    done, most = env.get("TORCHELASTIC_RESTART_COUNT", "0"), env.get("TORCHELASTIC_MAX_RESTARTS")
+    return max(0, int(most or 0) - int(done))
 
 
 def run_dir_for(config: dict[str, Any], fresh: Path, sweeping: bool = False) -> Path:
@@ -57,7 +100,8 @@ def run_dir_for(config: dict[str, Any], fresh: Path, sweeping: bool = False) -> 
     fresh."""
     if sweeping or config["checkpoint"]["resume"] != "auto":
         return fresh
-    found = newest_interrupted(_runs_root(fresh), config_key(config), exclude=fresh)
+    root, key = _runs_root(fresh), config_key(config)
+    found = elastic_run(root, exclude=fresh) or newest_interrupted(root, key, exclude=fresh)
     if found is None:
         return fresh
     _drop_fresh(fresh, found)
@@ -87,6 +131,22 @@ def newest_interrupted(root: Path | None, key: str, exclude: Path) -> Path | Non
     return max(found)[1] if found else None
 
 
+def elastic_run(root: Path | None, exclude: Path) -> Path | None:
+    """Under torchrun, the run directory of this torchrun run id (``TORCHELASTIC_RUN_ID``, the
+    rendezvous id), when an earlier attempt made one: a restart of the worker group, or the
+    same ``--rdzv-id`` again, continues that run rather than starting one from step 1."""
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID")
+    if root is None or not run_id or not root.is_dir():
+        return None
+    for marker in root.glob(f"*/*/{MARKER}"):
+        state = _read(marker)
+        if marker.parent == exclude or state.get("torchrun_run_id") != run_id:
+            continue
+        if state.get("state") != "running" or _interrupted(state):  # not live elsewhere
+            return marker.parent
+    return None
+
+
 def latest_saved_step(run_dir: Path) -> int:
     """The newest committed checkpoint's step (0: none)."""
     return max((e["step"] for e in read_events(run_dir) if e["event"] == "save"), default=0)
@@ -104,6 +164,7 @@ def resumable(run_dir: Path, key: str) -> Iterator[None]:
         "command": command_line(),
         "pid": os.getpid(),
         "host": socket.gethostname(),
+        "torchrun_run_id": os.environ.get("TORCHELASTIC_RUN_ID"),
     }
     state["how"] = _how(state)  # a killed run resumes the same way
     _write(marker, state)
@@ -114,6 +175,12 @@ def resumable(run_dir: Path, key: str) -> Iterator[None]:
         _write(marker, {**state, "state": "interrupted", "step": step})
         raise _stopped(exc, run_dir, step, state["command"]) from None
     except BaseException as exc:
+        left = elastic_restarts_left()
+        if left:  # torchrun restarts the group, which takes this directory up again
+            how = f"torchrun may restart it ({left} restart(s) left); else: {state['how']}"
+            step = latest_saved_step(run_dir)
+            _write(marker, {**state, "state": "interrupted", "step": step, "how": how})
+            raise
         how = (
             f"it failed ({type(exc).__name__}); resume on purpose with checkpoint.resume={run_dir}"
         )
