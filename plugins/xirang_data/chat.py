@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ import numpy as np
 
 from xirang import ConfigError, DataError, xirang_home
 from xirang.data import NamedSource, Partition, TokenBatches, did_you_mean, open_tokenizer
-from xirang.specs import TextCorpus, Tokenizer
+from xirang.specs import DataPins, TextCorpus, Tokenizer
 
 #: the template without a chat template: each message is ``"{role}: {content}\\n"``, except
 #: that an assistant reply is ``"assistant: "`` (not trained on) then its content and the
@@ -53,7 +53,7 @@ class ChatConfig:
     snapshot: str = ""
 
 
-def check(data: dict[str, Any]) -> ChatConfig:
+def check(data: Mapping[str, Any]) -> ChatConfig:
     """``data`` as a :class:`ChatConfig`: unknown keys and bad values are one error."""
     known = {f.name for f in fields(ChatConfig)}
     unknown = sorted(set(data) - known)
@@ -166,7 +166,7 @@ def _json(file: Path) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def template_of(config: dict[str, Any]) -> Template:
+def template_of(config: Mapping[str, Any]) -> Template:
     """The chat template of the run's tokenizer: the folder of the tokenizer.json it read."""
     path = (config.get("runtime") or {}).get("tokenizer", {}).get("path")
     return Template(Path(path).parent if path else None)
@@ -299,13 +299,13 @@ class ChatRows:
 class ChatDataset:
     """The :class:`xirang.data.Dataset` of ``data=chat``."""
 
-    def prepare(self, config: dict[str, Any]) -> str:
+    def prepare(self, config: Mapping[str, Any]) -> DataPins:
         cfg = check(config["data"])
         _, snapshot = read_conversations(cfg.path)
-        config["data"].update(path=str(Path(cfg.path).expanduser().resolve()), snapshot=snapshot)
-        return snapshot
+        path = str(Path(cfg.path).expanduser().resolve())
+        return DataPins({**config["data"], "path": path, "snapshot": snapshot}, ids=(snapshot,))
 
-    def text_corpus(self, config: dict[str, Any]) -> TextCorpus:
+    def text_corpus(self, config: Mapping[str, Any]) -> TextCorpus:
         conversations, snapshot = read_conversations(config["data"]["path"])
         texts = ["".join(PLAIN.format(**m) for m in c) for c in conversations]
 
@@ -314,15 +314,14 @@ class ChatDataset:
 
         return TextCorpus(snapshot, len(texts), batches, xirang_home())
 
-    def pin_tokens(self, config: dict[str, Any], tokenizer: Tokenizer) -> list[str]:
+    def pin_tokens(self, config: Mapping[str, Any], tokenizer: Tokenizer) -> DataPins:
         """Encode every conversation at launch, so a bad one stops the launch, not a worker."""
         conversations, snapshot = self._read(config)
         encode(conversations, template_of(config), tokenizer, config["data"]["seq_len"] + 1)
-        config["runtime"]["chat_conversations"] = len(conversations)
-        return [snapshot]
+        return DataPins(runtime={"chat_conversations": len(conversations)}, ids=(snapshot,))
 
     def batches(
-        self, config: dict[str, Any], rank: int, world: int, micro: int, accum: int
+        self, config: Mapping[str, Any], rank: int, world: int, micro: int, accum: int
     ) -> tuple[TokenBatches, TokenBatches]:
         data, seed, tokenizer = config["data"], config["seed"], open_tokenizer(config)
         conversations, _ = self._read(config)
@@ -339,7 +338,7 @@ class ChatDataset:
         )
 
     @staticmethod
-    def _read(config: dict[str, Any]) -> tuple[list[list[dict[str, str]]], str]:
+    def _read(config: Mapping[str, Any]) -> tuple[list[list[dict[str, str]]], str]:
         """The conversations, refused when the file changed since the launch pinned it."""
         data = config["data"]
         conversations, snapshot = read_conversations(data["path"])
