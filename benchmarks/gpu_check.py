@@ -393,7 +393,7 @@ def wrapped_parameter_types() -> list[str]:
 
     config = compose([f"device={DEVICE}", "parallel=fsdp", "tokenizer=bytes"])
     registry = get_registry()
-    config["runtime"] = resolve_runtime(config, registry)
+    config = resolve_runtime(config, registry)
     with tempfile.TemporaryDirectory(prefix="xirang-gpu-fsdp-") as run_dir:
         ctx = open_worker(config, run_dir, registry)
         try:

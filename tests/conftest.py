@@ -97,18 +97,13 @@ def prepared_home(xirang_home: Path) -> Prepared:
     calibration, prepared the way ``xirang_core.run.launch`` does before it trains. Tests that
     do not test preparing itself start from these instead of paying for them again."""
     from xirang_data.stdlib_corpus import ensure_prepared
-    from xirang_data.training import resolve_dataset
 
     from xirang_core.config import compose
-    from xirang_core.data.tokenizer import resolve_tokenizer
     from xirang_core.plugins import get_registry
-    from xirang_core.run import resolve_runtime
+    from xirang_core.run import prepare_data, resolve_runtime
 
     registry = get_registry()
-    config = compose([], registry)
-    config["runtime"] = resolve_runtime(config, registry)
-    resolve_dataset(config["data"], config["storage"])
-    resolve_tokenizer(config, registry)
+    config = prepare_data(resolve_runtime(compose([], registry), registry), registry)
     tokenizer = Path(config["runtime"]["tokenizer"]["path"]).parent
     calibration = sorted(xirang_home.glob("calibration/cpu-*"))
     return Prepared(xirang_home, (ensure_prepared(), tokenizer, *calibration))

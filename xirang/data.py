@@ -20,7 +20,7 @@ from xirang.storage.retry import RetryPolicy, Throttle
 from xirang_core.data.interface import Dataset
 from xirang_core.data.mixture import largest_remainder
 from xirang_core.data.order import EpochOrder, Partition
-from xirang_core.data.tokenizer import open_tokenizer, prepare_tokenizer
+from xirang_core.data.tokenizer import open_tokenizer, prepare_tokenizer, tokenizer_runtime
 from xirang_core.lazy import lazy_names
 from xirang_core.overrides import did_you_mean
 from xirang_core.paths import publishing
@@ -54,6 +54,7 @@ __all__ = [
     "prepare_tokenizer",
     "publishing",
     "tier_for",
+    "tokenizer_runtime",
 ]
 
 #: the names that import torch, loaded on first use

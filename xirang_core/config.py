@@ -15,6 +15,7 @@ import secrets
 import sys
 import textwrap
 import types
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, cast
 
@@ -22,8 +23,9 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from xirang_core.checkpoint.config import CheckpointConfig, check_checkpoint
+from xirang_core.checkpoint.config import check_checkpoint
 from xirang_core.checkpoint.pretrained import check_pretrained, folder_tokenizer, names_tokenizer
+from xirang_core.contract import CORE_SCHEMAS, RunConfig
 from xirang_core.data import document_mask
 from xirang_core.data.tokenizer import settle_vocab
 from xirang_core.errors import ConfigError
@@ -32,7 +34,7 @@ from xirang_core.parallel.plan import degrees_on
 from xirang_core.parallel.planning import check_auto
 from xirang_core.plugins import Registry, disabled_provider
 from xirang_core.specs.kinds import AUTO
-from xirang_core.sweep.objective import SweepConfig, check_sweep
+from xirang_core.sweep.objective import check_sweep
 from xirang_core.tracking.config import check_trackers
 
 #: config groups whose option is a registry name, and the registry kind it names
@@ -56,60 +58,6 @@ _RUN_UID = secrets.token_hex(3)
 PRECISIONS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 #: ``trainer.nonfinite``: what a non-finite loss or gradient norm does to the run
 NONFINITE = ("stop", "skip")
-
-
-@dataclass
-class ProfileConfig:
-    """``trainer.profile``: torch.profiler over steps ``[start, end]`` (empty: off)."""
-
-    steps: list[int] = field(default_factory=list)
-    top: int = 15  # operators printed at the end, by time
-    memory: bool = True  # record tensor allocations (the trace's memory view)
-
-
-@dataclass
-class TrainerConfig:
-    max_steps: int = 300
-    nproc: int = 1
-    nnodes: int = 1
-    node_rank: int = 0
-    rdzv_endpoint: str = ""
-    global_batch: int = 16
-    micro_batch: int = 0
-    grad_accum: int = 0
-    log_every: int = 10
-    grad_clip: float = 1.0
-    max_restarts: int = 0
-    threads: int = 0
-    sample_tokens: int = 200
-    sample_prompt: str = "def "
-    precision: str = "fp32"
-    compile: bool = False
-    eval_every: int = 0
-    eval_batches: int = 8
-    nonfinite: str = "stop"
-    comm_timeout_s: int = 600
-    gc_every: int = 50
-    profile: ProfileConfig = field(default_factory=ProfileConfig)
-
-
-@dataclass
-class OptimConfig:
-    name: str = "adamw"
-    lr: float = 3e-3
-    min_lr: float = 3e-4
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    warmup_steps: int = 20
-
-
-CORE_SCHEMAS: dict[str, type] = {
-    "trainer": TrainerConfig,
-    "optim": OptimConfig,
-    "checkpoint": CheckpointConfig,
-    "sweep": SweepConfig,
-}
 
 
 def register_with_hydra(registry: Registry) -> None:
@@ -192,7 +140,7 @@ def _namespace(name: str) -> types.ModuleType:
 
 def compose(
     overrides: list[str] | tuple[str, ...] = (), registry: Registry | None = None
-) -> dict[str, Any]:
+) -> RunConfig:
     """The validated config ``python -m xirang OVERRIDES`` would run, as plain data, composed
     without Hydra's command line (benchmarks, the plan command, smoke runs, tests)."""
     from hydra import compose as hydra_compose
@@ -278,11 +226,10 @@ def _no_option(
     return f"{group}={value}: no such option. {did_you_mean(value, valid)}{listed}"
 
 
-def validate(
-    cfg: DictConfig, registry: Registry, overrides: list[str] | None = None
-) -> dict[str, Any]:
-    """The composed config as plain data, checked; ``auto`` choices are resolved to names.
-    ``overrides``: the command line's (None: Hydra's, when it composed ``cfg``)."""
+def validate(cfg: DictConfig, registry: Registry, overrides: list[str] | None = None) -> RunConfig:
+    """The composed config, checked and frozen (:class:`RunConfig`: what a later stage learns
+    it derives a new config for, never writes into this one). ``overrides``: the command
+    line's (None: Hydra's, when it composed ``cfg``)."""
     data = _to_container(cfg)
     for section, schema in CORE_SCHEMAS.items():
         data[section] = _check_schema(section, data.get(section) or {}, schema)
@@ -308,7 +255,7 @@ def validate(
     _check_strategy(data, registry)
     _check_family(data, registry)
     document_mask.check(data, registry)  # data.document_mask=true: a family and strategy that can
-    return data
+    return RunConfig(data)
 
 
 def _to_container(cfg: DictConfig) -> dict[str, Any]:
@@ -337,11 +284,22 @@ def _check_schema(section: str, values: Any, schema: type) -> dict[str, Any]:
             f"Valid keys of {section}: {', '.join(sorted(known))}"
         )
     try:
-        typed = OmegaConf.merge(OmegaConf.structured(schema), values)
+        typed = OmegaConf.merge(_writable(OmegaConf.structured(schema)), values)
     except OmegaConfBaseException as exc:
         key = f"{section}.{exc.full_key}" if exc.full_key else section
         raise ConfigError(f"{key}: {_first_line(exc.msg or type(exc).__name__)}") from None
     return OmegaConf.to_container(typed)  # type: ignore[return-value]
+
+
+def _writable(node: Any) -> Any:
+    """``node`` with every part writable: OmegaConf makes a frozen dataclass's node (the core
+    schemas') read-only, and the values given must merge into it."""
+    OmegaConf.set_readonly(node, False)
+    children = node.values() if isinstance(node, DictConfig) else node
+    for child in children:
+        if OmegaConf.is_config(child):
+            _writable(child)
+    return node
 
 
 def _check_plugin_group(group: str, kind: str, values: Any, registry: Registry) -> dict[str, Any]:
@@ -506,7 +464,7 @@ def _micro_batch(trainer: dict[str, Any], per_rank: int, ranks: int) -> int:
     return per_rank // accum
 
 
-def run_workers(data: dict[str, Any]) -> tuple[int, str]:
+def run_workers(data: Mapping[str, Any]) -> tuple[int, str]:
     """All the run's workers (``trainer.nproc`` per node times the nodes: a multi-node
     scheduler's ``scheduler.nodes`` or torchrun's ``trainer.nnodes``) and the keys that make
     them, for messages."""

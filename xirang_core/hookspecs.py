@@ -8,7 +8,7 @@ Always call hooks with keyword arguments.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -29,6 +29,10 @@ from xirang_core.specs import (
     TokenizerSpec,
     TrackerSpec,
 )
+
+if TYPE_CHECKING:  # annotations only: the hook specs import neither torch nor the config
+    from xirang_core.contract import RunConfig
+    from xirang_core.parallel.plan import ParallelPlan
 
 PROJECT = "xirang"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -131,7 +135,9 @@ def xirang_planners() -> list[PlannerSpec]:
 
 
 @hookspec(firstresult=True)
-def xirang_measure_plans(config: Any, plans: Any, steps: int) -> Any:
+def xirang_measure_plans(
+    config: RunConfig, plans: list[ParallelPlan], steps: int
+) -> list[float] | None:
     """Seconds per step of each of ``plans`` (a list of
     :class:`~xirang_core.parallel.plan.ParallelPlan`), trained ``steps`` steps on the run's
     own workers and device type; None when this plugin does not measure. ``parallel=auto

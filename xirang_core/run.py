@@ -15,14 +15,15 @@ from typing import Any
 from omegaconf import DictConfig
 
 from xirang_core.config import AUTO, PRECISIONS, compose, validate
-from xirang_core.data.interface import open_dataset
+from xirang_core.contract import RunConfig
+from xirang_core.data.interface import apply_pins, open_dataset, with_runtime
 from xirang_core.data.tokenizer import resolve_tokenizer
 from xirang_core.devices.choice import collective_for, pick_device
 from xirang_core.devices.cores import available_cores, default_threads
 from xirang_core.errors import ConfigError
 from xirang_core.parallel.resolve import resolve_parallel
 from xirang_core.plugins import Registry, get_registry
-from xirang_core.specs import DeviceBackend, JobSpec
+from xirang_core.specs import DeviceBackend, JobSpec, Runtime
 from xirang_core.sweep.prune import join_trial
 from xirang_core.train import report, resume, torchrun, worker
 from xirang_core.train.compile import compiler_problem
@@ -33,7 +34,7 @@ from xirang_core.train.runconfig import write_config
 log = logging.getLogger("xirang.devices")
 
 
-def launch(cfg: DictConfig, config: dict[str, Any] | None = None) -> dict[str, Any]:
+def launch(cfg: DictConfig, config: RunConfig | None = None) -> dict[str, Any]:
     """Train the run ``cfg`` describes; returns its summary. ``config``: ``cfg`` already
     validated (the command line validates before the run's modules load): not again."""
     from hydra.core.hydra_config import HydraConfig
@@ -49,10 +50,10 @@ def launch(cfg: DictConfig, config: dict[str, Any] | None = None) -> dict[str, A
     # an interrupted run of this config continues in its own directory (checkpoint.resume=auto)
     run_dir = resume.run_dir_for(config, Path(hydra.runtime.output_dir), sweeping)
     key = resume.config_key(config)
-    join_trial(config, hydra)  # a pruned sweep's trial: where its study is
+    config = join_trial(config, hydra)  # a pruned sweep's trial: where its study is
     if not resolves_remotely(config, registry):  # else where the workers run (Slurm's nodes)
-        config["runtime"] = resolve_runtime(config, registry)
-    prepare_data(config, registry)
+        config = resolve_runtime(config, registry)
+    config = prepare_data(config, registry)
     found = torchrun.world()
     if found:  # torchrun is the scheduler: this process is rank 0's worker
         summary = train_as_rank_zero(config, run_dir, found, key)
@@ -81,7 +82,7 @@ def warmup_caution(optim: Mapping[str, Any], max_steps: int) -> str | None:
 
 
 def train_in(
-    config: dict[str, Any], run_dir: Path, registry: Registry, key: str | None = None
+    config: RunConfig, run_dir: Path, registry: Registry, key: str | None = None
 ) -> dict[str, Any]:
     """Train a resolved config in ``run_dir`` through its scheduler; returns the summary (the
     plugin test kit calls this with :func:`compose_config`'s result). With the config's ``key``
@@ -102,7 +103,7 @@ def train_in(
 
 
 def train_as_rank_zero(
-    config: dict[str, Any], run_dir: Path, found: torchrun.World, key: str
+    config: RunConfig, run_dir: Path, found: torchrun.World, key: str
 ) -> dict[str, Any]:
     """Under torchrun: write the run's config, name its directory to the other ranks, train
     as rank 0's worker in this process; returns the summary."""
@@ -113,37 +114,38 @@ def train_as_rank_zero(
     return report.read_summary(run_dir)
 
 
-def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+def compose_config(overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
     """A run's validated config with its runtime resolved (device, backend, measured peak,
     pinned snapshot, prepared tokenizer), as a worker reads it: for benchmarks and notebooks
     that assemble a worker in-process."""
     registry = get_registry()
-    config = compose(overrides, registry)
-    config["runtime"] = resolve_runtime(config, registry)
-    prepare_data(config, registry)
-    return config
+    config = resolve_runtime(compose(overrides, registry), registry)
+    return prepare_data(config, registry)
 
 
-def prepare_data(config: dict[str, Any], registry: Registry) -> None:
+def prepare_data(config: RunConfig, registry: Registry) -> RunConfig:
     """The launch's one preparation of the data, never a worker's: the dataset pins what the
     run trains on, the tokenizer is prepared on it (bpe trains here, once per snapshot), and
-    the dataset pins its tokens; config.yaml then tells every worker what was pinned."""
+    the dataset pins its tokens; the config returned (config.yaml) tells every worker what was
+    pinned."""
     dataset = open_dataset(config, registry)
-    dataset.prepare(config)
-    resolve_tokenizer(config, registry, dataset)
+    config = apply_pins(config, dataset.prepare(config))
+    return resolve_tokenizer(config, registry, dataset)[1]
 
 
-def resolves_remotely(config: dict[str, Any], registry: Registry) -> bool:
+def resolves_remotely(config: RunConfig, registry: Registry) -> bool:
     """Whether the run's scheduler resolves the runtime (device, backend, calibration) on the
     nodes its workers run on: a login node may have no such device, or another one."""
     return registry.load("scheduler", config["scheduler"]["name"]).resolves_runtime
 
 
-def resolve_runtime(config: dict[str, Any], registry: Registry) -> dict[str, Any]:
-    """Facts the workers share: the device chosen, its collective backend, its measured peak."""
+def resolve_runtime(config: RunConfig, registry: Registry) -> RunConfig:
+    """The config the workers share: ``device=auto`` and ``parallel=auto`` resolved, and the
+    :class:`Runtime` facts (the device chosen, its collective backend, its measured peak) in
+    its ``runtime`` section."""
     nproc = config["trainer"]["nproc"]
     if config["device"]["name"] == AUTO:
-        config["device"] = {"name": pick_device(registry)}
+        config = config.replace(device={"name": pick_device(registry)})
     backend: DeviceBackend = registry.create("device", config["device"])
     present, why = backend.detect()
     if not present:
@@ -165,26 +167,27 @@ def resolve_runtime(config: dict[str, Any], registry: Registry) -> dict[str, Any
     threads = config["trainer"]["threads"] or default_threads(nproc)
     with _torch_threads(threads):
         calibration = backend.calibrate()
-        resolve_parallel(config, registry)  # parallel=auto -> a plan; a bad plan stops here
+        config = resolve_parallel(config, registry)  # parallel=auto -> a plan; a bad plan stops
     check_trainer_support(config, backend)
     slow = slower_precision(config["trainer"]["precision"], calibration.matmul_tflops)
     if slow:
         log.warning("device=%s: %s", backend.type, slow)
     dtype = compute_dtype(config["trainer"]["precision"], backend.type, calibration)
     peak = device_peak(calibration, dtype, inventory[0].model, accelerator=not shareable)
-    return {
-        "device_type": backend.type,
-        "device_model": inventory[0].model,
-        "devices": min(nproc, len(inventory)),
-        "collective_backend": collective,
-        "peak_flops_per_worker": peak.flops,
-        "peak_source": peak.source,  # a datasheet, or the best measurement and its load
-        "peak_dtype": dtype,
-        "concurrent_workers": concurrent_workers(nproc, threads, available_cores(), shareable),
-    }
+    runtime = Runtime(
+        device_type=backend.type,
+        device_model=inventory[0].model,
+        devices=min(nproc, len(inventory)),
+        collective_backend=collective,
+        peak_flops_per_worker=peak.flops,
+        peak_source=peak.source,  # a datasheet, or the best measurement and its load
+        peak_dtype=dtype,
+        concurrent_workers=concurrent_workers(nproc, threads, available_cores(), shareable),
+    )
+    return with_runtime(config, **runtime.entries())
 
 
-def check_trainer_support(config: dict[str, Any], backend: DeviceBackend) -> None:
+def check_trainer_support(config: RunConfig, backend: DeviceBackend) -> None:
     """``trainer.precision`` and ``trainer.compile`` against what the device and the plan can
     do, in the launching process: a ConfigError before any worker starts."""
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ import numpy as np
 
 from xirang import ConfigError, DataError, xirang_home
 from xirang.data import NamedSource, Partition, TokenBatches, did_you_mean, open_tokenizer
-from xirang.specs import TextCorpus, Tokenizer
+from xirang.specs import DataPins, TextCorpus, Tokenizer
 
 #: the template without a chat template: each message is ``"{role}: {content}\\n"``, except
 #: that an assistant reply is ``"assistant: "`` (not trained on) then its content and the
@@ -58,7 +58,7 @@ class ChatConfig:
     snapshot: str = ""
 
 
-def check(data: dict[str, Any]) -> ChatConfig:
+def check(data: Mapping[str, Any]) -> ChatConfig:
     """``data`` as a :class:`ChatConfig`: unknown keys and bad values are one error."""
     known = {f.name for f in fields(ChatConfig)}
     unknown = sorted(set(data) - known)
@@ -180,7 +180,7 @@ def _json(file: Path) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def template_of(config: dict[str, Any]) -> Template:
+def template_of(config: Mapping[str, Any]) -> Template:
     """The chat template of the run's tokenizer: the folder of the tokenizer.json it read."""
     path = (config.get("runtime") or {}).get("tokenizer", {}).get("path")
     return Template(Path(path).parent if path else None)
@@ -313,16 +313,16 @@ class ChatRows:
 class ChatDataset:
     """The :class:`xirang.data.Dataset` of ``data=chat``."""
 
-    def prepare(self, config: dict[str, Any]) -> str:
+    def prepare(self, config: Mapping[str, Any]) -> DataPins:
         cfg = check(config["data"])
         _, snapshot = read_conversations(cfg.path, least=1 if cfg.val else 2)
-        config["data"].update(path=str(Path(cfg.path).expanduser().resolve()), snapshot=snapshot)
+        pinned = {"path": str(Path(cfg.path).expanduser().resolve()), "snapshot": snapshot}
         if cfg.val:  # a separate held-out file, pinned as the training file is
             _, held = read_conversations(cfg.val, "data.val", least=1)
-            config["data"].update(val=str(Path(cfg.val).expanduser().resolve()), val_snapshot=held)
-        return snapshot
+            pinned |= {"val": str(Path(cfg.val).expanduser().resolve()), "val_snapshot": held}
+        return DataPins({**config["data"], **pinned}, ids=(snapshot,))
 
-    def text_corpus(self, config: dict[str, Any]) -> TextCorpus:
+    def text_corpus(self, config: Mapping[str, Any]) -> TextCorpus:
         conversations, snapshot = read_conversations(config["data"]["path"], least=1)
         texts = ["".join(PLAIN.format(**m) for m in c) for c in conversations]
 
@@ -331,16 +331,15 @@ class ChatDataset:
 
         return TextCorpus(snapshot, len(texts), batches, xirang_home())
 
-    def pin_tokens(self, config: dict[str, Any], tokenizer: Tokenizer) -> list[str]:
+    def pin_tokens(self, config: Mapping[str, Any], tokenizer: Tokenizer) -> DataPins:
         """Encode every conversation at launch, so a bad one stops the launch, not a worker."""
         (train, held), snapshot = self._split(config), config["data"]["snapshot"]
         for part in (train, held):
             encode(part, template_of(config), tokenizer, config["data"]["seq_len"] + 1)
-        config["runtime"]["chat_conversations"] = len(train) + len(held)
-        return [snapshot]
+        return DataPins(runtime={"chat_conversations": len(train) + len(held)}, ids=(snapshot,))
 
     def batches(
-        self, config: dict[str, Any], rank: int, world: int, micro: int, accum: int
+        self, config: Mapping[str, Any], rank: int, world: int, micro: int, accum: int
     ) -> tuple[TokenBatches, TokenBatches]:
         data, seed, tokenizer = config["data"], config["seed"], open_tokenizer(config)
         trained, held = self._split(config)
@@ -355,7 +354,7 @@ class ChatDataset:
         )
 
     def _split(
-        self, config: dict[str, Any]
+        self, config: Mapping[str, Any]
     ) -> tuple[list[list[dict[str, str]]], list[list[dict[str, str]]]]:
         """The conversations trained on and those held out: all of ``data.val``'s file when
         set, else the last ``data.val_fraction`` of ``data.path``'s."""
@@ -368,7 +367,7 @@ class ChatDataset:
         return conversations[:-held], conversations[-held:]
 
     @staticmethod
-    def _read(data: dict[str, Any], key: str) -> list[list[dict[str, str]]]:
+    def _read(data: Mapping[str, Any], key: str) -> list[list[dict[str, str]]]:
         """The conversations of ``data.<key>``, refused when the file changed since the
         launch pinned it."""
         pinned = data["snapshot" if key == "path" else "val_snapshot"]

@@ -123,7 +123,7 @@ def _tokenize(args: argparse.Namespace) -> int:
     """The token snapshot of DST's snapshot in the run config's tokenizer (trained first when it
     learns from the corpus), written by worker processes with a progress bar."""
     from xirang import get_registry
-    from xirang.data import compose, prepare_tokenizer
+    from xirang.data import compose, prepare_tokenizer, tokenizer_runtime
     from xirang_data.token_shards import tokenize_snapshot
     from xirang_data.training import SnapshotDataset
 
@@ -132,12 +132,13 @@ def _tokenize(args: argparse.Namespace) -> int:
     overrides = [f"tokenizer={args.tokenizer}", "data=snapshot", f"data.uri={args.dst}", *pin]
     config = compose([*overrides, *args.set], registry)
     dataset = SnapshotDataset()
-    dataset.prepare(config)
+    config = config.replace(data=dataset.prepare(config).data)
     started = time.perf_counter()
     tokenizer = prepare_tokenizer(config, registry, dataset)
     tier = tier_for(args.dst, config["storage"])
     snap = load(tier, config["data"]["snapshot"])
-    recipe = {"tokenizer": config["tokenizer"], "runtime": config["runtime"]}
+    runtime = {"tokenizer": tokenizer_runtime(tokenizer)}  # as the run's recipe names it
+    recipe = {"tokenizer": config["tokenizer"], "runtime": runtime}
     tokens = tokenize_snapshot(tier, snap, tokenizer, recipe, args.workers, not args.json)
     total = sum(tokens.lineage["shard_tokens"])
     if args.json:

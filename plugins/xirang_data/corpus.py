@@ -6,14 +6,14 @@ Moved here from the kernel's tokenizer module: the kernel asks the dataset for a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 from xirang import xirang_home
 from xirang.data import largest_remainder, tier_for
-from xirang.specs import TextCorpus
+from xirang.specs import TextCorpus, thaw
 from xirang_data import dataset
 from xirang_data.reader import ReadSettings, ShardReader
 from xirang_data.snapshot import Snapshot, load
@@ -22,7 +22,7 @@ from xirang_data.snapshot import Snapshot, load
 TEXT_FIELD = "text"
 
 
-def text_corpus(config: dict[str, Any], prepared: bool = False) -> TextCorpus:
+def text_corpus(config: Mapping[str, Any], prepared: bool = False) -> TextCorpus:
     """The pinned snapshots' documents as text, read only if the tokenizer asks for them
     (``prepared``: the launch pinned ``data`` already, so nothing is pinned again).
 
@@ -31,9 +31,9 @@ def text_corpus(config: dict[str, Any], prepared: bool = False) -> TextCorpus:
     of a source appears ``quota / documents`` times, rounded up or down evenly along the
     source, so a heavy small source is repeated and a light large one thinned. Its key names
     every source's snapshot and weight, so changing any of them trains anew."""
-    data, storage = config["data"], config.get("storage")
+    data, storage = thaw(config["data"]), config.get("storage")
     if not prepared:
-        dataset.resolve(data, storage)  # pins every source
+        dataset.resolve(data, storage)  # pins every source (in this copy: the launch pins)
     pinned = dataset.sources(data)
     tiers = [tier_for(s.uri, storage) for s in pinned]
     snaps = [load(tier, s.snapshot) for tier, s in zip(tiers, pinned, strict=True)]

@@ -5,12 +5,13 @@ the token batches of one rank streamed from them; :class:`SnapshotDataset` is th
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from xirang import ConfigError
 from xirang.data import FsspecTier, NamedSource, Partition, TokenBatches, open_tokenizer, tier_for
-from xirang.specs import TextCorpus, Tokenizer
+from xirang.specs import DataPins, TextCorpus, Tokenizer, thaw
 from xirang_data import corpus, dataset, token_shards
 from xirang_data.snapshot import Snapshot, load
 from xirang_data.stream import HELD_OUT_ALL, SourceRead, TokenSource
@@ -25,15 +26,15 @@ def resolve_dataset(data: dict[str, Any], storage: dict[str, Any] | None = None)
     return snap.id
 
 
-def pin_tokens(config: dict[str, Any], tokenizer: Tokenizer, prepared: bool = False) -> list[str]:
-    """The token snapshot of every source in the run's tokenizer, recorded in
-    ``config["runtime"]["tokens"]`` (``prepared``: the launch pinned ``data`` already). The
+def pin_tokens(config: Mapping[str, Any], tokenizer: Tokenizer, prepared: bool = False) -> DataPins:
+    """The token snapshot of every source in the run's tokenizer, for ``runtime.tokens``
+    (``prepared``: the launch pinned ``data`` already; else the pins name it too). The
     embedded corpus and small snapshots are tokenised here once; a larger snapshot without
     token shards is a :class:`ConfigError` naming the command."""
-    data, storage = config["data"], config.get("storage")
+    data, storage = thaw(config["data"]), config.get("storage")
     if not prepared:
         dataset.resolve(data, storage)
-    runtime = config.setdefault("runtime", {})
+    runtime = config.get("runtime") or {}
     recipe = {"tokenizer": config["tokenizer"], "runtime": {"tokenizer": runtime.get("tokenizer")}}
     held_out = dataset.held_out_source(data)
     ids = []
@@ -52,10 +53,11 @@ def pin_tokens(config: dict[str, Any], tokenizer: Tokenizer, prepared: bool = Fa
                 )
             found = tokenize_at_launch(tier, snap, tokenizer, recipe)
         ids.append(found.id)
+    pinned: dict[str, Any] = {}
     if held_out is not None:  # the separate held-out dataset's tokens, after the sources'
-        runtime["val_tokens"] = ids.pop()
-    runtime["tokens"] = ids
-    return ids
+        pinned["val_tokens"] = ids.pop()
+    pinned["tokens"] = ids
+    return DataPins(None if prepared else data, pinned, tuple(ids))
 
 
 def tokenize_at_launch(
@@ -77,14 +79,17 @@ def tokenize_at_launch(
 
 
 def run_batches(
-    config: dict[str, Any], rank: int, world: int, micro: int, accum: int
+    config: Mapping[str, Any], rank: int, world: int, micro: int, accum: int
 ) -> tuple[TokenBatches, TokenBatches]:
     """Training and held-out batches of one data-parallel rank, in the run's tokenizer."""
     data, seed, storage = config["data"], config["seed"], config.get("storage")
     cfg = dataset.check(data)
     tokenizer = open_tokenizer(config)
-    pinned = (config.get("runtime") or {}).get("tokens") or pin_tokens(config, tokenizer)
-    runtime = config["runtime"]  # pin_tokens recorded the held-out dataset's tokens there too
+    runtime = config.get("runtime") or {}
+    if not runtime.get("tokens"):  # a config no launch pinned (a tool's, a test's): pin it here
+        pins = pin_tokens(config, tokenizer)
+        data, runtime = pins.data or data, {**runtime, **pins.runtime}
+    pinned = runtime["tokens"]
     read = SourceRead(
         cfg.seq_len + 1,
         seed,
@@ -138,18 +143,19 @@ class SnapshotDataset:
     def __init__(self) -> None:
         self.prepared = False
 
-    def prepare(self, config: dict[str, Any]) -> str:
-        snapshot = resolve_dataset(config["data"], config.get("storage"))
+    def prepare(self, config: Mapping[str, Any]) -> DataPins:
+        data = thaw(config["data"])
+        snapshot = resolve_dataset(data, config.get("storage"))
         self.prepared = True
-        return snapshot
+        return DataPins(data, ids=(snapshot,))
 
-    def text_corpus(self, config: dict[str, Any]) -> TextCorpus:
+    def text_corpus(self, config: Mapping[str, Any]) -> TextCorpus:
         return corpus.text_corpus(config, self.prepared)
 
-    def pin_tokens(self, config: dict[str, Any], tokenizer: Tokenizer) -> list[str]:
+    def pin_tokens(self, config: Mapping[str, Any], tokenizer: Tokenizer) -> DataPins:
         return pin_tokens(config, tokenizer, self.prepared)
 
     def batches(
-        self, config: dict[str, Any], rank: int, world: int, micro: int, accum: int
+        self, config: Mapping[str, Any], rank: int, world: int, micro: int, accum: int
     ) -> tuple[TokenBatches, TokenBatches]:
         return run_batches(config, rank, world, micro, accum)

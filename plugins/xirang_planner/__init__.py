@@ -6,7 +6,7 @@ same hooks a third-party planner uses."""
 from typing import Any
 
 from xirang import conf_folder, hookimpl
-from xirang.specs import CommandSpec, PlannerSpec
+from xirang.specs import CommandSpec, PlannerSpec, RunConfig
 
 
 @hookimpl
@@ -21,7 +21,7 @@ def xirang_planners() -> list[PlannerSpec]:
 
 
 @hookimpl
-def xirang_measure_plans(config: dict[str, Any], plans: list[Any], steps: int) -> list[float]:
+def xirang_measure_plans(config: RunConfig, plans: list[Any], steps: int) -> list[float]:
     """``parallel.smoke=true``: each plan trained ``steps`` steps by fresh workers of the run's
     device type, its median step time."""
     from xirang.planning import run_plans

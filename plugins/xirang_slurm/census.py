@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 from xirang import ConfigError, get_registry
+from xirang.specs import RunConfig
 
 #: how long a task waits for every other task's type (a task that never starts fails the job)
 CENSUS_TIMEOUT = timedelta(minutes=10)
@@ -44,23 +45,23 @@ def census(rank: int, world: int, device_type: str) -> list[str]:
     return [types.get(str(other)).decode() for other in range(world)]
 
 
-def agree_on_comm(config: dict[str, Any], types: list[str]) -> str:
-    """Set the run's ``comm`` for the tasks' ``types``; what was decided, in words ("" when
-    every task resolved the same type)."""
+def agree_on_comm(config: RunConfig, types: list[str]) -> tuple[RunConfig, str]:
+    """The run's config with its ``comm`` agreed for the tasks' ``types``, and what was decided,
+    in words ("" when every task resolved the same type)."""
     kinds = sorted(set(types))
     if len(kinds) < 2:
-        return ""
+        return config, ""
     name = config["comm"]["name"]
     if name not in ("auto", "mixed"):
         raise ConfigError(
             f"this job's nodes resolved {' and '.join(kinds)} devices, and comm={name} cannot "
             f"reduce across device types; use comm=mixed (or leave comm=auto, which picks it)"
         )
-    config["comm"] = config["comm"] if name == "mixed" else {"name": "mixed"}
-    mine = config["runtime"]["device_type"]
-    backend = get_registry().create("comm", config["comm"]).backend_for(mine)
-    config["runtime"]["collective_backend"] = backend
-    return (
+    comm = config["comm"] if name == "mixed" else {"name": "mixed"}
+    runtime = config["runtime"]
+    backend = get_registry().create("comm", comm).backend_for(runtime["device_type"])
+    config = config.replace(comm=comm, runtime={**runtime, "collective_backend": backend})
+    return config, (
         f"nodes resolved {' and '.join(kinds)} devices: comm=mixed (each type reduces with its "
         f"own library, the types' leaders through {backend})"
     )

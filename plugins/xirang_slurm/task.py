@@ -17,18 +17,20 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from xirang import XirangError
+from xirang.specs import RunConfig
 from xirang_slurm.census import agree_on_comm, census
 
 STOP_FILE = "slurm-stop-requested"
 
 
-def resolved(run_dir: str) -> dict[str, Any]:
+def resolved(run_dir: str) -> RunConfig:
     """The run's config with its runtime resolved on this node (every start again: a requeued
     job may land on other nodes), and its ``comm`` agreed with the other tasks' device types
     (:mod:`xirang_slurm.census`); rank 0 writes it back into ``RUN_DIR/config.yaml``."""
@@ -36,15 +38,15 @@ def resolved(run_dir: str) -> dict[str, Any]:
     from xirang.worker import CONFIG_FILE, resolve_runtime
 
     path = Path(run_dir) / CONFIG_FILE
-    config = yaml.safe_load(path.read_text())
-    runtime = resolve_runtime(config, get_registry())
-    runtime["devices"] *= int(os.environ.get("SLURM_NNODES", "1"))  # every node's, for cost
-    config["runtime"] = {**config.get("runtime", {}), **runtime}  # the tokenizer is there
+    config = resolve_runtime(RunConfig(yaml.safe_load(path.read_text())), get_registry())
+    runtime = config["runtime"]  # the launch's (the tokenizer) and this node's
+    nodes = int(os.environ.get("SLURM_NNODES", "1"))
+    config = config.replace(runtime={**runtime, "devices": runtime["devices"] * nodes})  # cost
     first = os.environ.get("RANK") == "0"
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1:  # before the process group: the types decide its backend
         types = census(int(os.environ["RANK"]), world, runtime["device_type"])
-        said = agree_on_comm(config, types)
+        config, said = agree_on_comm(config, types)
         if said and first:
             print(f"xirang: {said}", file=sys.stderr, flush=True)
     if first:
@@ -66,7 +68,7 @@ def task_env(env: dict[str, str]) -> dict[str, str]:
     }
 
 
-def check_world(config: dict[str, Any], world: int) -> None:
+def check_world(config: Mapping[str, Any], world: int) -> None:
     """The job's tasks must be the workers the run's batch arithmetic divided the global batch
     over: a pool that spread a run's devices unevenly over its nodes starts a whole number of
     tasks per node, which can be fewer, and each would train a wrong share of the batch."""
@@ -95,7 +97,7 @@ def train(run_dir: str) -> None:
     if requeues != "0":  # a requeued job is the same run going on: from its own checkpoint
         os.environ[RESTART_ENV] = requeues
         if config["checkpoint"]["resume"] == "never":
-            config["checkpoint"]["resume"] = "auto"
+            config = config.replace(checkpoint={**config["checkpoint"], "resume": "auto"})
     try:
         worker.main(run_dir, config)
     except RunInterrupted as stop:

@@ -192,8 +192,8 @@ def test_a_reply_past_seq_len_and_a_changed_file_are_each_one_error(tmp_path) ->
     with pytest.raises(DataError, match=r"conversation 1: its first assistant reply starts past"):
         encode([conversation(1)], Template(None), tokenizer, span=20)
     data = write_jsonl(tmp_path / "chat.jsonl", 4)
-    config = {"data": {"name": "chat", "path": str(data)}}
-    snapshot = ChatDataset().prepare(config)
+    pins = ChatDataset().prepare({"data": {"name": "chat", "path": str(data)}})
+    config, snapshot = {"data": pins.data}, pins.ids[0]
     write_jsonl(data, 5)
     with pytest.raises(DataError, match=f"changed since the launch pinned {snapshot}"):
         ChatDataset().pin_tokens(config, tokenizer)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from xirang_data.prepare import PrepareSettings, prepare
 from xirang_data.quality import Rules
-from xirang_data.training import run_batches
+from xirang_data.training import SnapshotDataset, run_batches
 
 from xirang.storage.locate import tier_for
 from xirang_core.errors import ConfigError
@@ -45,8 +45,9 @@ def test_a_separate_dataset_is_what_evaluation_scores(tmp_path: Path) -> None:
     assert "zebra" in text(val, 0) and "quokka" not in text(val, 0)
     assert all("zebra" not in text(train, step) for step in range(1, 30))
     assert train.sources[0].source.n_val == 0  # the training data keeps every document
-    assert run["data"]["val_snapshot"]  # pinned, as config.yaml records it
-    assert run["data"]["val_fraction"] == 0.0  # and that nothing of the training data is held out
+    pinned = SnapshotDataset().prepare(run).data  # as the launch pins it into config.yaml
+    assert pinned["val_snapshot"]
+    assert pinned["val_fraction"] == 0.0  # and that nothing of the training data is held out
 
 
 def test_a_share_holds_out_the_tail_of_each_source(tmp_path: Path) -> None:
@@ -54,7 +55,7 @@ def test_a_share_holds_out_the_tail_of_each_source(tmp_path: Path) -> None:
     run = config(root, val=0.5, val_fraction=0.01)
     train, _ = run_batches(run, 0, 1, 4, 1)
     assert (train.sources[0].source.n_train, train.sources[0].source.n_val) == (30, 30)
-    assert run["data"]["val_fraction"] == 0.5
+    assert SnapshotDataset().prepare(run).data["val_fraction"] == 0.5
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ from xirang_data.training import resolve_dataset
 
 from tests.conftest import ONE_LAYER_GPT, require_moto_server
 from tests.data.conftest import Make
+from xirang.specs import thaw
 from xirang.storage.locate import tier_for
 from xirang_core.data.tokenizer import resolve_tokenizer
 from xirang_core.plugins import get_registry
@@ -56,7 +57,8 @@ def s3_run(make_dataset: Make, s3: str, tmp_path: Path, name: str) -> tuple[Path
     config = {"seed": 5, "storage": storage, "data": data, "model": {"vocab_size": 0}}
     config["tokenizer"] = {"name": "bytes", "separator": "\n\n"}
     resolve_dataset(data, storage)
-    resolve_tokenizer(config, get_registry())  # tokenised here, then both trees go to S3
+    config = thaw(resolve_tokenizer(config, get_registry())[1])  # tokenised here, then to S3
+    data = config["data"]
     sync(local, tier_for(uri, storage))
     sync(tokens_tier(local), tokens_tier(tier_for(uri, storage)), config["runtime"]["tokens"][0])
     data.update(uri=uri, cache_dir=str(tmp_path / "cache"), prefetch_shards=2)

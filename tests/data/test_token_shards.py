@@ -17,6 +17,7 @@ from xirang_data.training import resolve_dataset, run_batches
 from xirang_tokenizers.bytes import ByteTokenizer
 
 from tests.data.conftest import Make, samples
+from xirang.specs import thaw
 from xirang_core.data.tokenizer import resolve_tokenizer
 from xirang_core.errors import ConfigError, DataError
 from xirang_core.plugins import get_registry
@@ -40,8 +41,7 @@ def launched(uri: str, tokenizer: dict) -> dict:
     """A run's config as the launcher leaves it: snapshot, tokenizer and token shards pinned."""
     config = run_config(uri, tokenizer)
     resolve_dataset(config["data"], config["storage"])
-    resolve_tokenizer(config, get_registry())
-    return config
+    return thaw(resolve_tokenizer(config, get_registry())[1])  # a test's copy to change
 
 
 def token_snapshot(uri: str, tokenizer: dict) -> Snapshot:

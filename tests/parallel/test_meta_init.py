@@ -125,8 +125,6 @@ def test_each_fsdp_worker_starts_below_the_models_size(tmp_path: Path) -> None:
     """ZeRO-3 over two workers: neither worker's peak RSS rises during start-up (build, wrap,
     materialise, optimizer, data) by as much as the whole model's fp32 parameters; then it
     trains a step."""
-    from xirang_data.training import resolve_dataset
-
     from xirang_core.run import compose_config
 
     overrides = [f"model.{k}={v}" for k, v in LARGE.items()]
@@ -141,7 +139,6 @@ def test_each_fsdp_worker_starts_below_the_models_size(tmp_path: Path) -> None:
             "data.seq_len=16",
         ]
     )
-    resolve_dataset(config["data"], config["storage"])
     model_bytes = 4 * sum(p.numel() for p in on_meta(GPTConfig(**LARGE)).parameters())
     results = run_group(meta_worker.start_peak_rss, 2, config, str(tmp_path))
     for rank, result in enumerate(results):

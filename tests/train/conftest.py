@@ -52,7 +52,7 @@ def assembled(overrides: list[str], run_dir: Path) -> Iterator[Assembly]:
     builds them from its config.yaml (runtime resolved, process group open)."""
     config = compose(overrides)
     registry = get_registry()
-    config["runtime"] = resolve_runtime(config, registry)
+    config = resolve_runtime(config, registry)
     run_dir.mkdir()
     ctx = open_worker(config, str(run_dir), registry)
     try:

@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 from xirang_core.config import run_workers
+from xirang_core.contract import RunConfig
 from xirang_core.errors import ConfigError
 from xirang_core.parallel.cluster import local_cluster
 from xirang_core.parallel.plan import ModelShape, ParallelPlan, PlanError, check_plan, plan_problem
@@ -27,15 +28,18 @@ def model_shape(config: dict[str, Any], registry: Registry) -> ModelShape | None
     return spec.load_parallelize().shape(settings, config["data"]["seq_len"])
 
 
-def resolve_parallel(config: dict[str, Any], registry: Registry) -> None:
-    """Settle ``config['parallel']`` (and ``trainer.micro_batch``, ``grad_accum``) for the
-    run's workers."""
+def resolve_parallel(config: RunConfig, registry: Registry) -> RunConfig:
+    """The config with ``parallel`` (and ``trainer.micro_batch``, ``grad_accum``) settled for
+    the run's workers: ``parallel=auto`` becomes the planner's plan; a named plan that cannot
+    work stops here."""
     trainer = config["trainer"]
     if config["parallel"]["name"] == "auto":
         plan = choose_plan(config, registry)
-        config["parallel"] = plan.settings()
-        trainer["micro_batch"] = plan.micro_batch
-        trainer["grad_accum"] = trainer["global_batch"] // plan.dp // plan.micro_batch
+        accum = trainer["global_batch"] // plan.dp // plan.micro_batch
+        config = config.replace(
+            parallel=plan.settings(),
+            trainer={**trainer, "micro_batch": plan.micro_batch, "grad_accum": accum},
+        )
         log.warning("parallel=auto chose %s (%s)", plan.label(), plan.strategy())
     else:
         strategy = registry.create("parallel", config["parallel"])
@@ -44,6 +48,7 @@ def resolve_parallel(config: dict[str, Any], registry: Registry) -> None:
             plan = plan_on_workers(config, strategy, shape)
             check_plan(plan, shape, trainer["global_batch"])
     note_one_worker(config, registry)
+    return config
 
 
 def note_one_worker(config: dict[str, Any], registry: Registry) -> None:
@@ -100,7 +105,7 @@ def _runs_on(strategy: Any, workers: int, shape: ModelShape, global_batch: int) 
     return not plan_problem(plan, shape, global_batch)
 
 
-def choose_plan(config: dict[str, Any], registry: Registry) -> ParallelPlan:
+def choose_plan(config: RunConfig, registry: Registry) -> ParallelPlan:
     """The configured planner's choice for this machine, or the measured best of its top few
     (``parallel.smoke``)."""
     shape = model_shape(config, registry)

@@ -167,3 +167,34 @@ class StepRunner:
     evaluate: Callable[[Any, int], float] | None = None
     backward: Callable[[Any], None] | None = None
     clip: Callable[[float], Any] | None = None
+
+
+@dataclass(frozen=True)
+class DataPins:
+    """What a dataset pinned at launch (:meth:`~xirang_core.data.interface.Dataset.prepare`,
+    ``pin_tokens``), for the config its workers read: ``data`` the run's ``data`` section naming
+    the exact bytes it trains on (None: as configured), ``runtime`` entries for the run's
+    ``runtime`` section (token snapshots, counts), ``ids`` the snapshots pinned."""
+
+    data: Mapping[str, Any] | None = None
+    runtime: Mapping[str, Any] = field(default_factory=dict)
+    ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What the launch (or a Slurm task, on its node) learns of the device the run trains on,
+    recorded in the run's ``runtime`` section for every worker and the summary."""
+
+    device_type: str
+    device_model: str
+    devices: int
+    collective_backend: str
+    peak_flops_per_worker: float
+    peak_source: str
+    peak_dtype: str
+    concurrent_workers: int
+
+    def entries(self) -> dict[str, Any]:
+        """The facts as config.yaml's ``runtime`` entries, in their order."""
+        return {f: getattr(self, f) for f in self.__dataclass_fields__}

@@ -9,9 +9,12 @@ final checkpoint, summary with ``pruned_at``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xirang_core.sweep.objective import check_trial
+
+if TYPE_CHECKING:
+    from xirang_core.contract import RunConfig
 
 
 def in_trial(config: dict[str, Any] | None) -> bool:
@@ -34,20 +37,22 @@ def pruned_here(ctx: Any, hook: Any, step: int, metrics: dict[str, Any]) -> bool
     return bool(flag.item())
 
 
-def join_trial(config: dict[str, Any], hydra_cfg: Any) -> None:
-    """In a trial, check it can be pruned and record where its study is for the workers: the
+def join_trial(config: RunConfig, hydra_cfg: Any) -> RunConfig:
+    """In a trial, check it can be pruned and return the config that records where its study
+    is for the workers (``sweep.study``; outside a trial, ``config`` itself): the
     sweeper's storage, study name and pruner settings, and the sweep's folder (the default
     storage lives there). The launching process reads them from Hydra; workers, which may run
     elsewhere (torchrun, Slurm), read them from the run's ``config.yaml``."""
     if not in_trial(config):
-        return
+        return config
     from omegaconf import OmegaConf
 
     sweeper = hydra_cfg.sweeper
     check_trial(config, sweeper)
-    config["sweep"]["study"] = {
+    study = {
         "storage": sweeper.get("storage"),
         "name": sweeper.get("study_name"),
         "pruner": OmegaConf.to_container(sweeper.pruner, resolve=True),
         "sweep_dir": str(hydra_cfg.sweep.dir),
     }
+    return config.replace(sweep={**config["sweep"], "study": study})

@@ -6,14 +6,14 @@ and resume apply to it as to the built-in pipeline."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 from xirang import conf_folder, hookimpl, xirang_home
 from xirang.data import NamedSource, Partition, TokenBatches, open_tokenizer
-from xirang.specs import DatasetSpec, TextCorpus, Tokenizer
+from xirang.specs import DataPins, DatasetSpec, TextCorpus, Tokenizer
 
 #: every ``prepare`` in this process, by the data id it pinned (the launch prepares once)
 PREPARED: list[str] = []
@@ -40,13 +40,13 @@ def documents(data: dict[str, Any]) -> list[str]:
 class CountingDataset:
     """The :class:`xirang.data.Dataset` of ``data=counting``."""
 
-    def prepare(self, config: dict[str, Any]) -> str:
+    def prepare(self, config: Mapping[str, Any]) -> DataPins:
         data = config["data"]
-        data["snapshot"] = f"counting-{data['documents']}x{data['length']}"
-        PREPARED.append(data["snapshot"])
-        return data["snapshot"]
+        snapshot = f"counting-{data['documents']}x{data['length']}"
+        PREPARED.append(snapshot)
+        return DataPins({**data, "snapshot": snapshot}, ids=(snapshot,))
 
-    def text_corpus(self, config: dict[str, Any]) -> TextCorpus:
+    def text_corpus(self, config: Mapping[str, Any]) -> TextCorpus:
         texts = documents(config["data"])
 
         def batches() -> Iterator[list[str]]:
@@ -54,13 +54,13 @@ class CountingDataset:
 
         return TextCorpus(config["data"]["snapshot"], len(texts), batches, xirang_home())
 
-    def pin_tokens(self, config: dict[str, Any], tokenizer: Tokenizer) -> list[str]:
+    def pin_tokens(self, config: Mapping[str, Any], tokenizer: Tokenizer) -> DataPins:
         ids = tokenizer.encode_batch(documents(config["data"]))
-        config["runtime"]["counting_tokens"] = sum(len(d) for d in ids)
-        return [config["data"]["snapshot"]]
+        tokens = sum(len(d) for d in ids)
+        return DataPins(runtime={"counting_tokens": tokens}, ids=(config["data"]["snapshot"],))
 
     def batches(
-        self, config: dict[str, Any], rank: int, world: int, micro: int, accum: int
+        self, config: Mapping[str, Any], rank: int, world: int, micro: int, accum: int
     ) -> tuple[TokenBatches, TokenBatches]:
         data, tokenizer, seed = config["data"], open_tokenizer(config), config["seed"]
         texts = documents(data)

@@ -95,7 +95,7 @@ def registry(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 def test_parallel_auto_takes_the_plan_of_the_planner_the_config_names(registry) -> None:
     config = compose([*TINY, "parallel=auto", "parallel.planner=pipeline_first"], registry)
-    resolve_parallel(config, registry)
+    config = resolve_parallel(config, registry)
     [(shape, cluster)] = PipelineFirst.seen
     assert (shape.layers, shape.hidden, shape.seq_len) == (2, 32, 16)
     assert cluster.devices == 2  # this host, for the run's two workers
@@ -158,7 +158,7 @@ def test_smoke_takes_the_fastest_of_the_planners_top_plans_as_measured(
     timings = _without_built_in_planner([planner, EntryPoint("timings", module.__name__)])
     overrides = ["parallel.planner=pipeline_first", "parallel.smoke=true", "parallel.smoke_top=3"]
     config = compose([*TINY, "parallel=auto", *overrides], timings)
-    resolve_parallel(config, timings)
+    config = resolve_parallel(config, timings)
     [asked] = Timings.asked
     assert len(asked) == 3 and asked[0].pp == 2  # the planner's ranking, pipelines first
     assert config["parallel"] == asked[-1].settings() != asked[0].settings()

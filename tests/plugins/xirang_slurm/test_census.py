@@ -19,29 +19,31 @@ import pytest
 from xirang_slurm.census import agree_on_comm, census
 
 from xirang import ConfigError
+from xirang.specs import RunConfig
 
 
-def run_config(comm: dict[str, Any], device_type: str = "cpu") -> dict[str, Any]:
-    return {"comm": comm, "runtime": {"device_type": device_type, "collective_backend": "x"}}
+def run_config(comm: dict[str, Any], device_type: str = "cpu") -> RunConfig:
+    runtime = {"device_type": device_type, "collective_backend": "x"}
+    return RunConfig({"comm": comm, "runtime": runtime})
 
 
 def test_one_device_type_changes_nothing() -> None:
     config = run_config({"name": "auto"})
-    assert agree_on_comm(config, ["cpu", "cpu", "cpu"]) == ""
+    assert agree_on_comm(config, ["cpu", "cpu", "cpu"]) == (config, "")
     assert config == run_config({"name": "auto"})
 
 
 def test_two_types_make_comm_auto_mixed_over_gloo() -> None:
-    config = run_config({"name": "auto"})
-    said = agree_on_comm(config, ["cpu", "cuda", "cpu", "cuda"])
+    given = run_config({"name": "auto"})
+    config, said = agree_on_comm(given, ["cpu", "cuda", "cpu", "cuda"])
     assert config["comm"] == {"name": "mixed"}
     assert config["runtime"]["collective_backend"] == "gloo"
     assert "cpu and cuda" in said and "comm=mixed" in said
+    assert given == run_config({"name": "auto"})  # the task's config is derived, not changed
 
 
 def test_comm_mixed_keeps_its_settings() -> None:
-    config = run_config({"name": "mixed", "backend": "gloo"})
-    agree_on_comm(config, ["cpu", "rocm"])
+    config, _ = agree_on_comm(run_config({"name": "mixed", "backend": "gloo"}), ["cpu", "rocm"])
     assert config["comm"] == {"name": "mixed", "backend": "gloo"}
 
 

@@ -25,7 +25,7 @@ TEXT = "def naïve_3(Σ):\n    return Σ * 3 + len('naïve')\n"
 
 def resolved(config: dict) -> tuple:
     resolve_dataset(config["data"], config["storage"])
-    return resolve_tokenizer(config, get_registry()), config
+    return resolve_tokenizer(config, get_registry())
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from xirang_core.train.worker import assemble, open_worker
 def test_fsdp_at_world_size_one_holds_dtensor_parameters(tmp_path: Path) -> None:
     config = compose(["device=cpu", "parallel=fsdp", "tokenizer=bytes"])
     registry = get_registry()
-    config["runtime"] = resolve_runtime(config, registry)
+    config = resolve_runtime(config, registry)
     ctx = open_worker(config, str(tmp_path), registry)
     try:
         parts = assemble(config, ctx, registry)
