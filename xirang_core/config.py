@@ -16,7 +16,7 @@ import sys
 import textwrap
 import types
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 from typing import Any, ClassVar, cast
 
 import yaml

@@ -19,24 +19,18 @@ TINY = ("trainer.max_steps=2", "trainer.sample_tokens=0", "trainer.eval_batches=
 
 HAVE_COLOSSAL = importlib.util.find_spec("colossalai") is not None
 
-#: docs/parallel.md's strategies on the CPU, each with the workers it needs
+#: docs/parallel.md's strategies on the CPU that no documented command names, each with the
+#: workers it needs (ddp, fsdp, tp, sp, pp, hybrid and auto: the docs' own commands train them,
+#: tests/docs/test_documented_runs.py)
 PARALLEL = {
     "single": ("parallel=single", "trainer.nproc=1"),
-    "ddp": ("parallel=ddp", "trainer.nproc=2"),
-    "fsdp": ("parallel=fsdp", "trainer.nproc=2"),
-    "tp": ("parallel=tp", "trainer.nproc=2"),
-    "sp": ("parallel=sp", "trainer.nproc=2"),
-    "pp": ("parallel=pp", "trainer.nproc=2", "model.n_layer=2", "trainer.micro_batch=1"),
-    "hybrid": ("parallel=hybrid", "trainer.nproc=2", "parallel.tp=2"),
-    "auto": ("parallel=auto", "trainer.nproc=2"),
     "accelerate": ("parallel=accelerate", "trainer.nproc=2"),
     "colossalai": ("parallel=colossalai", "parallel.plugin=torch_ddp", "trainer.nproc=2"),
 }
 
 #: docs/comm.md's options on the CPU (nccl, rccl and hccl serve accelerators only), under the
-#: data parallel they hook into
-COMM = ("auto", "gloo", "fp16", "bf16", "powersgd", "topk", "hierarchical", "mixed")
-COMM += ("localsgd", "diloco")
+#: data parallel they hook into (powersgd: README.md's command trains it)
+COMM = ("auto", "gloo", "fp16", "bf16", "topk", "hierarchical", "mixed", "localsgd", "diloco")
 
 
 @pytest.fixture(scope="module")
