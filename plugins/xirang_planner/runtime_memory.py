@@ -11,7 +11,10 @@ few MB of tensors), and it does not grow with the model, so it is measured, not 
 ``world`` fresh workers train a trivial model (the configured family with one layer per pipeline
 stage, micro-batch 1) for a few steps under plain data parallel, then under each other kind of
 wrapper a plan can use (sharding, tensor parallel, a pipeline, full recompute), then under each
-pair of them the workers can hold, one after the other in the same workers. The first run's real
+pair of them the workers can hold, one after the other in the same workers, fewest kinds first
+(each a plan the strategies accept: where these workers hold a kind or pair only beside another
+kind, as tensor parallel over 2 of 4 workers needs sharding or a pipeline beside it, its run
+holds that kind too and follows that kind's own; see :func:`probe_plans`). The first run's real
 peak beyond what :mod:`.memory` predicts for its trivial model is the baseline every worker
 pays; each later run's is what that kind, or pair, adds (the code, modules and buffers the
 workers did not have yet, beyond what a plain data-parallel run at micro-batch 1 repeated in the
@@ -113,45 +116,53 @@ def plan_kinds(plan: ParallelPlan) -> set[str]:
 
 
 def probe_plans(shape: ModelShape, world: int) -> dict[str, ParallelPlan]:
-    """One trivial plan per kind that ``world`` workers and this model allow."""
-    plans = {"ddp": ParallelPlan(dp=world)}
-    if world > 1:
-        plans["fsdp"] = ParallelPlan(dp=world, zero=3)
-        tp = next((t for t in (world, 2) if world % t == 0 and _splits(shape, t)), 0)
-        if tp and "tp" in shape.splits:
-            plans["tp"] = ParallelPlan(dp=world // tp, tp=tp)
-        if "pp" in shape.splits:
-            plans["pp"] = ParallelPlan(pp=world)
-    plans["recompute"] = ParallelPlan(dp=world, recompute="full")
-    singles = [k for k in plans if k != "ddp"]
-    for a, b in itertools.combinations(singles, 2):
-        pair = _pair_plan(plans[a], plans[b], world, shape)
-        if pair is not None:
-            plans[f"{a}+{b}"] = pair
-    return plans
+    """One trivial plan per kind that ``world`` workers and this model allow, then one per pair
+    of them, each a plan :func:`plan_problem` accepts on its trivial model, in the order they
+    run: fewest kinds first.
+
+    A kind or pair may only run together with another kind (tensor parallel over 2 of 4
+    workers: the other 2 hold data-parallel replicas of its shards, which need sharding, or a
+    pipeline). Its probe then runs after the probes of the fewer kinds it combines, so its
+    addition is what it brings beyond them: its own and that of the combinations with the extra
+    kind not measured yet, charged to every plan with its kinds (a plan without the extra kind
+    pays a few MB more, not less). A pair a single kind's probe already holds is not probed
+    again: its addition is in that kind's."""
+    singles = {k: p for k in KINDS if (p := _probe_plan({k} - {"ddp"}, world, shape))}
+    pairs = {
+        f"{a}+{b}": plan
+        for a, b in itertools.combinations([k for k in singles if k != "ddp"], 2)
+        if not any({a, b} <= _held(p) for p in singles.values())
+        and (plan := _probe_plan({a, b}, world, shape))
+    }
+    probes = {**singles, **pairs}
+    return dict(sorted(probes.items(), key=lambda item: len(_held(item[1]))))
 
 
-def _pair_plan(
-    a: ParallelPlan, b: ParallelPlan, world: int, shape: ModelShape
-) -> ParallelPlan | None:
-    """A trivial plan of ``world`` workers with the kinds of both ``a`` and ``b`` (tensor
-    parallel over 2 where that leaves room for the other kind), or None where the workers
-    cannot hold both."""
-    want = (plan_kinds(a) | plan_kinds(b)) - {"ddp"}
-    splits = [t for t in (2, a.tp, b.tp) if t > 1 and world % t == 0 and _splits(shape, t)]
-    recompute = "full" if "recompute" in want else "none"
-    for tp in splits if "tp" in want else [1]:
-        for pp in (p for p in range(world // tp, 0, -1) if world % (tp * p) == 0):
-            zero = max(a.zero, b.zero)
-            plan = ParallelPlan(world // (tp * pp), tp, pp, zero=zero, recompute=recompute)
-            trivial = replace(shape, layers=pp)  # as _trivial builds it
-            if plan_kinds(plan) - {"ddp"} == want and not plan_problem(plan, trivial, plan.dp * pp):
-                return plan
-    return None
+def _probe_plan(want: set[str], world: int, shape: ModelShape) -> ParallelPlan | None:
+    """A trivial plan of ``world`` workers that holds every kind in ``want`` and as few others
+    as it can (then the longest pipeline, as the probes always built them), valid on its
+    trivial model; None where the workers cannot hold ``want``."""
+    rc = "full" if "recompute" in want else "none"
+    found = [
+        plan
+        for tp, pp in itertools.product(range(1, world + 1), repeat=2)
+        if world % (tp * pp) == 0
+        for zero in ((0, 3) if world > tp * pp else (0,))
+        if want <= _held(plan := ParallelPlan(world // (tp * pp), tp, pp, zero=zero, recompute=rc))
+        and not _probe_problem(plan, shape)
+    ]
+    return min(found, key=lambda p: (len(_held(p) - want), -p.pp, p.tp, p.zero), default=None)
 
 
-def _splits(shape: ModelShape, tp: int) -> bool:
-    return shape.heads % tp == 0 and (shape.kv_heads or shape.heads) % tp == 0
+def _probe_problem(plan: ParallelPlan, shape: ModelShape) -> str:
+    """Why ``plan`` cannot run as a trivial run (:func:`_trivial`: a layer per stage, one
+    micro-batch per rank and stage) of a model shaped like ``shape``."""
+    return plan_problem(plan, replace(shape, layers=plan.pp), plan.dp * plan.pp * plan.micro_batch)
+
+
+def _held(plan: ParallelPlan) -> set[str]:
+    """The kinds ``plan`` combines beyond the baseline's plain data parallel."""
+    return plan_kinds(plan) - {"ddp"}
 
 
 def cached_runtime(config: dict[str, Any], world: int, refresh: bool = False) -> RuntimeMemory:

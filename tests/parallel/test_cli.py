@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from tests.parallel.conftest import TINY_LLAMA
+
 
 def test_impossible_plan_refused_before_launch(run_xirang) -> None:
     result = run_xirang("trainer.nproc=3", "trainer.global_batch=12", "parallel=tp")
@@ -33,6 +35,29 @@ def test_parallel_auto_trains_with_the_chosen_plan(run_xirang, tmp_path) -> None
     assert "parallel=auto chose" in result.stderr + result.stdout
     summary = json.loads(next(tmp_path.rglob("summary.json")).read_text())
     assert summary["steps"] == 2 and summary["world_size"] == 2
+
+
+@pytest.mark.slow
+def test_parallel_auto_measures_its_runtime_on_4_workers_whose_heads_split_only_2_ways(
+    run_xirang, tmp_path, xirang_home
+) -> None:
+    """The README's ``trainer.nproc=4 parallel=auto`` on a Llama whose 2 key/value heads do not
+    split over 4 workers: the runtime probe measures tensor parallel over 2 beside a pipeline
+    (dp2xtp2 without sharding, which no strategy runs, used to kill the run) and trains."""
+    for cached in xirang_home.glob("calibration/runtime-*-4w-*llama*"):
+        cached.unlink()  # measured by this run, not read from an earlier one
+    result = run_xirang(
+        "parallel=auto",
+        "trainer.nproc=4",
+        "trainer.max_steps=2",
+        "trainer.sample_tokens=0",
+        *(o for o in TINY_LLAMA if not o.startswith("trainer.max_steps=")),
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "parallel=auto chose" in result.stderr + result.stdout
+    assert list(xirang_home.glob("calibration/runtime-*-4w-*llama*"))  # the probe ran
+    summary = json.loads(next(tmp_path.rglob("summary.json")).read_text())
+    assert summary["steps"] == 2 and summary["world_size"] == 4
 
 
 @pytest.mark.slow

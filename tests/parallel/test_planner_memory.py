@@ -4,6 +4,7 @@ micro-batch (xirang_planner.runtime_memory), and the real peak's baseline (.peak
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from typing import Any
 
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from xirang_planner.memory import per_layer_factor, predict_memory, stage_params
 from xirang_planner.planner import rank_plans
 from xirang_planner.runtime_memory import (
+    KINDS,
     RuntimeMemory,
     cached_runtime,
     micro_batch_bytes,
@@ -191,15 +193,44 @@ def test_a_plan_pays_what_each_pair_of_its_kinds_adds_and_only_those_pairs() -> 
 
 
 def test_the_runtime_probe_runs_each_pair_of_kinds_the_workers_can_hold() -> None:
+    from xirang_planner.runtime_memory import probe_plans
+
+    assert set(probe_plans(SHAPE, 4)) >= {"tp+pp", "fsdp+tp", "tp+recompute", "pp+recompute"}
+
+
+@given(
+    world=st.integers(1, 8),
+    heads=st.sampled_from([1, 2, 3, 4, 6, 8]),
+    kv_share=st.sampled_from([1, 2, 3, 4]),
+    layers=st.integers(1, 8),
+    splits=st.sampled_from([("tp", "pp"), ("tp",), ("pp",), ()]),
+)
+def test_every_runtime_probe_is_a_valid_plan_and_charges_every_kind_a_plan_can_combine(
+    world: int, heads: int, kv_share: int, layers: int, splits: tuple[str, ...]
+) -> None:
+    """The runtime's trivial runs are plans the strategies accept (tensor parallel over 2 of 4
+    workers beside data parallel without sharding is refused: llama_tiny's 2 key/value heads on
+    4 workers), fewest kinds first, and whatever kinds and pairs a candidate plan combines
+    are measured by some probe, so ``for_plan`` charges each of them."""
     from xirang_planner.runtime_memory import plan_kinds, probe_plans
 
-    from xirang_core.parallel.plan import plan_problem
+    from xirang_core.parallel.plan import candidate_plans, plan_problem
 
-    plans = probe_plans(SHAPE, 4)
-    assert set(plans) >= {"tp+pp", "fsdp+tp", "tp+recompute", "pp+recompute"}
+    kv_heads = heads // kv_share if heads % kv_share == 0 else heads
+    shape = replace(SHAPE, heads=heads, kv_heads=kv_heads, layers=layers, splits=splits)
+    plans = probe_plans(shape, world)
+    held = {name: plan_kinds(plan) - {"ddp"} for name, plan in plans.items()}
+    assert next(iter(plans)) == "ddp" and plans["ddp"] == ParallelPlan(dp=world)
     for name, plan in plans.items():
-        assert plan.world == 4 and plan_kinds(plan) - {"ddp"} == set(name.split("+")) - {"ddp"}
-        assert not plan_problem(plan, replace(SHAPE, layers=plan.pp), plan.dp * plan.pp)
+        trivial = replace(shape, layers=plan.pp)  # one layer per stage, micro-batch 1
+        assert plan.world == world and not plan_problem(plan, trivial, plan.dp * plan.pp), name
+        assert set(name.split("+")) - {"ddp"} <= held[name]
+    assert [len(kinds) for kinds in held.values()] == sorted(len(k) for k in held.values())
+    for plan in candidate_plans(world, shape, 8 * world, (1,)):
+        kinds = plan_kinds(plan) - {"ddp"}
+        assert kinds <= set(plans)
+        for a, b in itertools.combinations(sorted(kinds, key=KINDS.index), 2):
+            assert f"{a}+{b}" in plans or any({a, b} <= held[k] for k in kinds), (plan, a, b)
 
 
 def test_each_kind_counts_beyond_a_repeated_plain_run_and_slack_per_micro_batch_byte() -> None:
