@@ -13,7 +13,7 @@ import torch
 
 from tests.plugins.xirang_tokenizers.test_tokenizers import local_tokenizer_json
 from xirang_core.config import compose
-from xirang_core.data.tokenizer import open_tokenizer, prepare_tokenizer
+from xirang_core.data.tokenizer import open_tokenizer, prepare_tokenizer, tokenizer_runtime
 from xirang_core.errors import ConfigError
 from xirang_core.plugins import get_registry
 
@@ -59,7 +59,11 @@ def test_the_folders_tokenizer_is_the_runs(model: str, llama_with_tokenizer: Pat
     assert config["model"]["vocab_size"] == VOCAB  # the weights' rows, not the tokenizer's
     tokenizer = prepare_tokenizer(config, get_registry())
     expected = open_tokenizer(
-        {**config, "tokenizer": {"name": "hf", "path": str(llama_with_tokenizer), "eos_token": ""}}
+        {
+            **config,
+            "tokenizer": {"name": "hf", "path": str(llama_with_tokenizer), "eos_token": ""},
+            "runtime": {"tokenizer": tokenizer_runtime(tokenizer)},
+        }
     )
     assert tokenizer.fingerprint == expected.fingerprint
     [ids] = tokenizer.encode_batch(["def f(x):"])
