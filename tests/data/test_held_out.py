@@ -102,8 +102,9 @@ def test_the_launch_says_and_times_its_tokenizing(tmp_path: Path, capsys) -> Non
     from xirang_tokenizers.bytes import ByteTokenizer
 
     run = config(dataset(tmp_path / "train", "quokka", 60))
-    pin_tokens(run, ByteTokenizer("\n\n"))
+    pins = pin_tokens(run, ByteTokenizer("\n\n"))
     said = capsys.readouterr().err
-    snapshot = run["data"]["snapshot"]
+    assert pins.data is not None
+    snapshot = pins.data["snapshot"]
     assert f"tokenizing snapshot {snapshot} (" in said and "with tokenizer=bytes" in said
     assert re.search(rf"tokenized snapshot {snapshot} in \d+\.\d s", said), said

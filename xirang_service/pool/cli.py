@@ -7,8 +7,8 @@
     xirang pool history JOB
     xirang pool cancel JOB
     xirang pool quota [PROJECT --guaranteed N --borrow-limit N --team T
-                               --max-priority CLASS --run-as USER [--shared-account]
-                               --umask OCTAL --max-jobs N
+                               --max-priority CLASS --umask OCTAL
+                               --run-as USER [--shared-account] --max-jobs N
                                --max-payload-bytes BYTES --rate PER_S --burst N]
     xirang pool drain NODE [--reason TEXT] | undrain NODE
     xirang pool simulate --trace philly.csv --cluster cluster.yaml
