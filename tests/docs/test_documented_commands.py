@@ -218,7 +218,7 @@ TABLE: dict[str, As | Slow | Skip | Short | Pool | Service | Slurm | Export] = {
     "xirang ckpt export --format hf RUN OUT": As(("xirang ckpt export --format hf {run} hf2",)),
     "xirang drill all": Slow("four drills, each a run killed, corrupted or failed and resumed"),
     "xirang pool serve --cluster cluster.yaml": Pool(serves=True),
-    "xirang pool quota nlp --guaranteed 64": Pool(),
+    "xirang pool quota nlp --guaranteed 64 --max-priority high": Pool(),
     "export XIRANG_POOL_TOKEN=<nlp token>": Export("XIRANG_POOL_TOKEN"),
     _POOLED: Pool((shortened(_POOLED),)),
     "xirang pool status | queue | jobs | cancel 12": Pool(
