@@ -56,7 +56,10 @@ def service(slurm: str, tmp_path: Path, account: str) -> Iterator[PoolService]: 
     ``account``."""
     cluster = tmp_path / "cluster.yaml"
     nodes = [{"name": slurm, "type": "cpu", "devices": 4}]
-    projects = [{"name": p, "guaranteed": 2, "run_as": account} for p in ("nlp", "cv")]
+    projects = [
+        {"name": p, "guaranteed": 2, "run_as": account, "shared_account": True}
+        for p in ("nlp", "cv")
+    ]
     cluster.write_text(json.dumps({"nodes": nodes, "projects": projects}))
     pool = PoolService(
         PoolStore(tmp_path / "pool.db"), cluster, "priority", OPERATOR, SlurmExecutor(tmp_path)
