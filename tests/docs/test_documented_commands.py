@@ -315,8 +315,12 @@ TABLE: dict[str, As | Slow | Skip | Short | Pool | Service | Slurm | Export] = {
     "python -m xirang model=hf model.config=path/to/dir": Short(
         ("python -m xirang model=hf model.config=hf-model",)
     ),
-    "python -m xirang model=hf model.config=path/to/config.json model.vocab_size=256": Short(
-        ("python -m xirang model=hf model.config=hf-model/config.json model.vocab_size=256",)
+    "python -m xirang model=hf model.config=path/to/config.json model.vocab_size=256 "
+    "tokenizer=bytes": Short(
+        (
+            "python -m xirang model=hf model.config=hf-model/config.json model.vocab_size=256 "
+            "tokenizer=bytes",
+        )
     ),
     "python -m xirang model=hf model.pretrained=path/to/dir": Short(
         ("python -m xirang model=hf model.pretrained=hf-model",)
