@@ -402,9 +402,9 @@ def pool(
     monkeypatch.setenv("SLURM_CONF", str(slurm_multinode.conf))
     cluster = tmp_path / "cluster.yaml"
     nodes = [{**node, "devices": 1} for node in inventory.nodes()]
-    projects = [
-        {"name": "batch", "guaranteed": 0, "run_as": account},
-        {"name": "prod", "guaranteed": 2, "run_as": account},
+    projects = [  # one account for both, on purpose
+        {"name": "batch", "guaranteed": 0, "run_as": account, "shared_account": True},
+        {"name": "prod", "guaranteed": 2, "run_as": account, "shared_account": True},
     ]
     cluster.write_text(yaml.safe_dump({"nodes": nodes, "projects": projects}))
     executor = SlurmExecutor(tmp_path / "slurm")
