@@ -17,7 +17,8 @@ from xirang_data.quality import Rules
 from xirang_data.reader import ReadSettings, ShardReader
 from xirang_data.snapshot import list_ids, load
 from xirang_data.sync import sync
-from xirang_data.training import run_batches
+from xirang_data.training import pin_tokens, run_batches
+from xirang_tokenizers.bytes import ByteTokenizer
 
 from xirang.storage.locate import tier_for
 from xirang.storage.retry import RetryPolicy
@@ -139,7 +140,9 @@ def test_training_config_reads_s3_with_storage_s3_cache(s3_server, tmp_path: Pat
     tokenizer = {"name": "bytes", "separator": "\n\n"}
     config = {"seed": 1, "storage": storage, "data": data, "tokenizer": tokenizer}
     train, _ = run_batches(config, 0, 1, 2, 1)
-    assert train.get(1)[0].shape == (2, 8) and data["snapshot"] == snap.id
+    assert train.get(1)[0].shape == (2, 8)
+    pins = pin_tokens(config, ByteTokenizer("\n\n"))  # what a launch pins: the S3 snapshot
+    assert pins.data is not None and pins.data["snapshot"] == snap.id
 
 
 def test_s3_tier_settings_hold_no_secret() -> None:
