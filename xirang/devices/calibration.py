@@ -73,6 +73,13 @@ def quiet(calibration: Calibration, cores: int) -> bool:
     return all(_quiet_at(loads.get(d), cores) for d in calibration.matmul_tflops)
 
 
+#: how many times a kept figure a busy measurement must read to replace it: a burst between
+#: load readings lifts a busy figure by a little (0.4 against a quiet 0.363 TFLOP/s); several
+#: times the kept one shows that one was measured under load the load average missed (a peak
+#: stored at 1e-5 TFLOP/s that a run then beat, issue 38)
+DISPROVES = 2.0
+
+
 def keep_best(
     old: Calibration | None, new: Calibration, load: float, key: str, cores: int = 1
 ) -> Calibration:
@@ -80,12 +87,14 @@ def keep_best(
     (other work left the ``cores`` measuring free) before any busy one: a busy host read
     0.070 TFLOP/s where the quiet one reads 0.363, and MFU against that read 46% where it was
     12%. Among measurements of one kind the fastest counts (other work only ever makes one
-    slower). Figures with no quiet measurement yet are listed in ``measured_busy``."""
+    slower), and a busy one over :data:`DISPROVES` times the kept figure replaces it. Figures
+    with no quiet measurement yet are listed in ``measured_busy``."""
     tflops = dict(old.matmul_tflops) if old else {}
     loads = dict(old.measured_load) if old else {}
     for dtype, value in new.matmul_tflops.items():
         mine = (_quiet_at(load, cores), value)
-        if mine > (_quiet_at(loads.get(dtype), cores), tflops.get(dtype, 0.0)):
+        kept = (_quiet_at(loads.get(dtype), cores), tflops.get(dtype, 0.0))
+        if mine > kept or value > DISPROVES * kept[1]:
             tflops[dtype], loads[dtype] = value, load
     links = [c.link_bandwidth_gbps for c in (old, new) if c and c.link_bandwidth_gbps]
     return Calibration(
