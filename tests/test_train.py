@@ -46,8 +46,10 @@ def test_two_ddp_workers_share_one_run_directory(run_xirang, tmp_path):
     summary = read_summary(run_dir)
     assert summary["world_size"] == 2 and summary["steps"] == 6
     assert summary["tokens"] == 6 * 16 * 128
-    steps = re.findall(r"^step (\d+) loss [\d.]+ tokens/s \d+$", result.stdout, re.MULTILINE)
-    assert steps == ["1", "2", "4", "6"]  # not a terminal: a line per log step (and the first)
+    # not a terminal: a line per log step (and the first); the last one with its evaluation
+    line = r"^step (\d+) loss [\d.]+ (?:eval_loss [\d.]+ )?tokens/s \d+$"
+    steps = re.findall(line, result.stdout, re.MULTILINE)
+    assert steps == ["1", "2", "4", "6"]
     assert "starting 2 workers" in result.stderr  # said before the silent start-up
 
 
