@@ -23,7 +23,6 @@ import argparse
 import contextlib
 import json
 import os
-import secrets
 import shutil
 import signal
 import socket
@@ -40,6 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from xirang_slurm import commands
 
+from tests.pool.accounts import login_accounts
 from xirang_service.pool.client import PoolClient
 from xirang_service.pool.errors import PoolError
 
@@ -67,17 +67,8 @@ def why_not() -> str:
     return "" if probe.returncode == 0 and probe.stdout.strip() else "slurmctld does not answer"
 
 
-@contextlib.contextmanager
-def accounts(count: int) -> Iterator[list[str]]:
-    names = [f"xrchaos-{secrets.token_hex(3)}" for _ in range(count)]
-    for name in names:
-        subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], check=True)
-    try:
-        yield names
-    finally:
-        for name in names:
-            subprocess.run(["scancel", "-u", name], capture_output=True)
-            subprocess.run(["userdel", "--remove", name], capture_output=True)
+def accounts(count: int) -> contextlib.AbstractContextManager[list[str]]:
+    return login_accounts(*["xrchaos"] * count)
 
 
 @contextlib.contextmanager

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.pool.accounts import login_accounts
 from tests.pool.web import OPERATOR as WEB_OPERATOR
 from tests.pool.web import served
 from xirang_service.pool.accounts import job_umask, uid_range
@@ -25,14 +25,8 @@ from xirang_service.pool.store import PoolStore
 @pytest.fixture
 def accounts() -> Iterator[list[str]]:
     """Two login accounts of this machine (``useradd --create-home``), removed afterwards."""
-    names = [f"xrten-{secrets.token_hex(3)}" for _ in range(2)]
-    for name in names:
-        subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], check=True)
-    try:
+    with login_accounts("xrten", "xrten") as names:
         yield names
-    finally:
-        for name in names:
-            subprocess.run(["userdel", "--remove", name], capture_output=True)
 
 
 @pytest.fixture

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import pwd
-import secrets
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,20 +14,15 @@ from pathlib import Path
 import pytest
 from xirang_slurm.executor import SlurmExecutor
 
+from tests.pool.accounts import login_accounts
 from xirang_service.pool.service import OPERATOR, PoolService
 from xirang_service.pool.store import PoolStore
 
 
 @pytest.fixture
 def tenants() -> Iterator[tuple[str, str]]:
-    names = (f"xrpa-{secrets.token_hex(3)}", f"xrpb-{secrets.token_hex(3)}")
-    for name in names:
-        subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], check=True)
-    try:
-        yield names
-    finally:
-        for name in names:
-            subprocess.run(["userdel", "--remove", name], capture_output=True)
+    with login_accounts("xrpa", "xrpb") as (a, b):
+        yield a, b
 
 
 def run(service: PoolService, project: str, script: str) -> str:
