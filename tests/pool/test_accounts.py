@@ -65,6 +65,8 @@ def test_another_projects_account_is_refused_unless_shared_and_run_as_clears(
     assert "project 'nlp'" in str(error) and "--shared-account" in str(error), str(error)
     shared = service.set_quota(OPERATOR, "cv", {"run_as": first, "shared_account": True})
     assert shared["run_as"] == first
+    edited = service.set_quota(OPERATOR, "cv", {"guaranteed": 1, "rotate_token": True})
+    assert edited["run_as"] == first and edited["token"]  # an edit keeps the agreed sharing
     assert service.set_quota(OPERATOR, "nlp", {"run_as": ""})["run_as"] == ""
     assert service.set_quota(OPERATOR, "cv", {"run_as": first})["run_as"] == first  # alone now
 

@@ -681,8 +681,9 @@ class PoolService:
                 body.get("burst", old.burst if old else 0),
                 _umask(body.get("umask"), old.umask if old else DEFAULT_UMASK),
             ).check()
-            others = self.engine.quotas.projects.values()
-            check_account(project, others, shared=body.get("shared_account") is True)
+            if old is None or project.run_as != old.run_as:  # an edit keeps what was agreed
+                others = self.engine.quotas.projects.values()
+                check_account(project, others, shared=body.get("shared_account") is True)
             token = ""
             if not project.token_hash or body.get("rotate_token"):
                 token = new_token()
