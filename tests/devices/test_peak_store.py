@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from xirang_cpu.backend import calibration_key
 
-from tests.conftest import ONE_LAYER_GPT, run_dirs
+from tests.conftest import ONE_LAYER_GPT, Prepared, run_dirs
 from xirang.devices.calibration import BUSY_TRIES, cache_path, cached_calibration
 from xirang_core.devices.cores import default_threads
 from xirang_core.specs import Calibration
@@ -149,10 +149,16 @@ def test_an_mfu_above_the_peak_is_measured_again_or_flagged(
 
 
 @pytest.mark.slow
-def test_a_run_that_beats_its_peak_says_so_and_remeasures(tmp_path: Path) -> None:
+def test_a_run_that_beats_its_peak_says_so_and_remeasures(
+    tmp_path: Path, prepared_home: Prepared, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The replay of issue 38: a peak stored far too low (as one measured under load) and
     taken for quiet; the run beats it, warns, measures again and reports MFU under 100%, and
-    ``xirang devices`` then shows the better peak with the load it was measured at."""
+    ``xirang devices`` then shows the better peak with the load it was measured at. Its home is
+    its own: the wrong peak it plants must never reach another test's run (one read MFU 1380)."""
+    home = tmp_path / "home"
+    prepared_home.seed(home)
+    monkeypatch.setenv("XIRANG_HOME", str(home))
     key = calibration_key(default_threads(1))
     low = Calibration("cpu", {"float32": 1e-5, "bfloat16": 1e-5}, 1.0, measured_load={})
     low = Calibration(**{**asdict(low), "measured_load": {"float32": 0.0, "bfloat16": 0.0}})
