@@ -190,8 +190,8 @@ class ConsoleSource:
         live = view.jobs(state, now)
         samples.append(("queue_length", "all", sum(1 for j in live if j["state"] == "queued")))
         samples.append(("running_jobs", "all", sum(1 for j in live if j["state"] == "running")))
-        for row in report.group(self.costs.charges(), "team").rows:
-            samples.append(("cost_total", row.key, float(from_micro(row.amount_micro))))
+        for team in report.group(self.costs.charges(), "team").rows:
+            samples.append(("cost_total", team.key, float(from_micro(team.amount_micro))))
         self.metrics.record(now, samples)
         with self._lock:
             self._snapshot = None

@@ -11,20 +11,45 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
 
 from xirang_service.cost.usage import check_report
-from xirang_service.pool.jobs import MAX_CARDS, PRIORITIES, check_cards, parse_priority
+from xirang_service.pool.jobs import (
+    MAX_CARDS,
+    PRIORITIES,
+    PriorityName,
+    check_cards,
+    parse_priority,
+)
 from xirang_service.pool.quota import MAX_JOBS_CAP, MAX_PAYLOAD_CAP, MAX_RATE
-from xirang_service.web.fields import StrictModel, Text, check_json, text, via
+from xirang_service.web.fields import (
+    MAX_TEXT,
+    STORABLE,
+    LongText,
+    StrictModel,
+    Text,
+    check_json,
+    via,
+)
 
 #: project and node names, as the paths have always matched them
-Name = text(pattern=r"^[\w.-]+$")
+Name = Annotated[str, StringConstraints(max_length=MAX_TEXT, pattern=r"^[\w.-]+$"), STORABLE]
+#: a Unix account name ("" clears it)
+Account = Annotated[
+    str, StringConstraints(max_length=32, pattern=r"^([a-z_][a-z0-9_-]*)?$"), STORABLE
+]
 #: seconds since the epoch, up to the year 5000: finite, so arithmetic on them stays finite
 Epoch = Annotated[float, Field(ge=0, le=1e11)]
 Cards = Annotated[int, Field(ge=1, le=MAX_CARDS), BeforeValidator(via(check_cards))]
 Priority = Annotated[
-    Literal[tuple(PRIORITIES)] | Annotated[int, Field(ge=0, le=max(PRIORITIES.values()))],
+    PriorityName | Annotated[int, Field(ge=0, le=max(PRIORITIES.values()))],
     BeforeValidator(via(parse_priority)),
 ]
 Count = Annotated[int, Field(ge=0, le=10_000_000)]
@@ -43,7 +68,7 @@ Usage = Annotated[UsageReport, BeforeValidator(via(check_report))]
 
 
 #: what an executor runs for a job without a run directory: argv, one storable string each
-Command = Annotated[list[text(4096)], Field(min_length=1, max_length=1024)]
+Command = Annotated[list[LongText], Field(min_length=1, max_length=1024)]
 
 
 class Payload(StrictModel):
@@ -58,7 +83,7 @@ class Payload(StrictModel):
     run_ended_at: Epoch | None = None
     tokens: Annotated[int, Field(ge=0)] | None = None
     interruptible: bool = False
-    run_dir: text(4096) | None = None
+    run_dir: LongText | None = None
     command: Command | None = None
     nproc: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
 
@@ -109,9 +134,9 @@ class QuotaIn(StrictModel):
     team: Name | None = None
     rotate_token: bool = False
     #: the highest priority class the project may submit (where the service governs priority)
-    max_priority: Literal[tuple(PRIORITIES)] | None = None
+    max_priority: PriorityName | None = None
     #: the Unix account the project's jobs run as on a cluster executor (Slurm); "" clears it
-    run_as: text(32, pattern=r"^([a-z_][a-z0-9_-]*)?$") | None = None
+    run_as: Account | None = None
     #: run_as may be an account another project holds too (they read each other's files)
     shared_account: bool = False
     #: the umask the project's jobs run with, in octal (default 077: their files are theirs)

@@ -39,6 +39,14 @@ class Cursor(Protocol):
     def __iter__(self) -> Iterator[Mapping[str, Any]]: ...
 
 
+def one_row(cursor: Cursor) -> Mapping[str, Any]:
+    """The row of a query that always answers one (an aggregate: ``COUNT``, ``MAX``)."""
+    row = cursor.fetchone()
+    if row is None:
+        raise PoolError("the pool store answered no row to an aggregate query")
+    return row
+
+
 class Database(Protocol):
     """What the store needs from a connection; rows read by column name."""
 
@@ -380,7 +388,7 @@ class PostgresDatabase:
             db = self._live()
             with self._guarded(db):
                 row = db.execute("SELECT pg_try_advisory_lock(%s) AS won", (LEADER_KEY,))
-                won = bool(row.fetchone()["won"])  # type: ignore[index]
+                won = bool(one_row(row)["won"])
             if won:
                 self._leading = db
             return won

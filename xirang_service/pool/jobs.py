@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Literal, get_args
 
 from xirang_service.pool.cards import DEFAULT_CLASS
 from xirang_service.pool.errors import PoolError
 
-#: priority classes by name; a higher value is served (and protected) first
-PRIORITIES: dict[str, int] = {"low": 0, "normal": 1, "high": 2, "critical": 3}
+#: the priority classes, lowest first
+PriorityName = Literal["low", "normal", "high", "critical"]
+#: each class's rank (its place in :data:`PriorityName`); a higher one is served (and
+#: protected) first
+PRIORITIES: dict[str, int] = {name: rank for rank, name in enumerate(get_args(PriorityName))}
 #: the most cards one job may ask for: anything larger is a typo, not a workload
 MAX_CARDS = 100_000
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from xirang_service.pool.cluster import Inventory
-from xirang_service.pool.database import Database, connect
+from xirang_service.pool.database import Database, connect, one_row
 from xirang_service.pool.engine import Event, PoolEngine, Segment
 from xirang_service.pool.errors import PoolError
 from xirang_service.pool.jobs import Job, JobState, check_payload, parse_priority
@@ -178,7 +178,7 @@ class PoolStore:
     # --- writing ----------------------------------------------------------------------------
 
     def initialised(self) -> bool:
-        return self.db.execute("SELECT COUNT(*) AS n FROM nodes").fetchone()["n"] > 0
+        return one_row(self.db.execute("SELECT COUNT(*) AS n FROM nodes"))["n"] > 0
 
     def meta(self, key: str) -> str | None:
         """A value of the ``meta`` table (the schema version, the service's cluster spec)."""
@@ -369,7 +369,7 @@ class PoolStore:
                 aside.append(("job", str(row["id"]), str(exc)))
                 continue
             restored += 0 if job.state.finished else 1
-        top = self.db.execute("SELECT MAX(id) AS top FROM jobs").fetchone()["top"]
+        top = one_row(self.db.execute("SELECT MAX(id) AS top FROM jobs"))["top"]
         engine.next_id = max(engine.next_id, (top or 0) + 1)  # set-aside ids are not reused
         aside += [(kind, ref, why) for (kind, ref), why in self.unusable.items() if kind != "job"]
         self._set_aside(aside, now, engine)
@@ -417,7 +417,8 @@ class PoolStore:
     ) -> list[Job]:
         """Jobs, oldest first, optionally of one project, some states and some ids (cost
         metering reads only the jobs whose usage changed); rows set aside are left out."""
-        query, args = f"SELECT {_JOB_COLUMNS} FROM jobs {_NOT_ASIDE}", []
+        query = f"SELECT {_JOB_COLUMNS} FROM jobs {_NOT_ASIDE}"
+        args: list[Any] = []
         if project:
             query, args = query + " AND project = ?", [*args, project]
         for column, values in (("state", list(states)), ("id", list(ids))):

@@ -12,13 +12,14 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic.json_schema import JsonDict
 from pydantic_core import PydanticCustomError
 from starlette.exceptions import HTTPException
 
@@ -42,15 +43,20 @@ def check_text(value: str) -> str:
     return value
 
 
-def text(max_length: int = MAX_TEXT, pattern: str | None = None) -> Any:
-    """A string type: storable (:func:`check_text`), at most ``max_length`` characters and,
-    if given, matching ``pattern`` (a name)."""
-    constraints = StringConstraints(max_length=max_length, pattern=pattern)
-    schema = {} if pattern else {"pattern": TEXT_PATTERN}
-    return Annotated[str, constraints, Field(json_schema_extra=schema), AfterValidator(check_text)]
+#: the validator of every stored string (a type is ``Annotated[str, <its length and pattern>,
+#: STORABLE]``, so mypy sees a ``str`` and pydantic checks it)
+STORABLE = AfterValidator(check_text)
+#: the storable rule in the JSON schema of a string that has no pattern of its own
+_STORABLE_SCHEMA: JsonDict = {"pattern": TEXT_PATTERN}
 
-
-Text = text()
+#: a storable string of at most :data:`MAX_TEXT` characters
+Text = Annotated[
+    str, StringConstraints(max_length=MAX_TEXT), Field(json_schema_extra=_STORABLE_SCHEMA), STORABLE
+]
+#: a storable string of at most 4096 characters (a path, an argument)
+LongText = Annotated[
+    str, StringConstraints(max_length=4096), Field(json_schema_extra=_STORABLE_SCHEMA), STORABLE
+]
 
 
 def check_json(value: Any, depth: int = 0) -> Any:
@@ -116,10 +122,12 @@ def install_errors(app: FastAPI, user_errors: tuple[type[Exception], ...]) -> No
     async def user_error(_: Request, exc: Exception) -> JSONResponse:
         return _error(getattr(exc, "status", 400), str(exc), getattr(exc, "headers", None))
 
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def invalid(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)  # the class it is registered for
         return _error(400, validation_message(exc.errors()))
 
-    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, HTTPException)  # the class it is registered for
         messages = {
             404: f"no such endpoint {request.url.path}",
             405: f"{request.method} is not allowed on {request.url.path}",
@@ -156,18 +164,22 @@ def _document_400_not_422(app: FastAPI) -> None:
                     operation.get("responses", {}).pop("422", None)
             for name in ("HTTPValidationError", "ValidationError"):
                 schema.get("components", {}).get("schemas", {}).pop(name, None)
+            return schema  # FastAPI keeps it as app.openapi_schema
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
-def validation_message(errors: Any) -> str:
+_NO_ERROR: Mapping[str, Any] = {"loc": (), "msg": "bad request"}
+
+
+def validation_message(errors: Iterable[Mapping[str, Any]]) -> str:
     """One line naming the first bad field: ``payload.utilisation: must be ...``."""
-    first = next(iter(errors), {"loc": (), "msg": "bad request"})
+    first = next(iter(errors), _NO_ERROR)
     kind = first.get("type", "")
     where = ".".join(str(p) for p in first["loc"] if p not in ("body", "query", "path"))
     if kind == "json_invalid":
@@ -178,5 +190,5 @@ def validation_message(errors: Any) -> str:
         return f"unknown field '{where}'"
     if kind == "missing":
         return f"{where} is required"
-    message = first["msg"]
+    message = str(first["msg"])
     return f"{where}: {message}" if where and not message.startswith(where) else message

@@ -31,7 +31,7 @@ def compare(
     data = clusterfile.read(cluster)
     _, throughputs, _ = clusterfile.build(dict(data))
     jobs = traces.load(trace, throughputs.classes(), seed, limit or None)
-    results = []
+    results: list[Result] = []
     for name in (n.strip() for n in policies if n.strip()):
         results.extend(_replay(data, name, jobs, mode) for mode in mixing)
     Console().print(comparison_table([r.row() for r in results]))

@@ -151,17 +151,18 @@ class Simulator:
 
     def _consume(self, events: list[Event], now: float) -> None:
         for event in events:
+            if event.job is None:  # a node's event (drained, restored): no job's work
+                continue
             if event.kind == "started":
-                self._started(event, now)
+                self._started(event.job, event.detail["devices"], now)
             elif event.kind in ("preempted", "requeued"):
                 self._account(event.job, now, stopped=True)
 
-    def _started(self, event: Event, now: float) -> None:
-        job_id = event.job
+    def _started(self, job_id: int, devices: list[int], now: float) -> None:
         job = self.engine.jobs[job_id]
         progress = self.progress[job_id]
-        progress.devices = len(event.detail["devices"])
-        progress.rate = self._rate(job, event.detail["devices"])
+        progress.devices = len(devices)
+        progress.rate = self._rate(job, devices)
         progress.since = now + (self.restart_s if progress.started_once is not None else 0.0)
         if progress.started_once is None:
             progress.started_once = now
