@@ -59,8 +59,10 @@ class GPTHF(HFInteropBase):
             "eos_token_id": None,
             "dtype": "float32",
         }
+        # the tied weight goes by the embedding's name, or the head's where a stage has no other
+        wte = state["tok_emb.weight"] if "tok_emb.weight" in state else state["head.weight"]
         out = {
-            "transformer.wte.weight": state.get("tok_emb.weight", state.get("head.weight")),
+            "transformer.wte.weight": wte,
             "transformer.wpe.weight": state["pos_emb.weight"],
             "transformer.ln_f.weight": state["ln_f.weight"],
             "transformer.ln_f.bias": state["ln_f.bias"],

@@ -65,6 +65,13 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module, ModelBase):
+    #: the parts a pipeline stage may drop (:meth:`GPTParallelize.split_stage`)
+    tok_emb: nn.Embedding | None
+    pos_emb: nn.Embedding | None
+    drop: nn.Dropout | None
+    ln_f: nn.LayerNorm | None
+    head: nn.Linear | None
+
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         cfg.check()
@@ -107,11 +114,13 @@ class GPT(nn.Module, ModelBase):
         """
         x = idx
         if not torch.is_floating_point(idx):
+            if self.tok_emb is None or self.pos_emb is None or self.drop is None:
+                raise ValueError("a pipeline stage after the first takes hidden states, not ids")
             pos = torch.arange(idx.shape[1], device=idx.device)
             x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
         for block in self.blocks.values():
             x = block(x)
-        if self.head is None:
+        if self.head is None or self.ln_f is None:
             return x
         logits = self.head(self.ln_f(x))
         if targets is None:
@@ -119,9 +128,12 @@ class GPT(nn.Module, ModelBase):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
 
     def num_params(self, non_embedding: bool = True) -> int:
-        """Parameters; position embeddings excluded by default, as PaLM's FLOP count does."""
+        """Parameters; position embeddings excluded by default, as PaLM's FLOP count does (a
+        pipeline stage after the first holds none)."""
         n = sum(p.numel() for p in self.parameters())
-        return n - self.pos_emb.weight.numel() if non_embedding else n
+        if non_embedding and self.pos_emb is not None:
+            return n - self.pos_emb.weight.numel()
+        return n
 
     def flops_per_token(self, seq_len: int) -> float:
         """Training FLOPs per token: 6N + 12·L·h·s (PaLM, appendix B)."""

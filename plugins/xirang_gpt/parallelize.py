@@ -14,6 +14,14 @@ from torch import nn
 from xirang.model import ModelShape, keep_stage, parallelize_blocks
 from xirang.specs import SplitPlanBase
 from xirang_gpt.config import GPTConfig
+from xirang_gpt.model import GPT
+
+
+def _gpt(model: nn.Module) -> GPT:
+    """``model`` as the GPT this plan splits (a plan is the family's own)."""
+    if not isinstance(model, GPT):
+        raise TypeError(f"the GPT's split plan was given a {type(model).__name__}")
+    return model
 
 
 class GPTParallelize(SplitPlanBase):
@@ -24,7 +32,7 @@ class GPTParallelize(SplitPlanBase):
 
     def layers(self, model: nn.Module) -> nn.ModuleDict:
         """The repeated blocks, keyed by layer index (units of FSDP, recompute and stages)."""
-        return model.blocks
+        return _gpt(model).blocks
 
     def shape(self, settings: dict[str, Any], seq_len: int) -> ModelShape:
         """Model dimensions for the planner, from the ``model`` config section."""
@@ -37,9 +45,10 @@ class GPTParallelize(SplitPlanBase):
         """Megatron layout per block: q, k, v and MLP-up split by columns (heads), attention
         output and MLP-down by rows; with sequence parallel the norms and residual stream are
         split along the sequence between blocks. Embeddings and head stay replicated."""
+        gpt = _gpt(model)
         parallelize_blocks(
-            self.layers(model),
-            model.ln_f,
+            gpt.blocks,
+            gpt.ln_f,
             mesh,
             sequence_parallel,
             colwise=("attn.q", "attn.k", "attn.v", "mlp.up"),
@@ -53,19 +62,20 @@ class GPTParallelize(SplitPlanBase):
     ) -> tuple[int, int]:
         """This stage's layers (:func:`xirang.model.keep_stage`); the first stage keeps the
         embeddings, the last the final norm and head. Returns the kept layer range."""
-        kept = keep_stage(self.layers(model), stage, stages, bounds)
+        gpt = _gpt(model)
+        kept = keep_stage(gpt.blocks, stage, stages, bounds)
         if stage > 0:
-            model.pos_emb = model.drop = None
+            gpt.pos_emb = gpt.drop = None
             if stage < stages - 1:
-                model.tok_emb = None
+                gpt.tok_emb = None
             # the last stage keeps the embedding module only as the owner of the weight it
             # shares with the head, so that weight keeps its whole-model name in checkpoints
         if stage < stages - 1:
-            model.ln_f = model.head = None
+            gpt.ln_f = gpt.head = None
         return kept
 
     def tied(self, model: nn.Module) -> nn.Parameter | None:
         """The parameter a pipeline-split model holds on both its first and last stage."""
-        if model.tok_emb is not None:
-            return model.tok_emb.weight
-        return model.head.weight if model.head is not None else None
+        gpt = _gpt(model)
+        holder = gpt.tok_emb if gpt.tok_emb is not None else gpt.head
+        return holder.get_parameter("weight") if holder is not None else None

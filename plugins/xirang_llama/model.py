@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -28,7 +29,7 @@ def rope_tables(
     seq_len: int,
     head_dim: int,
     theta: float,
-    device: torch.device,
+    device: torch.device | str,
     scaling: dict[str, Any] | None = None,
 ) -> tuple:
     """cos and sin ``[seq, head_dim]`` of each position's rotation, both halves of a head
@@ -212,6 +213,7 @@ class VocabParallelLoss(torch.autograd.Function):
             inner = logits.detach().requires_grad_()
             loss = F.cross_entropy(inner.flatten(0, -2), targets.reshape(-1))
         ctx.inner, ctx.loss = inner, loss
+        assert isinstance(loss, DTensor)  # the loss of sharded logits, under loss_parallel
         return loss.to_local()
 
     @staticmethod
@@ -235,6 +237,15 @@ class Llama(nn.Module, ModelBase):
     #: tensor parallel may split the vocabulary (embeddings, head, loss); a pipeline stage's
     #: split turns it off (:meth:`LlamaParallelize.split_stage`)
     vocab_parallel = True
+    #: the parts a pipeline stage may drop (:meth:`LlamaParallelize.split_stage`)
+    embed_tokens: nn.Embedding | None
+    norm: nn.RMSNorm | None
+    lm_head: nn.Linear | None
+    #: cos and sin of each position (:meth:`init_buffers`)
+    rope: torch.Tensor
+    #: the final norm, output head and loss (:meth:`eager_head_loss`); a split plan may put
+    #: its compiled graph here (:meth:`LlamaParallelize.compile_head`)
+    head_loss: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]
 
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
@@ -249,6 +260,7 @@ class Llama(nn.Module, ModelBase):
         self.register_buffer(
             "rope", torch.empty(2, cfg.max_seq_len, cfg.head_dim), persistent=False
         )
+        self.head_loss = self.eager_head_loss
         init_parameters(self)
         self.init_buffers()
 
@@ -298,7 +310,12 @@ class Llama(nn.Module, ModelBase):
         states (floats) instead of token ids it skips the embeddings, and without the head it
         returns hidden states.
         """
-        x = idx if torch.is_floating_point(idx) else self.embed_tokens(idx)
+        if torch.is_floating_point(idx):
+            x = idx
+        elif self.embed_tokens is not None:
+            x = self.embed_tokens(idx)
+        else:
+            raise ValueError("a pipeline stage after the first takes hidden states, not token ids")
         masked = () if documents is None else document_mask.attention_mask(documents)
         for layer in self.layers.values():
             x = layer(x, *masked, rope=self.rope)
@@ -306,11 +323,13 @@ class Llama(nn.Module, ModelBase):
             return x
         return self.head_loss(x, targets)
 
-    def head_loss(self, x: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+    def eager_head_loss(self, x: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
         """The final norm and the output head, then the mean cross-entropy against
         ``targets`` when given: a method of its own so ``trainer.compile`` compiles it apart
         from the blocks (:meth:`LlamaParallelize.compile_head`), fusing the norm, the logits'
         casts and the loss's log-softmax."""
+        if self.norm is None or self.lm_head is None:
+            raise ValueError("only the last pipeline stage holds the output head")
         logits = self.lm_head(self.norm(x))
         if isinstance(logits, DTensor):  # a vocabulary-sharded head (tensor parallel)
             if targets is None:
@@ -331,8 +350,9 @@ class Llama(nn.Module, ModelBase):
         backward (7% of a llama_small step, bf16, batch 8 x 512, inductor's kernel profile).
         Not in the state dict."""
         if not self.rope.is_meta:
+            _, seq_len, head_dim = self.rope.shape
             tables = rope_tables(
-                *self.rope.shape[1:], self.cfg.rope_theta, "cpu", self.cfg.rope_scaling
+                seq_len, head_dim, self.cfg.rope_theta, "cpu", self.cfg.rope_scaling
             )
             self.rope.copy_(torch.stack(tables))
 

@@ -15,6 +15,14 @@ from xirang import ConfigError
 from xirang.model import ModelShape, keep_stage, parallelize_blocks
 from xirang.specs import SplitPlanBase
 from xirang_llama.config import LlamaConfig
+from xirang_llama.model import Llama
+
+
+def _llama(model: nn.Module) -> Llama:
+    """``model`` as the Llama this plan splits (a plan is the family's own)."""
+    if not isinstance(model, Llama):
+        raise TypeError(f"the Llama's split plan was given a {type(model).__name__}")
+    return model
 
 
 class LlamaParallelize(SplitPlanBase):
@@ -25,7 +33,7 @@ class LlamaParallelize(SplitPlanBase):
 
     def layers(self, model: nn.Module) -> nn.ModuleDict:
         """The repeated layers, keyed by index (units of FSDP, recompute and stages)."""
-        return model.layers
+        return _llama(model).layers
 
     def compile_head(self, model: nn.Module) -> None:
         """Compile the final norm, output head and cross-entropy (``Llama.head_loss``) as one
@@ -34,9 +42,9 @@ class LlamaParallelize(SplitPlanBase):
         8 x 512, bf16, 2 CPU threads, best of 6): a step 1.29x faster than the blocks compiled
         alone. A pipeline stage without the head has nothing to compile; a vocabulary-sharded
         head (tensor parallel) runs its loss eagerly, under ``loss_parallel``."""
-        head = getattr(model, "lm_head", None)
-        if head is not None and not isinstance(head.weight, DTensor):
-            model.head_loss = torch.compile(model.head_loss)
+        llama = _llama(model)
+        if llama.lm_head is not None and not isinstance(llama.lm_head.weight, DTensor):
+            llama.head_loss = torch.compile(llama.head_loss)
 
     def shape(self, settings: dict[str, Any], seq_len: int) -> ModelShape:
         """Model dimensions for the planner, from the ``model`` config section. Grouped-query
@@ -72,10 +80,11 @@ class LlamaParallelize(SplitPlanBase):
         head by columns (vocabulary), its logits left sharded for the vocabulary-parallel
         loss (:class:`~xirang_llama.model.VocabParallelLoss`): neither the table nor the
         logits (128k wide at Llama 3) is held whole by any rank."""
-        self._parallelize_ends(model, mesh)
+        llama = _llama(model)
+        self._parallelize_ends(llama, mesh)
         parallelize_blocks(
-            self.layers(model),
-            model.norm,
+            llama.layers,
+            llama.norm,
             mesh,
             sequence_parallel,
             colwise=(
@@ -91,7 +100,7 @@ class LlamaParallelize(SplitPlanBase):
         )
 
     @staticmethod
-    def _parallelize_ends(model: nn.Module, mesh: Any) -> None:
+    def _parallelize_ends(model: Llama, mesh: Any) -> None:
         """Embeddings rowwise and head colwise over ``mesh``; a tied pair is split alike (both
         ``Shard(0)``) and tied again. A pipeline stage keeps them replicated: its schedule
         computes the loss outside the model, on whole logits (the vocabulary-parallel loss
@@ -119,9 +128,10 @@ class LlamaParallelize(SplitPlanBase):
         embeddings, then the final norm with the head, so neither stays gathered in the root
         all step. A tied pair shares one parameter and so one unit. A pipeline stage names
         only the parts it holds."""
-        ends = [model.embed_tokens], [model.norm, model.lm_head]
-        if model.cfg.tie_embeddings and model.embed_tokens is not None:
-            ends = [], [model.embed_tokens, model.norm, model.lm_head]
+        llama = _llama(model)
+        ends: tuple[list[nn.Module | None], ...] = [llama.embed_tokens], [llama.norm, llama.lm_head]
+        if llama.cfg.tie_embeddings and llama.embed_tokens is not None:
+            ends = [], [llama.embed_tokens, llama.norm, llama.lm_head]
         units = [[m for m in unit if m is not None] for unit in ends]
         return [unit for unit in units if unit]
 
@@ -130,21 +140,22 @@ class LlamaParallelize(SplitPlanBase):
     ) -> tuple[int, int]:
         """This stage's layers (:func:`xirang.model.keep_stage`); the first stage keeps the
         embeddings, the last the final norm and head. Returns the kept layer range."""
-        kept = keep_stage(self.layers(model), stage, stages, bounds)
-        model.vocab_parallel = stages == 1
-        if stage > 0 and not (stage == stages - 1 and model.cfg.tie_embeddings):
+        llama = _llama(model)
+        kept = keep_stage(llama.layers, stage, stages, bounds)
+        llama.vocab_parallel = stages == 1
+        if stage > 0 and not (stage == stages - 1 and llama.cfg.tie_embeddings):
             # a tied last stage keeps the embedding module as the owner of the weight it
             # shares with the head, so that weight keeps its whole-model name in checkpoints
-            model.embed_tokens = None
+            llama.embed_tokens = None
         if stage < stages - 1:
-            model.norm = model.lm_head = None
+            llama.norm = llama.lm_head = None
         return kept
 
     def tied(self, model: nn.Module) -> nn.Parameter | None:
         """The parameter a pipeline-split model holds on both its first and last stage:
         the embedding when tied to the head, else none."""
-        if not model.cfg.tie_embeddings:
+        llama = _llama(model)
+        if not llama.cfg.tie_embeddings:
             return None
-        if model.embed_tokens is not None:
-            return model.embed_tokens.weight
-        return model.lm_head.weight if model.lm_head is not None else None
+        holder = llama.embed_tokens if llama.embed_tokens is not None else llama.lm_head
+        return holder.get_parameter("weight") if holder is not None else None

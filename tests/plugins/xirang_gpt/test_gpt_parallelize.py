@@ -34,3 +34,12 @@ def test_stages_chain_to_the_whole_model() -> None:
         assert set(dict(stage.named_parameters())) <= names
     assert plan.tied(stages[0]) is stages[0].tok_emb.weight
     assert plan.tied(stages[1]) is stages[1].head.weight  # the head's copy of the tied weight
+
+
+def test_a_later_stage_counts_its_own_parameters() -> None:
+    """A stage after the first has no position embeddings to leave out: it counts what it
+    holds (the count read an embedding the split had dropped)."""
+    stage = GPT(CFG)
+    GPTParallelize().split_stage(stage, 1, 2)
+    held = sum(p.numel() for p in stage.parameters())
+    assert stage.num_params() == stage.num_params(non_embedding=False) == held
