@@ -20,12 +20,10 @@ class HFLayout(HFInteropBase):
         self, settings: dict[str, Any], state: dict[str, torch.Tensor]
     ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
         """The run's config (``model.config`` with its overrides) and the unprefixed tensors."""
-        from transformers import AutoModelForCausalLM
-
         from xirang_hf.source import load_config
 
         config = load_config(settings)
-        model_class = AutoModelForCausalLM._model_mapping[type(config)]
+        model_class = _causal_lm_class(config)
         config.architectures = [model_class.__name__]
         config.use_cache = True  # the exported model is for inference
         tied = getattr(model_class, "_tied_weights_keys", None) or ()
@@ -65,14 +63,25 @@ def checkpoint_renames(hf_config: dict[str, Any]) -> Callable[[str], str]:
     """transformers' own key renames for a checkpoint of ``hf_config``'s causal-LM class (by
     class name, else model type, as ``from_pretrained`` looks them up); only renames, since
     a tensor conversion (a merge, a split) needs the loader that owns it."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
     from transformers.conversion_mapping import get_checkpoint_conversion_mapping
     from transformers.core_model_loading import WeightRenaming, apply_renamings
 
     settings = {k: v for k, v in hf_config.items() if k != "model_type"}
     config = AutoConfig.for_model(hf_config["model_type"], **settings)
-    model_class = AutoModelForCausalLM._model_mapping[type(config)]
+    model_class = _causal_lm_class(config)
     found = get_checkpoint_conversion_mapping(model_class.__name__)
     found = found or get_checkpoint_conversion_mapping(config.model_type) or []
     renamings = [t for t in found if isinstance(t, WeightRenaming)]
     return lambda name: apply_renamings(name, renamings)
+
+
+def _causal_lm_class(config: Any) -> type:
+    """The transformers causal-LM class of ``config``'s architecture (a model mapping holds
+    one class per config class; only tokenizer mappings hold pairs)."""
+    from transformers import AutoModelForCausalLM
+
+    found = AutoModelForCausalLM._model_mapping[type(config)]
+    if not isinstance(found, type):
+        raise TypeError(f"transformers maps {type(config).__name__} to {found!r}, not a class")
+    return found

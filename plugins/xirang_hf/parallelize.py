@@ -10,13 +10,17 @@ before launch.
 from __future__ import annotations
 
 from collections.abc import Iterator, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
 from xirang import ConfigError
 from xirang.model import ModelShape
 from xirang.specs import SplitPlanBase
+from xirang_hf.model import HFCausalLM
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 #: architectures whose decoder layers carry Llama's module names (q/k/v/o_proj, gate/up/down_proj,
 #: input_layernorm, post_attention_layernorm, a final ``norm``)
@@ -47,12 +51,19 @@ class LayerView(MutableMapping):
         return len(self.layers)
 
 
+def _causal_lm(model: nn.Module) -> HFCausalLM:
+    """``model`` as the ``hf`` family's model this plan splits (a plan is the family's own)."""
+    if not isinstance(model, HFCausalLM):
+        raise TypeError(f"the hf family's split plan was given a {type(model).__name__}")
+    return model
+
+
 class HFParallelize(SplitPlanBase):
     """The ``hf`` family's answers to the questions a parallel strategy asks."""
 
     def layers(self, model: nn.Module) -> LayerView:
         """The decoder layers: the module list as long as the config's layer count."""
-        return LayerView(decoder_layers(model.hf))
+        return LayerView(decoder_layers(_causal_lm(model).hf))
 
     def shape(self, settings: dict[str, Any], seq_len: int) -> ModelShape:
         """Dimensions from the config; parameters (all, and one decoder layer's) counted on a
@@ -94,20 +105,21 @@ class HFParallelize(SplitPlanBase):
         from torch.distributed.tensor import Replicate, Shard
         from torch.distributed.tensor.parallel import parallelize_module
 
-        model_type = model.config.model_type
+        lm = _causal_lm(model)
+        model_type = lm.config.model_type
         if model_type not in LLAMA_SHAPED:
             raise ConfigError(
                 f"tensor parallel for model=hf supports Llama-shaped models (model_type "
                 f"{', '.join(LLAMA_SHAPED)}); this config is model_type '{model_type}'. "
                 f"Use parallel=ddp or parallel=fsdp"
             )
-        layers = self.layers(model)
+        layers = self.layers(lm)
         plan = _layer_plan(sequence_parallel)
         for layer in layers.values():
             parallelize_module(layer, mesh, plan)
         if sequence_parallel:
             parallelize_module(layers["0"], mesh, _relayout(Replicate(), Shard(1)))
-            parallelize_module(model.hf.base_model.norm, mesh, _relayout(Shard(1), Replicate()))
+            parallelize_module(lm.hf.base_model.norm, mesh, _relayout(Shard(1), Replicate()))
 
 
 def _layer_plan(sequence_parallel: bool) -> dict[str, Any]:
@@ -150,7 +162,7 @@ def _relayout(have: Any, want: Any) -> Any:
     )
 
 
-def decoder_layers(hf: nn.Module) -> nn.ModuleList:
+def decoder_layers(hf: PreTrainedModel) -> nn.ModuleList:
     """The transformers model's module list as long as its config's layer count."""
     count = hf.config.num_hidden_layers
     for module in hf.base_model.modules():
