@@ -2,10 +2,19 @@
 own snapshot, or a local Hugging Face tokenizer. bpe and hf run on the Hugging Face
 ``tokenizers`` library, imported only when a run selects them."""
 
+from typing import TypedDict
+
 from xirang import conf_folder, hookimpl
 from xirang.specs import TokenizerSpec
 
-_HF = {"requires": ("tokenizers",), "install": 'pip install "tokenizers>=0.19"'}
+
+class _Needs(TypedDict):
+    requires: tuple[str, ...]
+    install: str
+
+
+#: bpe and hf run on the Hugging Face tokenizers library
+_HF = _Needs(requires=("tokenizers",), install='pip install "tokenizers>=0.19"')
 
 
 @hookimpl

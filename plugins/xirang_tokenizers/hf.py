@@ -13,7 +13,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -39,6 +39,10 @@ class HFSettings:
     path: str = ""
     eos_token: str = ""
     max_vocab: int = MAX_VOCAB
+
+
+#: the class a classmethod of :class:`HFTokenizer` builds (``bpe``'s subclass builds itself)
+_Loaded = TypeVar("_Loaded", bound="HFTokenizer")
 
 
 class HFTokenizer:
@@ -78,7 +82,7 @@ class HFTokenizer:
         return cls(backend, eos, file)
 
     @classmethod
-    def load(cls, settings: dict[str, Any], runtime: Mapping[str, Any]) -> HFTokenizer:
+    def load(cls: type[_Loaded], settings: dict[str, Any], runtime: Mapping[str, Any]) -> _Loaded:
         file = Path(runtime["path"])
         if not file.is_file():
             raise DataError(f"the run's tokenizer file {file} is gone; launch the run again")
