@@ -1,12 +1,13 @@
 """What a parallel strategy plugin uses: the plan it is given, the checks and degree
-resolution of a plan, and the compile, mixed-precision and optimizer helpers every strategy
-shares.
+resolution of a plan, the compile, mixed-precision and optimizer helpers every strategy
+shares, and the mark of a tied weight's second copy (counted once in the gradient norm).
 
 The names in ``__all__`` are the stable surface for strategy plugins. Importing this module
 imports torch.
 """
 
 from xirang.balance import check as check_balance
+from xirang_core.parallel.grads import mark_duplicate
 from xirang_core.parallel.plan import ParallelPlan, check_plan, resolve_degrees
 from xirang_core.train.compile import compile_model
 from xirang_core.train.optim import build_optimizer, group_params
@@ -20,5 +21,6 @@ __all__ = [
     "compile_model",
     "fsdp_policy",
     "group_params",
+    "mark_duplicate",
     "resolve_degrees",
 ]

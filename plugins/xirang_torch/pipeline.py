@@ -13,8 +13,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import DTensor
 from torch.nn import functional as F
 
+from xirang.parallel import mark_duplicate
 from xirang_torch.mesh import coordinate, degree
 
 SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B"}
@@ -68,7 +70,7 @@ class PipelineRunner:
         if self.first or self.last:
             self.tied = param
         if self.last and param is not None and not self.first:
-            param._xirang_duplicate = True  # counted once in the gradient norm
+            mark_duplicate(param)  # counted once in the gradient norm
 
     def step(self, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
         """Forward and backward of every micro-batch; returns the mean loss on the last stage
@@ -112,5 +114,6 @@ class PipelineRunner:
         if self.tied is None or self.tied_group is None or self.first == self.last:
             return
         grad = self.tied.grad
-        local = grad.to_local() if hasattr(grad, "to_local") else grad
+        assert grad is not None  # both stages used the weight in this step's backward
+        local = grad.to_local() if isinstance(grad, DTensor) else grad
         dist.all_reduce(local, group=self.tied_group)

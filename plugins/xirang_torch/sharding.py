@@ -52,8 +52,9 @@ def shard_model(
     if balanced:
         cast(Any, model).set_reshard_after_forward(False)  # fully_shard made it an FSDPModule
     if zero == 1 or balanced:
-        # an instance attribute the trainer looks for, as it does DDP's method
-        model.no_sync = lambda: _defer_reduction(model)
+        # an instance attribute the trainer looks for, as it does DDP's method (set past
+        # Module.__setattr__, which files tensors and modules, not a method)
+        object.__setattr__(model, "no_sync", lambda: _defer_reduction(model))
     return model
 
 

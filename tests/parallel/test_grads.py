@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from xirang.parallel import mark_duplicate
 from xirang_core.parallel.grads import clip_grad_norm
 
 
@@ -36,5 +37,25 @@ def test_a_split_models_gradients_clip_like_one_process_without_a_host_read(
         torch.testing.assert_close(norm, want)
         torch.testing.assert_close(sharded.grad.full_tensor(), whole[0].grad)
         torch.testing.assert_close(plain.grad, whole[1].grad)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_second_copy_of_a_tied_weight_counts_once_in_the_norm() -> None:
+    """The pipeline's last stage holds the tied embedding its first stage holds too: a copy
+    marked as the second one is left out of the norm (the first holds the same gradient),
+    and an equal parameter that is not marked still counts."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    first, second, other = (torch.nn.Parameter(torch.ones(3, 2)) for _ in range(3))
+    for p in (first, second, other):
+        p.grad = torch.full_like(p, 2.0)
+    mark_duplicate(second)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("dp",))
+        norm = clip_grad_norm([first, second, other], float("inf"), mesh)
+        want = torch.nn.utils.get_total_norm([first.grad, other.grad])
+        torch.testing.assert_close(norm, want)
     finally:
         dist.destroy_process_group()

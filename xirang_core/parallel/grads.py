@@ -14,6 +14,17 @@ from typing import Any, cast
 
 import torch
 import torch.distributed as dist
+from torch.utils.weak import WeakIdKeyDictionary
+
+#: second copies of tied weights (a pipeline's last stage holds the embedding its first stage
+#: holds too), by identity: a parameter compared by value would be compared elementwise
+_DUPLICATES = WeakIdKeyDictionary()
+
+
+def mark_duplicate(param: torch.nn.Parameter) -> None:
+    """Count ``param``'s gradient once in the norm: it is a second copy of a tied weight
+    (the pipeline's last stage), whose gradient the first copy's already holds."""
+    _DUPLICATES[param] = True
 
 
 def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float, mesh: Any) -> torch.Tensor:
@@ -51,5 +62,5 @@ def _squared_norm(grads: list[torch.Tensor]) -> torch.Tensor:
 
 
 def _duplicate(param: torch.nn.Parameter) -> bool:
-    """A second copy of a tied weight (the pipeline's last stage) is counted once."""
-    return getattr(param, "_xirang_duplicate", False)
+    """A second copy of a tied weight (:func:`mark_duplicate`) is counted once."""
+    return param in _DUPLICATES
