@@ -148,13 +148,13 @@ def _read_torch_npu() -> NodeReading:
             "torch_npu not installed" if missing else view.import_error or "torch_npu sees no NPUs"
         )
         return NodeReading("torch_npu", problem=why)
-    import torch
+    npu = importlib.import_module("torch_npu").npu  # imported above: torch_npu_view
 
     devices = tuple(
         DeviceReading(
             index=i,
-            model=torch.npu.get_device_name(i),
-            memory_bytes=int(torch.npu.get_device_properties(i).total_memory),
+            model=npu.get_device_name(i),
+            memory_bytes=int(npu.get_device_properties(i).total_memory),
         )
         for i in range(view.count)
     )

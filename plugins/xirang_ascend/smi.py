@@ -22,7 +22,7 @@ _USAGE = re.compile(r"(\d+)\s*/\s*(\d+)")
 def read(stdout: str, error: str = "") -> NodeReading:
     """The node as ``npu-smi info`` reports it; ``error`` explains an empty answer."""
     rows = [cells for line in stdout.splitlines() if (cells := _cells(line))]
-    devices = []
+    devices: list[DeviceReading] = []
     for first, second in itertools.pairwise(rows):
         device = parse_pair(first, second, len(devices))
         if device is not None:

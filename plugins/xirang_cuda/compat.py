@@ -152,7 +152,7 @@ def _by_capability(capabilities: tuple[tuple[int, int], ...]) -> dict[tuple[int,
     """Torch ordinals per compute capability: one finding (one start-up line) per kind of GPU."""
     found: dict[tuple[int, int], list[int]] = {}
     for ordinal, capability in enumerate(capabilities):
-        found.setdefault(tuple(capability), []).append(ordinal)
+        found.setdefault(capability, []).append(ordinal)
     return found
 
 
