@@ -59,7 +59,7 @@ class ColossalStrategy(StrategyBase):
             from xirang_colossalai.shard import hf_llama
 
             model = hf_llama(model, ctx.config)
-            target = model.hf
+            target = model.get_submodule("hf")  # transformers' model, which ShardFormer shards
         max_norm = max(0.0, float(ctx.config["trainer"].get("grad_clip", 0.0)))
         self.micro_batches = config.micro_batches or step_micro_batches(ctx)
         plugin = booster_plugin(config, self.micro_batches, max_norm)

@@ -9,6 +9,8 @@ all-reduce up to the order of summation.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -23,7 +25,8 @@ from xirang_comm.settings import HierarchicalSettings
 
 class Hierarchical(GradientSync):
     name = "hierarchical"
-    settings_type = HierarchicalSettings
+    #: as the base declares it: ``mixed``, a subclass, takes the plain CommSettings
+    settings_type: ClassVar[type] = HierarchicalSettings
 
     def prepare(self, model: nn.Module, ctx: WorkerContext) -> None:
         from xirang import get_registry

@@ -11,12 +11,14 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 from urllib.parse import urlparse
 
 from xirang.tracking import flatten
 
-MODES = ("auto", "offline", "online", "disabled")
+#: ``tracker.wandb.mode``: ``auto`` picks one of the others (:func:`resolve_mode`)
+Mode = Literal["auto", "offline", "online", "disabled"]
+MODES = get_args(Mode)
 
 
 @dataclass
@@ -42,7 +44,7 @@ class WandbConfig:
 
 
 class WandbTracker:
-    def __init__(self, mode: str = "auto", project: str = "", entity: str = "") -> None:
+    def __init__(self, mode: Mode = "auto", project: str = "", entity: str = "") -> None:
         self.mode, self.project, self.entity = mode, project, entity
         self.run: Any = None
 
@@ -74,7 +76,7 @@ class WandbTracker:
         self.run.finish(exit_code=0 if summary is not None else 1)
 
 
-def resolve_mode(mode: str) -> str | None:
+def resolve_mode(mode: Mode) -> Literal["offline", "online", "disabled"] | None:
     """``auto``: online if logged in, else offline; None lets ``WANDB_MODE`` decide."""
     if os.environ.get("WANDB_MODE"):
         return None
