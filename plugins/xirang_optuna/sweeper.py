@@ -23,7 +23,12 @@ from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
-from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
 from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
@@ -128,8 +133,8 @@ def grid_choices(space: dict[str, BaseDistribution]) -> dict[str, list[Any]]:
     for key, dist in space.items():
         if isinstance(dist, CategoricalDistribution):
             choices[key] = list(dist.choices)
-        elif getattr(dist, "step", None) is not None:
-            low, high, step = dist.low, dist.high, dist.step  # type: ignore[attr-defined]
+        elif isinstance(dist, (IntDistribution, FloatDistribution)) and dist.step is not None:
+            low, high, step = dist.low, dist.high, dist.step
             count = round((high - low) / step) + 1
             choices[key] = [low + i * step for i in range(count)]
         else:

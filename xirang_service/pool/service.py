@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, runtime_checkable
 
 from xirang_service.cost.errors import BudgetExceeded
 from xirang_service.cost.governor import PoolBudgets
@@ -99,6 +99,14 @@ class Executor(Protocol):
         handle before ``start``, so a restart finds a job whose handle was never stored."""
 
 
+@runtime_checkable
+class DrainingExecutor(Protocol):
+    """An executor that takes a drained node out of its own cluster too (Slurm: ``scontrol
+    update State=DRAIN``); the service tells it when an operator or a straggler drains one."""
+
+    def drain(self, node: str, reason: str) -> None: ...
+
+
 class RecordingExecutor:
     """The default for ``xirang pool serve``: the submitter runs its own job (the local
     executor), so the service only records what it was told."""
@@ -134,21 +142,24 @@ class Action:
     node: str = ""
 
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-def _then_act(method: F) -> F:
+def _then_act(
+    method: Callable[Concatenate[PoolService, P], R],
+) -> Callable[Concatenate[PoolService, P], R]:
     """A request that changes the pool: once it let go of the lock, the executor calls its
     change asked for are made (:meth:`PoolService._kick`), whatever it answered."""
 
     @functools.wraps(method)
-    def changing(self: PoolService, *args: Any, **kwargs: Any) -> Any:
+    def changing(self: PoolService, *args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return method(self, *args, **kwargs)
         finally:
             self._kick()
 
-    return changing  # type: ignore[return-value]
+    return changing
 
 
 @dataclass(frozen=True)
@@ -558,7 +569,7 @@ class PoolService:
         return [job.id for job in requeued]
 
     def _tell_executor(self, node: str, reason: str) -> None:
-        if hasattr(self.executor, "drain"):  # e.g. Slurm: scontrol update State=DRAIN
+        if isinstance(self.executor, DrainingExecutor):
             self._outbox.append(Action("drain", node=node, reason=reason))
 
     @_then_act
@@ -1043,8 +1054,8 @@ class PoolService:
             elif action.kind == "stop":
                 assert action.job is not None
                 self.executor.stop(action.job, action.reason)
-            elif action.kind == "drain":
-                self.executor.drain(action.node, action.reason)  # type: ignore[union-attr]
+            elif action.kind == "drain" and isinstance(self.executor, DrainingExecutor):
+                self.executor.drain(action.node, action.reason)
         except Exception as exc:
             log.warning("pool: the executor could not %s: %s", action.kind, exc)
 
