@@ -165,3 +165,19 @@ def test_a_load_that_is_not_a_positive_factor_is_a_clear_error(tmp_path: Path, l
     argv = ["simulate", "--trace", str(trace), "--cluster", str(cluster), "--load", load]
     with pytest.raises(PoolError, match=r"--load .*positive factors"):
         main(argv)
+
+
+def test_mixing_modes_are_compared_over_the_same_jobs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 24-card job fits no single type of 16 devices: ``off`` refuses it and mixing runs
+    it, so it leaves every replay instead of weighing on one mode's mean only."""
+    trace = _trace(tmp_path / "t.csv", jobs=60)
+    with trace.open("a") as rows:
+        rows.write("100,36000,24,a\n")
+    out = tmp_path / "out"
+    argv = ["simulate", "--trace", str(trace), "--cluster", str(_cluster(tmp_path / "c.yaml"))]
+    assert main([*argv, "--policy", "priority", "--mixing", "off,balanced", "--out", str(out)]) == 0
+    assert "1 jobs need more devices than one type has" in capsys.readouterr().err
+    rows = json.loads((out / "results.json").read_text())
+    assert [(r["jobs"], r["finished"], r["rejected"]) for r in rows] == [(60, 60, 0)] * 2
