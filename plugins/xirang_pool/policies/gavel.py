@@ -22,8 +22,9 @@ job on the first with room), and LAS orders the queue: attained service in card-
 discretised into ``las_thresholds`` levels, with a job of a lower level preempting one of a
 higher level that ran for at least a round (``preempt_grace_s``, Gavel's 6-minute round).
 Gavel solves again on every arrival and completion; here the program is solved again when a
-new group appears or the number of active jobs moved by ``resolve_share`` since the last
-solve, which bounds the solver's cost on an 82k-job trace.
+group is first seen or the number of active jobs moved by ``resolve_share`` of them (and by
+at least ``resolve_min``) since the last solve, which bounds the solver's cost on an 82k-job
+trace; a group that left keeps its last order until a solve sees it again.
 """
 
 from __future__ import annotations
@@ -52,9 +53,10 @@ class MaxMinFairness(Policy):
         las_thresholds: tuple[float, ...] = (1.0, 8.0),
         preempt_grace_s: float = 360.0,
         resolve_share: float = 0.1,
+        resolve_min: int = 16,
     ) -> None:
         super().__init__(tuple(las_thresholds), preempt_grace_s)
-        self.resolve_share = resolve_share
+        self.resolve_share, self.resolve_min = resolve_share, resolve_min
         self._solved_at = -1  # active jobs at the last solve
         self._order: dict[Group, list[str]] = {}
         #: orders already solved, by the active groups' counts (a quiet pool repeats them)
@@ -68,9 +70,9 @@ class MaxMinFairness(Policy):
         """The group's eligible types, the largest share of its allocation first."""
         group = (job.job_class, job.cards)
         active = len(engine.queue) + len(engine.running)
-        moved = abs(active - self._solved_at) > self.resolve_share * max(self._solved_at, 1)
-        if group not in self._order or moved:
-            self._order = self._allocate(engine, group)
+        moved = abs(active - self._solved_at)
+        if group not in self._order or moved >= max(self.resolve_share * active, self.resolve_min):
+            self._order.update(self._allocate(engine, group))  # a group gone keeps its last
             self._solved_at = active
         types = self._order[group]
         if engine.preferences is not None:
