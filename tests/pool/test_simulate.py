@@ -153,7 +153,7 @@ def test_simulate_over_loads_plots_mean_jct_against_load(
     ]
     by = {(r["load"], r["mixing"]): r["avg_jct_h"] for r in rows}
     assert by[(2.0, "off")] > by[(0.5, "off")]  # the same jobs wait longer in a busier pool
-    assert "load 2x" in printed.err and "0.5x" in printed.out.split(), printed.out
+    assert "load 2x" in printed.err and "on the trace at 0.5x its load" in printed.out, printed.out
     assert plot.read_bytes()[:4] == b"\x89PNG"
 
 

@@ -138,24 +138,30 @@ def _unmixed(row: dict[str, Any]) -> bool:
     return row.get("mixing", "off") == "off"
 
 
-def comparison_table(rows: list[dict[str, Any]], baseline: str = "fifo") -> Table:
+def comparison_table(
+    rows: list[dict[str, Any]], baseline: str = "fifo", title: str = "pool policies on the trace"
+) -> Table:
     """Policies side by side, with average JCT relative to the baseline policy without
-    mixing at the same load, or, when that was not replayed, to the first policy replayed
-    without mixing at that load (so ``--policy priority --mixing off,balanced`` reads as
-    mixing's gain). A load column appears when a replay ran at another load than the trace's."""
-    loaded = any(r.get("load", 1.0) != 1.0 for r in rows)
-    bases = {load: _baseline(rows, load, baseline) for load in {r.get("load", 1.0) for r in rows}}
-    named = next((b["policy"] for b in bases.values() if b), baseline)
-    table = Table(title="pool policies on the trace")
-    columns = ["policy", "avg JCT h", "p95 JCT h", "avg queue h", "util", "pre-\nempted", "frag"]
-    for column in (["load"] if loaded else []) + columns + ["JCT vs " + named]:
-        # short headers fit 80 columns and no policy name is cut; the wall time went to stderr
+    mixing, or, when that was not replayed, to the first policy replayed without mixing (so
+    ``--policy priority --mixing off,balanced`` reads as mixing's gain)."""
+    unmixed = [r for r in rows if _unmixed(r)]
+    base = next((r for r in unmixed if r["policy"] == baseline), unmixed[0] if unmixed else None)
+    baseline = base["policy"] if base else baseline
+    table = Table(title=title)
+    for column in (
+        "policy",
+        "avg JCT h",
+        "p95 JCT h",
+        "avg queue h",
+        "util",
+        "pre-\nempted",
+        "frag",
+        "JCT vs " + baseline,
+    ):  # short headers fit 80 columns and no policy name is cut; the wall time went to stderr
         table.add_column(column, justify="right", no_wrap=column == "policy")
     for r in rows:
-        base = bases[r.get("load", 1.0)]
         ratio = f"{base['avg_jct_h'] / r['avg_jct_h']:.2f}x" if base and r["avg_jct_h"] else "-"
         table.add_row(
-            *([f"{r.get('load', 1.0):g}x"] if loaded else []),
             r["policy"] if _unmixed(r) else f"{r['policy']} mix {r['mixing']}",
             f"{r['avg_jct_h']:.2f}",
             f"{r['p95_jct_h']:.2f}",
@@ -166,10 +172,3 @@ def comparison_table(rows: list[dict[str, Any]], baseline: str = "fifo") -> Tabl
             ratio,
         )
     return table
-
-
-def _baseline(rows: list[dict[str, Any]], load: float, policy: str) -> dict[str, Any] | None:
-    """The row each row at ``load`` is compared with: ``policy`` unmixed, else the first
-    unmixed row, at that load."""
-    unmixed = [r for r in rows if _unmixed(r) and r.get("load", 1.0) == load]
-    return next((r for r in unmixed if r["policy"] == policy), unmixed[0] if unmixed else None)

@@ -41,7 +41,10 @@ def compare(
             jobs = _same_jobs(jobs, data, announce=load == loads[0])
         for name in names:
             results.extend(_replay(data, name, jobs, mode, load) for mode in mixing)
-    Console().print(comparison_table([r.row() for r in results]))
+    for load in loads:  # a table per load: each compares with its own baseline, in 80 columns
+        title = "pool policies on the trace" + (f" at {load:g}x its load" if load != 1 else "")
+        rows = [r.row() for r in results if r.load == load]
+        Console().print(comparison_table(rows, title=title))
     if out:
         write(results, Path(out))
     if plot:
