@@ -112,7 +112,8 @@ def write(results: list[Result], out: Path) -> None:
 
 
 def plot_load(results: list[Result], path: Path) -> None:
-    """Mean JCT against offered load, a line per policy and mixing mode (mixing dashed)."""
+    """Mean JCT against offered load, a line per policy and mixing mode (a policy's colour;
+    its mixing modes dashed)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -122,11 +123,13 @@ def plot_load(results: list[Result], path: Path) -> None:
     lines: dict[tuple[str, str], list[Result]] = {}
     for result in results:
         lines.setdefault((result.policy, result.mixing), []).append(result)
+    colour = {p: f"C{i}" for i, p in enumerate(dict.fromkeys(r.policy for r in results))}
     for (policy, mixing), line in lines.items():
         line.sort(key=lambda r: r.load)
         style = "o-" if mixing == "off" else "s--"
         label = policy if mixing == "off" else f"{policy}, mixing {mixing}"
-        ax.plot([r.load for r in line], [r.avg_jct_h for r in line], style, label=label)
+        points = [r.load for r in line], [r.avg_jct_h for r in line]
+        ax.plot(*points, style, color=colour[policy], label=label)
     ax.set_yscale("log")
     ax.set_xlabel("offered load (x the trace's arrival rate)")
     ax.set_ylabel("mean job completion time (h)")
