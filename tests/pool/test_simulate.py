@@ -181,3 +181,12 @@ def test_mixing_modes_are_compared_over_the_same_jobs(
     assert "1 jobs need more devices than one type has" in capsys.readouterr().err
     rows = json.loads((out / "results.json").read_text())
     assert [(r["jobs"], r["finished"], r["rejected"]) for r in rows] == [(60, 60, 0)] * 2
+
+
+def test_a_balanced_mixed_job_runs_at_the_measured_balance_efficiency(tmp_path: Path) -> None:
+    """A 24-card job over 16 v100 (1 card each) and 16 k80 (half a card) runs at 0.95 of
+    the 24 cards its devices sum to: what a balanced run measures (benchmarks/hetero.py)."""
+    data = clusterfile.read(_cluster(tmp_path / "c.yaml"))
+    job = traces.TraceJob(arrival=0.0, duration=3600.0, cards=24, project="a")
+    result = Simulator(data, "priority", mixing="balanced").run([job])
+    assert result.jct_by_job[1] == pytest.approx(3600.0 / 0.95)
