@@ -28,6 +28,11 @@ def xirang_pool_policies() -> list[PolicySpec]:
             target="xirang_pool.policies.hetero:HeteroAware",
             description="Gavel-like: each job class on its best device type per cost",
         ),
+        PolicySpec(
+            name="gavel",
+            target="xirang_pool.policies.gavel:MaxMinFairness",
+            description="Gavel's heterogeneity-aware max-min fairness (LAS over its allocation)",
+        ),
     ]
 
 

@@ -209,6 +209,12 @@ TABLE: dict[str, As | Slow | Skip | Short | Pool | Service | Slurm | Export] = {
     ),
     "python -m xirang trainer.nproc=4 parallel=ddp comm=powersgd comm.rank=4": Short(),
     "xirang bench comm --workers 1,2,4": Slow("times each option on 1, 2 and 4 workers"),
+    "xirang pool simulate --trace philly.csv --cluster gavel_mixed.yaml --limit 10000 "
+    "--policy fifo,priority,hetero,gavel --mixing off,balanced --load 0.5,1,1.5,2 "
+    "--plot pool_jct_load.png": Skip(
+        "the whole Philly trace and Gavel's throughputs, which xirang does not ship; "
+        "32 replays of 10,000 jobs"
+    ),
     "python -m xirang trainer.nproc=2 parallel=ddp trainer.max_restarts=3 "
     "checkpoint.interval=100": Short(),
     "xirang ckpt ls|verify|export RUN": As(

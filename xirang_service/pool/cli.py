@@ -12,7 +12,8 @@
                                --max-payload-bytes BYTES --rate PER_S --burst N]
     xirang pool drain NODE [--reason TEXT] | undrain NODE
     xirang pool simulate --trace philly.csv --cluster cluster.yaml
-                         --policy fifo,priority,hetero
+                         --policy fifo,priority,hetero [--mixing off,balanced]
+                         [--load 0.5,1,1.5,2 --plot jct_load.png]
 
 Clients read XIRANG_POOL_URL (replicas: their URLs, comma-separated) and XIRANG_POOL_TOKEN
 (a project's token, or the operator's); without it, the operator's token, as below.
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import signal
 import socket
@@ -220,6 +222,12 @@ def _parser() -> argparse.ArgumentParser:
         help="comma-separated: off (one device type per job), even (jobs may mix, batch split "
         "evenly), balanced (jobs may mix, shares by speed)",
     )
+    simulate.add_argument(
+        "--load",
+        default="1",
+        help="comma-separated offered loads: inter-arrival times divided by each (0.5,1,1.5,2)",
+    )
+    simulate.add_argument("--plot", default="", help="PNG file: mean JCT against load")
     simulate.set_defaults(run=_simulate)
     return parser
 
@@ -518,6 +526,17 @@ def executor_names() -> list[str]:
     return [LOCAL_EXECUTOR, *found]
 
 
+def _loads(text: str) -> tuple[float, ...]:
+    """``--load``'s factors; a word or a factor that is not positive is a clear error."""
+    try:
+        loads = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        loads = ()
+    if not loads or not all(0 < load < math.inf for load in loads):
+        raise PoolError(f"--load {text}: comma-separated positive factors, e.g. 0.5,1,1.5,2")
+    return loads
+
+
 def _simulate(args: argparse.Namespace) -> int:
     from xirang_service.pool.sim.compare import compare
 
@@ -529,6 +548,8 @@ def _simulate(args: argparse.Namespace) -> int:
         args.seed,
         args.out or None,
         tuple(m.strip() for m in args.mixing.split(",")),
+        _loads(args.load),
+        args.plot or None,
     )
     if args.json:
         print(json.dumps([r.row() for r in results], indent=2))

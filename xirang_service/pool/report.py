@@ -138,14 +138,16 @@ def _unmixed(row: dict[str, Any]) -> bool:
     return row.get("mixing", "off") == "off"
 
 
-def comparison_table(rows: list[dict[str, Any]], baseline: str = "fifo") -> Table:
+def comparison_table(
+    rows: list[dict[str, Any]], baseline: str = "fifo", title: str = "pool policies on the trace"
+) -> Table:
     """Policies side by side, with average JCT relative to the baseline policy without
     mixing, or, when that was not replayed, to the first policy replayed without mixing (so
     ``--policy priority --mixing off,balanced`` reads as mixing's gain)."""
     unmixed = [r for r in rows if _unmixed(r)]
     base = next((r for r in unmixed if r["policy"] == baseline), unmixed[0] if unmixed else None)
     baseline = base["policy"] if base else baseline
-    table = Table(title="pool policies on the trace")
+    table = Table(title=title)
     for column in (
         "policy",
         "avg JCT h",

@@ -27,8 +27,18 @@ class TraceJob:
     priority: int = 1
 
 
-def load(path: str | Path, classes: list[str], seed: int = 0, limit: int | None = None):
-    """Jobs of a trace file sorted by arrival, starting at time 0."""
+def load(
+    path: str | Path,
+    classes: list[str],
+    seed: int = 0,
+    limit: int | None = None,
+    load: float = 1.0,
+) -> list[TraceJob]:
+    """Jobs of a trace file sorted by arrival, starting at time 0. ``load`` scales the offered
+    load: every inter-arrival time is divided by it (2.0 brings the same jobs in half the
+    time), so the work is the trace's and only how busy the pool is changes."""
+    if not load > 0:
+        raise PoolError(f"load {load}: a positive factor (1 replays the trace as recorded)")
     path = Path(path)
     if not path.exists():
         raise PoolError(f"trace {path} does not exist")
@@ -50,7 +60,7 @@ def load(path: str | Path, classes: list[str], seed: int = 0, limit: int | None 
     choices = classes or [DEFAULT_CLASS]
     t0 = rows[0][0] if rows else 0.0
     return [
-        TraceJob(arrival - t0, duration, cards, project, cls or rng.choice(choices), prio)
+        TraceJob((arrival - t0) / load, duration, cards, project, cls or rng.choice(choices), prio)
         for arrival, duration, cards, project, cls, prio in rows
     ]
 
