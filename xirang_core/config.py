@@ -25,7 +25,7 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from xirang_core.checkpoint.config import check_checkpoint
 from xirang_core.checkpoint.pretrained import check_pretrained, folder_tokenizer, names_tokenizer
-from xirang_core.contract import CORE_SCHEMAS, RunConfig
+from xirang_core.contract import CORE_SCHEMAS, RunConfig, thaw
 from xirang_core.data import document_mask
 from xirang_core.data.tokenizer import settle_vocab
 from xirang_core.errors import ConfigError
@@ -34,6 +34,7 @@ from xirang_core.parallel.plan import degrees_on
 from xirang_core.parallel.planning import check_auto
 from xirang_core.plugins import Registry, disabled_provider
 from xirang_core.specs.kinds import AUTO
+from xirang_core.specs.records import Runtime
 from xirang_core.sweep.objective import check_sweep
 from xirang_core.tracking.config import check_trackers
 
@@ -256,6 +257,64 @@ def validate(cfg: DictConfig, registry: Registry, overrides: list[str] | None = 
     _check_family(data, registry)
     document_mask.check(data, registry)  # data.document_mask=true: a family and strategy that can
     return RunConfig(data)
+
+
+#: the scalar entries every run's config holds beside its sections
+SCALARS = ("project", "seed")
+
+
+def check_written(data: Any, registry: Registry, source: str) -> RunConfig:
+    """A config :func:`validate` returned and the launch derived from, read back where a
+    worker starts (``source``: where it came from, the run's ``config.yaml``): each section
+    there and its settings fitting their schema again, frozen. A config written by hand or
+    by another version fails here in one error naming the section or key, not as a
+    ``KeyError`` deep in a worker."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"{source}: expected a run's config (a mapping of sections), got {data!r}"
+        )
+    try:
+        _check_sections(thaw(data), registry)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    return RunConfig(data)
+
+
+def _check_sections(data: dict[str, Any], registry: Registry) -> None:
+    sections = [*CORE_SCHEMAS, *PLUGIN_GROUPS, "model", "runtime"]
+    for key in [*sections, *SCALARS]:
+        if key not in data:
+            raise ConfigError(
+                f"no {key} section; a run's config holds {', '.join([*sections, *SCALARS])}, "
+                f"as the launch (python -m xirang) writes it"
+            )
+    for section, schema in CORE_SCHEMAS.items():
+        _check_schema(section, data[section], schema)
+    for group, kind in [*PLUGIN_GROUPS.items(), ("model", "model")]:
+        _check_written_group(group, kind, data[group], registry)
+    check_trackers(data.get("tracker"), registry, _check_schema)
+    facts = [f.name for f in fields(Runtime)]
+    missing = [f for f in facts if f not in (data["runtime"] or {})]
+    if missing:
+        raise ConfigError(
+            f"runtime.{missing[0]}: missing; the launch records the device it resolved in "
+            f"runtime ({', '.join(facts)}) before a worker starts"
+        )
+
+
+def _check_written_group(group: str, kind: str, values: Any, registry: Registry) -> None:
+    """A plugin section as validated: its option registered, its settings its schema's
+    (without ``resolve``: what it derived was written with the rest)."""
+    key = "family" if group == "model" else "name"
+    if not isinstance(values, dict) or key not in values:
+        raise ConfigError(f"{group}: expected a mapping with its {key}, got {values!r}")
+    name = values[key]
+    if name == AUTO and group in AUTO_GROUPS:
+        return
+    spec = registry.spec(kind, name)
+    schema = spec.load_schema() if spec.schema else None
+    if schema is not None:
+        _check_schema(group, {k: v for k, v in values.items() if k not in ("name", key)}, schema)
 
 
 def _to_container(cfg: DictConfig) -> dict[str, Any]:
