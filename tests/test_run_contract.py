@@ -179,3 +179,46 @@ def test_a_worker_handed_a_bad_config_yaml_fails_at_start_naming_what_is_wrong(
     assert message.startswith(f"{tmp_path / 'config.yaml'}: ") and named in message
     assert "\n" not in message  # one line
     assert not (tmp_path / "segments.jsonl").exists()  # it stopped before training
+
+
+#: a plugin's section given a wrong key or value, and what the error names: the key, what is
+#: valid, the option and the plugin whose registered schema refused it
+BAD_PLUGIN_SETTINGS = {
+    "a wrong type": (
+        ["data.seq_len=abc"],
+        "data.seq_len: Value 'abc' of type 'str' could not be converted to Integer",
+        "(data=stdlib: settings of plugin data, schema xirang_data.dataset:DataSettings)",
+    ),
+    "a misspelt key": (
+        ["+data.seq_lenn=64"],
+        "data.seq_lenn: no such setting. Did you mean seq_len? Valid keys of data: ",
+        "(data=stdlib: settings of plugin data, schema xirang_data.dataset:DataSettings)",
+    ),
+    "another option's schema": (
+        ["data=chat", "data.path=talks.jsonl", "data.shuffle=maybe"],
+        "data.shuffle: Value 'maybe' is not a valid bool",
+        "(data=chat: settings of plugin data, schema xirang_data.chat:ChatSettings)",
+    ),
+    "a family's": (
+        ["+model.n_layr=2"],
+        "model.n_layr: no such setting. Did you mean n_layers?",
+        "(model.family=llama: settings of plugin llama, schema xirang_llama.config:LlamaConfig)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_PLUGIN_SETTINGS)
+def test_a_plugin_section_is_checked_by_the_schema_its_plugin_registered(case: str) -> None:
+    overrides, named, plugin = BAD_PLUGIN_SETTINGS[case]
+    with pytest.raises(ConfigError) as caught:  # when composed, before anything starts
+        compose([*SMALL, *overrides], get_registry())
+    message = str(caught.value)
+    assert named in message and message.endswith(plugin) and "\n" not in message
+
+
+def test_the_data_section_reads_typed_through_its_plugins_schema(config: RunConfig) -> None:
+    from xirang_data.dataset import DataSettings
+
+    data = config.section(DataSettings, "data")
+    assert isinstance(data, DataSettings) and data.seq_len == config["data"]["seq_len"]
+    assert compose([*SMALL, "data.val=0.05"], get_registry())["data"]["val"] == "0.05"

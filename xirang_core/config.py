@@ -311,10 +311,8 @@ def _check_written_group(group: str, kind: str, values: Any, registry: Registry)
     name = values[key]
     if name == AUTO and group in AUTO_GROUPS:
         return
-    spec = registry.spec(kind, name)
-    schema = spec.load_schema() if spec.schema else None
-    if schema is not None:
-        _check_schema(group, {k: v for k, v in values.items() if k not in ("name", key)}, schema)
+    settings = {k: v for k, v in values.items() if k not in ("name", key)}
+    _check_settings(group, kind, name, settings, registry)
 
 
 def _to_container(cfg: DictConfig) -> dict[str, Any]:
@@ -373,13 +371,34 @@ def _check_plugin_group(group: str, kind: str, values: Any, registry: Registry) 
         return check_auto(values, registry.names("planner"), _check_schema, measures)
     if name == AUTO and group in AUTO_GROUPS:
         return values
-    spec = registry.spec(kind, name)
-    schema = spec.load_schema() if spec.schema else None
-    if schema is None:
+    settings = {k: v for k, v in values.items() if k != "name"}
+    checked = _check_settings(group, kind, name, settings, registry)
+    if checked is None:
         return values
-    settings = _check_schema(group, {k: v for k, v in values.items() if k != "name"}, schema)
+    schema, settings = checked
     # as a model family's: what types cannot say (a range), through ``resolve(settings)``
     return {"name": name, **schema.resolve(settings)}
+
+
+def _check_settings(
+    group: str, kind: str, option: str, settings: dict[str, Any], registry: Registry
+) -> tuple[Any, dict[str, Any]] | None:
+    """``settings`` (a section's values but the option's own name) checked against the
+    schema the option's plugin registered, with that schema; None when it registered none.
+    The error names the option and its plugin too: the settings are that plugin's to define,
+    and its docs (or ``xirang plugins``) say what they mean."""
+    spec = registry.spec(kind, option)
+    schema = spec.load_schema() if spec.schema else None
+    if schema is None:
+        return None
+    try:
+        return schema, _check_schema(group, settings, schema)
+    except ConfigError as exc:
+        chosen = f"{group}.family" if group == "model" else group
+        owner = registry.owners.get((kind, option), "?")
+        raise ConfigError(
+            f"{exc} ({chosen}={option}: settings of plugin {owner}, schema {spec.schema})"
+        ) from None
 
 
 def _check_drill(data: dict[str, Any], registry: Registry) -> None:
@@ -395,17 +414,17 @@ def _check_drill(data: dict[str, Any], registry: Registry) -> None:
 def _check_model(values: Any, registry: Registry) -> dict[str, Any]:
     if not isinstance(values, dict) or "family" not in values:
         raise ConfigError("model: choose one with model=<option> (each option names a family)")
-    spec = registry.spec("model", values["family"])
-    if spec.missing():  # checking its settings may need what is missing (model=hf)
-        registry.load("model", values["family"])  # raises the error naming what to install
-    schema = spec.load_schema() if spec.schema else None
+    family = values["family"]
+    if registry.spec("model", family).missing():  # checking its settings may need it (hf)
+        registry.load("model", family)  # raises the error naming what to install
     settings = {k: v for k, v in values.items() if k not in ("family", "name")}
-    checked = _check_schema("model", settings, schema) if schema else settings
+    checked = _check_settings("model", "model", family, settings, registry)
     # a family may check what types cannot (a config file that must build) and fill derived
     # values, through a ``resolve(settings) -> settings`` on its schema
-    if schema is not None:
-        checked = schema.resolve(checked)
-    return {"family": values["family"], "name": values.get("name", values["family"]), **checked}
+    if checked is not None:
+        schema, settings = checked
+        settings = schema.resolve(settings)
+    return {"family": family, "name": values.get("name", family), **settings}
 
 
 def _take_folder_tokenizer(data: dict[str, Any], registry: Registry, overrides: list[str]) -> None:
