@@ -197,7 +197,7 @@ def test_a_run_whose_observer_raises_ends_with_one_line_naming_it(tmp_path, npro
 @pytest.mark.parametrize(
     ("arg", "message"),
     [
-        ("+data.bogus=1", "+data.bogus: data takes no setting 'bogus'"),
+        ("+schedule.bogus=1", "+schedule.bogus: schedule takes no setting 'bogus'"),
         ("+device.bogus=1", "(the option device=auto declares no settings schema)"),
         ("+comm.bogus=1", "+comm.bogus: comm takes no setting 'bogus'"),
     ],

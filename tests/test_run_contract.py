@@ -15,9 +15,11 @@ from hypothesis import strategies as st
 from xirang.specs import FrozenConfigError, RunConfig, Runtime, thaw
 from xirang_core.config import compose
 from xirang_core.contract import OptimConfig, ProfileConfig, TrainerConfig
+from xirang_core.errors import ConfigError
 from xirang_core.plugins import get_registry
 from xirang_core.run import compose_config
-from xirang_core.train.runconfig import read_config, write_config
+from xirang_core.train import worker
+from xirang_core.train.runconfig import read_config, worker_config, write_config
 
 SMALL = ["tokenizer=bytes", "trainer.max_steps=4", "trainer.global_batch=8"]
 
@@ -25,6 +27,12 @@ SMALL = ["tokenizer=bytes", "trainer.max_steps=4", "trainer.global_batch=8"]
 @pytest.fixture(scope="module")
 def config() -> RunConfig:
     return compose(SMALL, get_registry())
+
+
+@pytest.fixture(scope="module")
+def launched() -> RunConfig:
+    """The config a launch writes for its workers (runtime resolved, data pinned)."""
+    return compose_config(SMALL)
 
 
 def test_a_validated_config_refuses_every_write_nested_too(config: RunConfig) -> None:
@@ -121,3 +129,96 @@ def written_pins(config: RunConfig) -> dict[str, object]:
     pinned = config["data"]
     assert pinned["snapshot"]
     return {k: pinned[k] for k in ("uri", "snapshot", "val_fraction")}
+
+
+def test_a_worker_reads_config_yaml_back_as_the_frozen_run_config(
+    launched: RunConfig, tmp_path: Path
+) -> None:
+    write_config(launched, tmp_path)
+    read = worker_config(tmp_path, get_registry())
+    assert type(read) is RunConfig and read == launched
+    assert read.trainer == launched.trainer  # typed as the launch's
+    with pytest.raises(FrozenConfigError):
+        read["trainer"]["max_steps"] = 1
+
+
+#: a config.yaml edited by hand (or written by another version), and what its error names
+BAD_CONFIGS = {
+    "no section": (lambda c: c.pop("trainer"), "no trainer section; a run's config holds"),
+    "a misspelt key": (
+        lambda c: c["trainer"].update(max_stpes=3),
+        "trainer.max_stpes: no such setting. Did you mean max_steps?",
+    ),
+    "a wrong type": (lambda c: c["optim"].update(lr="fast"), "optim.lr: Value 'fast'"),
+    "an unknown option": (
+        lambda c: c["parallel"].update(name="nope"),
+        "unknown parallel 'nope'. Valid parallel names: ",
+    ),
+    "a plugin's misspelt key": (
+        lambda c: c["storage"].update(roots="/x"),
+        "storage.roots: no such setting. Did you mean root?",
+    ),
+    "no runtime fact": (
+        lambda c: c["runtime"].pop("collective_backend"),
+        "runtime.collective_backend: missing; the launch records",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_CONFIGS)
+def test_a_worker_handed_a_bad_config_yaml_fails_at_start_naming_what_is_wrong(
+    case: str, launched: RunConfig, tmp_path: Path
+) -> None:
+    edit, named = BAD_CONFIGS[case]
+    written = thaw(launched)
+    edit(written)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(written, sort_keys=False))
+    with pytest.raises(ConfigError) as caught:  # not a KeyError deep in the worker
+        worker.main(str(tmp_path))
+    message = str(caught.value)
+    assert message.startswith(f"{tmp_path / 'config.yaml'}: ") and named in message
+    assert "\n" not in message  # one line
+    assert not (tmp_path / "segments.jsonl").exists()  # it stopped before training
+
+
+#: a plugin's section given a wrong key or value, and what the error names: the key, what is
+#: valid, the option and the plugin whose registered schema refused it
+BAD_PLUGIN_SETTINGS = {
+    "a wrong type": (
+        ["data.seq_len=abc"],
+        "data.seq_len: Value 'abc' of type 'str' could not be converted to Integer",
+        "(data=stdlib: settings of plugin data, schema xirang_data.dataset:DataSettings)",
+    ),
+    "a misspelt key": (
+        ["+data.seq_lenn=64"],
+        "data.seq_lenn: no such setting. Did you mean seq_len? Valid keys of data: ",
+        "(data=stdlib: settings of plugin data, schema xirang_data.dataset:DataSettings)",
+    ),
+    "another option's schema": (
+        ["data=chat", "data.path=talks.jsonl", "data.shuffle=maybe"],
+        "data.shuffle: Value 'maybe' is not a valid bool",
+        "(data=chat: settings of plugin data, schema xirang_data.chat:ChatSettings)",
+    ),
+    "a family's": (
+        ["+model.n_layr=2"],
+        "model.n_layr: no such setting. Did you mean n_layers?",
+        "(model.family=llama: settings of plugin llama, schema xirang_llama.config:LlamaConfig)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_PLUGIN_SETTINGS)
+def test_a_plugin_section_is_checked_by_the_schema_its_plugin_registered(case: str) -> None:
+    overrides, named, plugin = BAD_PLUGIN_SETTINGS[case]
+    with pytest.raises(ConfigError) as caught:  # when composed, before anything starts
+        compose([*SMALL, *overrides], get_registry())
+    message = str(caught.value)
+    assert named in message and message.endswith(plugin) and "\n" not in message
+
+
+def test_the_data_section_reads_typed_through_its_plugins_schema(config: RunConfig) -> None:
+    from xirang_data.dataset import DataSettings
+
+    data = config.section(DataSettings, "data")
+    assert isinstance(data, DataSettings) and data.seq_len == config["data"]["seq_len"]
+    assert compose([*SMALL, "data.val=0.05"], get_registry())["data"]["val"] == "0.05"

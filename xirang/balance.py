@@ -4,8 +4,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from xirang_core.contract import RunConfig, thaw
 from xirang_core.data.shares import proportional
 from xirang_core.errors import ConfigError
 
@@ -44,7 +46,7 @@ def check(data: dict[str, Any], world: int) -> None:
         raise ConfigError("parallel.balance_every: must be at least 1 step")
 
 
-def _cannot_balance(parallel: dict[str, Any]) -> str:
+def _cannot_balance(parallel: Mapping[str, Any]) -> str:
     """Why ``parallel`` cannot take unequal shares ("" when it can)."""
     split = [k for k in ("tp", "pp") if parallel.get(k, 1) not in (1,)] + (
         ["sp"] if parallel.get("sp") else []
@@ -55,33 +57,42 @@ def _cannot_balance(parallel: dict[str, Any]) -> str:
     return f"parallel={parallel['name']}{extra} cannot balance"
 
 
-def balance_placement(config: dict[str, Any], speeds: list[float]) -> str:
+def balance_placement(config: Mapping[str, Any], speeds: list[float]) -> tuple[RunConfig, str]:
     """Balance a run placed on devices of unequal speed (a pool's mixed placement): ``speeds``
     is each data-parallel rank's relative speed (its devices' throughput for the job's class);
     the first shares follow them and ``adaptive`` moves them as measured, so the run trains
-    balanced from its first step. Returns what was set, or why nothing was: shares the user
-    gave stay, as does a strategy that cannot balance. What an earlier placement set is undone
-    first (``runtime.balance_placed`` keeps the user's mode), so each placement starts anew."""
-    parallel, trainer = config["parallel"], config["trainer"]
-    runtime = config.setdefault("runtime", {})
+    balanced from its first step. Returns the config to write for the workers (``config``
+    itself is left as it was) and what was set, or why nothing was: shares the user gave stay,
+    as does a strategy that cannot balance. What an earlier placement set is undone first
+    (``runtime.balance_placed`` keeps the user's mode), so each placement starts anew."""
+    parallel, runtime = thaw(config["parallel"]), thaw(config.get("runtime") or {})
     if "balance_placed" in runtime:  # an earlier placement's shares, not the user's
         parallel["balance"] = runtime.pop("balance_placed")
         parallel.pop("balance_shares", None)
+    placed, said = _placed(parallel, config["trainer"], speeds)
+    if placed:
+        runtime["balance_placed"] = parallel.get("balance", "uniform")
+        parallel = {**parallel, **placed}
+    return RunConfig(config).replace(parallel=parallel, runtime=runtime), said
+
+
+def _placed(
+    parallel: Mapping[str, Any], trainer: Mapping[str, Any], speeds: list[float]
+) -> tuple[dict[str, Any], str]:
+    """The ``parallel`` settings that balance ranks of ``speeds`` (none when nothing should
+    change) and the line that says so."""
     if len(set(speeds)) <= 1:
-        return "the ranks' devices are equally fast: even shares"
+        return {}, "the ranks' devices are equally fast: even shares"
     why = _cannot_balance(parallel)
     if why:
-        return f"{why}: every rank gets an even share and waits for the slowest"
+        return {}, f"{why}: every rank gets an even share and waits for the slowest"
     if parallel.get("balance_shares"):
-        return f"parallel.balance_shares={parallel['balance_shares']} as given"
+        return {}, f"parallel.balance_shares={parallel['balance_shares']} as given"
     total = trainer["global_batch"] // trainer["micro_batch"]
     if total < len(speeds):
-        return f"{total} micro-batches a step cannot give {len(speeds)} ranks one each"
-    runtime["balance_placed"] = parallel.get("balance", "uniform")
-    if parallel.get("balance", "uniform") == "uniform":
-        parallel["balance"] = "adaptive"
-    parallel["balance_shares"] = list(proportional(total, speeds).counts)
-    return (
-        f"shares {parallel['balance_shares']} of {total} micro-batches by device speed "
-        f"(parallel.balance={parallel['balance']})"
-    )
+        return {}, f"{total} micro-batches a step cannot give {len(speeds)} ranks one each"
+    mode = parallel.get("balance", "uniform")
+    mode = "adaptive" if mode == "uniform" else mode
+    shares = list(proportional(total, speeds).counts)
+    said = f"shares {shares} of {total} micro-batches by device speed (parallel.balance={mode})"
+    return {"balance": mode, "balance_shares": shares}, said

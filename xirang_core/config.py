@@ -25,7 +25,7 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from xirang_core.checkpoint.config import check_checkpoint
 from xirang_core.checkpoint.pretrained import check_pretrained, folder_tokenizer, names_tokenizer
-from xirang_core.contract import CORE_SCHEMAS, RunConfig
+from xirang_core.contract import CORE_SCHEMAS, RunConfig, thaw
 from xirang_core.data import document_mask
 from xirang_core.data.tokenizer import settle_vocab
 from xirang_core.errors import ConfigError
@@ -34,6 +34,7 @@ from xirang_core.parallel.plan import degrees_on
 from xirang_core.parallel.planning import check_auto
 from xirang_core.plugins import Registry, disabled_provider
 from xirang_core.specs.kinds import AUTO
+from xirang_core.specs.records import Runtime
 from xirang_core.sweep.objective import check_sweep
 from xirang_core.tracking.config import check_trackers
 
@@ -258,6 +259,62 @@ def validate(cfg: DictConfig, registry: Registry, overrides: list[str] | None = 
     return RunConfig(data)
 
 
+#: the scalar entries every run's config holds beside its sections
+SCALARS = ("project", "seed")
+
+
+def check_written(data: Any, registry: Registry, source: str) -> RunConfig:
+    """A config :func:`validate` returned and the launch derived from, read back where a
+    worker starts (``source``: where it came from, the run's ``config.yaml``): each section
+    there and its settings fitting their schema again, frozen. A config written by hand or
+    by another version fails here in one error naming the section or key, not as a
+    ``KeyError`` deep in a worker."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"{source}: expected a run's config (a mapping of sections), got {data!r}"
+        )
+    try:
+        _check_sections(thaw(data), registry)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    return RunConfig(data)
+
+
+def _check_sections(data: dict[str, Any], registry: Registry) -> None:
+    sections = [*CORE_SCHEMAS, *PLUGIN_GROUPS, "model", "runtime"]
+    for key in [*sections, *SCALARS]:
+        if key not in data:
+            raise ConfigError(
+                f"no {key} section; a run's config holds {', '.join([*sections, *SCALARS])}, "
+                f"as the launch (python -m xirang) writes it"
+            )
+    for section, schema in CORE_SCHEMAS.items():
+        _check_schema(section, data[section], schema)
+    for group, kind in [*PLUGIN_GROUPS.items(), ("model", "model")]:
+        _check_written_group(group, kind, data[group], registry)
+    check_trackers(data.get("tracker"), registry, _check_schema)
+    facts = [f.name for f in fields(Runtime)]
+    missing = [f for f in facts if f not in (data["runtime"] or {})]
+    if missing:
+        raise ConfigError(
+            f"runtime.{missing[0]}: missing; the launch records the device it resolved in "
+            f"runtime ({', '.join(facts)}) before a worker starts"
+        )
+
+
+def _check_written_group(group: str, kind: str, values: Any, registry: Registry) -> None:
+    """A plugin section as validated: its option registered, its settings its schema's
+    (without ``resolve``: what it derived was written with the rest)."""
+    key = "family" if group == "model" else "name"
+    if not isinstance(values, dict) or key not in values:
+        raise ConfigError(f"{group}: expected a mapping with its {key}, got {values!r}")
+    name = values[key]
+    if name == AUTO and group in AUTO_GROUPS:
+        return
+    settings = {k: v for k, v in values.items() if k not in ("name", key)}
+    _check_settings(group, kind, name, settings, registry)
+
+
 def _to_container(cfg: DictConfig) -> dict[str, Any]:
     try:
         data = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
@@ -314,13 +371,34 @@ def _check_plugin_group(group: str, kind: str, values: Any, registry: Registry) 
         return check_auto(values, registry.names("planner"), _check_schema, measures)
     if name == AUTO and group in AUTO_GROUPS:
         return values
-    spec = registry.spec(kind, name)
-    schema = spec.load_schema() if spec.schema else None
-    if schema is None:
+    settings = {k: v for k, v in values.items() if k != "name"}
+    checked = _check_settings(group, kind, name, settings, registry)
+    if checked is None:
         return values
-    settings = _check_schema(group, {k: v for k, v in values.items() if k != "name"}, schema)
+    schema, settings = checked
     # as a model family's: what types cannot say (a range), through ``resolve(settings)``
     return {"name": name, **schema.resolve(settings)}
+
+
+def _check_settings(
+    group: str, kind: str, option: str, settings: dict[str, Any], registry: Registry
+) -> tuple[Any, dict[str, Any]] | None:
+    """``settings`` (a section's values but the option's own name) checked against the
+    schema the option's plugin registered, with that schema; None when it registered none.
+    The error names the option and its plugin too: the settings are that plugin's to define,
+    and its docs (or ``xirang plugins``) say what they mean."""
+    spec = registry.spec(kind, option)
+    schema = spec.load_schema() if spec.schema else None
+    if schema is None:
+        return None
+    try:
+        return schema, _check_schema(group, settings, schema)
+    except ConfigError as exc:
+        chosen = f"{group}.family" if group == "model" else group
+        owner = registry.owners.get((kind, option), "?")
+        raise ConfigError(
+            f"{exc} ({chosen}={option}: settings of plugin {owner}, schema {spec.schema})"
+        ) from None
 
 
 def _check_drill(data: dict[str, Any], registry: Registry) -> None:
@@ -336,17 +414,17 @@ def _check_drill(data: dict[str, Any], registry: Registry) -> None:
 def _check_model(values: Any, registry: Registry) -> dict[str, Any]:
     if not isinstance(values, dict) or "family" not in values:
         raise ConfigError("model: choose one with model=<option> (each option names a family)")
-    spec = registry.spec("model", values["family"])
-    if spec.missing():  # checking its settings may need what is missing (model=hf)
-        registry.load("model", values["family"])  # raises the error naming what to install
-    schema = spec.load_schema() if spec.schema else None
+    family = values["family"]
+    if registry.spec("model", family).missing():  # checking its settings may need it (hf)
+        registry.load("model", family)  # raises the error naming what to install
     settings = {k: v for k, v in values.items() if k not in ("family", "name")}
-    checked = _check_schema("model", settings, schema) if schema else settings
+    checked = _check_settings("model", "model", family, settings, registry)
     # a family may check what types cannot (a config file that must build) and fill derived
     # values, through a ``resolve(settings) -> settings`` on its schema
-    if schema is not None:
-        checked = schema.resolve(checked)
-    return {"family": values["family"], "name": values.get("name", values["family"]), **checked}
+    if checked is not None:
+        schema, settings = checked
+        settings = schema.resolve(settings)
+    return {"family": family, "name": values.get("name", family), **settings}
 
 
 def _take_folder_tokenizer(data: dict[str, Any], registry: Registry, overrides: list[str]) -> None:

@@ -8,7 +8,7 @@ Always call hooks with keyword arguments.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pluggy
 
@@ -18,6 +18,7 @@ from xirang_core.specs import (
     CostPolicySpec,
     DatasetSpec,
     DeviceBackendSpec,
+    FaultInjector,
     LRScheduleSpec,
     ModelSpec,
     OptimizerSpec,
@@ -28,7 +29,9 @@ from xirang_core.specs import (
     StrategySpec,
     TokenizerSpec,
     TrackerSpec,
+    WorkerContext,
 )
+from xirang_core.specs.records import JsonValue, SyncWindow
 
 if TYPE_CHECKING:  # annotations only: the hook specs import neither torch nor the config
     from xirang_core.contract import RunConfig
@@ -69,12 +72,11 @@ def xirang_comm_backends() -> list[CommBackendSpec]:
 
 
 @hookspec(firstresult=True)
-def xirang_comm_sync_window(ctx: Any, config: Any) -> Any:
+def xirang_comm_sync_window(ctx: WorkerContext, config: RunConfig) -> SyncWindow | None:
     """The sync window of this worker's job, or None: a pool scheduler assigns slots so that
     large jobs sharing links do not run their full gradient exchange at the same moment.
 
-    Returns a :class:`xirang.comm.sync_window.SyncWindow`; the first answer wins over the
-    window the run's ``comm`` config sets."""
+    The first answer wins over the window the run's ``comm`` config sets."""
 
 
 @hookspec
@@ -174,19 +176,19 @@ def xirang_hydra_plugins() -> list[str]:
 
 
 @hookspec
-def xirang_on_run_start(ctx: Any, config: Any) -> None:
+def xirang_on_run_start(ctx: WorkerContext, config: RunConfig) -> None:
     """A worker is about to train; ``ctx`` is its :class:`~xirang_core.specs.WorkerContext`."""
 
 
 @hookspec
-def xirang_on_step_end(ctx: Any, step: int, metrics: dict[str, float]) -> None:
+def xirang_on_step_end(ctx: WorkerContext, step: int, metrics: dict[str, float]) -> None:
     """A logged optimizer step finished on the main worker; ``metrics`` are that step's figures.
 
     Called only at logging steps so observers never force a device synchronisation."""
 
 
 @hookspec
-def xirang_should_prune(ctx: Any, step: int, metrics: dict[str, float]) -> bool | None:
+def xirang_should_prune(ctx: WorkerContext, step: int, metrics: dict[str, float]) -> bool | None:
     """An evaluation step of a sweep trial finished on the main worker (``metrics`` holds its
     ``val_loss``): a sweeper plugin reports the trial's objective to its pruner and answers
     True to end the run cleanly at this step (its summary says ``pruned_at``), None otherwise.
@@ -195,7 +197,7 @@ def xirang_should_prune(ctx: Any, step: int, metrics: dict[str, float]) -> bool 
 
 
 @hookspec(firstresult=True)
-def xirang_fault_injector(config: Any, run_dir: str, rank: int) -> Any:
+def xirang_fault_injector(config: RunConfig, run_dir: str, rank: int) -> FaultInjector | None:
     """The faults a drill injects into this worker, when the run's config has a ``drill``
     section (``xirang drill``, ``+drill={kill:[[3,1]]}``): a
     :class:`~xirang_core.specs.FaultInjector`, or None. The built-in checkpoint tools
@@ -203,15 +205,15 @@ def xirang_fault_injector(config: Any, run_dir: str, rank: int) -> Any:
 
 
 @hookspec
-def xirang_on_checkpoint(ctx: Any, step: int, path: str) -> None:
+def xirang_on_checkpoint(ctx: WorkerContext, step: int, path: str) -> None:
     """A checkpoint for ``step`` was committed at ``path``."""
 
 
 @hookspec
-def xirang_on_fault(ctx: Any, error: BaseException) -> None:
+def xirang_on_fault(ctx: WorkerContext, error: BaseException) -> None:
     """A worker is failing with ``error``; observers record it before the process exits."""
 
 
 @hookspec
-def xirang_on_run_end(ctx: Any, summary: dict[str, Any]) -> None:
+def xirang_on_run_end(ctx: WorkerContext, summary: dict[str, JsonValue]) -> None:
     """Training finished on the main worker; ``summary`` is what ``summary.json`` holds."""

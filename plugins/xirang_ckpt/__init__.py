@@ -7,10 +7,8 @@ They read and write a run's checkpoints through :mod:`xirang.checkpoint`, as any
 party would; the kernel saves and restores checkpoints without them.
 """
 
-from typing import Any
-
 from xirang import hookimpl
-from xirang.specs import CommandSpec, FaultInjector
+from xirang.specs import CommandSpec, FaultInjector, RunConfig
 
 
 @hookimpl
@@ -30,7 +28,7 @@ def xirang_commands() -> list[CommandSpec]:
 
 
 @hookimpl
-def xirang_fault_injector(config: dict[str, Any], run_dir: str, rank: int) -> FaultInjector | None:
+def xirang_fault_injector(config: RunConfig, run_dir: str, rank: int) -> FaultInjector | None:
     """The drill's faults for worker ``rank`` (``None`` when the run has no drill section)."""
     drill = config.get("drill") or {}
     if not drill:

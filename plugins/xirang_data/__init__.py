@@ -11,6 +11,7 @@ from xirang import conf_folder, hookimpl
 from xirang.specs import CommandSpec, DatasetSpec
 
 _DATASET = "xirang_data.training:SnapshotDataset"
+_SETTINGS = "xirang_data.dataset:DataSettings"
 
 
 @hookimpl
@@ -19,21 +20,25 @@ def xirang_datasets() -> list[DatasetSpec]:
         DatasetSpec(
             name="stdlib",
             target=_DATASET,
+            schema=_SETTINGS,
             description="the embedded corpus: this Python's standard library, prepared once",
         ),
         DatasetSpec(
             name="snapshot",
             target=_DATASET,
+            schema=_SETTINGS,
             description="a prepared dataset root (xirang data prepare), pinned to one snapshot",
         ),
         DatasetSpec(
             name="mixture",
             target=_DATASET,
+            schema=_SETTINGS,
             description="weighted snapshots; every global row's source follows from its number",
         ),
         DatasetSpec(
             name="chat",
             target="xirang_data.chat:ChatDataset",
+            schema="xirang_data.chat:ChatSettings",
             description="conversations (JSONL messages) for fine-tuning on assistant replies",
         ),
     ]

@@ -43,11 +43,11 @@ VAL_FRACTION = 0.1
 
 
 @dataclass
-class ChatConfig:
-    """Every ``data.*`` key of ``data=chat``; conf/data/chat.yaml documents them.
+class ChatSettings:
+    """Every ``data.*`` key of ``data=chat`` but the option's name; conf/data/chat.yaml
+    documents them (the registered schema, checked when the config is composed).
     ``val``: a separate file of conversations, all held out (then none of ``path`` is)."""
 
-    name: str = "chat"
     path: str = ""
     seq_len: int = 128
     val_fraction: float = VAL_FRACTION
@@ -56,6 +56,13 @@ class ChatConfig:
     shuffle: bool = True
     num_workers: int = 0
     snapshot: str = ""
+
+
+@dataclass
+class ChatConfig(ChatSettings):
+    """The whole ``data`` section of ``data=chat``."""
+
+    name: str = "chat"
 
 
 def check(data: Mapping[str, Any]) -> ChatConfig:

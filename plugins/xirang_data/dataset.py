@@ -12,10 +12,11 @@ from xirang_data.snapshot import Snapshot, load
 
 
 @dataclass
-class DataConfig:
-    """Every ``data.*`` key; ``conf/data/*.yaml`` documents them."""
+class DataSettings:
+    """Every ``data.*`` key of ``data=stdlib|snapshot|mixture`` but the option's name;
+    ``conf/data/*.yaml`` documents them. The registered schema: the run's config is checked
+    against it when composed, so a wrong key or type stops there, naming this plugin."""
 
-    name: str = "stdlib"
     uri: str = ""
     snapshot: str = ""
     seq_len: int = 128
@@ -40,6 +41,13 @@ class DataConfig:
     num_workers: int = 0
     #: data=mixture: weighted snapshots, each {uri, snapshot (optional pin), weight}
     sources: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class DataConfig(DataSettings):
+    """The whole ``data`` section, the option's name with its settings."""
+
+    name: str = "stdlib"
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ only by a sweep and by the jobs of one."""
 from typing import Any
 
 from xirang import conf_folder, hookimpl
+from xirang.specs import WorkerContext
 
 #: open trials of this process, by run directory (one per run; a job reports many times)
 _reports: dict[str, Any] = {}
@@ -17,7 +18,7 @@ def xirang_config_search_paths() -> list[str]:
 
 
 @hookimpl
-def xirang_should_prune(ctx: Any, step: int, metrics: dict[str, float]) -> bool | None:
+def xirang_should_prune(ctx: WorkerContext, step: int, metrics: dict[str, float]) -> bool | None:
     """Report this evaluation's objective to the run's trial; True if its pruner stops it."""
     from xirang.sweep import intermediate
 

@@ -3,10 +3,15 @@ plan``, which shows its ranking: predicted memory and step time of every valid s
 model's shape and this host's measured devices or a described cluster. Registered through the
 same hooks a third-party planner uses."""
 
-from typing import Any
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from xirang import conf_folder, hookimpl
 from xirang.specs import CommandSpec, PlannerSpec, RunConfig
+
+if TYPE_CHECKING:  # the plan module imports torch; a plugin's __init__ loads at every start
+    from xirang.parallel import ParallelPlan
 
 
 @hookimpl
@@ -21,7 +26,7 @@ def xirang_planners() -> list[PlannerSpec]:
 
 
 @hookimpl
-def xirang_measure_plans(config: RunConfig, plans: list[Any], steps: int) -> list[float]:
+def xirang_measure_plans(config: RunConfig, plans: list[ParallelPlan], steps: int) -> list[float]:
     """``parallel.smoke=true``: each plan trained ``steps`` steps by fresh workers of the run's
     device type, its median step time."""
     from xirang.planning import run_plans

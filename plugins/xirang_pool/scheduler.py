@@ -215,7 +215,7 @@ def balance_by_speed(job: JobSpec, speeds: list[float]) -> None:
             "the ranks keep even shares"
         )
         ranks = []
-    said = balance_placement(config, ranks)
+    config, said = balance_placement(config, ranks)
     write_config(config, job.run_dir)
     if speeds:
         print(f"pool: mixed placement, rank speeds {[round(v, 3) for v in ranks]}: {said}")

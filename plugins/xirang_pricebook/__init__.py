@@ -1,10 +1,8 @@
 """Price-book cost policies (``cost=pricebook|offpeak|energy_aware``), the ``xirang cost``
 command and the observer that meters every training run into the cost store."""
 
-from typing import Any
-
 from xirang import conf_folder, hookimpl
-from xirang.specs import CommandSpec, CostPolicySpec
+from xirang.specs import CommandSpec, CostPolicySpec, JsonValue, WorkerContext
 
 _SCHEMA = "xirang_pricebook.policy:PriceBookConfig"
 
@@ -45,7 +43,7 @@ def xirang_commands() -> list[CommandSpec]:
 
 
 @hookimpl
-def xirang_on_run_end(ctx: Any, summary: dict[str, Any]) -> None:
+def xirang_on_run_end(ctx: WorkerContext, summary: dict[str, JsonValue]) -> None:
     """Meter the finished run into the cost store (imported only when a run ends)."""
     from xirang_pricebook.observer import record_run
 
@@ -53,7 +51,7 @@ def xirang_on_run_end(ctx: Any, summary: dict[str, Any]) -> None:
 
 
 @hookimpl
-def xirang_on_step_end(ctx: Any, step: int, metrics: dict[str, Any]) -> None:
+def xirang_on_step_end(ctx: WorkerContext, step: int, metrics: dict[str, float]) -> None:
     """Sample the run's device power where its plugin reads it (energy metering)."""
     from xirang_pricebook.observer import sample_power
 

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from xirang.tracking.session import TrackerSession
+from xirang_core.contract import RunConfig
 from xirang_core.hookspecs import hookimpl
+from xirang_core.specs import JsonValue, WorkerContext
 
 #: the open session of each (tracker, run directory) in this process
 _SESSIONS: dict[tuple[str, str], TrackerSession] = {}
@@ -27,7 +29,7 @@ def selected(config: Any) -> dict[str, dict[str, Any]]:
     return dict((config or {}).get("tracker") or {})
 
 
-def on_run_start(name: str, ctx: Any, config: Any) -> None:
+def on_run_start(name: str, ctx: WorkerContext, config: RunConfig) -> None:
     """Open ``name``'s session on the main worker when the run selects it."""
     settings = selected(config).get(name)
     if settings is None or not ctx.is_main:
@@ -40,19 +42,19 @@ def on_run_start(name: str, ctx: Any, config: Any) -> None:
     session.start(config)
 
 
-def on_step_end(name: str, ctx: Any, step: int, metrics: dict[str, Any]) -> None:
+def on_step_end(name: str, ctx: WorkerContext, step: int, metrics: dict[str, float]) -> None:
     session = _SESSIONS.get((name, ctx.run_dir))
     if session is not None:
         session.log(step, metrics)
 
 
-def on_run_end(name: str, ctx: Any, summary: dict[str, Any]) -> None:
+def on_run_end(name: str, ctx: WorkerContext, summary: dict[str, JsonValue]) -> None:
     session = _SESSIONS.pop((name, ctx.run_dir), None)
     if session is not None:
         session.finish(summary)
 
 
-def on_fault(name: str, ctx: Any, error: BaseException) -> None:
+def on_fault(name: str, ctx: WorkerContext, error: BaseException) -> None:
     """The run is failing: the tracker marks its run failed (a restart continues it)."""
     session = _SESSIONS.pop((name, ctx.run_dir), None)
     if session is not None:
@@ -69,19 +71,19 @@ def run_event_hooks(name: str) -> tuple[Callable[..., None], ...]:
     Every tracker hands the same events to this module, so no plugin writes them again."""
 
     @hookimpl
-    def xirang_on_run_start(ctx: Any, config: Any) -> None:
+    def xirang_on_run_start(ctx: WorkerContext, config: RunConfig) -> None:
         on_run_start(name, ctx, config)
 
     @hookimpl
-    def xirang_on_step_end(ctx: Any, step: int, metrics: dict[str, Any]) -> None:
+    def xirang_on_step_end(ctx: WorkerContext, step: int, metrics: dict[str, float]) -> None:
         on_step_end(name, ctx, step, metrics)
 
     @hookimpl
-    def xirang_on_fault(ctx: Any, error: BaseException) -> None:
+    def xirang_on_fault(ctx: WorkerContext, error: BaseException) -> None:
         on_fault(name, ctx, error)
 
     @hookimpl
-    def xirang_on_run_end(ctx: Any, summary: dict[str, Any]) -> None:
+    def xirang_on_run_end(ctx: WorkerContext, summary: dict[str, JsonValue]) -> None:
         on_run_end(name, ctx, summary)
 
     return xirang_on_run_start, xirang_on_step_end, xirang_on_fault, xirang_on_run_end

@@ -525,7 +525,8 @@ class Observer(Protocol):
     marked ``@hookimpl``); none is required. Which process calls which:
 
     - ``xirang_on_run_start(ctx, config)``: every worker, after the model and data are built.
-      ``config`` is the run's resolved config as plain data (what ``config.yaml`` holds).
+      ``config`` is the run's resolved :class:`~xirang_core.contract.RunConfig`, read-only
+      (what ``config.yaml`` holds).
     - ``xirang_on_step_end(ctx, step, metrics)``: the main worker (rank 0), at logged steps
       only: step 1, every ``trainer.log_every``, evaluation steps and the last. ``metrics``
       holds ``step, loss, bpb, lr, grad_norm, tokens, tokens_per_s, mfu, mem_bytes,
@@ -540,5 +541,5 @@ class Observer(Protocol):
     """
 
     def xirang_on_step_end(
-        self, ctx: WorkerContext, step: int, metrics: dict[str, Any]
+        self, ctx: WorkerContext, step: int, metrics: dict[str, float]
     ) -> None: ...

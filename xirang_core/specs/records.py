@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
+
+from xirang_core.errors import ConfigError
+
+#: a JSON value: what a run's ``summary.json`` (and a hook given its summary) holds
+JsonValue: TypeAlias = "str | int | float | bool | list[JsonValue] | dict[str, JsonValue] | None"
 
 
 @dataclass(frozen=True)
@@ -198,3 +204,37 @@ class Runtime:
     def entries(self) -> dict[str, Any]:
         """The facts as config.yaml's ``runtime`` entries, in their order."""
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class SyncWindow:
+    """Slot ``slot`` of ``slots`` in every ``period_s`` seconds of wall-clock time: a job given
+    it starts its full gradient exchange only inside that slot (a pool scheduler's answer to
+    the ``xirang_comm_sync_window`` hook, or the run's ``comm`` settings)."""
+
+    period_s: float
+    slot: int = 0
+    slots: int = 1
+
+    def __post_init__(self) -> None:
+        if self.period_s <= 0 or self.slots < 1 or not 0 <= self.slot < self.slots:
+            raise ConfigError(
+                f"sync window period={self.period_s}s slot={self.slot} slots={self.slots}: need "
+                f"a positive period and 0 <= slot < slots"
+            )
+
+    def delay(self, now: float) -> float:
+        """Seconds from ``now`` until this job may start its exchange (0 inside its slot)."""
+        width = self.period_s / self.slots
+        phase = now % self.period_s
+        start = self.slot * width
+        if start <= phase < start + width:
+            return 0.0
+        return (start - phase) % self.period_s
+
+    def wait(self) -> float:
+        """Sleep until the slot opens; returns the seconds waited."""
+        pause = self.delay(time.time())
+        if pause > 0:
+            time.sleep(pause)
+        return pause

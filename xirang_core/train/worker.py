@@ -11,7 +11,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from xirang_core.checkpoint.pretrained import load_pretrained
+from xirang_core.contract import RunConfig
 from xirang_core.data.interface import open_dataset
 from xirang_core.data.step_loader import loop_batches
 from xirang_core.data.tokens import IGNORE, TokenBatches
@@ -46,7 +47,7 @@ from xirang_core.train.init import materialize
 from xirang_core.train.interrupt import StopAtStepEnd, stop_on
 from xirang_core.train.loop import NO_RUNNER, Companions, LoopSettings, Trainer, evaluate
 from xirang_core.train.optim import build_optimizer, build_schedule
-from xirang_core.train.runconfig import read_config
+from xirang_core.train.runconfig import worker_config
 from xirang_core.train.segments import SegmentLog, WholeRun
 from xirang_core.train.trainable import Trained, trained_flops
 
@@ -79,11 +80,12 @@ class Assembly:
     runner: StepRunner = NO_RUNNER
 
 
-def main(run_dir: str, config: dict[str, Any] | None = None) -> None:
-    """Entry point of every worker process; ``config`` when its launcher resolved the run's
-    runtime in the worker itself (Slurm's tasks), else the run directory's."""
-    config = config or read_config(run_dir)
+def main(run_dir: str, given: Mapping[str, Any] | None = None) -> None:
+    """Entry point of every worker process; ``given`` when its launcher resolved the run's
+    runtime in the worker itself (Slurm's tasks), else the run directory's config. Either is
+    checked against the run's contract first: a bad one is one error naming what is wrong."""
     registry = get_registry()
+    config = worker_config(run_dir, registry, given)
     ctx = open_worker(config, run_dir, registry)
     try:
         parts = assemble(config, ctx, registry)
@@ -101,13 +103,13 @@ def main(run_dir: str, config: dict[str, Any] | None = None) -> None:
             dist.destroy_process_group()
 
 
-def open_worker(config: dict[str, Any], run_dir: str, registry: Registry) -> WorkerContext:
+def open_worker(config: RunConfig, run_dir: str, registry: Registry) -> WorkerContext:
     """Rank, device and process group for this process."""
     rank = int(os.environ.get("RANK", 0))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))  # this node's workers
-    torch.set_num_threads(config["trainer"]["threads"] or default_threads(local_world))
+    torch.set_num_threads(config.trainer.threads or default_threads(local_world))
     backend = registry.create("device", config["device"])
     allocator_defaults(backend.torch_type, os.environ)  # before the device's first use reads it
     device = backend.torch_device(local_device(local_rank))  # healthy ones, as placed
@@ -152,12 +154,12 @@ def allocator_defaults(torch_type: str, environ: MutableMapping[str, str]) -> No
     environ["PYTORCH_CUDA_ALLOC_CONF"] = CUDA_ALLOC_CONF
 
 
-def group_options(config: dict[str, Any], device: torch.device) -> dict[str, Any]:
+def group_options(config: RunConfig, device: torch.device) -> dict[str, Any]:
     """``init_process_group``'s timeout (``trainer.comm_timeout_s``: a collective stuck on a
     lost peer fails the run after it, not torch's 30 minutes) and, for a CUDA worker, its
     ``device_id``: NCCL then forms the communicator at once, on that device (not at the
     first collective, on whichever device is current), and splits sub-groups from it."""
-    options: dict[str, Any] = {"timeout": timedelta(seconds=config["trainer"]["comm_timeout_s"])}
+    options: dict[str, Any] = {"timeout": timedelta(seconds=config.trainer.comm_timeout_s)}
     if device.type == "cuda":
         options["device_id"] = device
     return options
@@ -178,8 +180,8 @@ def restart_store(world_size: int) -> Any:
     return dist.PrefixStore(f"/xirang/attempt_{attempt}", agent)
 
 
-def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> Assembly:
-    trainer, data = config["trainer"], config["data"]
+def assemble(config: RunConfig, ctx: WorkerContext, registry: Registry) -> Assembly:
+    trainer, data = config.trainer, config["data"]
     model_settings = {k: v for k, v in config["model"].items() if k not in ("family", "name")}
     strategy = registry.create("parallel", config["parallel"])
     on_meta = starts_sharded(config, ctx, strategy)  # never with model.pretrained
@@ -201,35 +203,35 @@ def assemble(config: dict[str, Any], ctx: WorkerContext, registry: Registry) -> 
     if comm["name"] != "auto":
         sync = registry.create("comm", comm)
         sync.install_hooks(wrapped, ctx)
-    micro = trainer["micro_batch"]
+    micro = trainer.micro_batch
     seq_len = data["seq_len"]
     max_len = model_settings.get("max_seq_len", seq_len)
     if seq_len > max_len:
         raise ConfigError(f"data.seq_len={seq_len} exceeds model.max_seq_len={max_len}")
-    accum = micro_batches(trainer["global_batch"], ctx.data_world, micro)
+    accum = micro_batches(trainer.global_batch, ctx.data_world, micro)
     dataset = open_dataset(config, registry)
     train, val = dataset.batches(config, ctx.data_rank, ctx.data_world, micro, accum)
     balancer = balance.for_run(config, ctx)
     if balancer is not None:
         balance.begin(balancer, config, wrapped, train)
-    train = loop_batches(train, trainer["max_steps"], data.get("num_workers", 0))
+    train = loop_batches(train, trainer.max_steps, data.get("num_workers", 0))
     settings = LoopSettings(
-        max_steps=trainer["max_steps"],
+        max_steps=trainer.max_steps,
         accum_steps=accum,
         micro_batch=micro,
         seq_len=seq_len,
-        log_every=trainer["log_every"],
-        gc_every=trainer["gc_every"],
-        grad_clip=trainer["grad_clip"],
+        log_every=trainer.log_every,
+        gc_every=trainer.gc_every,
+        grad_clip=trainer.grad_clip,
         optim=config["optim"],
         flops_per_token=trained.flops_per_token,
         peak_flops=run_peak_flops(config["runtime"], ctx.world_size),
         bytes_per_token=train.bytes_per_token,
-        precision=trainer["precision"],
-        compile=trainer["compile"],
-        eval_every=trainer["eval_every"],
-        eval_batches=trainer["eval_batches"],
-        nonfinite=trainer["nonfinite"],
+        precision=trainer.precision,
+        compile=trainer.compile,
+        eval_every=trainer.eval_every,
+        eval_batches=trainer.eval_batches,
+        nonfinite=trainer.nonfinite,
         schedule=build_schedule(config.get("schedule")),
     )
     return Assembly(
@@ -285,7 +287,7 @@ def micro_batches(global_batch: int, data_world: int, micro: int) -> int:
     return accum
 
 
-def starts_sharded(config: dict[str, Any], ctx: WorkerContext, strategy: Strategy) -> bool:
+def starts_sharded(config: Mapping[str, Any], ctx: WorkerContext, strategy: Strategy) -> bool:
     """Whether the model is built on the meta device and materialised only after the strategy
     sharded it (FSDP2: each worker then holds its shards plus one whole parameter at a time,
     so a model too large for one worker starts). Pretrained weights load into a whole model."""
@@ -293,7 +295,7 @@ def starts_sharded(config: dict[str, Any], ctx: WorkerContext, strategy: Strateg
 
 
 def build_model(
-    config: dict[str, Any],
+    config: Mapping[str, Any],
     settings: dict[str, Any],
     device: Any,
     registry: Registry,
@@ -309,7 +311,7 @@ def build_model(
     return cast(torch.nn.Module, family.from_config(settings)).to(device)
 
 
-def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry) -> None:
+def train_and_report(config: RunConfig, parts: Assembly, registry: Registry) -> None:
     ctx = parts.ctx
     run_dir = Path(ctx.run_dir)
     segment = SegmentLog(run_dir)  # this start of the workers: one segment of the run
@@ -340,7 +342,7 @@ def train_and_report(config: dict[str, Any], parts: Assembly, registry: Registry
     with stop_on(), segment.closing_on_stop(trainer, started, ctx.is_main):
         trainer.fit(guard.start_step, on_step_end=StopAtStepEnd(guard, ctx))
     last_step = trainer.pruned_at or parts.settings.max_steps  # a pruned trial ends early
-    sample_tokens = config["trainer"]["sample_tokens"]
+    sample_tokens = config.trainer.sample_tokens
     finishing = Finishing(ctx.is_main, parts.settings.eval_batches, sample_tokens)
     with finishing.part("checkpoint"):
         guard.finish(last_step)
@@ -447,13 +449,13 @@ def trained_model(parts: Assembly) -> torch.nn.Module:
     return parts.strategy.trained or parts.model
 
 
-def final_sample(config: dict[str, Any], parts: Assembly) -> str:
+def final_sample(config: RunConfig, parts: Assembly) -> str:
     """The trained model's continuation of the prompt. Sampling feeds growing prompts: a
     pipeline's stages and sequence parallel's even sequence shards take fixed shapes only, and
     compiled blocks run eager here rather than compile once per prompt length."""
     if parts.runner.step is not None or config["parallel"].get("sp", False):
         return ""
-    stance = torch.compiler.set_stance("force_eager") if config["trainer"]["compile"] else None
+    stance = torch.compiler.set_stance("force_eager") if config.trainer.compile else None
     with stance or contextlib.nullcontext():
         tokenizer = parts.train.tokenizer
         return sample_text(trained_model(parts), config["trainer"], parts.ctx.device, tokenizer)
@@ -471,7 +473,7 @@ def loop_figures(trainer: Trainer) -> dict[str, Any]:
 
 
 def summarize(
-    config: dict[str, Any],
+    config: RunConfig,
     parts: Assembly,
     whole: WholeRun,
     registry: Registry,
@@ -502,7 +504,7 @@ def summarize(
         **trained_fields(parts.trained),
         "steps": last["step"],
         "tokens": tokens,
-        "global_batch": config["trainer"]["global_batch"],
+        "global_batch": config.trainer.global_batch,
         "micro_batch": parts.settings.micro_batch,
         "grad_accum": parts.settings.accum_steps,
         "first_loss": first["loss"],
@@ -513,7 +515,7 @@ def summarize(
         "bytes_per_token": round(parts.settings.bytes_per_token, 5),
         "val_bytes_per_token": round(val_bytes_per_token, 5),
         "loss_drop_pct": round(100 * (1 - last["loss"] / first["loss"]), 2),
-        "lr": config["optim"]["lr"],  # what a diverged run's hint suggests a tenth of
+        "lr": config.optim.lr,  # what a diverged run's hint suggests a tenth of
         "tokens_per_s": round(tokens_per_s, 1),
         "mfu": round(checked.mfu, 5),
         "peak_tflops": round(peak / 1e12, 4),
@@ -522,7 +524,7 @@ def summarize(
         "wall_time_s": round(wall, 3),
         "restarts": whole.restarts,
         **figures,
-        "precision": config["trainer"]["precision"],
+        "precision": config.trainer.precision,
         "world_size": parts.ctx.world_size,
         "data_snapshot": config["data"].get("snapshot", ""),
         "data_tokens": parts.train.tokens_seen(last["step"]),  # per source, inputs
@@ -549,7 +551,7 @@ def trained_fields(trained: Trained | None) -> dict[str, int]:
     return {"trainable_params": trained.trainable, "total_params": trained.total}
 
 
-def checked_mfu(config: dict[str, Any], mfu: float, registry: Registry) -> MfuFigure:
+def checked_mfu(config: RunConfig, mfu: float, registry: Registry) -> MfuFigure:
     """The run's MFU against a peak it did not beat (:func:`trusted_mfu`): the device's peak
     measured again, in this worker with its threads, when it did."""
     runtime = config["runtime"]

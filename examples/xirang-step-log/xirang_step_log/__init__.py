@@ -5,16 +5,15 @@ Observers implement run-event hooks (see :class:`xirang.specs.Observer`); they r
 """
 
 from pathlib import Path
-from typing import Any
 
 from xirang import hookimpl, optional
-from xirang.specs import WorkerContext
+from xirang.specs import RunConfig, WorkerContext
 
 FILE = "steps.csv"
 
 
 @hookimpl
-def xirang_on_run_start(ctx: WorkerContext, config: dict[str, Any]) -> None:
+def xirang_on_run_start(ctx: WorkerContext, config: RunConfig) -> None:
     if ctx.is_main:  # every worker calls run_start; one file per run
         Path(ctx.run_dir, FILE).write_text(f"# {config['model']['name']}\nstep,loss,lr\n")
 

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from xirang_pool.scheduler import rank_speeds
+from xirang_pool.scheduler import balance_by_speed, rank_speeds
 
 from tests.conftest import ONE_LAYER_GPT
 from xirang.balance import balance_placement
+from xirang.launch import read_config, write_config
+from xirang.specs import JobSpec, RunConfig
 from xirang_service.pool.service import OPERATOR, PoolService
 
 #: a fast device is worth three of the slow reference type's cards for every job class
@@ -67,14 +69,50 @@ def test_a_mixed_placement_starts_the_ranks_at_shares_by_device_speed(
 def test_devices_are_dealt_to_ranks_in_order_and_a_later_placement_starts_anew() -> None:
     assert rank_speeds([3.0, 1.0, 1.0, 1.0], 2) == [4.0, 2.0]
     assert rank_speeds([3.0, 1.0, 1.0], 2) is None  # three devices cannot split over two
-    config = {
+    user = RunConfig(
+        {
+            "parallel": {"name": "ddp", "balance": "uniform"},
+            "trainer": {"global_batch": 8, "micro_batch": 1},
+        }
+    )
+    placed, said = balance_placement(user, [3.0, 1.0])
+    assert "shares [6, 2]" in said
+    assert placed["parallel"] == {"name": "ddp", "balance": "adaptive", "balance_shares": [6, 2]}
+    assert placed["runtime"] == {"balance_placed": "uniform"}
+    again, said = balance_placement(placed, [])
+    assert said == "the ranks' devices are equally fast: even shares"
+    assert again["parallel"] == user["parallel"] and again["runtime"] == {}  # as the user had it
+    tp = RunConfig({"parallel": {"name": "tp", "tp": 2}, "trainer": user["trainer"]})
+    kept, said = balance_placement(tp, [3.0, 1.0])
+    assert "cannot balance" in said and kept["parallel"] == tp["parallel"]
+
+
+def test_a_placement_derives_the_workers_config_and_leaves_the_one_it_was_given() -> None:
+    """A frozen config (read back from config.yaml) is balanced without a write into it."""
+    written = {
         "parallel": {"name": "ddp", "balance": "uniform"},
         "trainer": {"global_batch": 8, "micro_batch": 1},
+        "runtime": {"devices": 2},
     }
-    assert "shares [6, 2]" in balance_placement(config, [3.0, 1.0])
-    assert config["parallel"] == {"name": "ddp", "balance": "adaptive", "balance_shares": [6, 2]}
-    assert balance_placement(config, []) == "the ranks' devices are equally fast: even shares"
-    assert config["parallel"] == {"name": "ddp", "balance": "uniform"}  # as the user had it
-    tp = {"parallel": {"name": "tp", "tp": 2}, "trainer": {"global_batch": 8, "micro_batch": 1}}
-    assert "cannot balance" in balance_placement(tp, [3.0, 1.0])
-    assert "balance_shares" not in tp["parallel"]
+    given = RunConfig(written)
+    placed, _ = balance_placement(given, [3.0, 1.0])
+    assert isinstance(placed, RunConfig)
+    assert placed["runtime"] == {"devices": 2, "balance_placed": "uniform"}
+    assert given == written
+
+
+def test_the_pool_scheduler_rewrites_config_yaml_per_placement(tmp_path: Path) -> None:
+    """What the pool's submitter does before the workers start: config.yaml, read back
+    read-only, gets the placement's shares in a derived config written in its place."""
+    write_config(
+        {
+            "parallel": {"name": "ddp", "balance": "uniform"},
+            "trainer": {"global_batch": 8, "micro_batch": 1},
+        },
+        tmp_path,
+    )
+    job = JobSpec(str(tmp_path), nproc=2)
+    balance_by_speed(job, [3.0, 1.0])
+    assert read_config(tmp_path)["parallel"]["balance_shares"] == [6, 2]
+    balance_by_speed(job, [])  # the next placement: one device type
+    assert read_config(tmp_path)["parallel"] == {"name": "ddp", "balance": "uniform"}
