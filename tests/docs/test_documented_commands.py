@@ -297,7 +297,8 @@ TABLE: dict[str, As | Slow | Skip | Short | Pool | Service | Slurm | Export] = {
     "python -m xirang tokenizer=hf tokenizer.path=/models/llama3": Short(
         ("python -m xirang tokenizer=hf tokenizer.path=hf-model",)
     ),
-    "python benchmarks/data_loading.py [--tokens 50000000] [--runs 3] [--workers 2]": Skip(
+    "python benchmarks/data_loading.py [--tokens 50000000] [--runs 3] [--workers 2] "
+    "[--phases warm,cold,resume]": Skip(
         "a benchmark that builds its peers' environment from the network; minutes"
     ),
     "python benchmarks/data_loading.py --tokens 200000 --runs 1 --peers none": Skip(
