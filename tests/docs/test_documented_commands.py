@@ -859,8 +859,8 @@ _BUSY_PEAK = " on a busy host (no quiet measurement yet)"
 def _shape(label: str, value: str) -> str:
     """A summary row's value with what differs between two runs of one command left out: its
     figures, the run's own folder, the host's processor, a peak measured on a busy host."""
-    if label == "run directory":
-        return re.sub(r".*/outputs/[-\d]+/[-\d]+-[0-9a-f]+$", "RUN", value)
+    if label == "run directory":  # an absolute path, shortened (…) where it is long
+        return re.sub(r"^/\S+$", "RUN", value)
     value = re.sub(r"(worker\(s\), ).*", r"\1DEVICE", value.replace(_BUSY_PEAK, ""))
     return re.sub(_NUMBER, "N", value)
 
