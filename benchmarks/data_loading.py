@@ -18,9 +18,11 @@ DataLoader with the same number of workers.
 Each side runs in a fresh process per pass; its timer covers constructing the dataset and
 loader through the last batch, for all sides. Warm reads local files (in the page cache); cold
 reads from a local S3 server (moto, started here) into an empty cache. Passes alternate sides
-and the best of ``--runs`` counts. Also reported: time to first batch, resume latency mid-epoch
-(a fresh loader, from its state, to its first batch), bytes on disk and the files each side
-cached from the origin.
+and the best of ``--runs`` counts. Also reported: time to first batch, bytes on disk and the
+files each side cached from the origin. The resume phase (warm, local folders) restarts each
+side mid-epoch from the state its own loader saved (``state_dict``; xirang's is the step): its
+latency is a fresh loader's time to its first batch, and it is exact when its first ``--check``
+batches are those the interrupted pass read next. ``--phases`` picks the phases run.
 
 Streaming and LitData need torchvision and ``transformers<5``, which cannot share xirang's
 environment: their side (benchmarks/data_loading_peers.py) runs in a venv this benchmark builds
@@ -28,7 +30,9 @@ once under ``XIRANG_HOME/bench-peers`` with pip (``--peers none`` measures xiran
 ``--peers PYTHON`` uses an interpreter that has them). A peer that cannot run is reported n/a.
 
 Last line: ``warm_vs_streaming=<a> warm_vs_litdata=<b> cold_vs_streaming=<c> cold_vs_litdata=<d>
-resume_speedup_vs_streaming=<e> warm_vs_mmap=<f>`` (xirang over the other side; n/a if absent).
+resume_speedup_vs_streaming=<e> resume_speedup_vs_litdata=<f> warm_vs_mmap=<g>`` (xirang over
+the other side; n/a if absent), then ``resume_ms_<side>=<ms> resume_exact_<side>=yes|no`` for
+xirang, streaming and litdata.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-from benchmarks.data_loading_peers import SEED, timed
+from benchmarks.data_loading_peers import SEED, digests, timed
 from xirang_core.paths import xirang_home
 
 PEERS = Path(__file__).with_name("data_loading_peers.py")
@@ -57,6 +61,8 @@ VOCAB, EOS = 50_257, 50_256
 BUCKET = "xirang"
 PEER_PACKAGES = ["mosaicml-streaming==0.13.0", "litdata==0.2.76", "boto3", "numpy<2.2"]
 SIDES = ("xirang", "streaming", "litdata", "mmap")
+RESUMED = ("xirang", "streaming", "litdata")  # the sides with a resume of their own
+PHASES = ("warm", "cold", "resume")
 
 
 # --- the corpus --------------------------------------------------------------------------------
@@ -163,8 +169,11 @@ def xirang_side(args: argparse.Namespace) -> dict:
     tier_for(args.remote or args.dir)  # plugins are imported once a process: not timed either
 
     if args.resume:
-        return timed(lambda: xirang_loader(args, args.stop), 1)[0]
-    figures = timed(lambda: xirang_loader(args), args.stop)[0]
+        figures, (_, read, last) = timed(lambda: xirang_loader(args, args.stop), 1)
+        return {**figures, "next": digests([last], read, args.check)}
+    figures, (_, read, _) = timed(lambda: xirang_loader(args), args.stop)
+    if args.check:  # after the timer: the batches that follow the stop, as a resume's should
+        figures["next"] = digests([], read, args.check)
     if args.remote:
         cached = Path(args.cache).rglob("*")
         figures["files"] = sum(1 for p in cached if p.is_file() and ".locks" not in p.parts)
@@ -314,20 +323,28 @@ def cold(runner: Runner) -> dict:
 
 def resume(runner: Runner, at: int) -> dict:
     """Mid-epoch resume, warm: a loader at batch ``at`` from its saved state, to its first
-    batch. Streaming and LitData save their loader's state after ``at`` batches; xirang's
-    state is the step."""
-    work = runner.work
+    batch. Streaming and LitData save their loader's state after ``at`` batches, with their
+    loader's ``state_dict`` (xirang's state is the step), and that pass reads on: the resume is
+    exact when its first ``--check`` batches are the ones that pass read next, in every round."""
+    work, check = runner.work, ("--check", str(runner.args.check))
+    exact: dict[str, bool] = {}
 
     def measure(side: str, round_: int) -> dict | None:
         source = str(work / origin_of(side))
         if side == "xirang":
-            return runner.run(side, source, "--stop", str(at), "--resume", "step")
-        state = work / f"{side}-state-{round_}.json"
-        if runner.run(side, source, "--stop", str(at), "--state", str(state)) is None:
+            before = runner.run(side, source, "--stop", str(at), *check)
+            after = runner.run(side, source, "--stop", str(at), "--resume", "step", *check)
+        else:
+            state = work / f"{side}-state-{round_}.json"
+            before = runner.run(side, source, "--stop", str(at), "--state", str(state), *check)
+            after = before and runner.run(side, source, "--resume", str(state), *check)
+        if not before or not after:
             return None
-        return runner.run(side, source, "--resume", str(state))
+        exact[side] = exact.get(side, True) and after["next"] == before["next"]
+        return after
 
-    return best_of(runner.args.runs, ["xirang", "streaming", "litdata"], measure)
+    best = best_of(runner.args.runs, list(RESUMED), measure)
+    return {side: {**got, "exact": exact[side]} for side, got in best.items()}
 
 
 # --- the report --------------------------------------------------------------------------------
@@ -366,14 +383,38 @@ def ratio(x: dict | None, other: dict | None, key: str = "rate") -> str:
 
 def last_line(w: dict, c: dict, r: dict) -> str:
     x = "xirang"
-    return (
+    line = (
         f"warm_vs_streaming={ratio(w.get(x), w.get('streaming'))} "
         f"warm_vs_litdata={ratio(w.get(x), w.get('litdata'))} "
         f"cold_vs_streaming={ratio(c.get(x), c.get('streaming'))} "
         f"cold_vs_litdata={ratio(c.get(x), c.get('litdata'))} "
         f"resume_speedup_vs_streaming={ratio(r.get(x), r.get('streaming'), 'time')} "
+        f"resume_speedup_vs_litdata={ratio(r.get(x), r.get('litdata'), 'time')} "
         f"warm_vs_mmap={ratio(w.get(x), w.get('mmap'))}"
     )
+    for side in RESUMED:
+        got = r.get(side)
+        line += f" resume_ms_{side}={got['seconds'] * 1e3:.0f}" if got else f" resume_ms_{side}=n/a"
+        line += f" resume_exact_{side}={exact(got)}"
+    return line
+
+
+def exact(got: dict | None) -> str:
+    """yes: every round's resumed batches were the uninterrupted pass's next ones."""
+    return "n/a" if got is None else "yes" if got["exact"] else "no"
+
+
+def report_resume(r: dict, runner: Runner, at: int) -> None:
+    for side in RESUMED:
+        got = r.get(side)
+        if got is None:
+            print(f"resume at batch {at}: {side} n/a ({runner.why.get(side, 'not measured')})")
+            continue
+        print(
+            f"resume at batch {at}: {side} {got['seconds'] * 1e3:.0f} ms to its first batch; "
+            f"its next {runner.args.check} batches {'are' if got['exact'] else 'are NOT'} "
+            "the uninterrupted pass's"
+        )
 
 
 def main() -> None:
@@ -385,6 +426,10 @@ def main() -> None:
     parser.add_argument("--span", type=int, default=2049, help="tokens a row (seq_len + 1)")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--peers", default="auto", help="auto | none | a python with the peers")
+    parser.add_argument(
+        "--phases", default=",".join(PHASES), help="which to run, of warm,cold,resume"
+    )
+    parser.add_argument("--check", type=int, default=4, help="batches a resume is checked on")
     parser.add_argument("--side", default="", help=argparse.SUPPRESS)  # a xirang pass: its dir
     parser.add_argument("--snapshot", default="", help=argparse.SUPPRESS)
     for flag in ("--remote", "--cache", "--resume"):
@@ -402,6 +447,9 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    phases = args.phases.split(",")
+    if not phases or set(phases) - set(PHASES):
+        sys.exit(f"xirang error: --phases {args.phases}: choose from {','.join(PHASES)}")
     peers, why = peer_python(args.peers)
     work = Path(tempfile.mkdtemp(prefix="xirang-loading-"))
     try:
@@ -422,16 +470,17 @@ def run(args: argparse.Namespace) -> None:
         )
         disk = {s: folder_bytes(work / s) for s in SIDES if (work / s).exists()}
         print("bytes on disk: " + ", ".join(f"{s} {b / 1e6:.1f} MB" for s, b in disk.items()))
-        w = warm(runner)
-        report("warm", w, runner)
-        print(same_tokens(w))
-        c = cold(runner)
-        report("cold", c, runner)
-        r = resume(runner, batches // 2)
-        for side in ("xirang", "streaming", "litdata"):
-            got = r.get(side)
-            took = f"{got['seconds'] * 1e3:.0f} ms" if got else f"n/a ({runner.why.get(side)})"
-            print(f"resume at batch {batches // 2}: {side} {took} to its first batch")
+        w, c, r = {}, {}, {}
+        if "warm" in phases:
+            w = warm(runner)
+            report("warm", w, runner)
+            print(same_tokens(w))
+        if "cold" in phases:
+            c = cold(runner)
+            report("cold", c, runner)
+        if "resume" in phases:
+            r = resume(runner, batches // 2)
+            report_resume(r, runner, batches // 2)
         print(last_line(w, c, r))
     finally:
         shutil.rmtree(work, ignore_errors=True)

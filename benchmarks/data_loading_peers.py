@@ -8,6 +8,7 @@ side runs in xirang's own interpreter. It imports only numpy, torch, boto3 and t
     python data_loading_peers.py write KIND FLAT OUT        # KIND: streaming | litdata
     python data_loading_peers.py read KIND DIR [--remote s3://...] [--stop K] [--state F]
     python data_loading_peers.py read KIND DIR --resume F   # time to the first batch after F
+    ... [--check N]   # with --state or --resume: hashes of the next N batches (exactness)
 
 ``FLAT`` is the packed token stream (uint16, a whole number of ``[batch, span]`` batches) that
 data_loading.py writes; every side reads its rows shuffled as int64 ``[batch, span]`` tensors
@@ -18,11 +19,13 @@ span runs from constructing the dataset to the last batch (or the first, with ``
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
+import itertools
 import json
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -40,11 +43,14 @@ def stacked(rows: list) -> torch.Tensor:
 
 def timed(make: Callable[[], Iterable], stop: int = 0) -> tuple[dict, list]:
     """Construct (timed) and read batches: seconds, first-batch seconds, tokens and their sum.
-    With ``stop`` the read ends after that many batches; the loader is returned with them."""
+    With ``stop`` the read ends after that many batches; the loader is returned with them, and
+    the iterator that read them (the next batches of the same pass, for :func:`digests`) and
+    the last batch read."""
     started = time.perf_counter()
     loader = make()
-    first, batches, tokens, total = None, 0, 0, 0
-    for batch in loader:
+    first, batches, tokens, total, batch = None, 0, 0, 0, None
+    read = iter(loader)
+    for batch in read:
         if first is None:
             first = time.perf_counter() - started
         batches, tokens, total = batches + 1, tokens + batch.numel(), total + int(batch.sum())
@@ -52,7 +58,15 @@ def timed(make: Callable[[], Iterable], stop: int = 0) -> tuple[dict, list]:
             break
     seconds = time.perf_counter() - started
     figures = {"seconds": seconds, "first_s": first or seconds, "batches": batches}
-    return {**figures, "tokens": tokens, "sum": total}, [loader]
+    return {**figures, "tokens": tokens, "sum": total}, [loader, read, batch]
+
+
+def digests(first: list, read: Iterator, count: int) -> list[str]:
+    """A short hash of each of ``count`` batches: those in ``first``, then the next ones of
+    ``read``. A resume is exact when its batches hash as the uninterrupted pass's next ones
+    (the pass that saved its state, read on)."""
+    rows = [*first, *itertools.islice(read, count - len(first))]
+    return [hashlib.sha1(r.numpy().tobytes()).hexdigest()[:12] for r in rows]
 
 
 # --- the memory-mapped bound ------------------------------------------------------------------
@@ -204,9 +218,11 @@ def peer_read(args: argparse.Namespace) -> dict:
             loader.load_state_dict(json.loads(Path(args.resume).read_text()))
         return loader
 
-    figures, (loader,) = timed(build, 1 if args.resume else args.stop)
+    figures, (loader, read, last) = timed(build, 1 if args.resume else args.stop)
     if args.state:
         Path(args.state).write_text(json.dumps(loader.state_dict()))
+    if args.check:  # after the timer and the state: the batches that follow, or the resume's
+        figures["next"] = digests([last] if args.resume else [], read, args.check)
     if args.remote:
         figures["files"] = sum(1 for p in Path(local).rglob("*") if p.is_file())
     return figures
@@ -226,6 +242,7 @@ def main() -> None:
     parser.add_argument("--stop", type=int, default=0, help="stop after this many batches")
     parser.add_argument("--state", default="", help="save the loader's state here at the stop")
     parser.add_argument("--resume", default="", help="load this state, time the first batch")
+    parser.add_argument("--check", type=int, default=0, help="hash this many next batches")
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.command == "write":

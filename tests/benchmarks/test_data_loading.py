@@ -3,6 +3,7 @@ peers need their own environment, built from the network, so here they are repor
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -12,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import data_loading as bench
+
 ROOT = Path(__file__).resolve().parents[2]
 RATIOS = (
     "warm_vs_streaming",
@@ -19,8 +22,11 @@ RATIOS = (
     "cold_vs_streaming",
     "cold_vs_litdata",
     "resume_speedup_vs_streaming",
+    "resume_speedup_vs_litdata",
     "warm_vs_mmap",
 )
+#: each resumed side's time to its first batch and whether its batches were the right ones
+RESUMES = tuple(f"resume_{what}_{side}" for side in bench.RESUMED for what in ("ms", "exact"))
 
 
 @pytest.mark.slow
@@ -43,12 +49,16 @@ def test_every_side_reads_the_same_batches_and_the_last_line_has_every_ratio(
     assert re.search(
         r"cold  xirang .* batches/s.*, 12 batches, \d+ files cached from the origin", out
     )
-    assert re.search(r"resume at batch 6: xirang \d+ ms", out)
+    assert re.search(r"resume at batch 6: xirang \d+ ms to its first batch; its next 4 ", out)
     assert "warm  streaming n/a (--peers none)" in out
+    assert "resume at batch 6: litdata n/a (--peers none)" in out
     last = dict(item.split("=") for item in out.strip().splitlines()[-1].split())
-    assert tuple(last) == RATIOS
+    assert tuple(last) == RATIOS + RESUMES
     assert float(last["warm_vs_mmap"]) > 0
-    assert {last[k] for k in RATIOS[:5]} == {"n/a"}
+    assert {last[k] for k in RATIOS[:6]} == {"n/a"}
+    assert int(last["resume_ms_xirang"]) > 0
+    assert last["resume_exact_xirang"] == "yes"
+    assert last["resume_exact_streaming"] == last["resume_ms_litdata"] == "n/a"
 
 
 #: a fresh process: builds a tiny snapshot, then resumes mid-epoch as a benchmark pass does,
@@ -71,7 +81,8 @@ def spy(fn, count):
     return figures
 bench.timed = spy
 args = argparse.Namespace(remote="", dir=str(work / "xirang"), side="", snapshot=snap,
-                          cache="", span=129, batch=4, workers=0, stop=100, resume="step")
+                          cache="", span=129, batch=4, workers=0, stop=100, resume="step",
+                          check=2)
 bench.xirang_side(args)
 """
 
@@ -89,3 +100,36 @@ def test_a_resumes_timed_span_imports_none_of_the_reader() -> None:
     )
     imported = json.loads(done.stdout.strip().splitlines()[-1])
     assert [m for m in imported if m.startswith(("xirang_data", "pyarrow"))] == []
+
+
+def _side(work: Path, snapshot: str, stop: int, resume: str = "") -> list[str]:
+    """The hashes of the 3 batches after ``stop``: read on by a pass from the start, or read
+    by a loader resumed there (``resume="step"``), as one side's process of the benchmark."""
+    args = argparse.Namespace(
+        remote="",
+        dir=str(work),
+        side="",
+        snapshot=snapshot,
+        cache="",
+        span=129,
+        batch=4,
+        workers=0,
+        stop=stop,
+        resume=resume,
+        check=3,
+    )
+    return bench.xirang_side(args)["next"]
+
+
+def test_the_resume_check_tells_the_batches_an_uninterrupted_pass_reads_next(
+    tmp_path: Path,
+) -> None:
+    """Issue 53: the resume figure was a time alone; a loader that restarted its epoch, or
+    came back one batch off, would have read as fast. Now a resume counts as exact only when
+    its first batches hash as the batches the interrupted pass read next."""
+    stream, offsets = bench.make_stream(200_000, 129, 4)
+    snapshot = bench.write_xirang(stream, offsets, tmp_path / "xirang", 50_000)
+    after_five = _side(tmp_path / "xirang", snapshot, 5)
+    assert _side(tmp_path / "xirang", snapshot, 5, resume="step") == after_five
+    assert _side(tmp_path / "xirang", snapshot, 6, resume="step") != after_five
+    assert len(set(after_five)) == 3  # three different batches, not one hashed thrice
