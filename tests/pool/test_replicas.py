@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -154,6 +155,37 @@ def test_a_replica_whose_connection_was_cut_can_no_longer_write(
     finally:
         first.close()
         second.close()
+
+
+@pytest.mark.service
+def test_a_standby_waiting_for_the_lease_is_granted_it_when_the_leader_goes(
+    postgres_cluster: str,
+) -> None:
+    """A standby waits for the lease in PostgreSQL, which grants it the moment the leader's
+    session ends: the failover does not wait for the standby's next try."""
+    location = postgres.fresh_database(postgres_cluster, "replicas_waiting")
+    leader, standby = PoolStore(location), PoolStore(location)
+    won: list[bool] = []
+    try:
+        assert leader.db.try_lead() and not standby.db.try_lead(wait_s=0.05)
+        waiting = threading.Thread(target=lambda: won.append(standby.db.try_lead(wait_s=600)))
+        waiting.start()
+        with psycopg.connect(location) as monitor:
+            while not monitor.execute(WAITING_FOR_LEASE).fetchone()[0]:
+                assert waiting.is_alive(), "the standby stopped waiting while the lease was held"
+                time.sleep(0.02)
+        leader.close()  # the leader's session ends: its lease with it
+        waiting.join(timeout=60)
+        assert won == [True] and standby.db.leads()
+        lock_timeout = standby.db.execute("SHOW lock_timeout").fetchone()["lock_timeout"]
+        assert lock_timeout == "0"  # the wait's timeout was its own, not the leader's session's
+    finally:
+        leader.close()
+        standby.close()
+
+
+#: whether a session waits for an advisory lock another holds
+WAITING_FOR_LEASE = "SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
 
 
 def test_a_second_server_on_one_sqlite_store_is_refused(cluster_file: Path, tmp_path: Path) -> None:
