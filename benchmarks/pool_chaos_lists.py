@@ -3,7 +3,7 @@
 payload), 60 slow readers of that listing, and a tenant reading it in a loop.
 
 A slow reader asks for ``GET /v1/jobs`` with a 4 KiB receive window and reads nothing: what it
-holds of the service is one page (at most 1 MiB, :mod:`xirang_service.web.pages`) and the
+holds of the service is one page (at most 256 KiB, :mod:`xirang_service.web.pages`) and the
 kernel's send buffer, until the send deadline cuts it. Before pages and the deadline, 60 of
 them grew the service from 94 to 1,849 MiB and held it there.
 """
