@@ -37,7 +37,7 @@ the fuzz test checks them, nothing validates them again per request.
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
@@ -178,7 +178,7 @@ def _warmed(api: FastAPI) -> FastAPI:
     async def receive() -> dict[str, Any]:
         return {"type": "http.request", "body": b"", "more_body": False}
 
-    async def send(_: dict[str, Any]) -> None:
+    async def send(_: MutableMapping[str, Any]) -> None:
         pass
 
     asyncio.run(api(scope, receive, send))
