@@ -21,11 +21,17 @@ One after the other (kills, then database restarts, then the attack for a third 
 ``--duration``), then every acknowledged job is looked up in the store. Last, with the
 clients stopped and the jobs they left in the pool, another tenant submits and cancels one job
 at a time for ``--fair-s`` seconds alone, then as long again while a tenant hammers reads from
-another process (8 threads): its submit p99 idle and hammered. Where there are several CPUs,
-the serving replica runs on all but the last and both clients on the last, the hammering one
-below the probe's priority, as tenants' clients on machines of their own.
+another process (8 threads): its submit p99 idle and hammered. Then the list phases
+(benchmarks/pool_chaos_lists.py): a new tenant stores 500 jobs of 60 KB (a 30 MB listing);
+``--slow-readers`` connections ask for it and read nothing for ``--slow-s`` seconds while the
+leader's resident memory is sampled; then the probing tenant's submit p99 alone, and while
+that tenant reads its whole listing page after page in a loop from another process. Where
+there are several CPUs, the serving replica runs on all but the last and the tenants' clients
+on the last, the hammering or listing one below the probe's priority, as tenants' clients on
+machines of their own.
 
     python benchmarks/pool_chaos.py [--duration 45] [--clients 200] [--kills 4] [--attack 5000]
+        [--slow-readers 60] [--slow-s 10]
 
 Last line: ``acked=<jobs acknowledged> lost=<acknowledged, not in the store>
 duplicated=<jobs beyond the first for one idempotency key> phantom=<jobs in the store no client
@@ -37,10 +43,13 @@ p99, alone> submit_p99_hammered_ms=<the same while a tenant hammers reads>
 submit_p99_hammered_rated_ms=<the same once the operator gave that tenant a rate of 20/s>
 slurm_stall_p99_ratio=<a tenant's submit p99 while slurmctld is stopped / idle>
 double_runs=<pool jobs with two Slurm jobs that ran> ghost_runs=<Slurm jobs that ran after
-their pool job ended> cancel_pending_p99_ms=<p99 of DELETEs of jobs Slurm held pending>``: the
-last four from benchmarks/pool_chaos_slurm.py's phase on the Slurm test bed (``--stall-s``
-seconds of SIGSTOP; ``nan``, with the reason, where this machine has no Slurm or is not root).
-Answers of 500 are counted on the line before.
+their pool job ended> cancel_pending_p99_ms=<p99 of DELETEs of jobs Slurm held pending>
+slow_reader_rss_mib=<the leader's peak resident memory with the slow readers>
+big_list_p99_ratio=<the probe's submit p99 while a tenant lists 30 MB / alone>``: the four
+from ``slurm_stall_p99_ratio`` come from benchmarks/pool_chaos_slurm.py's phase on the Slurm
+test bed (``--stall-s`` seconds of SIGSTOP; ``nan``, with the reason, where this machine has
+no Slurm or is not root). Answers of 500, the memory before the slow readers and the two p99s
+of the big list are on the line before.
 """
 
 from __future__ import annotations
@@ -59,11 +68,14 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 # the pool tests' throwaway PostgreSQL (initdb in a temporary folder), from the checkout
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import pool_chaos_lists as chaos_lists
 from benchmarks.pool_chaos_slurm import phase as slurm_phase
 from tests.pool import postgres
 from xirang_service.pool.client import PoolClient
@@ -247,6 +259,8 @@ def main() -> None:
     parser.add_argument("--fair-s", type=float, default=6.0)
     parser.add_argument("--stall-s", type=float, default=20.0)
     parser.add_argument("--pending-cancels", type=int, default=10)
+    parser.add_argument("--slow-readers", type=int, default=60)
+    parser.add_argument("--slow-s", type=float, default=10.0)
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="xirang-chaos-"))
     cluster = folder / "cluster.json"
@@ -280,10 +294,11 @@ def run(args: argparse.Namespace, folder: Path, store: str, server: str, cluster
     for thread in threads:
         thread.join(timeout=120)
     fair = fairness(leader(replicas), tokens[8], tokens[9], args.fair_s)
+    listed = lists(leader(replicas), tokens[8], args.slow_readers, args.slow_s, args.fair_s)
     for replica in replicas:
         replica.kill()
     slurm = slurm_phase(args.fair_s, args.stall_s, args.pending_cancels)
-    report(tally, store, failover, outage, window, fair, slurm)
+    report(tally, store, failover, outage, window, fair, listed, slurm)
 
 
 def pause_each(times: int, seconds: float):  # type: ignore[no-untyped-def]
@@ -352,37 +367,68 @@ def fairness(
     served: Service, token: str, hammerer: str, seconds: float
 ) -> tuple[float, float, float]:
     """Another tenant's submit p99 (ms) alone, then while ``hammerer`` hammers reads from
-    another process (so the two share no interpreter here). On a machine of several CPUs the
-    serving replica (every thread of it) runs on all but the last one and both tenants'
-    clients on the last, the hammering one below the probe's priority, in both phases: a
-    tenant's client runs on its own machine, so what is measured is what the service gives the
-    other tenant, not how the clients' processes share this machine's CPUs."""
-    url, cpus = served.url, sorted(os.sched_getaffinity(0))
-    apart = len(cpus) > 1
-    if apart:
-        assert served.process is not None
-        for thread in os.listdir(f"/proc/{served.process.pid}/task"):
-            os.sched_setaffinity(int(thread), cpus[:-1])
-        os.sched_setaffinity(0, cpus[-1:])
-    pool = PoolClient(url, token, timeout=30)
-    idle = probe_submits(pool, seconds)
-    hammer = PoolClient(url, hammerer)
-    mine = hammer.submit(cards=1, name="probe-hammer")["id"]
-    hammered = [probe_hammered(pool, url, hammerer, mine, seconds, cpus if apart else [])]
-    project = hammer.job(mine)["project"]
-    limit = {"rate": HAMMER_RATE, "burst": 2 * HAMMER_RATE}
-    PoolClient(url, OPERATOR).call("PUT", f"/v1/projects/{project}", limit)
-    hammered.append(probe_hammered(pool, url, hammerer, mine, seconds, cpus if apart else []))
-    if apart:
-        os.sched_setaffinity(0, cpus)
+    another process (so the two share no interpreter here), the clients kept :func:`apart`
+    from the service."""
+    url = served.url
+    with apart(served) as cpus:
+        pool = PoolClient(url, token, timeout=30)
+        idle = probe_submits(pool, seconds)
+        hammer = PoolClient(url, hammerer)
+        mine = hammer.submit(cards=1, name="probe-hammer")["id"]
+        hammering = [sys.executable, "-c", HAMMER, url, hammerer, str(mine), str(seconds + 2)]
+        hammered = [probe_hammered(pool, hammering, seconds, cpus)]
+        project = hammer.job(mine)["project"]
+        limit = {"rate": HAMMER_RATE, "burst": 2 * HAMMER_RATE}
+        PoolClient(url, OPERATOR).call("PUT", f"/v1/projects/{project}", limit)
+        hammered.append(probe_hammered(pool, hammering, seconds, cpus))
     return idle, hammered[0], hammered[1]
 
 
-def probe_hammered(
-    pool: PoolClient, url: str, hammerer: str, job: int, seconds: float, cpus: list[int]
-) -> float:
-    """The probe's submit p99 while ``hammerer`` hammers reads from another process."""
-    command = [sys.executable, "-c", HAMMER, url, hammerer, str(job), str(seconds + 2)]
+def lists(
+    served: Service, token: str, readers: int, slow_s: float, seconds: float
+) -> tuple[float, float, float, float]:
+    """The list phases: a new tenant stores a 30 MB listing (benchmarks/pool_chaos_lists.py);
+    ``readers`` slow readers of it for ``slow_s`` seconds; then another tenant's (``token``)
+    submit p99 alone and while that tenant reads its whole listing in a loop from another
+    process, the clients kept :func:`apart` from the service. The service's resident memory
+    (MiB) before the readers and at their peak, and the two p99s (ms)."""
+    assert served.process is not None
+    lister = PoolClient(served.url, OPERATOR).call("PUT", "/v1/projects/lists", {})["token"]
+    chaos_lists.fill(PoolClient(served.url, lister))
+    before = chaos_lists.rss_mib(served.process.pid)
+    peak = max(chaos_lists.slow_readers(served.url, lister, readers, slow_s, served.process.pid))
+    with apart(served) as cpus:
+        pool = PoolClient(served.url, token, timeout=30)
+        idle = probe_submits(pool, seconds)
+        listing = [sys.executable, "-c", chaos_lists.LISTER, served.url, lister, str(seconds + 2)]
+        listed = probe_hammered(pool, listing, seconds, cpus)
+    return before, peak, idle, listed
+
+
+@contextmanager
+def apart(served: Service) -> Iterator[list[int]]:
+    """On a machine of several CPUs, the serving replica (every thread of it) on all but the
+    last one and the clients (this process, and those started with the CPUs yielded) on the
+    last: a tenant's client runs on its own machine, so what is measured is what the service
+    gives the other tenant, not how the clients' processes share this machine's CPUs. Yields
+    those CPUs ([] on one CPU)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        yield []
+        return
+    assert served.process is not None
+    for thread in os.listdir(f"/proc/{served.process.pid}/task"):
+        os.sched_setaffinity(int(thread), cpus[:-1])
+    os.sched_setaffinity(0, cpus[-1:])
+    try:
+        yield cpus
+    finally:
+        os.sched_setaffinity(0, cpus)
+
+
+def probe_hammered(pool: PoolClient, command: list[str], seconds: float, cpus: list[int]) -> float:
+    """The probe's submit p99 while ``command`` (a tenant's client, below the probe's
+    priority, on the clients' CPU) loads the service from another process."""
     hammer = subprocess.Popen(command, preexec_fn=lambda: _apart(cpus[-1:]))
     time.sleep(1.0)  # its threads are reading
     hammered = probe_submits(pool, seconds)
@@ -423,10 +469,11 @@ def report(
     outage: list[float],
     window: tuple[float, float],
     fair: tuple[float, float, float],
+    listed: tuple[float, float, float, float],
     slurm: dict[str, str],
 ) -> None:
     store = PoolStore(location)
-    jobs = [job for job in store.jobs() if not job.name.startswith("probe")]
+    jobs = [job for job in store.jobs() if not job.name.startswith(("probe", chaos_lists.NAMED))]
     store.close()
     names = Counter(job.name for job in jobs)
     acked_keys = {key for key, _ in tally.acked}
@@ -438,7 +485,8 @@ def report(
     print(
         f"requests={len(tally.requests)} errors_500={len(tally.errors_500)} "
         f"attack_requests={len(during)} failovers={[round(f, 2) for f in failover]} "
-        f"db_returns={[round(o, 2) for o in outage]} "
+        f"db_returns={[round(o, 2) for o in outage]} rss_before_slow_readers_mib={listed[0]:.0f} "
+        f"submit_p99_idle_lists_ms={listed[2]:.1f} submit_p99_big_list_ms={listed[3]:.1f} "
         + " ".join(f"{k}={v}" for k, v in slurm.items() if k not in SLURM_LAST)
     )
     print(
@@ -449,6 +497,7 @@ def report(
         f"submit_p99_idle_ms={fair[0]:.1f} submit_p99_hammered_ms={fair[1]:.1f} "
         f"submit_p99_hammered_rated_ms={fair[2]:.1f} "
         + " ".join(f"{k}={slurm[k]}" for k in SLURM_LAST)
+        + f" slow_reader_rss_mib={listed[1]:.0f} big_list_p99_ratio={listed[3] / listed[2]:.2f}"
     )
 
 

@@ -127,7 +127,8 @@ def test_a_client_that_does_not_read_its_answer_is_cut_at_the_send_deadline(
     """A client that asks for a page and reads nothing holds it only until the send deadline:
     then the service drops the connection and the unsent bytes (the client, reading at last,
     finds the answer cut short), and serves on."""
-    limits = dataclasses.replace(LIMITS, send_timeout_s=1.0)
+    # a send buffer smaller than a page, so part of the page waits in the service to be sent
+    limits = dataclasses.replace(LIMITS, send_timeout_s=1.0, send_buffer_bytes=32 * 1024)
     with served(str(tmp_path / "pool.db"), cluster_file, limits) as pool:
         for _ in range(40):
             blob = {"note": "x" * 50_000}

@@ -13,17 +13,23 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
 from tests.pool import postgres
 from xirang_service.pool.client import PoolClient
-from xirang_service.pool.errors import LEADER_HEADER, StoreUnavailable
+from xirang_service.pool.errors import LEADER_HEADER, PoolError, StoreUnavailable
+from xirang_service.pool.replica import LEADER_KEY
+from xirang_service.pool.replica import Replica as StandbyReplica
+from xirang_service.pool.rest import serve_replica
 from xirang_service.pool.service import OPERATOR as OPERATOR_WHO
 from xirang_service.pool.service import PoolService
 from xirang_service.pool.store import PoolStore
@@ -154,6 +160,77 @@ def test_a_replica_whose_connection_was_cut_can_no_longer_write(
     finally:
         first.close()
         second.close()
+
+
+@pytest.mark.service
+def test_a_standby_waiting_for_the_lease_is_granted_it_when_the_leader_goes(
+    postgres_cluster: str,
+) -> None:
+    """A standby waits for the lease in PostgreSQL, which grants it the moment the leader's
+    session ends: the failover does not wait for the standby's next try."""
+    location = postgres.fresh_database(postgres_cluster, "replicas_waiting")
+    leader, standby = PoolStore(location), PoolStore(location)
+    won: list[bool] = []
+    try:
+        assert leader.db.try_lead() and not standby.db.try_lead(wait_s=0.05)
+        waiting = threading.Thread(target=lambda: won.append(standby.db.try_lead(wait_s=600)))
+        waiting.start()
+        with psycopg.connect(location) as monitor:
+            while not monitor.execute(WAITING_FOR_LEASE).fetchone()[0]:
+                assert waiting.is_alive(), "the standby stopped waiting while the lease was held"
+                time.sleep(0.02)
+        leader.close()  # the leader's session ends: its lease with it
+        waiting.join(timeout=60)
+        assert won == [True] and standby.db.leads()
+        lock_timeout = standby.db.execute("SHOW lock_timeout").fetchone()["lock_timeout"]
+        assert lock_timeout == "0"  # the wait's timeout was its own, not the leader's session's
+    finally:
+        leader.close()
+        standby.close()
+
+
+@pytest.mark.service
+def test_a_client_pauses_between_rounds_while_the_standby_names_a_dead_leader(
+    postgres_cluster: str, cluster_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Right after a kill -9 the standby still names the dead leader: a client following it
+    waits between rounds, not asking both again at once (from many clients, that loaded the
+    standby while it took over)."""
+    location = postgres.fresh_database(postgres_cluster, "replicas_pausing")
+    dead = f"http://127.0.0.1:{_free_port()}"  # nothing listens there: refused
+    holder = PoolStore(location)
+    assert holder.db.try_lead()
+    holder.set_meta(LEADER_KEY, dead)
+    build = partial(PoolService, cluster_file=cluster_file, operator_token=OPERATOR)
+    standby = StandbyReplica(PoolStore(location), partial(PoolStore, location), build, "")
+    server = serve_replica(standby, "127.0.0.1", 0)
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    try:
+        standby.url = "http://{}:{}".format(*server.server_address)
+        standby.step()
+        assert standby.service is None and standby.leader == dead
+        sent: list[str] = []
+        once = PoolClient._once
+
+        def counted(client: PoolClient, *args: Any) -> Any:
+            sent.append(client.url)
+            return once(client, *args)
+
+        monkeypatch.setattr(PoolClient, "_once", counted)
+        with pytest.raises(PoolError):
+            PoolClient([standby.url, dead], OPERATOR, retry_s=1.0).call("GET", "/v1/status")
+        assert set(sent) == {standby.url, dead}  # it followed the named leader
+        assert len(sent) <= 15, f"{len(sent)} requests in 1 s: no pause between rounds"
+    finally:
+        server.shutdown()
+        server.server_close()
+        standby.close()
+        holder.close()
+
+
+#: whether a session waits for an advisory lock another holds
+WAITING_FOR_LEASE = "SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
 
 
 def test_a_second_server_on_one_sqlite_store_is_refused(cluster_file: Path, tmp_path: Path) -> None:

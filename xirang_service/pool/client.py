@@ -7,13 +7,15 @@ answers with become :class:`PoolError` carrying its message, so the user sees th
 one clear line; so does a connection lost before the answer came, naming the request.
 
 A 503 means the request changed nothing (a standby, a store that is away, an election under
-way): the client tries the leader the answer names (when it is one of its endpoints), else
-its next endpoint, and after a round of them waits the answer's ``Retry-After``, for up to
-``retry_s`` in all. An endpoint that refuses the connection (a killed replica) is skipped
-for the next; when every endpoint of a round refuses, no pool serves and the error comes at
-once. A submission carries an ``Idempotency-Key``, and is sent again with it when the answer
-was lost: the service answers the job the first attempt made, so a retry never makes a
-second job; so are reads and cancels (a repeated cancel changes nothing).
+way): the client tries the leader the answer names (when it is one of its endpoints), else its
+next endpoint, and after a round of them waits :data:`FIRST_PAUSE_S`, doubling round after
+round up to the answer's ``Retry-After``, for up to ``retry_s`` in all (a round whose named
+leader refused the connection waits too: no round follows another at once). An endpoint that
+refuses the connection (a killed replica) is skipped for the next; when every endpoint of a
+round refuses, no pool serves and the error comes at once. A submission carries an
+``Idempotency-Key``, and is sent again with it when the answer was lost: the service answers
+the job the first attempt made, so a retry never makes a second job; so are reads and cancels
+(a repeated cancel changes nothing).
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ DEFAULT_URL = "http://127.0.0.1:8476"
 SUBMIT_ATTEMPTS = 3
 #: how long a request is retried while the pool answers 503 (a failover takes up to 10 s)
 RETRY_S = 20.0
+#: the pause after the first round of endpoints that answered 503, doubled after each round up
+#: to the answer's Retry-After: a failover that ends sooner is not waited out for a second
+FIRST_PAUSE_S = 0.1
 
 
 class PoolClient:
@@ -94,34 +99,34 @@ class PoolClient:
         if not self.token:  # every endpoint needs one: say where it comes from, not just 401
             raise PoolError(f"missing token: {TOKEN_HELP}", 401)
         safe = method in ("GET", "DELETE") or "Idempotency-Key" in (headers or {})
-        deadline, lost = time.monotonic() + self.retry_s, 0
-        untried, answered = list(self.urls), False
+        deadline, lost, pause = time.monotonic() + self.retry_s, 0, FIRST_PAUSE_S
+        untried, answered, wait = list(self.urls), False, 0.0
         while True:
             if self.url in untried:
                 untried.remove(self.url)
             try:
                 return self._once(method, path, body, headers)
             except _Unavailable as exc:
-                answered = True
+                answered, wait = True, max(wait, exc.retry_after)
                 if exc.leader in self.urls and exc.leader != self.url:
                     self.url = exc.leader
                     continue
                 error: PoolError = exc
-                wait = exc.retry_after
             except _Refused as exc:
-                error, wait = exc, 0.0
+                error = exc
             except LostAnswer as exc:
                 lost += 1
                 if not safe or lost >= SUBMIT_ATTEMPTS:
                     raise
-                error, wait, answered = exc, 0.0, True
+                error, answered = exc, True
             if untried:
                 self.url = untried[0]
                 continue
-            if not answered or time.monotonic() + wait > deadline:
+            sleep = min(pause, wait)  # a round ended: the next after a pause
+            if not answered or time.monotonic() + sleep > deadline:
                 raise error
-            time.sleep(wait)
-            untried, answered = list(self.urls), False
+            time.sleep(sleep)
+            untried, answered, wait, pause = list(self.urls), False, 0.0, 2 * pause
 
     def _once(
         self, method: str, path: str, body: dict[str, Any] | None, headers: dict[str, str] | None

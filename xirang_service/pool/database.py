@@ -63,7 +63,7 @@ class Database(Protocol):
 
     def transaction(self) -> Any: ...
 
-    def try_lead(self) -> bool: ...
+    def try_lead(self, wait_s: float = 0.0) -> bool: ...
 
     def leads(self) -> bool: ...
 
@@ -181,11 +181,11 @@ class SQLiteDatabase:
         self.db.execute("PRAGMA journal_mode=WAL")
         self._lock_fd: int | None = None
 
-    def try_lead(self) -> bool:
+    def try_lead(self, wait_s: float = 0.0) -> bool:
         """Hold the file's serving lock (``flock``, released by the kernel when this process
         ends, kill -9 included): an SQLite store has one server, since two would each keep
         the pool in memory and overwrite each other. Another server holding it is an error,
-        not a standby: replicas need PostgreSQL."""
+        not a standby: replicas need PostgreSQL (so ``wait_s`` waits for nothing)."""
         if self._lock_fd is not None or self.location == ":memory:":
             return True
         # a file of its own: closing another descriptor of the database file would drop
@@ -376,19 +376,20 @@ class PostgresDatabase:
                 finally:
                     self._in_transaction = False
 
-    def try_lead(self) -> bool:
+    def try_lead(self, wait_s: float = 0.0) -> bool:
         """Take the leader's lease unless another replica holds it: a session advisory lock
-        (``pg_try_advisory_lock``) on this connection, which PostgreSQL releases when the
-        session ends (its replica killed, its connection cut), so a standby's next try wins.
-        The writes go through the same connection: once it is replaced, :meth:`transaction`
-        refuses them, so a replica that lost the lease never writes beside the new leader."""
+        on this connection, which PostgreSQL releases when the session ends (its replica
+        killed, its connection cut). With ``wait_s``, wait for it in the server that long:
+        PostgreSQL grants it the moment the holder's session ends, so a standby takes over
+        at once rather than at its next try. The writes go through the same connection:
+        once it is replaced, :meth:`transaction` refuses them, so a replica that lost the
+        lease never writes beside the new leader."""
         with self.lock:
             if self.leads():
                 return True
             db = self._live()
             with self._guarded(db):
-                row = db.execute("SELECT pg_try_advisory_lock(%s) AS won", (LEADER_KEY,))
-                won = bool(one_row(row)["won"])
+                won = _waited_lock(db, wait_s) if wait_s > 0 else _tried_lock(db)
             if won:
                 self._leading = db
             return won
@@ -415,6 +416,28 @@ CONNECT_TIMEOUT_S = 5
 
 class _Unreachable(OSError):
     """libpq could not reach or log in to the server (as opposed to a URL it cannot use)."""
+
+
+def _tried_lock(db: Any) -> bool:
+    """The leader's lock if it is free now."""
+    row = db.execute("SELECT pg_try_advisory_lock(%s) AS won", (LEADER_KEY,))
+    return bool(one_row(row)["won"])
+
+
+def _waited_lock(db: Any, wait_s: float) -> bool:
+    """The leader's lock, waiting up to ``wait_s`` for it (``lock_timeout`` for this
+    transaction only: the session's later statements keep the server's setting). The lock
+    is the session's: it outlives the transaction."""
+    from psycopg.errors import LockNotAvailable
+
+    try:
+        with db.transaction():
+            timeout = f"{max(1, round(wait_s * 1000))}ms"
+            db.execute("SELECT set_config('lock_timeout', %s, true)", (timeout,))
+            db.execute("SELECT pg_advisory_lock(%s)", (LEADER_KEY,))
+    except LockNotAvailable:
+        return False
+    return True
 
 
 def _dead(db: Any, probe: bool = True) -> bool:

@@ -35,8 +35,9 @@ Handlers answer the service's dictionaries as they are
 the fuzz test checks them, nothing validates them again per request.
 """
 
+import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
@@ -45,7 +46,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.responses import Response
 
 from xirang_service.pool import api_models as m
-from xirang_service.pool.errors import LEADER_HEADER, PoolError
+from xirang_service.pool.errors import LEADER_HEADER, PoolError, StoreUnavailable
 from xirang_service.pool.replica import Replica
 from xirang_service.pool.service import PoolService
 from xirang_service.web.answers import PAGED, Cursor, JSONAnswer, Limit
@@ -71,7 +72,7 @@ IdempotencyKey = Annotated[
 
 def serve(service: PoolService, host: str, port: int, limits: Limits = LIMITS) -> WebServer:
     """A server bound to ``host:port`` (port 0 = any free port); call serve_forever()."""
-    gate = TenantShare(app(service), limits.seats_per_token, refusal(lambda: service))
+    gate = TenantShare(Bound(app(), service), limits.seats_per_token, refusal(lambda: service))
     return WebServer(BodyLimit(gate, limits), host, port, limits)
 
 
@@ -85,6 +86,8 @@ def serve_replica(replica: Replica, host: str, port: int, limits: Limits = LIMIT
 
 #: where the tenant gate leaves the caller it resolved, in the request's state
 CALLER = "pool_caller"
+#: where the server leaves the service that answers the request, in the request's state
+SERVICE = "pool_service"
 
 
 def refusal(current: Callable[[], PoolService | None]) -> Refuse:
@@ -110,24 +113,31 @@ def refusal(current: Callable[[], PoolService | None]) -> Refuse:
     return refuse
 
 
+class Bound:
+    """ASGI: the pool API answering with one service."""
+
+    def __init__(self, api: FastAPI, service: PoolService) -> None:
+        self.api, self.service = api, service
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        scope.setdefault("state", {})[SERVICE] = self.service
+        await self.api(scope, receive, send)
+
+
 class Switch:
-    """ASGI: the API of the replica's current service, built once per term; while there is
-    none, every request is a 503 with ``Retry-After: 1``, the leader's URL in the
+    """ASGI: the pool API answering with the replica's current service (the API is built
+    once, with the server: a new leader serves at once, not after building it); while there
+    is none, every request is a 503 with ``Retry-After: 1``, the leader's URL in the
     ``X-Xirang-Leader`` header and the answer's ``leader`` (when known), nothing changed."""
 
     def __init__(self, replica: Replica) -> None:
-        self.replica = replica
-        self._api: tuple[PoolService | None, Any] = (None, None)
+        self.replica, self.api = replica, app()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         service = self.replica.service
         if service is None:
             return await _standby(send, *self.replica.standby_answer())
-        built_for, api = self._api
-        if built_for is not service:
-            api = app(service)
-            self._api = (service, api)
-        await api(scope, receive, send)
+        await Bound(self.api, service)(scope, receive, send)
 
 
 async def _standby(send: Any, message: str, leader: str) -> None:
@@ -143,8 +153,9 @@ async def _standby(send: Any, message: str, leader: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def app(service: PoolService) -> FastAPI:
-    """The pool API over ``service``."""
+def app() -> FastAPI:
+    """The pool API; each request is answered by the service its server left in the
+    request's state (:data:`SERVICE`: the term's, on a replica)."""
     api = FastAPI(
         title="xirang pool",
         version="1",
@@ -153,15 +164,46 @@ def app(service: PoolService) -> FastAPI:
         redoc_url=None,
     )
     install_errors(api, (PoolError,))
-    api.include_router(_routes(service))
+    api.include_router(_routes())
+    return _warmed(api)
+
+
+def _warmed(api: FastAPI) -> FastAPI:
+    """``api`` once it has answered one request in-process (a 503: no service yet). FastAPI
+    sets its routes up on the first request it matches (0.2-0.4 s on a busy machine): paid
+    here, with the server, not by a new leader's first clients during a failover."""
+    scope = {"type": "http", "method": "GET", "path": "/v1/status", "raw_path": b"/v1/status"}
+    scope |= {"query_string": b"", "headers": [], "http_version": "1.1", "root_path": ""}
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(_: MutableMapping[str, Any]) -> None:
+        pass
+
+    asyncio.run(api(scope, receive, send))
     return api
 
 
-def _routes(pool: PoolService) -> APIRouter:
+async def _pool(request: Request) -> PoolService:
+    """The service answering this request; without one (the warm-up request of
+    :func:`_warmed`), a 503 that changed nothing."""
+    service: PoolService | None = getattr(request.state, SERVICE, None)
+    if service is None:
+        raise StoreUnavailable("no pool service answers here yet; nothing changed, try again")
+    return service
+
+
+Pool = Annotated[PoolService, Depends(_pool)]
+
+
+def _routes() -> APIRouter:
     bearer = HTTPBearer(auto_error=False, description="a project's token or the operator's")
 
     async def who(
-        request: Request, auth: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+        request: Request,
+        pool: Pool,
+        auth: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     ) -> str:
         """The caller, as the gate resolved it (and counted its rate); resolved here only for
         a request the gate did not see through (401 without a valid token)."""
@@ -174,12 +216,13 @@ def _routes(pool: PoolService) -> APIRouter:
     router = APIRouter(prefix="/v1", responses={**ERRORS, **_RATED})
 
     @router.get("/status", response_model=m.StatusOut)
-    def status(you: Who) -> Any:
+    def status(you: Who, pool: Pool) -> Any:
         return JSONAnswer(pool.status(you))
 
     @router.get("/jobs", response_model=list[m.JobOut], responses=PAGED)
     def jobs(
         you: Who,
+        pool: Pool,
         limit: Limit = DEFAULT_LIMIT,
         after: Cursor = "",
         state: Annotated[m.States | None, Query()] = None,
@@ -199,67 +242,68 @@ def _routes(pool: PoolService) -> APIRouter:
             },
         },
     )
-    def submit(you: Who, body: m.SubmitIn, key: IdempotencyKey = None) -> Any:
+    def submit(you: Who, pool: Pool, body: m.SubmitIn, key: IdempotencyKey = None) -> Any:
         return JSONAnswer(pool.submit(you, body.model_dump(exclude_unset=True), key or ""), 201)
 
     @router.get("/jobs/{job_id}", response_model=m.JobOut)
-    def job(you: Who, job_id: JobId) -> Any:
+    def job(you: Who, pool: Pool, job_id: JobId) -> Any:
         return JSONAnswer(pool.job(you, job_id))
 
     @router.delete("/jobs/{job_id}", response_model=m.JobOut, responses=_CONFLICT)
-    def cancel(you: Who, job_id: JobId) -> Any:
+    def cancel(you: Who, pool: Pool, job_id: JobId) -> Any:
         return JSONAnswer(pool.cancel(you, job_id))
 
     @router.post("/jobs/{job_id}/complete", response_model=m.JobOut, responses=_CONFLICT)
-    def complete(you: Who, job_id: JobId, body: m.CompleteIn | None = None) -> Any:
+    def complete(you: Who, pool: Pool, job_id: JobId, body: m.CompleteIn | None = None) -> Any:
         body = body or m.CompleteIn()
         usage = body.usage.model_dump(exclude_unset=True) if body.usage else {}
         return JSONAnswer(pool.complete(you, job_id, body.ok, usage))
 
     @router.post("/jobs/{job_id}/straggler", response_model=m.StragglerOut, responses=_CONFLICT)
-    def straggler(you: Who, job_id: JobId, body: m.StragglerIn) -> Any:
+    def straggler(you: Who, pool: Pool, job_id: JobId, body: m.StragglerIn) -> Any:
         return JSONAnswer(pool.straggler(you, job_id, body.model_dump()))
 
     @router.get("/jobs/{job_id}/charge", response_model=m.ChargeOut | None)
-    def charge(you: Who, job_id: JobId) -> Any:
+    def charge(you: Who, pool: Pool, job_id: JobId) -> Any:
         return JSONAnswer(pool.job_charge(you, job_id))
 
     @router.get("/jobs/{job_id}/history", response_model=m.HistoryOut)
-    def history(you: Who, job_id: JobId) -> Any:
+    def history(you: Who, pool: Pool, job_id: JobId) -> Any:
         return JSONAnswer(pool.job_history(you, job_id))
 
     @router.get("/queue", response_model=list[m.QueuedOut], responses=PAGED)
-    def queue(you: Who, limit: Limit = DEFAULT_LIMIT, after: Cursor = "") -> Any:
+    def queue(you: Who, pool: Pool, limit: Limit = DEFAULT_LIMIT, after: Cursor = "") -> Any:
         return paged(pool.queue(you), "queue", limit, after)
 
     @router.get("/projects", response_model=list[m.ProjectOut], responses=PAGED)
-    def projects(you: Who, limit: Limit = DEFAULT_LIMIT, after: Cursor = "") -> Any:
+    def projects(you: Who, pool: Pool, limit: Limit = DEFAULT_LIMIT, after: Cursor = "") -> Any:
         return paged(pool.quotas(you), "projects", limit, after)
 
     @router.put("/projects/{name}", response_model=m.QuotaSetOut)
-    def set_quota(you: Who, name: ProjectName, body: m.QuotaIn | None = None) -> Any:
+    def set_quota(you: Who, pool: Pool, name: ProjectName, body: m.QuotaIn | None = None) -> Any:
         changes = body.model_dump(exclude_unset=True) if body else {}
         return JSONAnswer(pool.set_quota(you, name, changes))
 
     @router.get("/nodes", response_model=list[m.NodeOut], responses=PAGED)
-    def nodes(you: Who, limit: Limit = DEFAULT_LIMIT, after: Cursor = "") -> Any:
+    def nodes(you: Who, pool: Pool, limit: Limit = DEFAULT_LIMIT, after: Cursor = "") -> Any:
         return paged(pool.store.nodes(), "nodes", limit, after)
 
     @router.get("/devices", response_model=list[m.DeviceOut], responses=PAGED)
-    def devices(you: Who, limit: Limit = DEFAULT_LIMIT, after: Cursor = "") -> Any:
+    def devices(you: Who, pool: Pool, limit: Limit = DEFAULT_LIMIT, after: Cursor = "") -> Any:
         return paged(pool.devices(you), "devices", limit, after)
 
     @router.post("/nodes/{name}/drain", response_model=m.DrainOut)
-    def drain(you: Who, name: NodeName, body: m.DrainIn | None = None) -> Any:
+    def drain(you: Who, pool: Pool, name: NodeName, body: m.DrainIn | None = None) -> Any:
         return JSONAnswer(pool.drain(you, name, body.reason if body else ""))
 
     @router.post("/nodes/{name}/undrain", response_model=m.UndrainOut)
-    def undrain(you: Who, name: NodeName) -> Any:
+    def undrain(you: Who, pool: Pool, name: NodeName) -> Any:
         return JSONAnswer(pool.undrain(you, name))
 
     @router.get("/usage", response_model=list[m.UsageOut], responses=PAGED)
     def usage(
         you: Who,
+        pool: Pool,
         limit: Limit = DEFAULT_LIMIT,
         after: Cursor = "",
         since: Annotated[float, Query(ge=0, le=1e11)] = 0.0,

@@ -23,8 +23,11 @@ from typing import Any
 #: rows per page when the client names no limit, and the most it may ask for
 DEFAULT_LIMIT, MAX_LIMIT = 500, 5000
 #: a page ends once its JSON reaches this many bytes (whatever the limit; one row at least):
-#: what one answer holds of the service's memory while a slow client reads it
-MAX_PAGE_BYTES = 1 << 20
+#: what one answer holds of the service's memory while a slow client reads it, and how long
+#: another tenant's request may wait behind a page being answered (with 1 MiB, a submit
+#: beside a tenant paging through 30 MB had a p99 of 72-120 ms on a loaded machine; with
+#: 256 KiB, 44-62 ms)
+MAX_PAGE_BYTES = 256 * 1024
 #: the answer header holding the next page's cursor (absent on the last page)
 CONTINUE_HEADER = "X-Xirang-Continue"
 
