@@ -9,15 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_dirs
+from tests.conftest import Prepared, run_dirs
 from tests.conftest import xirang_cli as xirang
 
 pytestmark = pytest.mark.slow
 
+#: the default BPE tokenizer (its <|endoftext|> token is what the test checks), which
+#: ``prepared_home`` has learnt, rather than a vocabulary of its own to learn and tokenize with
 RUN = (
     "model=gpt_tiny",
     "tokenizer=bpe",
-    "tokenizer.vocab_size=300",
     "model.vocab_size=0",
     "model.n_layer=1",
     "model.n_head=2",
@@ -30,7 +31,9 @@ RUN = (
 KEYS = ("bos_token_id", "eos_token_id", "pad_token_id")
 
 
-def test_bpe_export_names_its_end_of_text_token(run_xirang, tmp_path: Path) -> None:
+def test_bpe_export_names_its_end_of_text_token(
+    run_xirang, tmp_path: Path, prepared_home: Prepared
+) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
