@@ -28,6 +28,8 @@ from xirang.data import open_tokenizer
 MODEL_PREFIX = "model."
 TOKENIZER_CONFIG = "tokenizer_config.json"
 GENERATION_CONFIG = "generation_config.json"
+#: where transformers keeps a tokenizer's chat template beside its tokenizer_config.json
+CHAT_TEMPLATE = "chat_template.jinja"
 
 
 @runtime_checkable
@@ -136,7 +138,9 @@ def export_adapter(
 
 def export_tokenizer(config: dict[str, Any], out: Path) -> dict[str, int]:
     """The run's tokenizer beside the weights (``tokenizer.json``, ``tokenizer_config.json``),
-    so ``AutoTokenizer.from_pretrained(out)`` encodes as the run did; returns its
+    so ``AutoTokenizer.from_pretrained(out)`` encodes as the run did and, after a chat run,
+    ``apply_chat_template`` renders as it trained (the tokenizer folder's template, else the
+    plain one the run recorded in ``runtime.chat_template``); returns its
     :func:`special_token_ids`, named in ``tokenizer_config.json`` too. Runs from before the
     tokenizer group trained on bytes, which is what their config then gets."""
     config = {**config, "tokenizer": config.get("tokenizer") or {"name": "bytes"}}
@@ -144,8 +148,11 @@ def export_tokenizer(config: dict[str, Any], out: Path) -> dict[str, int]:
     tokenizer.save(out)
     path = out / TOKENIZER_CONFIG
     settings = json.loads(path.read_text()) if path.is_file() else {}
-    if settings.pop("name_or_path", None) is not None:  # the folder it was read from, here
-        path.write_text(json.dumps(settings, indent=2) + "\n")
+    settings.pop("name_or_path", None)  # the folder it was read from, here
+    template = (config.get("runtime") or {}).get("chat_template")
+    if template and not (out / CHAT_TEMPLATE).is_file() and not settings.get("chat_template"):
+        settings["chat_template"] = template  # the plain template a chat run trained with
+    path.write_text(json.dumps(settings, indent=2) + "\n")
     if not isinstance(tokenizer, NamesEosToken) or not tokenizer.eos_token:
         return {}
     eos = tokenizer.eos_token

@@ -36,6 +36,15 @@ from xirang.specs import DataPins, TextCorpus, Tokenizer
 PLAIN = "{role}: {content}\n"
 #: what comes before an assistant reply's content in :data:`PLAIN`
 REPLY = "assistant: "
+#: :data:`PLAIN` as a jinja chat template, the form transformers' ``apply_chat_template`` reads:
+#: an export of a run trained with it renders conversations as the run did (``{marker}``: the
+#: end-of-document marker's text and ``{reply}`` :data:`REPLY`, each as a jinja string)
+PLAIN_JINJA = (
+    "{{% for m in messages %}}{{% if m['role'] == 'assistant' %}}"
+    "{{{{ {reply} + m['content'] + {marker} }}}}"
+    "{{% else %}}{{{{ m['role'] + ': ' + m['content'] + '\\n' }}}}{{% endif %}}{{% endfor %}}"
+    "{{% if add_generation_prompt %}}{{{{ {reply} }}}}{{% endif %}}"
+)
 #: what fills a row after its conversation (its targets are left out of the loss)
 PAD = 0
 #: ``data.val_fraction``'s default: the share held out when ``data.val`` names no file
@@ -185,6 +194,16 @@ def _json(file: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def plain_chat_template(tokenizer: Tokenizer) -> str:
+    """:data:`PLAIN_JINJA` for ``tokenizer``: a reply ends with its end-of-document marker,
+    the eos token's text where it has one (transformers reads it back as that token), else
+    the separator's text (bytes: ``"\\n\\n"``)."""
+    eos = getattr(tokenizer, "eos_token", "")
+    if not (isinstance(eos, str) and eos):
+        eos = tokenizer.decode(tokenizer.encode_batch([""])[0].tolist())  # the marker alone
+    return PLAIN_JINJA.format(marker=json.dumps(eos), reply=json.dumps(REPLY))
 
 
 def template_of(config: Mapping[str, Any]) -> Template:
@@ -341,9 +360,13 @@ class ChatDataset:
     def pin_tokens(self, config: Mapping[str, Any], tokenizer: Tokenizer) -> DataPins:
         """Encode every conversation at launch, so a bad one stops the launch, not a worker."""
         (train, held), snapshot = self._split(config), config["data"]["snapshot"]
+        template = template_of(config)
         for part in (train, held):
-            encode(part, template_of(config), tokenizer, config["data"]["seq_len"] + 1)
-        return DataPins(runtime={"chat_conversations": len(train) + len(held)}, ids=(snapshot,))
+            encode(part, template, tokenizer, config["data"]["seq_len"] + 1)
+        runtime: dict[str, Any] = {"chat_conversations": len(train) + len(held)}
+        if not template.text:  # the plain one: an hf export carries it (tokenizer_config.json)
+            runtime["chat_template"] = plain_chat_template(tokenizer)
+        return DataPins(runtime=runtime, ids=(snapshot,))
 
     def batches(
         self, config: Mapping[str, Any], rank: int, world: int, micro: int, accum: int

@@ -12,13 +12,13 @@ import torch
 import torch.distributed as dist
 import yaml
 from torch.nn import functional as F
-from xirang_data.chat import ChatDataset, ChatRows, Template, encode
+from xirang_data.chat import ChatDataset, ChatRows, Template, encode, segments, template_of
 from xirang_gpt.model import GPT, GPTConfig
 from xirang_tokenizers.bytes import ByteTokenizer
 
 from tests.conftest import ONE_LAYER_GPT
 from xirang import ConfigError, DataError
-from xirang.data import Partition, TokenBatches
+from xirang.data import Partition, TokenBatches, open_tokenizer
 from xirang.testing import Kit
 from xirang_core.data.step_loader import LoaderBatches
 from xirang_core.data.tokens import NamedSource
@@ -252,3 +252,37 @@ def trained_in_process(overrides: list[str], run_dir: Path) -> dict[str, torch.T
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+@pytest.mark.parametrize(
+    "tokenizer", [("tokenizer=bytes",), ("tokenizer=bpe", "tokenizer.vocab_size=300")]
+)
+def test_an_hf_export_renders_chats_with_the_plain_template_the_run_trained_on(
+    tmp_path: Path, tokenizer: tuple[str, ...]
+) -> None:
+    """A chat run whose tokenizer has no chat template trains on the plain one; its hf export's
+    tokenizer_config.json carries it, so transformers' ``apply_chat_template`` renders a
+    conversation as the run's row holds it (a reply's end: bytes' "\\n\\n", bpe's
+    ``<|endoftext|>``), and a prompt with the generation prompt in the ids the run put
+    before the reply. (The run tokenizes ``assistant: `` apart from the reply, so bpe's ids of
+    a whole conversation differ where it would merge the space into the reply's first word.)"""
+    from transformers import AutoTokenizer
+    from xirang_ckpt.export import export_tokenizer
+
+    data = write_jsonl(tmp_path / "chat.jsonl", 4)
+    run = [*ONE_LAYER_GPT, "device=cpu", "data=chat", f"data.path={data}", "data.seq_len=128"]
+    launched = compose_config([*run, *tokenizer])
+    config = yaml.safe_load(yaml.safe_dump(launched.to_dict()))  # as config.yaml holds it
+    export_tokenizer(config, tmp_path / "export")
+    exported = AutoTokenizer.from_pretrained(tmp_path / "export", local_files_only=True)
+    ours = open_tokenizer(config)
+    for messages in (conversation(0), conversation(3)):
+        pieces = segments(messages, template_of(config), ours)
+        ids = [i for piece, _ in pieces for i in piece]
+        assert exported.apply_chat_template(messages, tokenize=False) == exported.decode(ids)
+        prompt = exported.apply_chat_template(
+            messages[:2], add_generation_prompt=True, return_dict=False
+        )
+        assert prompt == [i for piece, _ in pieces[:3] for i in piece]  # before the first reply
+        if tokenizer == ("tokenizer=bytes",):  # one id a byte: the whole conversation too
+            assert exported.apply_chat_template(messages, return_dict=False) == ids

@@ -137,3 +137,20 @@ def test_resume_never_and_sweeps_start_fresh(tmp_path, monkeypatch) -> None:
     assert run_dir_for(auto, fresh, sweeping=True) == fresh
     assert run_dir_for(auto, fresh) == interrupted
     assert not fresh.exists()  # Hydra's empty new directory does not linger
+
+
+def test_torchruns_default_run_id_takes_up_only_a_run_of_the_same_config(
+    tmp_path, monkeypatch
+) -> None:
+    """torchrun without a rendezvous (``srun torchrun --nproc-per-node=2``, the Slurm recipe)
+    names every run ``none``: a restart continues its run, but another command started the
+    same way starts its own rather than writing its config over a failed run's directory."""
+    monkeypatch.setenv("XIRANG_RUNS", str(tmp_path))
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    first = {"checkpoint": {"resume": "auto"}, "seed": 1}
+    failed = _interrupted_run(tmp_path, "a", config_key(first), "failed", torchrun_run_id="none")
+    fresh = tmp_path / "2026-01-02" / "f"
+    (fresh / ".hydra").mkdir(parents=True)
+    another = {"checkpoint": {"resume": "auto"}, "seed": 2}
+    assert run_dir_for(another, fresh) == fresh
+    assert run_dir_for(first, fresh) == failed  # its own restart takes it up

@@ -51,8 +51,22 @@ def command_line() -> str:
     ``python -m xirang`` would start a one-worker run instead."""
     launcher = elastic_launcher()
     args = shlex.join(sys.argv[1:])
-    command = launcher or f"python -m xirang {args}".rstrip()
+    command = slurm_step() + launcher if launcher else f"python -m xirang {args}".rstrip()
     return f"cd {shlex.quote(os.getcwd())} && {command}"
+
+
+def slurm_step() -> str:
+    """``srun`` with the Slurm step's nodes, tasks and CPUs per task, when the launcher runs
+    as one (``srun torchrun ...``, a batch job's recipe); "" otherwise. The torchrun command
+    alone would train outside Slurm, on whatever node it is typed."""
+    env = os.environ
+    if "SLURM_STEP_NUM_TASKS" not in env:
+        return ""
+    options = [f"--nodes={env.get('SLURM_STEP_NUM_NODES', '1')}"]
+    options.append(f"--ntasks={env['SLURM_STEP_NUM_TASKS']}")
+    if env.get("SLURM_CPUS_PER_TASK"):
+        options.append(f"--cpus-per-task={env['SLURM_CPUS_PER_TASK']}")
+    return shlex.join(["srun", *options]) + " "
 
 
 def elastic_launcher() -> str | None:
@@ -101,7 +115,7 @@ def run_dir_for(config: dict[str, Any], fresh: Path, sweeping: bool = False) -> 
     if sweeping or config["checkpoint"]["resume"] != "auto":
         return fresh
     root, key = _runs_root(fresh), config_key(config)
-    found = elastic_run(root, exclude=fresh) or newest_interrupted(root, key, exclude=fresh)
+    found = elastic_run(root, key, exclude=fresh) or newest_interrupted(root, key, exclude=fresh)
     if found is None:
         return fresh
     _drop_fresh(fresh, found)
@@ -131,16 +145,21 @@ def newest_interrupted(root: Path | None, key: str, exclude: Path) -> Path | Non
     return max(found)[1] if found else None
 
 
-def elastic_run(root: Path | None, exclude: Path) -> Path | None:
+def elastic_run(root: Path | None, key: str, exclude: Path) -> Path | None:
     """Under torchrun, the run directory of this torchrun run id (``TORCHELASTIC_RUN_ID``, the
-    rendezvous id), when an earlier attempt made one: a restart of the worker group, or the
-    same ``--rdzv-id`` again, continues that run rather than starting one from step 1."""
+    rendezvous id) and config ``key``, when an earlier attempt made one: a restart of the
+    worker group, or the same ``--rdzv-id`` again, continues that run rather than starting one
+    from step 1. The key matters because torchrun without a rendezvous (``srun torchrun
+    --nproc-per-node=2``, the Slurm recipe) gives every run the id ``none``: another
+    command must not take over a stopped run's directory."""
     run_id = os.environ.get("TORCHELASTIC_RUN_ID")
     if root is None or not run_id or not root.is_dir():
         return None
     for marker in root.glob(f"*/*/{MARKER}"):
         state = _read(marker)
         if marker.parent == exclude or state.get("torchrun_run_id") != run_id:
+            continue
+        if state.get("config_key") != key:
             continue
         if state.get("state") != "running" or _interrupted(state):  # not live elsewhere
             return marker.parent

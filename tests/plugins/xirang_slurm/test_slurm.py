@@ -199,6 +199,25 @@ def test_the_batch_is_split_over_every_node_s_workers() -> None:
         compose(["scheduler=slurm", "scheduler.nodes=0"], registry)
 
 
+def srun_torchrun(folder: Path, *torchrun_args: str, run: tuple[str, ...], ok: bool = True) -> str:
+    """``srun torchrun --nproc-per-node=2 TORCHRUN_ARGS -m xirang RUN`` as the one task of a
+    batch job (``sbatch --wait``) run in ``folder``: the job's output, the job having
+    succeeded (``ok``) or failed."""
+    import sys
+
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2"]
+    script = folder / "torchrun.sbatch"
+    script.write_text(
+        "#!/bin/bash\n#SBATCH --nodes=1 --ntasks=1 --cpus-per-task=2\n"
+        f"#SBATCH --output={folder}/job.out\n"
+        f"cd {folder}\nsrun {' '.join([*torchrun, *torchrun_args, '-m', 'xirang', *run])}\n"
+    )
+    done = subprocess.run(["sbatch", "--wait", str(script)], capture_output=True, text=True)
+    output = (folder / "job.out").read_text() if (folder / "job.out").exists() else ""
+    assert (done.returncode == 0) == ok, done.stderr + output[-3000:]
+    return output
+
+
 @pytest.mark.service
 @pytest.mark.slow
 def test_srun_torchrun_trains_on_torchruns_world(slurm: str, tmp_path: Path) -> None:
@@ -206,21 +225,57 @@ def test_srun_torchrun_trains_on_torchruns_world(slurm: str, tmp_path: Path) -> 
     xirang``: one Slurm task whose torchrun starts two workers. The run takes torchrun's world
     (two workers, one run directory), not the Slurm task count of one."""
     import json
-    import sys
 
     from tests.conftest import ONE_LAYER_GPT, run_dirs
 
-    run = ["parallel=ddp", "trainer.max_steps=2", "trainer.sample_tokens=0", *ONE_LAYER_GPT]
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2"]
-    script = tmp_path / "torchrun.sbatch"
-    script.write_text(
-        "#!/bin/bash\n#SBATCH --nodes=1 --ntasks=1 --cpus-per-task=2\n"
-        f"#SBATCH --output={tmp_path}/job.out\n"
-        f"cd {tmp_path}\nsrun {' '.join([*torchrun, '-m', 'xirang', *run])}\n"
-    )
-    done = subprocess.run(["sbatch", "--wait", str(script)], capture_output=True, text=True)
-    output = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
-    assert done.returncode == 0, done.stderr + output[-3000:]
+    run = ("parallel=ddp", "trainer.max_steps=2", "trainer.sample_tokens=0", *ONE_LAYER_GPT)
+    srun_torchrun(tmp_path, run=run)
     [run_dir] = run_dirs(tmp_path)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (summary["world_size"], summary["steps"]) == (2, 2) and summary["tokens"] > 0
+
+
+@pytest.mark.service
+@pytest.mark.slow
+def test_srun_torchrun_restarts_a_killed_rank_into_the_same_run(slurm: str, tmp_path: Path) -> None:
+    """``srun torchrun --max-restarts=1`` with rank 1 killed after step 3 (the drill's kill):
+    torchrun restarts the group inside the Slurm step, and the restart continues the same run
+    directory from its step-2 checkpoint to the end, as under torchrun alone."""
+    import json
+
+    from tests.conftest import ONE_LAYER_GPT, run_dirs
+
+    run = (
+        "parallel=ddp", *ONE_LAYER_GPT, "trainer.max_steps=5", "trainer.sample_tokens=0",
+        "trainer.eval_batches=1", "checkpoint.interval=2", "checkpoint.async_save=false",
+        "'+drill.kill=[[3,1]]'",
+    )  # fmt: skip
+    output = srun_torchrun(tmp_path, "--max-restarts=1", run=run)
+    [run_dir] = run_dirs(tmp_path)  # the restart did not start another run
+    assert "resumed from checkpoint step 2" in output
+    assert not (run_dir / "resume.json").exists()  # completed: nothing left to resume
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 5
+
+
+@pytest.mark.service
+@pytest.mark.slow
+def test_the_resume_hint_of_srun_torchrun_repeats_srun(slurm: str, tmp_path: Path) -> None:
+    """With no restart left the killed rank ends the job; the command that resumes the run is
+    the Slurm step's ``srun`` (its nodes, tasks and CPUs) before the torchrun command: the
+    torchrun command alone would train on whatever node it is typed."""
+    import json
+
+    from tests.conftest import ONE_LAYER_GPT, run_dirs
+
+    run = (
+        "parallel=ddp", *ONE_LAYER_GPT, "trainer.max_steps=5", "trainer.sample_tokens=0",
+        "checkpoint.interval=2", "checkpoint.async_save=false", "'+drill.kill=[[3,1]]'",
+    )  # fmt: skip
+    srun_torchrun(tmp_path, "--max-restarts=0", run=run, ok=False)
+    [run_dir] = run_dirs(tmp_path)
+    state = json.loads((run_dir / "resume.json").read_text())
+    typed = (
+        "srun --nodes=1 --ntasks=1 --cpus-per-task=2 python -m torch.distributed.run "
+        "--nproc-per-node=2 --max-restarts=0 -m xirang parallel=ddp"
+    )
+    assert typed in state["command"] and typed in state["how"]
