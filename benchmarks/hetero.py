@@ -38,6 +38,15 @@ speedup_vs_uniform=<balanced over uniform tok/s> straggler_rebalance_steps=<n, o
 loss_diff=<max |balanced - uniform| loss over the logged steps>
 beside_ceiling=<the solo runs at once over the solo runs alone, tok/s>
 efficiency_vs_beside=<balanced over the solo runs at once>``. Needs root (the cgroups).
+
+``--pipeline``: the same two workers as a two-stage pipeline (``parallel=pp``, stage 1 under
+the quota: at the default 0.4, speeds 2.5:1), each round the even split of the layers, the
+split ``parallel.stage_layers=auto`` chooses from the workers' measured speeds, and each worker
+alone. The ideal is the speeds' own: stages whose layers follow their speeds exactly, no
+bubble, run at the sum of the solo tokens/s, ``sum / (2 · min)`` times the even split's.
+Last line: ``pipeline_efficiency=<auto over the sum of the solo tok/s>
+speedup_vs_even=<auto over even> speedup_vs_ideal=<that over the ideal speedup>
+stage_layers=<auto's split> bubble=<auto's idle share> loss_diff=<max |auto - even| loss>``.
 """
 
 from __future__ import annotations
@@ -228,6 +237,53 @@ def configs_of(args: argparse.Namespace) -> dict[str, list[str]]:
     return slurm_configs(args) if args.slurm else local_configs(args)
 
 
+def pipeline_configs(args: argparse.Namespace) -> dict[str, list[str]]:
+    """``--pipeline``: two local workers as two pipeline stages, stage 1 under the quota, with
+    the even split and with ``parallel.stage_layers=auto``; each worker alone."""
+    solo = local_configs(args)
+    two = [
+        "parallel=pp",
+        "trainer.nproc=2",
+        f"scheduler.cpu_bind={'cores' if args.cpu_bind else 'none'}",
+        f"scheduler.worker_quota=[1.0,{args.quota}]",
+    ]
+    return {
+        "even": two,
+        "auto": [*two, "parallel.stage_layers=auto"],
+        "solo_fast": solo["solo_fast"],
+        "solo_slow": solo["solo_slow"],
+    }
+
+
+def pipeline_main(args: argparse.Namespace) -> None:
+    """``--pipeline``: each configuration once per round, in turn; the figures (medians) and
+    the last line the module docstring describes."""
+    configs = pipeline_configs(args)
+    found: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
+    with tempfile.TemporaryDirectory(prefix="xirang-hetero-pp-") as tmp:
+        for round_ in range(args.rounds):
+            for name, extra in configs.items():
+                found[name].append(train(Path(tmp), f"{name}-{round_}", args, extra))
+    speed = {name: statistics.median(r["tokens_per_s"] for r in rs) for name, rs in found.items()}
+    auto, even = found["auto"][-1]["records"], found["even"][-1]["records"]
+    solo = (speed["solo_fast"], speed["solo_slow"])
+    ideal = sum(solo) / (2 * min(solo))
+    loss_diff = max(abs(a["loss"] - e["loss"]) for a, e in zip(auto, even, strict=True))
+    print(
+        f"solo tok/s {solo[0]:.1f} + {solo[1]:.1f}, even {speed['even']:.1f} (layers "
+        f"{even[-1]['pipeline_stage_layers']}, bubble {even[-1]['pipeline_bubble']}), auto "
+        f"{speed['auto']:.1f}; auto busy/idle ms per step {auto[-1]['pipeline_busy_ms']} / "
+        f"{auto[-1]['pipeline_idle_ms']}"
+    )
+    print(
+        f"pipeline_efficiency={speed['auto'] / sum(solo):.3f} "
+        f"speedup_vs_even={speed['auto'] / speed['even']:.3f} "
+        f"speedup_vs_ideal={speed['auto'] / speed['even'] / ideal:.3f} "
+        f"stage_layers={':'.join(map(str, auto[-1]['pipeline_stage_layers']))} "
+        f"bubble={auto[-1]['pipeline_bubble']} loss_diff={loss_diff:.2e}"
+    )
+
+
 def straggler_overrides(args: argparse.Namespace, balanced: list[str]) -> list[str]:
     """The balanced run from even shares, both workers at a full core until worker 1's quota
     drops to ``--quota`` at the end of step ``--slow-at`` (the drill ``drill.slow``)."""
@@ -360,18 +416,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--override", nargs="*", default=[], help="more overrides, each run")
     parser.add_argument(
+        "--pipeline",
+        action="store_true",
+        help="a two-stage pipeline (parallel=pp), stage 1 under the quota: the even split "
+        "against parallel.stage_layers=auto and the speeds' ideal (locally)",
+    )
+    parser.add_argument(
         "--slurm",
         action="store_true",
         help="on the two-node Slurm test bed (.ci/services/slurm_multinode.sh; started when "
         "down): a task per node, node2 under the quota",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.pipeline and args.slurm:
+        parser.error("--pipeline runs locally (two workers of one host); drop --slurm")
+    return args
 
 
 def main() -> None:
     args = parse_args()
     args.env = slurm_bed() if args.slurm else {}
     os.environ.setdefault("GOMP_SPINCOUNT", "1000")  # waiting threads sleep (tests/conftest.py)
+    if args.pipeline:
+        pipeline_main(args)
+        return
     with tempfile.TemporaryDirectory(prefix="xirang-hetero-") as tmp:
         found = runs(args, Path(tmp))
     straggler = found.pop("straggler")[0]["records"]

@@ -35,7 +35,7 @@ from xirang_core.specs.records import JsonValue, SyncWindow
 
 if TYPE_CHECKING:  # annotations only: the hook specs import neither torch nor the config
     from xirang_core.contract import RunConfig
-    from xirang_core.parallel.plan import ParallelPlan
+    from xirang_core.parallel.plan import ModelShape, ParallelPlan
 
 PROJECT = "xirang"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -146,6 +146,17 @@ def xirang_measure_plans(
     parallel.smoke=true`` takes the fastest of the planner's top plans by these figures, whichever
     planner ranked them. The built-in planner plugin answers with real worker processes
     (:func:`xirang.planning.run_plans`)."""
+
+
+@hookspec(firstresult=True)
+def xirang_stage_capacity(
+    shape: ModelShape, plan: ParallelPlan, stage: int, memory_bytes: int
+) -> int | None:
+    """The most layers pipeline stage ``stage`` of ``plan`` holds in ``memory_bytes`` of its
+    device's memory, by this plugin's memory model (``shape`` a
+    :class:`~xirang_core.parallel.plan.ModelShape`); None when this plugin has none.
+    ``parallel.stage_layers=auto`` keeps each stage within it; the built-in planner plugin
+    answers with its memory model."""
 
 
 @hookspec

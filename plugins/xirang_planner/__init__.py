@@ -35,6 +35,14 @@ def xirang_measure_plans(config: RunConfig, plans: list[ParallelPlan], steps: in
 
 
 @hookimpl
+def xirang_stage_capacity(shape: Any, plan: Any, stage: int, memory_bytes: int) -> int:
+    """``parallel.stage_layers=auto``: the most layers a stage holds, by the memory model."""
+    from xirang_planner.mixed import stage_capacity
+
+    return stage_capacity(shape, plan, stage, memory_bytes)
+
+
+@hookimpl
 def xirang_commands() -> list[CommandSpec]:
     return [
         CommandSpec(

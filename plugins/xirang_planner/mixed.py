@@ -271,10 +271,10 @@ class Builder:
         if counts is None:
             return None
         plan = options.plan(dp, pp, counts)
-        if plan_problem(plan, self.shape, self._batch(plan)):
+        if plan_problem(plan, self.shape, _batch(plan)):
             return None  # what the strategies would refuse (plan_problem says why)
         memory = tuple(
-            stage_memory(self.shape, plan, self._batch(plan), OPTIMIZER, s).total for s in range(pp)
+            stage_memory(self.shape, plan, _batch(plan), OPTIMIZER, s).total for s in range(pp)
         )
         devices = [self.cluster.groups[g] for g in groups]
         if any(m > d.memory_bytes for m, d in zip(memory, devices, strict=True)):
@@ -297,30 +297,36 @@ class Builder:
         )
 
     def capacity(self, base: ParallelPlan, stage: int, device: ClusterShape) -> int:
-        """The most layers ``stage`` holds in ``device``'s memory: its memory is affine in its
-        layer count (states and activations per layer, the ends and buffers fixed), so two
-        predictions give it."""
-        one, two = (self._stage_bytes(base, stage, n) for n in (1, 2))
-        if one > device.memory_bytes:
-            return 0
-        per_layer = two - one
-        if per_layer <= 0:
-            return self.shape.layers
-        return min(self.shape.layers, 1 + (device.memory_bytes - one) // per_layer)
+        """The most layers ``stage`` holds in ``device``'s memory (:func:`stage_capacity`)."""
+        return stage_capacity(self.shape, base, stage, device.memory_bytes)
 
-    def _stage_bytes(self, base: ParallelPlan, stage: int, layers: int) -> int:
-        """Bytes per device of ``stage`` holding ``layers`` layers (the others one each)."""
-        if base.pp == 1:  # one stage holds the whole model: its shape with that many layers
-            shape = replace(self.shape, layers=layers)
-            return stage_memory(shape, base, self._batch(base), OPTIMIZER, 0).total
-        counts = tuple(layers if s == stage else 1 for s in range(base.pp))
-        plan = replace(base, stage_layers=counts)
-        return stage_memory(self.shape, plan, self._batch(plan), OPTIMIZER, stage).total
 
-    @staticmethod
-    def _batch(plan: ParallelPlan) -> int:
-        """A step of more micro-batches than stages: the most a 1F1B stage holds in flight."""
-        return plan.dp * plan.micro_batch * (plan.pp + 1)
+def stage_capacity(shape: ModelShape, base: ParallelPlan, stage: int, memory: int) -> int:
+    """The most layers ``stage`` of ``base`` holds in ``memory`` bytes: its memory is affine
+    in its layer count (states and activations per layer, the ends and buffers fixed), so two
+    predictions give it."""
+    one, two = (_stage_bytes(shape, base, stage, n) for n in (1, 2))
+    if one > memory:
+        return 0
+    per_layer = two - one
+    if per_layer <= 0:
+        return shape.layers
+    return min(shape.layers, 1 + (memory - one) // per_layer)
+
+
+def _stage_bytes(shape: ModelShape, base: ParallelPlan, stage: int, layers: int) -> int:
+    """Bytes per device of ``stage`` holding ``layers`` layers (the others one each)."""
+    batch = _batch(base)
+    if base.pp == 1:  # one stage holds the whole model: its shape with that many layers
+        return stage_memory(replace(shape, layers=layers), base, batch, OPTIMIZER, 0).total
+    counts = tuple(layers if s == stage else 1 for s in range(base.pp))
+    plan = replace(base, stage_layers=counts)
+    return stage_memory(shape, plan, batch, OPTIMIZER, stage).total
+
+
+def _batch(plan: ParallelPlan) -> int:
+    """A step of more micro-batches than stages: the most a 1F1B stage holds in flight."""
+    return plan.dp * plan.micro_batch * (plan.pp + 1)
 
 
 def share_out(

@@ -4,10 +4,17 @@ GPipe or 1F1B schedule over the micro-batches of each optimizer step.
 The strategy hands the trainer a step runner whose ``step`` runs a whole step (every
 micro-batch's forward and backward) and whose ``evaluate`` gives the mean loss over held-out
 batches, so the loop itself has no pipeline-specific code.
+
+The schedule's bubbles are measured, not predicted: each stage's busy time is the forward and
+backward of its micro-batches (the stage's own chunks, device-synchronised); the rest of the
+step (waiting for a neighbour's activations or gradients, the fill and the drain) is idle.
+:meth:`PipelineRunner.figures` gives both per stage for the metrics and the summary.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -16,7 +23,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.nn import functional as F
 
-from xirang.parallel import mark_duplicate
+from xirang.parallel import gather, mark_duplicate, synchronize
 from xirang_torch.mesh import coordinate, degree
 
 SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B"}
@@ -46,6 +53,28 @@ class PipelineRunner:
         self.micro_batches = micro_batches
         self.tied_group: Any = None
         self.tied: nn.Parameter | None = None
+        self.layers: list[int] = []  # layers of each stage, first to last (the metrics')
+        self._busy = self._wall = 0.0  # seconds of this stage's chunks, of whole steps
+        self._steps = 0  # training steps since the last record
+        self._stepping = False  # chunks are timed in training steps, not in evaluation
+        self.stage.forward_one_chunk = self._timed(self.stage.forward_one_chunk)  # type: ignore[method-assign]
+        self.stage.backward_one_chunk = self._timed(self.stage.backward_one_chunk)  # type: ignore[method-assign]
+
+    def _timed(self, chunk: Callable[..., Any]) -> Callable[..., Any]:
+        """``chunk`` (one micro-batch's forward or backward on this stage), its time added to
+        the stage's busy time during training steps."""
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            if not self._stepping:
+                return chunk(*args, **kwargs)
+            synchronize(self.device)
+            started = time.perf_counter()
+            out = chunk(*args, **kwargs)
+            synchronize(self.device)
+            self._busy += time.perf_counter() - started
+            return out
+
+        return run
 
     @property
     def first(self) -> bool:
@@ -77,11 +106,37 @@ class PipelineRunner:
         and zero elsewhere (the trainer sums over ranks that hold it)."""
         x, y = self._whole(batches)
         losses: list[torch.Tensor] = []
-        self._run(self.schedule.step, x, y, losses)
+        started, self._stepping = time.perf_counter(), True
+        try:
+            self._run(self.schedule.step, x, y, losses)
+        finally:
+            self._stepping = False
+        synchronize(self.device)
+        self._wall += time.perf_counter() - started
+        self._steps += 1
         self._sum_tied_grads()
         if self.last:
             return torch.stack([loss.detach() for loss in losses]).mean()
         return torch.zeros((), device=self.device)
+
+    def figures(self) -> dict[str, Any]:
+        """Each stage's layers, busy and idle milliseconds per step since the last record, the
+        bubble: the idle share of all stages' time. A collective over every rank; a stage's
+        figures are its slowest rank's."""
+        per_step = 1e3 / max(self._steps, 1)
+        mine = [float(self.index), self._busy * per_step, self._wall * per_step]
+        self._busy = self._wall = 0.0
+        self._steps = 0
+        every = gather(mine, self.device)
+        busy = [max(b for s, b, _ in every if s == i) for i in range(self.stages)]
+        wall = [max(w for s, _, w in every if s == i) for i in range(self.stages)]
+        idle = [max(w - b, 0.0) for b, w in zip(busy, wall, strict=True)]
+        return {
+            "pipeline_stage_layers": self.layers,
+            "pipeline_busy_ms": [round(b, 3) for b in busy],
+            "pipeline_idle_ms": [round(i, 3) for i in idle],
+            "pipeline_bubble": round(sum(idle) / sum(wall), 4) if sum(wall) else 0.0,
+        }
 
     def evaluate(self, batches: Any, n_batches: int) -> float:
         """Mean held-out loss over ``n_batches`` schedule runs; the same number on every rank."""

@@ -9,10 +9,12 @@ from typing import Any
 
 from xirang import ConfigError
 from xirang.launch import check_balance, run_workers
-from xirang.planning import degrees_on, stage_layers_problem
+from xirang.planning import degrees_on, speed_split, stage_layers_problem
 
 #: what ``parallel.recompute`` may be
 MODES = ("none", "full", "selective")
+#: ``parallel.stage_layers`` chosen from the stages' measured speed and memory
+AUTO = "auto"
 
 
 def check_settings(mode: str, every: int) -> str | None:
@@ -56,8 +58,10 @@ class MeshConfig:
     recompute_every: int = 0  # selective: 0 = op-level policy, N = every Nth layer in full
     schedule: str = "1f1b"
     #: layers per pipeline stage, first to last (empty: balanced); the planner's uneven split
-    #: for stages on devices of unequal speed or memory (``xirang plan`` on a mixed cluster)
-    stage_layers: list[int] = field(default_factory=list)
+    #: for stages on devices of unequal speed or memory (``xirang plan`` on a mixed cluster),
+    #: or ``auto``: chosen at start-up from the stages' measured speed and memory (a list or
+    #: a word, so no list default: OmegaConf would then take no word)
+    stage_layers: Any = None
     balance: str = "uniform"  # uniform | calibrated | adaptive: data parallel only (fsdp)
     balance_every: int = 10  # adaptive: steps between moves of the shares
     balance_shares: list[int] = field(default_factory=list)  # fixed micro-batches per rank
@@ -81,10 +85,20 @@ def check_stage_layers(data: dict[str, Any]) -> None:
     compose: one per stage, each at least 1, summing to the layer count. Only a run that gives
     it loads the family's split plan (and so torch) to learn which setting counts layers."""
     section = data["parallel"]
-    given = list(section.get("stage_layers") or [])
+    given = section.get("stage_layers") or []
     degrees = degrees_on(run_workers(data)[0], section)
     if not given or degrees is None:  # wrong degrees are refused before launch, with the fits
         return
+    if given == AUTO and degrees[2] < 2:
+        raise ConfigError(
+            f"parallel.stage_layers=auto: needs a pipeline (pp >= 2); this run has "
+            f"pp={degrees[2]} (set parallel.pp and trainer.nproc, or drop parallel.stage_layers)"
+        )
+    if isinstance(given, str) and given != AUTO:
+        raise ConfigError(
+            f"parallel.stage_layers={given}: give auto (by the devices' measured speed and "
+            f"memory) or a list of layers per stage, e.g. [1,3]"
+        )
     from xirang import get_registry
 
     family = data["model"]["family"]
@@ -100,6 +114,10 @@ def check_stage_layers(data: dict[str, Any]) -> None:
             f"parallel.stage_layers: model family '{family}' cuts only balanced stages (its "
             f"split_stage takes no bounds); drop parallel.stage_layers"
         )
-    problem = stage_layers_problem(given, degrees[2], int(data["model"][fns.layers_setting]))
+    layers = int(data["model"][fns.layers_setting])
+    if given == AUTO:  # which split is known only once the workers measured their devices
+        speed_split([1.0] * degrees[2], layers)  # refuses more stages than layers
+        return
+    problem = stage_layers_problem(list(given), degrees[2], layers)
     if problem:
         raise ConfigError(problem)

@@ -8,6 +8,7 @@ per block (``trainer.compile``), then data parallel.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from torch import nn
@@ -22,7 +23,8 @@ from xirang.parallel import (
 from xirang.specs import StepRunner, StrategyBase
 from xirang_torch import recompute, sharding
 from xirang_torch.mesh import build_mesh, coordinate, degree
-from xirang_torch.settings import MeshConfig
+from xirang_torch.settings import AUTO, MeshConfig
+from xirang_torch.stages import auto_split
 
 
 class MeshStrategy(StrategyBase):
@@ -38,7 +40,8 @@ class MeshStrategy(StrategyBase):
         c = self.config
         dp, tp, pp = resolve_degrees(c.dp, c.tp, c.pp, world)
         planned = "full" if c.recompute == "full" else "none"
-        stage_layers = tuple(c.stage_layers)
+        # auto: balanced until the workers have measured their devices (wrap)
+        stage_layers = () if c.stage_layers == AUTO else tuple(c.stage_layers or ())
         return ParallelPlan(
             dp, tp, pp, c.sp, c.zero, micro_batch, planned, c.schedule, stage_layers
         )
@@ -61,10 +64,12 @@ class MeshStrategy(StrategyBase):
         spec = get_registry().spec("model", ctx.config["model"]["family"])
         fns = _parallelize(spec)
         settings = {k: v for k, v in ctx.config["model"].items() if k not in ("family", "name")}
-        check_plan(
-            plan, fns.shape(settings, ctx.config["data"]["seq_len"]), trainer["global_batch"]
-        )
+        shape = fns.shape(settings, ctx.config["data"]["seq_len"])
         mesh = ctx.mesh
+        if plan.pp > 1 and self.config.stage_layers == AUTO:
+            plan = replace(plan, stage_layers=auto_split(model, ctx, plan, shape))
+            self.config.stage_layers = list(plan.stage_layers)
+        check_plan(plan, shape, trainer["global_batch"])
         if plan.pp > 1:
             _split_stage(fns, model, coordinate(mesh, "pp"), plan)
         if plan.tp > 1:
@@ -77,7 +82,8 @@ class MeshStrategy(StrategyBase):
         balanced = self.config.balance != "uniform"
         wrapped = self._data_parallel(model, fns, mesh, plan, precision, balanced)
         if plan.pp > 1:
-            self._runners[id(wrapped)] = self._pipeline(wrapped, model, fns, ctx, plan)
+            runner = self._pipeline(wrapped, model, fns, ctx, plan, shape.layers)
+            self._runners[id(wrapped)] = runner
         return wrapped
 
     def runner(self, wrapped: nn.Module) -> StepRunner:
@@ -104,7 +110,7 @@ class MeshStrategy(StrategyBase):
 
     @staticmethod
     def _pipeline(
-        wrapped: nn.Module, model: nn.Module, fns: Any, ctx: Any, plan: ParallelPlan
+        wrapped: nn.Module, model: nn.Module, fns: Any, ctx: Any, plan: ParallelPlan, layers: int
     ) -> StepRunner:
         from xirang_torch.pipeline import PipelineRunner
 
@@ -117,7 +123,8 @@ class MeshStrategy(StrategyBase):
             plan.micro_batches(trainer["global_batch"]),
         )
         runner.tie(fns.tied(model))
-        return StepRunner(step=runner.step, evaluate=runner.evaluate)
+        runner.layers = list(plan.layer_counts(layers))
+        return StepRunner(step=runner.step, evaluate=runner.evaluate, figures=runner.figures)
 
 
 def _split_stage(fns: Any, model: nn.Module, stage: int, plan: ParallelPlan) -> None:

@@ -87,6 +87,26 @@ def test_every_run_it_starts_composes(hetero: ModuleType, slurm: bool) -> None:
         assert nodes == {"node1", "node2"}
 
 
+def test_the_pipeline_runs_it_starts_compose(hetero: ModuleType) -> None:
+    """``--pipeline``: the even and the auto split run two stages with stage 1 under the
+    quota (2.5:1 at the default 0.4), the solo runs one worker each."""
+    from xirang_core.config import compose
+    from xirang_core.plugins import get_registry
+
+    args = hetero.parse_args(["--pipeline"])
+    configs = hetero.pipeline_configs(args)
+    composed = {
+        name: compose(hetero.run_overrides(args, extra), get_registry())
+        for name, extra in configs.items()
+    }
+    for name in ("even", "auto"):
+        assert composed[name]["parallel"]["name"] == "pp"
+        assert composed[name]["scheduler"]["worker_quota"] == [1.0, 0.4]
+    assert composed["auto"]["parallel"]["stage_layers"] == "auto"
+    assert composed["even"]["parallel"]["stage_layers"] == []
+    assert [composed[n]["trainer"]["nproc"] for n in ("solo_fast", "solo_slow")] == [1, 1]
+
+
 def test_runs_side_by_side_are_timed_over_the_span_both_ran(hetero: ModuleType) -> None:
     """The fast run went on after the slow one ended: its steps after that span, alone on
     the machine again, do not count toward the ceiling."""

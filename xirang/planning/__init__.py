@@ -26,6 +26,7 @@ from xirang_core.parallel.plan import (
     candidate_plans,
     degrees_on,
     plan_problem,
+    speed_split,
     stage_bounds,
     stage_layers_problem,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "run_device",
     "run_group",
     "run_plans",
+    "speed_split",
     "stage_bounds",
     "stage_layers_problem",
     "synchronizer",

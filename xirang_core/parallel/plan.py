@@ -4,6 +4,7 @@ plan which cannot work before any process starts, naming the nearest plans that 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -148,6 +149,49 @@ def stage_bounds(layers: int, stage: int, stages: int) -> tuple[int, int]:
     base, extra = divmod(layers, stages)
     lo = stage * base + max(0, stage - (stages - extra))
     return lo, lo + base + (1 if stage >= stages - extra else 0)
+
+
+def speed_split(
+    speeds: Sequence[float], layers: int, capacities: Sequence[int] | None = None
+) -> tuple[int, ...]:
+    """Layers of each pipeline stage (``parallel.stage_layers=auto``), first to last, for
+    stages whose devices run ``speeds`` layers a second and hold at most ``capacities``
+    layers: the slowest stage's time, ``max(count / speed)``, as small as it can be.
+
+    Layers are alike, so the least slowest time ``T`` is the first at which the stages hold
+    every layer (each ``min(capacity, floor(T · speed))``); stages then give back the surplus,
+    the one furthest behind first (on a tie the earlier one, so equal speeds give the even
+    split of :func:`stage_bounds`, and a faster stage never ends with fewer layers than a
+    slower one of the same capacity). :class:`PlanError` when no split fits."""
+    stages = len(speeds)
+    caps = [min(c, layers) for c in capacities] if capacities is not None else [layers] * stages
+    if stages > layers:
+        raise PlanError(
+            f"parallel.stage_layers=auto: {stages} pipeline stages need at least {stages} "
+            f"layers, the model has {layers}; use at most {layers} stages (parallel.pp)"
+        )
+    short = [s for s, cap in enumerate(caps) if cap < 1]
+    if short or sum(caps) < layers:
+        where = f"stage {short[0]} cannot hold one layer" if short else f"they hold {sum(caps)}"
+        raise PlanError(
+            f"parallel.stage_layers=auto: the stages' devices cannot hold the model's {layers} "
+            f"layers ({where}; most layers each: {caps}); use more stages, devices with more "
+            f"memory, or parallel.recompute=full"
+        )
+
+    def held(t: float) -> list[int]:
+        """The layers each stage holds within time ``t``."""
+        return [min(c, math.floor(t * v * (1 + 1e-9))) for c, v in zip(caps, speeds, strict=True)]
+
+    times = sorted({n / v for c, v in zip(caps, speeds, strict=True) for n in range(1, c + 1)})
+    counts = next(c for c in map(held, times) if min(c) >= 1 and sum(c) >= layers)
+    for _ in range(sum(counts) - layers):
+        behind = max(
+            (s for s in range(stages) if counts[s] > 1),
+            key=lambda s: (counts[s] / speeds[s], -s),
+        )
+        counts[behind] -= 1
+    return tuple(counts)
 
 
 def resolve_degrees(dp: int, tp: int, pp: int, world: int) -> tuple[int, int, int]:

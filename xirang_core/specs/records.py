@@ -166,13 +166,16 @@ class StepRunner:
     - ``step(batches) -> loss``: a whole step's forwards and backwards (a pipeline);
     - ``evaluate(batches, n) -> float``: the mean held-out loss over ``n`` batches;
     - ``backward(loss)``: backward (Colossal-AI's Booster scales and reduces inside);
-    - ``clip(max_norm) -> norm``: clipping, where the strategy's optimizer holds the gradients.
+    - ``clip(max_norm) -> norm``: clipping, where the strategy's optimizer holds the gradients;
+    - ``figures() -> dict``: what the strategy measured of the steps since the last record (a
+      pipeline's busy and idle time per stage), merged into it; every rank calls it there.
     """
 
     step: Callable[[list[Any]], Any] | None = None
     evaluate: Callable[[Any, int], float] | None = None
     backward: Callable[[Any], None] | None = None
     clip: Callable[[float], Any] | None = None
+    figures: Callable[[], dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)

@@ -55,8 +55,11 @@ HYSTERESIS = 0.05
 SMOOTHING = 0.5
 #: forward-and-backward over forward time assumed until a rank has measured its own
 WHOLE_OVER_FORWARD = 3.0
-#: forwards timed at start-up for ``calibrated`` (after one untimed warm-up)
+#: forwards timed at start-up for ``calibrated`` (after one untimed warm-up) ...
 CALIBRATION_FORWARDS = 2
+#: ... and for at least this long: a CPU quota (cgroup CFS, Kubernetes limits) is enforced per
+#: 100 ms period, so a few forwards shorter than the quota's share of one run at full speed
+CALIBRATION_MIN_S = 0.3
 #: a rank is a straggler below this fraction of its expected speed relative to the fastest
 STRAGGLER_RATIO = 0.6
 #: ... for this many windows of ``balance_every`` steps in a row (``adaptive``)
@@ -142,8 +145,7 @@ class Balancer:
             tally[1] += seconds
 
     def _sync(self) -> None:
-        if self.device.type != "cpu":
-            getattr(torch, self.device.type).synchronize(self.device)
+        synchronize(self.device)
 
     def meet(self, step: int, logs: bool) -> None:
         """Right after the gradient sync, where every rank has just arrived: gather, in one
@@ -279,15 +281,7 @@ class Balancer:
         """``calibrated``/``adaptive`` without given shares: time forwards of one micro-batch
         (no gradients, so nothing reaches the first step) on every rank and share by speed.
         The untimed first forward takes any parameter gathering (FSDP) and warm-up."""
-        inputs = [t.to(self.device) for t in batch]
-        with torch.no_grad():
-            model(*inputs)
-            self._sync()
-            started = time.perf_counter()
-            for _ in range(CALIBRATION_FORWARDS):
-                model(*inputs)
-            self._sync()
-        seconds = (time.perf_counter() - started) / CALIBRATION_FORWARDS
+        seconds = forward_seconds(model, batch, self.device)
         self.expected = [1 / s for (s,) in gather([seconds], self.device)]
         self.shares = proportional(self.shares.total, self.expected)
 
@@ -303,6 +297,32 @@ class Unwatched:
 
     def backward_done(self, last: bool) -> None:
         pass
+
+
+def forward_seconds(
+    model: torch.nn.Module, batch: tuple[torch.Tensor, ...], device: torch.device
+) -> float:
+    """This rank's measured speed, as the seconds one forward of ``batch`` takes on
+    ``device`` (no gradients, so nothing reaches training): the first shares of
+    ``parallel.balance`` and a pipeline's ``parallel.stage_layers=auto`` both start from it.
+    The untimed first forward takes any parameter gathering (FSDP) and warm-up."""
+    inputs = [t.to(device) for t in batch]
+    forwards, elapsed = 0, 0.0
+    with torch.no_grad():
+        model(*inputs)
+        synchronize(device)
+        started = time.perf_counter()
+        while forwards < CALIBRATION_FORWARDS or elapsed < CALIBRATION_MIN_S:
+            model(*inputs)
+            synchronize(device)
+            forwards, elapsed = forwards + 1, time.perf_counter() - started
+    return elapsed / forwards
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for ``device``'s queued work, so a clock read after it counts that work."""
+    if device.type != "cpu":
+        getattr(torch, device.type).synchronize(device)
 
 
 def device_name(device: torch.device) -> str:
@@ -349,9 +369,12 @@ def begin(balancer: Balancer, config: dict[str, Any], model: torch.nn.Module, ba
 
 def summary_fields(last: dict[str, Any]) -> dict[str, Any]:
     """The run summary's view: the final shares, balance efficiency and the stragglers
-    reported (the last record's)."""
+    reported (the last record's); a pipeline's stage layers, busy and idle time per step."""
+    pipeline = {
+        key.removeprefix("pipeline_"): last[key] for key in last if key.startswith("pipeline_")
+    }
     if "balance_shares" not in last:
-        return {}
+        return {"pipeline": pipeline} if pipeline else {}
     return {
         "balance": {
             "shares": last["balance_shares"],

@@ -376,6 +376,8 @@ class Trainer:
                 record = self._record(step, loss, interval, steps, now - started)
                 record["data_wait_ms"] = round(1e3 * self.data_wait_s / (step - mark_step), 3)
                 record |= self.figures()
+                if self.runner.figures is not None:  # a pipeline's busy and idle stages
+                    record |= self.runner.figures()
                 if self.balance is not None:  # the ranks' tallies, met at the sync
                     record |= self.balance.figures(interval / steps, steps)
                 self.data_wait_s = 0.0

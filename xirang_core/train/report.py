@@ -200,6 +200,8 @@ def print_summary(summary: dict[str, Any]) -> None:
     if summary.get("balance"):  # parallel.balance: micro-batches per rank at the end
         shares = ":".join(str(c) for c in summary["balance"]["shares"])
         rows.append(("balance", f"shares {shares}, efficiency {summary['balance']['efficiency']}"))
+    if summary.get("pipeline"):  # a pipeline's stages over the last record's steps
+        rows.append(("pipeline", pipeline_row(summary["pipeline"])))
     if summary.get("skipped_steps"):
         rows.append(("skipped steps", f"{summary['skipped_steps']} (non-finite, not applied)"))
     if cost:
@@ -220,3 +222,10 @@ def print_summary(summary: dict[str, Any]) -> None:
     if summary.get("sample"):
         console.print("[bold]sample from the trained model:[/]")
         console.print(summary["sample"], markup=False, highlight=False)
+
+
+def pipeline_row(pipeline: dict[str, Any]) -> str:
+    """Each stage's layers and busy/idle milliseconds per step, and the bubble's share."""
+    figures = zip(pipeline["stage_layers"], pipeline["busy_ms"], pipeline["idle_ms"], strict=True)
+    stages = ", ".join(f"{n} layers {b:.1f}/{i:.1f} ms" for n, b, i in figures)
+    return f"stages (busy/idle per step) {stages}; bubble {pipeline['bubble']:.1%}"
