@@ -13,11 +13,11 @@ import pytest
 
 from xirang_core import hookspecs
 from xirang_core.contract import RunConfig
-from xirang_core.parallel.plan import ParallelPlan
+from xirang_core.parallel.plan import ModelShape, ParallelPlan
 from xirang_core.plugins import get_registry
 
 #: the names the spec module (and a plugin) imports for annotations only (under TYPE_CHECKING)
-ANNOTATION_ONLY = {"RunConfig": RunConfig, "ParallelPlan": ParallelPlan}
+ANNOTATION_ONLY = {"RunConfig": RunConfig, "ParallelPlan": ParallelPlan, "ModelShape": ModelShape}
 SPECS = {name: getattr(hookspecs, name) for name in dir(hookspecs) if name.startswith("xirang_")}
 
 

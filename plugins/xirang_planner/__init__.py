@@ -11,6 +11,7 @@ from xirang import conf_folder, hookimpl
 from xirang.specs import CommandSpec, PlannerSpec, RunConfig
 
 if TYPE_CHECKING:  # the plan module imports torch; a plugin's __init__ loads at every start
+    from xirang.model import ModelShape
     from xirang.parallel import ParallelPlan
 
 
@@ -35,7 +36,9 @@ def xirang_measure_plans(config: RunConfig, plans: list[ParallelPlan], steps: in
 
 
 @hookimpl
-def xirang_stage_capacity(shape: Any, plan: Any, stage: int, memory_bytes: int) -> int:
+def xirang_stage_capacity(
+    shape: ModelShape, plan: ParallelPlan, stage: int, memory_bytes: int
+) -> int:
     """``parallel.stage_layers=auto``: the most layers a stage holds, by the memory model."""
     from xirang_planner.mixed import stage_capacity
 
