@@ -112,7 +112,7 @@ def stage_params(shape: ModelShape, plan: ParallelPlan, stage: int) -> StagePara
     layer = (shape.layer_size() - norms) // t + norms
     count = plan.layer_counts(shape.layers)[stage]
     first, last = stage == 0, stage == plan.pp - 1
-    embed = shape.vocab * h
+    embed = shape.vocab * h // (t if shape.vocab_parallel else 1)
     root = (embed + shape.positions * h) if first else 0
     if last:
         root += 2 * h
@@ -228,7 +228,7 @@ def activation_elements(
     layers = plan.layer_counts(shape.layers)[stage]
     per_micro = layers * sbh * per_layer_factor(plan, shape.split_activations)
     if stage == plan.pp - 1:
-        per_micro += 2 * sbh + s * b * shape.vocab
+        per_micro += 2 * sbh + s * b * shape.vocab / (plan.tp if shape.vocab_parallel else 1)
     return per_micro * in_flight(plan, global_batch, stage)
 
 
