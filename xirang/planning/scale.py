@@ -8,13 +8,13 @@ group is torch's ``fake`` backend (``torch.testing._internal.distributed.fake_pg
 answers every collective at once, and the tensors are ``FakeTensorMode``'s, which carry shapes
 and dtypes but no storage, so a 70B model on 256 ranks takes seconds and no memory. One step
 of the run's own :class:`~xirang_core.train.loop.Trainer` (micro-batches, no_sync, clipping,
-the optimizer) runs under ``FSDPMemTracker`` (``MemTracker`` without FSDP) for memory per
+the optimizer) runs under ``FSDPMemTracker`` for memory per
 category and a :class:`CommDebugMode` that also records each collective's bytes and the mesh
 dimension of its group. torchtitan's ``scripts/estimate/estimation.py`` does the same for its
 memory estimates.
 
-What is measured is rank 0. Pipeline plans and DDP (``zero=0``) are not measured (a
-pipeline's shape exchange and DDP's reducer need real values): :func:`unmeasured` says why.
+What is measured is rank 0. Only plans FSDP2 shards are measured (not pipelines, DDP or
+tensor parallel alone): :func:`unmeasured` says why.
 """
 
 from __future__ import annotations
@@ -115,12 +115,15 @@ def measure_plan(config: dict[str, Any], plan: ParallelPlan) -> ScaleMeasurement
 
 def unmeasured(plan: ParallelPlan) -> str:
     """Why ``plan`` cannot be measured under fake tensors, or an empty string: a pipeline's
-    stages exchange shapes with real values, and DDP's reducer (``zero=0`` over several
-    ranks) checks and buckets parameters through their storage."""
+    stages exchange shapes with real values, DDP's reducer (``zero=0`` over several ranks)
+    checks and buckets parameters through their storage, and the memory tracker is FSDP2's
+    (torch's module tracker refuses a module called once per micro-batch)."""
     if plan.pp > 1:
         return "pipeline plans are not measured under fake tensors; verify a plan with pp=1"
     if plan.zero == 0 and plan.dp > 1:
         return "DDP (zero=0) is not measured under fake tensors; verify a plan with zero>=1"
+    if plan.zero == 0 or (plan.dp == 1 and plan.tp > 1):
+        return "only plans FSDP2 shards are measured (FSDPMemTracker follows its units)"
     return ""
 
 
@@ -217,17 +220,11 @@ class ShapedBatches:
 
 
 def _tracker(wrapped: Any, optimizer: Any) -> Any:
-    """FSDP2's memory tracker on a sharded model (it tells sharded from gathered parameters
-    and the collectives' buffers), torch's module memory tracker otherwise."""
+    """FSDP2's memory tracker: it tells sharded from gathered parameters and the
+    collectives' buffers, and follows a module called once per micro-batch."""
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
-    from torch.distributed._tools.mem_tracker import MemTracker
-    from torch.distributed.fsdp import FSDPModule
 
-    if isinstance(wrapped, FSDPModule):
-        return FSDPMemTracker(cast(Any, wrapped), optimizer)
-    tracker = MemTracker()
-    tracker.track_external(wrapped, optimizer)
-    return tracker
+    return FSDPMemTracker(cast(Any, wrapped), optimizer)
 
 
 def _dims(mesh: Any) -> dict[str, str]:
