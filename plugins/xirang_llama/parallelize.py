@@ -70,6 +70,7 @@ class LlamaParallelize(SplitPlanBase):
             kv_heads=cfg.n_kv_heads,
             layer_params=layer,
             split_activations=2 + 2 * cfg.n_kv_heads / cfg.n_heads + 4 * cfg.ffn_dim / h,
+            vocab_parallel=True,  # apply_tp: rowwise embeddings, colwise head, loss_parallel
         )
 
     def apply_tp(self, model: nn.Module, mesh: Any, sequence_parallel: bool) -> None:

@@ -5,6 +5,7 @@
     xirang plan model=gpt_small devices=4 --smoke   # here; runs the top plans
     xirang plan model=llama3_70b cluster=mixed_h100_a100_910b global_batch=512
     xirang plan model=llama3_8b cluster=dgx_h100:1+dgx_a100_80gb:2
+    xirang plan model=llama3_8b cluster=dgx_h100 --verify   # the top 2 wrapped at scale
 
 Arguments are ``key=value``: ``model`` (a zoo option) or the shape (``layers hidden heads vocab
 seq``, optional ``params``); ``cluster`` (``local`` = this host, default) and any cluster field
@@ -16,6 +17,12 @@ A mixed cluster (a cluster file with ``groups``, or ``option:nodes`` joined by `
 as pipelines whose stages sit on different device types with uneven layer counts: the plan's
 stages, the device type and layers of each, each type's share of the batch, the predicted step,
 and the speedup over the best plan on any one type alone.
+
+``--verify`` wraps the chosen plan and the next best for real at their world size, on torch's
+fake process group under fake tensors, runs one training step and reports per rank the measured
+parameters, gradients, optimizer state, peak memory and every collective's bytes on each mesh
+dimension beside the planner's figures; a plan whose measured peak does not fit the device is
+dropped from the ranking (pipeline plans are not measured).
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--smoke", action="store_true", help="run the top plans here, measure")
     parser.add_argument("--smoke-top", type=int, default=3)
     parser.add_argument("--smoke-steps", type=int, default=3)
+    parser.add_argument("--verify", action="store_true", help="wrap the top 2 at scale, measure")
     args = parser.parse_args(argv)
     kv = parse_settings(args.settings)
     config, shape = model_from(kv)
@@ -80,7 +88,16 @@ def main(argv: list[str]) -> int:
         host = measure_host(config, cluster.devices, list(MICRO_BATCHES))
         runtime = cached_runtime(config, cluster.devices)
     ranking = rank_plans(shape, cluster, global_batch, devices, host, runtime=runtime, tp=tp)
+    verified = None
+    if args.verify:
+        from xirang_planner.verify import verify
+
+        # before the report: a plan the measurement finds too large leaves the ranking
+        memory, width = cluster.memory_bytes, cluster.dtype_bytes
+        verified = verify(config, shape, ranking, global_batch, memory, width)
     report: dict[str, Any] = _report(shape, cluster, global_batch, ranking, args.top)
+    if verified is not None:
+        report["verify"] = verified
     if args.smoke:
         report["smoke"] = smoke(config, ranking, args.smoke_top, args.smoke_steps)
     if args.json:
@@ -296,6 +313,8 @@ def _print(report: dict[str, Any]) -> None:
     console.print(table)
     rejected = ", ".join(f"{n} {why}" for why, n in report["rejected"].items()) or "none"
     console.print(f"{report['candidates']} plans fit; rejected: {rejected}")
+    for row in report.get("verify", []):
+        _print_verified(console, row)
     for row in report.get("smoke", []):
         mark = " <- measured best" if row["measured_best"] else ""
         console.print(
@@ -305,3 +324,20 @@ def _print(report: dict[str, Any]) -> None:
             f"{row['measured_step_s']:.4f} s (predicted {row['predicted_step_s']:.4f}), "
             f"shares {row['time_shares']}{mark}"
         )
+
+
+def _print_verified(console: Any, row: dict[str, Any]) -> None:
+    """One ``--verify`` plan: measured memory by part and bytes per mesh dimension, each
+    beside the planner's figure."""
+    m, p, gib = row["measured"], row["predicted"], 2**30
+    fits = "" if row["fits"] else " [bold red]does not fit: dropped[/]"
+    console.print(
+        f"verify {row['plan']} on {m['world']} fake ranks ({m['seconds']:.0f} s): peak "
+        f"{m['peak'] / gib:.2f} GiB (predicted {p['peak'] / gib:.2f}, ratio "
+        f"{row['ratio']['peak']}); params {m['params'] / gib:.2f}, grads {m['grads'] / gib:.2f}, "
+        f"optimizer {m['optimizer'] / gib:.2f}, activations at peak "
+        f"{m['activations'] / gib:.2f} GiB{fits}"
+    )
+    for dim, nbytes in m["bytes_per_dim"].items():
+        predicted = p["bytes_per_dim"].get(dim, 0.0)
+        console.print(f"  {dim}: {nbytes / gib:.3f} GiB per step (predicted {predicted / gib:.3f})")

@@ -90,11 +90,19 @@ class StageParams:
 
 
 def predict_memory(
-    shape: ModelShape, plan: ParallelPlan, global_batch: int, optimizer: str = "adamw"
+    shape: ModelShape,
+    plan: ParallelPlan,
+    global_batch: int,
+    optimizer: str = "adamw",
+    compute_bytes: int | None = None,
 ) -> MemoryEstimate:
     """The worst stage's memory (stages differ: the first holds more micro-batches in flight,
-    the last the logits)."""
-    stages = [stage_memory(shape, plan, global_batch, optimizer, s) for s in range(plan.pp)]
+    the last the logits). ``compute_bytes`` (the cluster's ``dtype_bytes``; default the
+    shape's) is the width the run computes in: 2 for bf16 mixed precision, whose gathered
+    parameters and activations are 16-bit while the states stay ``shape.dtype_bytes``."""
+    stages = [
+        stage_memory(shape, plan, global_batch, optimizer, s, compute_bytes) for s in range(plan.pp)
+    ]
     return max(stages, key=lambda m: m.total)
 
 
@@ -104,7 +112,7 @@ def stage_params(shape: ModelShape, plan: ParallelPlan, stage: int) -> StagePara
     layer = (shape.layer_size() - norms) // t + norms
     count = plan.layer_counts(shape.layers)[stage]
     first, last = stage == 0, stage == plan.pp - 1
-    embed = shape.vocab * h
+    embed = shape.vocab * h // (t if shape.vocab_parallel else 1)
     root = (embed + shape.positions * h) if first else 0
     if last:
         root += 2 * h
@@ -120,7 +128,12 @@ def stage_layer_count(layers: int, stage: int, stages: int) -> int:
 
 
 def stage_memory(
-    shape: ModelShape, plan: ParallelPlan, global_batch: int, optimizer: str, stage: int
+    shape: ModelShape,
+    plan: ParallelPlan,
+    global_batch: int,
+    optimizer: str,
+    stage: int,
+    compute_bytes: int | None = None,
 ) -> MemoryEstimate:
     """The stage's peak. With more than one micro-batch, zero 1 (and, under a pipeline, torch's
     PipelineStage at any ZeRO stage) defers the reduce-scatter and resharding to the step's
@@ -129,14 +142,15 @@ def stage_memory(
     phase's end and the first backward's."""
     m = plan.micro_batches(global_batch)
     acts = activation_elements(shape, plan, global_batch, stage)
+    width = Widths(shape.dtype_bytes, compute_bytes or shape.dtype_bytes)
     deferred = plan.dp > 1 and m > 1 and (plan.zero == 1 or (plan.pp > 1 and plan.zero >= 1))
     if not deferred:
-        return _memory(shape, plan, optimizer, stage, acts, deferred=False)
-    held = _memory(shape, plan, optimizer, stage, acts, deferred=True)
+        return _memory(shape, plan, optimizer, stage, acts, width, deferred=False)
+    held = _memory(shape, plan, optimizer, stage, acts, width, deferred=True)
     if plan.pp == 1 or plan.schedule != "gpipe":
         return held
-    forward = _memory(shape, plan, optimizer, stage, acts, deferred=False)
-    backward = _memory(shape, plan, optimizer, stage, acts * (m - 1) / m, deferred=True)
+    forward = _memory(shape, plan, optimizer, stage, acts, width, deferred=False)
+    backward = _memory(shape, plan, optimizer, stage, acts * (m - 1) / m, width, deferred=True)
     return max(forward, backward, key=lambda e: e.total)
 
 
@@ -146,11 +160,11 @@ def _memory(
     optimizer: str,
     stage: int,
     acts: float,
+    width: Widths,
     deferred: bool,
 ) -> MemoryEstimate:
     """Bytes of one moment: model states (whole gradients and gathered parameters when the
     reduction is ``deferred``), parameters FSDP gathers, and ``acts`` activation elements."""
-    width = shape.dtype_bytes
     params = stage_params(shape, plan, stage)
     shard = plan.dp if plan.zero >= 1 else 1
     local = params.total / shard
@@ -163,26 +177,36 @@ def _memory(
     else:
         gathered = 0
     return MemoryEstimate(
-        params=round(local * width),
-        grads=round(grads * width),
-        optimizer=round(states * width),
-        gathered=round(gathered * width),
-        activations=round(acts * width),
+        params=round(local * width.state),
+        grads=round(grads * width.state),
+        optimizer=round(states * width.state),
+        gathered=round(gathered * width.compute),
+        activations=round(acts * width.compute),
         stage=stage,
-        buffers=round(comm_buffer_elements(plan, params) * width),
-        recomputed=round(recomputed_elements(shape, plan) * width),
+        buffers=round(comm_buffer_bytes(plan, params, width)),
+        recomputed=round(recomputed_elements(shape, plan) * width.compute),
     )
 
 
-def comm_buffer_elements(plan: ParallelPlan, params: StageParams) -> float:
-    """Elements of the flat buffers a data-parallel wrapper copies through (module docstring):
-    DDP's buckets hold every local gradient, FSDP's all-gather output and reduce-scatter input
-    one unit each."""
+@dataclass(frozen=True)
+class Widths:
+    """Bytes per element: of the model states (fp32 master weights, gradients and moments
+    under mixed precision) and of what the run computes with (gathered parameters,
+    activations: 2 under bf16)."""
+
+    state: int
+    compute: int
+
+
+def comm_buffer_bytes(plan: ParallelPlan, params: StageParams, width: Widths) -> float:
+    """Bytes of the flat buffers a data-parallel wrapper copies through (module docstring):
+    DDP's buckets hold every local gradient, FSDP's all-gather output (in the compute width)
+    and reduce-scatter input (gradients reduce in the state width) one unit each."""
     if plan.dp == 1:
         return 0.0
     if plan.zero == 0:
-        return float(params.total)
-    return 2.0 * max(params.layer, params.root)
+        return float(params.total) * width.state
+    return float(max(params.layer, params.root)) * (width.compute + width.state)
 
 
 def recomputed_elements(shape: ModelShape, plan: ParallelPlan) -> float:
@@ -204,7 +228,7 @@ def activation_elements(
     layers = plan.layer_counts(shape.layers)[stage]
     per_micro = layers * sbh * per_layer_factor(plan, shape.split_activations)
     if stage == plan.pp - 1:
-        per_micro += 2 * sbh + s * b * shape.vocab
+        per_micro += 2 * sbh + s * b * shape.vocab / (plan.tp if shape.vocab_parallel else 1)
     return per_micro * in_flight(plan, global_batch, stage)
 
 

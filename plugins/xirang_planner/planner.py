@@ -94,7 +94,7 @@ def rank_plans(
         if tp is not None and plan.tp != tp:
             continue
         why = _rule_broken(plan, shape, cluster)
-        memory = predict_memory(shape, plan, global_batch, optimizer)
+        memory = predict_memory(shape, plan, global_batch, optimizer, cluster.dtype_bytes)
         memory = with_runtime(memory, runtime, plan, shape, global_batch)
         if not why and memory.total > cluster.memory_bytes:
             why = f"needs {_gib(memory.total)} per device, has {_gib(cluster.memory_bytes)}"
@@ -150,7 +150,7 @@ def leanest_need(
         return None, 0
 
     def need_of(plan: ParallelPlan) -> int:
-        memory = predict_memory(shape, plan, global_batch, optimizer)
+        memory = predict_memory(shape, plan, global_batch, optimizer, cluster.dtype_bytes)
         return with_runtime(memory, runtime, plan, shape, global_batch).total
 
     least = min(plans, key=need_of)

@@ -24,8 +24,8 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from xirang.planning import ClusterShape, Link, ModelShape, ParallelPlan, ring_time
 from xirang_planner.memory import stage_params
@@ -125,38 +125,75 @@ def _tp_collectives(plan: ParallelPlan, layers: int, act: float) -> list[Collect
 def _dp_collectives(
     shape: ModelShape, plan: ParallelPlan, dtype_bytes: int, stage: int | None = None
 ) -> list[Collective]:
-    """Gradient (and, sharded, parameter) traffic over the data-parallel group.
+    """Gradient (and, sharded, parameter) traffic over the data-parallel group. Parameters
+    are gathered in the compute width ``dtype_bytes`` (FSDP2's ``param_dtype``), gradients
+    reduced in the states' ``shape.dtype_bytes`` (fp32: the strategies' ``reduce_dtype``, and
+    DDP's fp32 gradients under autocast), as measured on the real wrapping
+    (:mod:`xirang_planner.verify`).
 
-    zero 0: DDP all-reduces its buckets once per step. FSDP, per unit (each layer and the
-    root): zero 3 gathers parameters in forward and again in backward and reduce-scatters
+    zero 0: DDP all-reduces its buckets once per step. FSDP units are each layer and the
+    ends (embeddings; final norm and head): zero 3 gathers parameters in forward and again in
+    backward, except the head, which is not resharded after forward, and reduce-scatters
     gradients in every backward; zero 2 gathers once per micro-batch; zero 1 gathers and
-    reduces once per step. Under a pipeline the stage defers gradient reduction and resharding
-    after backward to the step's last backward, as torch's PipelineStage does: zero 3 then
-    re-gathers in each backward only (the next forward finds the parameters gathered)."""
+    reduces once per step. The forward gathers the embedding table twice (its own unit, and
+    the head's, a copy of its size or the tied table itself). Under a pipeline the stage
+    defers gradient reduction and resharding after backward to the step's last backward, as
+    torch's PipelineStage does: zero 3 then re-gathers in each backward only."""
     if plan.dp == 1:
         return []
     if stage is None:  # the stage with the most parameters
         stage = max(range(plan.pp), key=lambda s: stage_params(shape, plan, s).total)
-    nbytes = stage_params(shape, plan, stage).total * dtype_bytes
+    params = stage_params(shape, plan, stage)
+    reduce = shape.dtype_bytes
     if plan.zero == 0:
+        nbytes = params.total * reduce
         buckets = max(1, math.ceil(nbytes / DDP_BUCKET))
         bucket = nbytes / buckets
         return [Collective("all_reduce", bucket, plan.dp, plan.tp, buckets, "step", "ddp")]
-    units = plan.layer_counts(shape.layers)[stage] + 1  # each layer and the root
-    unit = nbytes / units
+    count = plan.layer_counts(shape.layers)[stage]
+    if plan.pp > 1:
+        return _stage_dp_collectives(plan, params, count, dtype_bytes, reduce)
+    layer = params.layer
+    embed = shape.vocab * shape.hidden / (plan.tp if shape.vocab_parallel else 1)
 
-    def ring(op: str, phase: str) -> Collective:
-        return Collective(op, unit, plan.dp, plan.tp, units, phase, "fsdp")
+    def ring(op: str, elements: float, calls: int, phase: str, width: int) -> Collective:
+        return Collective(op, elements * width, plan.dp, plan.tp, calls, phase, "fsdp")
 
-    if plan.zero == 3:  # a stage keeps what its backward gathered for the next forward
-        first = "forward" if plan.pp == 1 else "step"
-        gathers = [ring("all_gather", first), ring("all_gather", "backward")]
-    elif plan.zero == 2 and plan.pp == 1:
-        gathers = [ring("all_gather", "forward")]
-    else:
-        gathers = [ring("all_gather", "step")]
-    per_micro = plan.zero >= 2 and plan.pp == 1
-    return [*gathers, ring("reduce_scatter", "backward" if per_micro else "step")]
+    found = [
+        ring("all_gather", layer, count, "forward", dtype_bytes),
+        ring("all_gather", embed, 2, "forward", dtype_bytes),
+    ]
+    if plan.zero == 3:
+        found += [
+            ring("all_gather", layer, count, "backward", dtype_bytes),
+            ring("all_gather", embed, 1, "backward", dtype_bytes),
+        ]
+    phase = "backward" if plan.zero >= 2 else "step"
+    if plan.zero == 1:
+        found = [replace(c, phase="step") for c in found]
+    return [
+        *found,
+        ring("reduce_scatter", layer, count, phase, reduce),
+        ring("reduce_scatter", params.root, 1, phase, reduce),
+    ]
+
+
+def _stage_dp_collectives(
+    plan: ParallelPlan, params: Any, count: int, dtype_bytes: int, reduce: int
+) -> list[Collective]:
+    """A pipeline stage's FSDP traffic, per unit of the stage's average size (each layer and
+    the root): gathered once per step and in each backward at zero 3, once per step
+    otherwise; reduced once per step (the stage defers it to its last backward)."""
+    units = count + 1
+    unit = params.total / units
+
+    def ring(op: str, phase: str, width: int) -> Collective:
+        return Collective(op, unit * width, plan.dp, plan.tp, units, phase, "fsdp")
+
+    gathers = [ring("all_gather", "step", dtype_bytes)]
+    if plan.zero == 3:
+        gathers.append(ring("all_gather", "backward", dtype_bytes))
+    return [*gathers, ring("reduce_scatter", "step", reduce)]
 
 
 def _fsdp_units(shape: ModelShape, plan: ParallelPlan) -> int:

@@ -201,6 +201,9 @@ TABLE: dict[str, As | Slow | Skip | Short | Pool | Service | Slurm | Export] = {
     "parallel.recompute=full": Short(),
     "python -m xirang trainer.nproc=4 parallel=auto": Short(),
     "xirang plan model=gpt_tiny devices=4": Slow(_PLAN),
+    "xirang plan model=llama3_8b cluster=dgx_h100 --verify": Slow(
+        "wraps two 8B plans on 8 fake ranks and steps each: minutes on two CPU cores"
+    ),
     "xirang plan model=gpt_125m cluster=dgx_h100 nodes=4 [--json]": As(
         (
             "xirang plan model=gpt_125m cluster=dgx_h100 nodes=4",

@@ -1,7 +1,8 @@
 """What a planner plugin uses (``parallel=auto``, ``parallel.planner=<name>``): the
 :class:`Planner` protocol and the :class:`PlanChoice` it returns, the plan and model-shape types,
 the machines a plan is for, the probes that measure this host (workers, links), where its
-measurements are kept, and the smoke run that trains a few plans (or configs) for a few steps.
+measurements are kept, the smoke run that trains a few plans (or configs) for a few steps, and
+the measurement of a plan at its world size on a fake process group (``measure_plan``).
 The memory model, the runtime's measured memory and the wrappers' costs are the built-in
 planner's own (``xirang_planner``).
 
@@ -14,6 +15,7 @@ from xirang.comm.launch import run_group
 from xirang.devices.calibration import cache_path as calibration_path
 from xirang.devices.synchronize import synchronizer
 from xirang.planning.ondevice import RunDevice, run_device
+from xirang.planning.scale import ScaleMeasurement, measure_plan, unmeasured
 from xirang.planning.smoke import plan_config, run_configs, run_plans
 from xirang_core.config import compose
 from xirang_core.devices.cores import available_cores
@@ -44,6 +46,7 @@ __all__ = [
     "PlanError",
     "Planner",
     "RunDevice",
+    "ScaleMeasurement",
     "available_cores",
     "calibration_path",
     "candidate_plans",
@@ -52,6 +55,7 @@ __all__ = [
     "fit_link",
     "help_text",
     "local_cluster",
+    "measure_plan",
     "model_shape",
     "plan_config",
     "plan_problem",
@@ -64,4 +68,5 @@ __all__ = [
     "stage_bounds",
     "stage_layers_problem",
     "synchronizer",
+    "unmeasured",
 ]

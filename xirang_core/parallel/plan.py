@@ -47,6 +47,9 @@ class ModelShape:
     #: activation elements per layer and token, in units of h, that tensor parallel splits:
     #: a GPT-2 block's q, k, v (3), attention output (1) and MLP (8) (see xirang_planner/memory.py)
     split_activations: float = 12.0
+    #: tensor parallel splits the embedding table by rows and the head by columns (its loss
+    #: computed on the split logits): the ends hold 1/t of their parameters and logits
+    vocab_parallel: bool = False
 
     def layer_size(self) -> int:
         """Parameters of one layer."""
