@@ -330,7 +330,7 @@ def _print_verified(console: Any, row: dict[str, Any]) -> None:
     """One ``--verify`` plan: measured memory by part and bytes per mesh dimension, each
     beside the planner's figure."""
     m, p, gib = row["measured"], row["predicted"], 2**30
-    fits = "" if row["fits"] else " [bold red]does not fit: dropped[/]"
+    fits = "" if row["fits"] else f" [bold red]does not fit: {row.get('note', 'dropped')}[/]"
     console.print(
         f"verify {row['plan']} on {m['world']} fake ranks ({m['seconds']:.0f} s): peak "
         f"{m['peak'] / gib:.2f} GiB (predicted {p['peak'] / gib:.2f}, ratio "

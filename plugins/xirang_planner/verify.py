@@ -13,6 +13,10 @@ from xirang.planning import ModelShape, ParallelPlan, measure_plan, unmeasured
 from xirang_planner.planner import Candidate, Ranking
 from xirang_planner.timing import collectives
 
+#: why a tensor-parallel plan measured over the device is kept: its peaks under fake tensors
+#: read 8-45x the planner's on 70B and 405B (issue 51), a fault of the measurement not yet found
+TP_PEAK_UNTRUSTED = "tensor-parallel peak under fake tensors not trusted yet: kept"
+
 #: what one step of the planner's collectives counts: a micro-batch's phases run per
 #: micro-batch, ``step`` once
 PER_MICRO = ("forward", "backward")
@@ -49,15 +53,18 @@ def verify(
 ) -> list[dict[str, Any]]:
     """The first ``count`` plans of ``ranking`` whose measured peak fits ``device_bytes``,
     each compared with its prediction; the ones measured that do not fit come first, marked
-    ``fits: False`` (they are dropped from the ranking). Plans the measurement cannot run
-    (:func:`xirang.planning.unmeasured`: pipelines, DDP) are passed over."""
+    ``fits: False`` (they are dropped from the ranking, except a tensor-parallel one, whose
+    measured peak is not trusted yet and is only shown with a note). Plans the measurement
+    cannot run (:func:`xirang.planning.unmeasured`: pipelines, DDP) are passed over."""
     rows: list[dict[str, Any]] = []
     fitting = 0
     for candidate in [c for c in ranking.candidates if not unmeasured(c.plan)]:
         row = compare(config, shape, candidate, global_batch, dtype_bytes)
         row["fits"] = row["measured"]["peak"] <= device_bytes
         rows.append(row)
-        if not row["fits"]:
+        if not row["fits"] and candidate.plan.tp > 1:
+            row["note"] = TP_PEAK_UNTRUSTED  # shown, not acted on
+        elif not row["fits"]:
             ranking.candidates.remove(candidate)
             ranking.rejected.append((candidate.plan, "measured peak does not fit"))
             continue
