@@ -25,7 +25,7 @@ import yaml
 
 from xirang import XirangError
 from xirang.specs import RunConfig
-from xirang_slurm.census import agree_on_comm, census
+from xirang_slurm.census import task_census
 
 STOP_FILE = "slurm-stop-requested"
 
@@ -35,7 +35,7 @@ def resolved(run_dir: str) -> RunConfig:
     job may land on other nodes), and its ``comm`` agreed with the other tasks' device types
     (:mod:`xirang_slurm.census`); rank 0 writes it back into ``RUN_DIR/config.yaml``."""
     from xirang import get_registry
-    from xirang.worker import CONFIG_FILE, resolve_runtime
+    from xirang.worker import CONFIG_FILE, agree_on_comm, resolve_runtime
 
     path = Path(run_dir) / CONFIG_FILE
     config = resolve_runtime(RunConfig(yaml.safe_load(path.read_text())), get_registry())
@@ -45,8 +45,8 @@ def resolved(run_dir: str) -> RunConfig:
     first = os.environ.get("RANK") == "0"
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1:  # before the process group: the types decide its backend
-        types = census(int(os.environ["RANK"]), world, runtime["device_type"])
-        config, said = agree_on_comm(config, types)
+        types = task_census(int(os.environ["RANK"]), world, runtime["device_type"])
+        config, said = agree_on_comm(config, types, get_registry())
         if said and first:
             print(f"xirang: {said}", file=sys.stderr, flush=True)
     if first:

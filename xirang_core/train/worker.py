@@ -39,6 +39,7 @@ from xirang_core.hookcall import notify
 from xirang_core.plugins import Registry, get_registry
 from xirang_core.specs import CommBackend, Model, StepRunner, Strategy, Tokenizer, WorkerContext
 from xirang_core.train import balance, profile, report
+from xirang_core.train.census import agreed_config
 from xirang_core.train.compile import compile_model
 from xirang_core.train.cost import cost_fields
 from xirang_core.train.finish import Finishing
@@ -87,6 +88,7 @@ def main(run_dir: str, given: Mapping[str, Any] | None = None) -> None:
     registry = get_registry()
     config = worker_config(run_dir, registry, given)
     ctx = open_worker(config, run_dir, registry)
+    config = ctx.config  # with the comm the ranks agreed on
     try:
         parts = assemble(config, ctx, registry)
         notify(registry.hook, "xirang_on_run_start", ctx=ctx, config=config)
@@ -113,26 +115,30 @@ def open_worker(config: RunConfig, run_dir: str, registry: Registry) -> WorkerCo
     backend = registry.create("device", config["device"])
     allocator_defaults(backend.torch_type, os.environ)  # before the device's first use reads it
     device = backend.torch_device(local_device(local_rank))  # healthy ones, as placed
-    ctx = WorkerContext(rank, local_rank, world_size, device, run_dir, config)
-    backend_name = config["runtime"]["collective_backend"]
     options = group_options(config, device)
     # under the elastic agent even one worker gets a group: a multi-process strategy (DDP)
     # needs one when a restart shrank the run to a single healthy device
     if world_size > 1 or "TORCHELASTIC_RUN_ID" in os.environ:
         store = restart_store(world_size)
         if store is None:
-            dist.init_process_group(backend=backend_name, **options)
-        else:
+            dist.init_process_group(config["runtime"]["collective_backend"], **options)
+        else:  # the ranks' device types decide the group's backend (comm=auto -> mixed)
+            config = agreed_config(RunConfig(config), store, rank, local_rank, registry)
             dist.init_process_group(
-                backend_name, store=store, rank=rank, world_size=world_size, **options
+                config["runtime"]["collective_backend"],
+                store=store,
+                rank=rank,
+                world_size=world_size,
+                **options,
             )
     elif registry.spec("parallel", config["parallel"]["name"]).multi_process:
         # one in-process worker of a multi-process strategy (parallel=ddp, trainer.nproc=1):
         # a group of one, as torchrun --nproc-per-node=1 would give it, with no rendezvous
+        backend_name = config["runtime"]["collective_backend"]
         dist.init_process_group(
             backend_name, store=dist.HashStore(), rank=0, world_size=1, **options
         )
-    return ctx
+    return WorkerContext(rank, local_rank, world_size, device, run_dir, config)
 
 
 #: the CUDA caching allocator's setting xirang's workers start with, unless the user set one

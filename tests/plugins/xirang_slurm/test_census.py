@@ -1,10 +1,8 @@
-"""A Slurm job's tasks agree on ``comm`` from the device types their nodes resolved, before the
-process group opens (plugins/xirang_slurm/census.py): two types make ``comm=auto`` into
-``comm=mixed`` with gloo for the world group; an option that cannot cross types is one error
-naming ``comm=mixed``; one type changes nothing. The census itself runs between two real
-processes on loopback, each labelled with a type (as tests/plugins/xirang_comm labels its
-ranks: this machine has one kind of device), and the process group then opens in the store
-rank 0 hosted and all-reduces."""
+"""A Slurm job's tasks tell each other the device types their nodes resolved before the process
+group opens (plugins/xirang_slurm/census.py; the decision from the types is the kernel's,
+tests/train/test_census.py). The census runs between two real processes on loopback, each
+labelled with a type (this machine has one kind of device), and the process group then opens in
+the store rank 0 hosted and all-reduces."""
 
 from __future__ import annotations
 
@@ -13,43 +11,8 @@ import multiprocessing
 import os
 import socket
 from pathlib import Path
-from typing import Any
 
-import pytest
-from xirang_slurm.census import agree_on_comm, census
-
-from xirang import ConfigError
-from xirang.specs import RunConfig
-
-
-def run_config(comm: dict[str, Any], device_type: str = "cpu") -> RunConfig:
-    runtime = {"device_type": device_type, "collective_backend": "x"}
-    return RunConfig({"comm": comm, "runtime": runtime})
-
-
-def test_one_device_type_changes_nothing() -> None:
-    config = run_config({"name": "auto"})
-    assert agree_on_comm(config, ["cpu", "cpu", "cpu"]) == (config, "")
-    assert config == run_config({"name": "auto"})
-
-
-def test_two_types_make_comm_auto_mixed_over_gloo() -> None:
-    given = run_config({"name": "auto"})
-    config, said = agree_on_comm(given, ["cpu", "cuda", "cpu", "cuda"])
-    assert config["comm"] == {"name": "mixed"}
-    assert config["runtime"]["collective_backend"] == "gloo"
-    assert "cpu and cuda" in said and "comm=mixed" in said
-    assert given == run_config({"name": "auto"})  # the task's config is derived, not changed
-
-
-def test_comm_mixed_keeps_its_settings() -> None:
-    config, _ = agree_on_comm(run_config({"name": "mixed", "backend": "gloo"}), ["cpu", "rocm"])
-    assert config["comm"] == {"name": "mixed", "backend": "gloo"}
-
-
-def test_an_option_that_cannot_cross_types_is_one_error_naming_mixed() -> None:
-    with pytest.raises(ConfigError, match=r"cpu and rocm devices, and comm=powersgd cannot"):
-        agree_on_comm(run_config({"name": "powersgd"}), ["rocm", "cpu"])
+from xirang_slurm.census import task_census as census
 
 
 def _task(rank: int, port: int, device_type: str, out: str) -> None:
