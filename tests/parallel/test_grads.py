@@ -59,3 +59,18 @@ def test_the_second_copy_of_a_tied_weight_counts_once_in_the_norm() -> None:
         torch.testing.assert_close(norm, want)
     finally:
         dist.destroy_process_group()
+
+
+def test_a_marked_copy_still_converts_where_torch_swaps_parameters() -> None:
+    """``parallel=auto``'s smoke run converts pipeline stages whose tied copy is marked; a
+    weak reference to the parameter made torch's swap on conversion fail ("Cannot swap t1
+    because it has weakref associated with it"), the README's ``parallel=auto`` with it."""
+    layer = torch.nn.Linear(4, 4)
+    mark_duplicate(layer.weight)
+    before = torch.__future__.get_swap_module_params_on_conversion()
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:
+        layer.to(torch.float64)
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(before)
+    assert layer.weight.dtype == torch.float64

@@ -14,17 +14,18 @@ from typing import Any, cast
 
 import torch
 import torch.distributed as dist
-from torch.utils.weak import WeakIdKeyDictionary
 
-#: second copies of tied weights (a pipeline's last stage holds the embedding its first stage
-#: holds too), by identity: a parameter compared by value would be compared elementwise
-_DUPLICATES = WeakIdKeyDictionary()
+#: the attribute that marks a second copy of a tied weight (a pipeline's last stage holds the
+#: embedding its first stage holds too). On the parameter itself: a weak reference to it (a
+#: WeakIdKeyDictionary) makes ``module.to()`` fail ("Cannot swap t1 because it has weakref
+#: associated with it") wherever torch swaps parameters on conversion
+_DUPLICATE_MARK = "_xirang_duplicate"
 
 
 def mark_duplicate(param: torch.nn.Parameter) -> None:
     """Count ``param``'s gradient once in the norm: it is a second copy of a tied weight
     (the pipeline's last stage), whose gradient the first copy's already holds."""
-    _DUPLICATES[param] = True
+    setattr(param, _DUPLICATE_MARK, True)
 
 
 def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float, mesh: Any) -> torch.Tensor:
@@ -63,4 +64,4 @@ def _squared_norm(grads: list[torch.Tensor]) -> torch.Tensor:
 
 def _duplicate(param: torch.nn.Parameter) -> bool:
     """A second copy of a tied weight (:func:`mark_duplicate`) is counted once."""
-    return param in _DUPLICATES
+    return bool(getattr(param, _DUPLICATE_MARK, False))
