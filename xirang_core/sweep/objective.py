@@ -36,6 +36,8 @@ class SweepConfig:
     objective: str = "val_loss"
     direction: str = "minimize"
     trial: int | None = None
+    #: where a pruned trial's study is, for its workers (``join_trial`` records it)
+    study: dict[str, Any] | None = None
 
 
 def check_sweep(sweep: dict[str, Any]) -> None:
