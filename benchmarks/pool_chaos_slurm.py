@@ -67,10 +67,6 @@ def why_not() -> str:
     return "" if probe.returncode == 0 and probe.stdout.strip() else "slurmctld does not answer"
 
 
-def accounts(count: int) -> contextlib.AbstractContextManager[list[str]]:
-    return login_accounts(*["xrchaos"] * count)
-
-
 @contextlib.contextmanager
 def served(folder: Path, cluster: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     with socket.socket() as sock:
@@ -202,7 +198,7 @@ def phase(seconds: float = 6.0, stall_s: float = 20.0, cancels: int = 10) -> dic
         return {"slurm_phase": f"skipped({reason})", **dict.fromkeys(names, "nan")}
     folder = Path(tempfile.mkdtemp(prefix="xirang-chaos-slurm-"))
     node = subprocess.run(["sinfo", "-h", "-o", "%n"], capture_output=True, text=True)
-    with accounts(2) as (first, second):
+    with login_accounts("xrchaos", "xrchaos") as (first, second):
         projects = [
             {"name": "a", "guaranteed": 3, "borrow_limit": 0, "run_as": first},
             {"name": "b", "guaranteed": 5, "run_as": second},
