@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from xirang.specs import StrategyBase, WorkerContext
+from xirang.specs import RunConfig, StrategyBase, WorkerContext
 
 PLUGIN = '''
 from xirang import conf_folder, hookimpl
@@ -62,7 +62,7 @@ def _use_plugin(xirang: Any, tmp_path: Path) -> None:
 
 def test_a_strategy_without_the_base_gets_the_defaults_and_keeps_its_own(xirang, tmp_path):
     _use_plugin(xirang, tmp_path)
-    ctx = WorkerContext(0, 0, 1, torch.device("cpu"), str(tmp_path))
+    ctx = WorkerContext(0, 0, 1, torch.device("cpu"), str(tmp_path), RunConfig({}))
     plain = xirang.registry.create("parallel", {"name": "plain"})
     assert not isinstance(plain, StrategyBase)  # nothing inherited: filled in
     assert (plain.compiles, plain.splits_model, plain.optimizer, plain.trained) == (

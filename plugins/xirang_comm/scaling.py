@@ -22,7 +22,7 @@ from torch import nn
 
 from xirang import ConfigError, get_registry
 from xirang.comm import OPS, Collectives, OverlapMeter, WireLedger
-from xirang.specs import WorkerContext
+from xirang.specs import RunConfig, WorkerContext
 from xirang_comm.base import GradientSync
 
 #: a GPT small enough that a 2-core machine trains it in seconds, big enough to have matrices
@@ -88,7 +88,7 @@ def train(rank: int, world: int, s: TrainSettings) -> dict[str, Any]:
     if world > 1:
         wrapped = DistributedDataParallel(model, bucket_cap_mb=s.bucket_mb)
         option = counted_option(s)
-        config = {"device": {"name": "cpu"}, "comm": {"name": s.option}}
+        config = RunConfig({"device": {"name": "cpu"}, "comm": {"name": s.option}})
         option.install_hooks(wrapped, WorkerContext(rank, rank, world, "cpu", "", config))
     optimizer = torch.optim.AdamW(model.parameters(), lr=s.lr, weight_decay=0.0)
     tokens = corpus()

@@ -132,6 +132,7 @@ def _step(config: dict[str, Any], plan: ParallelPlan) -> ScaleMeasurement:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from xirang.planning.meter import state_bytes
+    from xirang_core.contract import RunConfig
     from xirang_core.plugins import get_registry
     from xirang_core.specs import WorkerContext
     from xirang_core.train.optim import build_optimizer
@@ -139,7 +140,7 @@ def _step(config: dict[str, Any], plan: ParallelPlan) -> ScaleMeasurement:
 
     registry = get_registry()
     device = torch.device("cpu")
-    ctx = WorkerContext(0, 0, plan.world, device, "", config)
+    ctx = WorkerContext(0, 0, plan.world, device, "", RunConfig(config))
     settings = {k: v for k, v in config["model"].items() if k not in ("family", "name")}
     strategy = registry.create("parallel", config["parallel"])
     model = build_model(config, settings, device, registry, True)  # on meta, as sharded runs

@@ -158,6 +158,7 @@ def _train_and_measure(
     from xirang.devices.synchronize import synchronizer
     from xirang.planning.memory_peak import RealPeak
     from xirang.planning.meter import SavedTensorMeter, state_bytes
+    from xirang_core.contract import RunConfig
     from xirang_core.plugins import get_registry
     from xirang_core.specs import WorkerContext
     from xirang_core.train.init import materialize
@@ -168,7 +169,7 @@ def _train_and_measure(
     real = RealPeak(device)
     real.start()  # before the model exists: everything from here on is this plan's
     registry = get_registry()
-    ctx = WorkerContext(rank, rank, world, device, "", config)
+    ctx = WorkerContext(rank, rank, world, device, "", RunConfig(config))
     settings = {k: v for k, v in config["model"].items() if k not in ("family", "name")}
     strategy = registry.create("parallel", config["parallel"])
     on_meta = starts_sharded(config, ctx, strategy)  # as a worker starts: sharded plans on meta

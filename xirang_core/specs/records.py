@@ -6,9 +6,12 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from xirang_core.errors import ConfigError
+
+if TYPE_CHECKING:  # the contract sits above the specs: its type only
+    from xirang_core.contract import RunConfig
 
 #: a JSON value: what a run's ``summary.json`` (and a hook given its summary) holds
 JsonValue: TypeAlias = "str | int | float | bool | list[JsonValue] | dict[str, JsonValue] | None"
@@ -129,7 +132,8 @@ class WorkerContext:
     world_size: int
     device: Any
     run_dir: str
-    config: Any = None
+    #: the run's validated, read-only config (``config.yaml`` as the worker checked it)
+    config: RunConfig
     #: the strategy's ``DeviceMesh`` (dims named ``pp``, ``dp``, ``tp``); None when unsplit
     mesh: Any = None
 
