@@ -251,7 +251,7 @@ CONF
 }
 
 accounting_up() {
-    [ "$MN_ACCOUNTING" = 1 ] || return 0
+    if [ "$MN_ACCOUNTING" != 1 ]; then accounting_down; return 0; fi   # ours from an earlier `up`
     db_up
     dbd_up
 }
