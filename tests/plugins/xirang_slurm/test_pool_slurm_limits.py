@@ -20,6 +20,7 @@ import pytest
 import yaml
 from xirang_slurm import inventory
 from xirang_slurm.executor import SlurmExecutor
+from xirang_slurm.limits import tres
 
 from tests.plugins.xirang_slurm.conftest import MultiNodeSlurm
 from tests.pool.accounts import login_accounts
@@ -151,3 +152,17 @@ def test_a_limit_slurm_refuses_is_reported_and_tried_again(
     assert len(refused) == 2 and f"project {project}'s Slurm limit (GrpTRES=cpu=4)" in refused[0]
     assert executor.limits == {project: ("root", "cpu=4")}  # kept for the next try
     assert association(accounting, project) == {"": "cpu=3", "root": ""}
+
+
+@pytest.mark.parametrize(
+    ("types", "cards", "want"),
+    [
+        (["cpu"], 2, "cpu=2"),  # the test bed: a CPU card is one Slurm CPU
+        (["a100", "cuda"], 8, "gres/gpu=8"),  # a GPU gres type (inventory) or a runtime
+        (["ascend", "cpu"], None, "cpu=-1,gres/npu=-1"),  # unlimited borrowing: no limit
+    ],
+)
+def test_a_projects_cards_are_counted_in_the_tres_of_the_pools_device_types(
+    types: list[str], cards: int | None, want: str
+) -> None:
+    assert tres(types, cards) == want
