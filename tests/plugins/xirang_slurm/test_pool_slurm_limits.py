@@ -90,9 +90,10 @@ def own_sbatch(user: str) -> str:
 
 
 def settled(job: str, want: str) -> tuple[str, str]:
-    """The job's state and reason once it is ``want`` (or after 60 s, whatever they are);
-    ``("gone", "")`` once Slurm has it no more."""
-    deadline = time.monotonic() + 60
+    """The job's state and reason once it is ``want`` (or after 120 s, whatever they are:
+    another test's jobs may hold the CPUs a while); ``("gone", "")`` once Slurm has it no
+    more."""
+    deadline = time.monotonic() + 120
     while True:
         out = subprocess.run(
             ["squeue", "-h", "-j", job, "-o", "%T %r"], capture_output=True, text=True
