@@ -89,16 +89,16 @@ def own_sbatch(user: str) -> str:
     ).stdout.strip()
 
 
-def settled(job: str, want: str) -> tuple[str, str]:
-    """The job's state and reason once it is ``want`` (or after 120 s, whatever they are:
-    another test's jobs may hold the CPUs a while); ``("gone", "")`` once Slurm has it no
-    more."""
+def settled(job: str, state: str, reason: str = "") -> tuple[str, str]:
+    """The job's state and reason once they are ``state`` and one starting with ``reason`` (or
+    after 120 s, whatever they are: another test's jobs may hold the CPUs a while);
+    ``("gone", "")`` once Slurm has it no more."""
     deadline = time.monotonic() + 120
     while True:
         out = subprocess.run(
             ["squeue", "-h", "-j", job, "-o", "%T %r"], capture_output=True, text=True
         ).stdout.split() or ["gone", ""]
-        if out[0] == want or time.monotonic() > deadline:
+        if (out[0] == state and out[1].startswith(reason)) or time.monotonic() > deadline:
             return out[0], out[1]
         time.sleep(0.3)
 
@@ -113,9 +113,10 @@ def test_a_tenants_own_sbatch_pends_behind_its_projects_quota(
         try:
             service.settle()  # the limits are set by the executor's thread
             assert association(accounting, project) == {"": "cpu=1", a: ""}
-            first, second = own_sbatch(a), own_sbatch(a)
+            first = own_sbatch(a)
             assert settled(first, "RUNNING") == ("RUNNING", "None")
-            state, reason = settled(second, "PENDING")
+            second = own_sbatch(a)  # one CPU more than the project's one card
+            state, reason = settled(second, "PENDING", "AssocGrp")
             assert state == "PENDING" and reason.startswith("AssocGrp"), (state, reason)
 
             # the operator lends it one more card: Slurm lets the second job run
