@@ -55,27 +55,34 @@ def enforced(conf: dict[str, str]) -> bool:
 
 def keep(cluster: str, project: str, user: str, grp_tres: str) -> None:
     """Make ``project``'s account on ``cluster`` hold exactly ``user`` (none: no user) under
-    ``grp_tres``: the account made if missing, its other users' associations removed."""
+    ``grp_tres``: the account made if missing, its other users' associations removed. One
+    ``sacctmgr`` question when nothing changed (a pool's start tells it every project)."""
     account = slurm_account(project)
     where = (f"account={account}", f"cluster={cluster}")
-    rows = commands.run("sacctmgr", "-n", "-P", "show", "assoc", *where, "format=user")
-    users = {line.strip() for line in rows.splitlines()}
-    if not users:  # not even the account's own association (user "")
+    rows = commands.run("sacctmgr", "-n", "-P", "show", "assoc", *where, "format=user,grptres")
+    held = dict(line.split("|", 1) for line in rows.splitlines() if "|" in line)
+    if not held:  # not even the account's own association (user "")
         _sacctmgr("add", "account", account, f"cluster={cluster}", "organization=xirang")
-    _sacctmgr(
-        "modify",
-        "account",
-        "where",
-        f"name={account}",
-        f"cluster={cluster}",
-        "set",
-        f"GrpTRES={grp_tres}",
-    )
-    if user and user not in users:
+    if _set(held.get("", "")) != _set(grp_tres):
+        _sacctmgr(
+            "modify",
+            "account",
+            "where",
+            f"name={account}",
+            f"cluster={cluster}",
+            "set",
+            f"GrpTRES={grp_tres}",
+        )
+    if user and user not in held:
         _sacctmgr("add", "user", user, *where)
         _default_account(user, account)
-    for stale in sorted(users - {user, ""}):
+    for stale in sorted(held.keys() - {user, ""}):
         _sacctmgr("remove", "user", stale, *where)
+
+
+def _set(grp_tres: str) -> set[str]:
+    """A GrpTRES as the limits it sets (``cpu=-1`` sets none: sacctmgr shows it empty)."""
+    return {item for item in grp_tres.split(",") if item and not item.endswith("=-1")}
 
 
 def _default_account(user: str, account: str) -> None:
