@@ -975,17 +975,10 @@ class PoolService:
         limits, self._limits = self._limits, []
         if isinstance(self.executor, LimitingExecutor):
             types = tuple(self.engine.cluster.types)
-            for p in limits:
-                self._outbox.append(
-                    Action(
-                        "limit",
-                        None,
-                        account=p.run_as,
-                        project=p.name,
-                        cards=_cards(p),
-                        types=types,
-                    )
-                )
+            self._outbox.extend(
+                Action("limit", account=p.run_as, project=p.name, cards=_cards(p), types=types)
+                for p in limits
+            )
         stops, self._stops = self._stops, []
         for stopped, reason in stops:
             self._stop(stopped, reason)
