@@ -190,28 +190,32 @@ accounting_conf() {
 }
 
 # ---------------------------------------------------------------- accounting
-# MariaDB of our own: data in $MN_DIR/db, socket and pid file in $MN_DIR/run, port $MN_DB_PORT on
-# loopback; slurmdbd reaches it as user slurm with a password made at the first `up`.
+# MariaDB of our own: data, socket and pid file in $MN_DIR/db (the mysql user's), port $MN_DB_PORT
+# on loopback, log in $MN_DIR/log; slurmdbd reaches it as user slurm with a password made at `up`.
 db_up() {
-    local sock="$MN_DIR/run/mariadb.sock"
-    alive "$MN_DIR/run/mariadb.pid" mariadbd && return 0
-    if [ ! -d "$MN_DIR/db/mysql" ]; then
-        rm -rf "$MN_DIR/db"
-        mkdir -p "$MN_DIR/db"
-        chown mysql:mysql "$MN_DIR/db"
-        mariadb-install-db --no-defaults --user=mysql --datadir="$MN_DIR/db" \
+    local db="$MN_DIR/db" sock="$MN_DIR/db/mariadb.sock"
+    alive "$db/mariadb.pid" mariadbd && return 0
+    chmod 0755 "$MN_DIR"   # mysql passes through to its own folder
+    if [ ! -d "$db/data/mysql" ]; then
+        rm -rf "$db"
+        mkdir -p "$db/data"
+        chown -R mysql:mysql "$db"
+        mariadb-install-db --no-defaults --user=mysql --datadir="$db/data" \
             --skip-test-db >"$MN_DIR/log/mariadb-install.log" 2>&1
     fi
-    chown mysql:mysql "$MN_DIR/run"
-    setsid mariadbd --no-defaults --user=mysql --datadir="$MN_DIR/db" --socket="$sock" \
+    touch "$MN_DIR/log/mariadb.log"
+    chown mysql:mysql "$MN_DIR/log/mariadb.log"
+    setsid mariadbd --no-defaults --user=mysql --datadir="$db/data" --socket="$sock" \
         --port="$MN_DB_PORT" --bind-address=127.0.0.1 --skip-name-resolve \
-        --pid-file="$MN_DIR/run/mariadb.pid" --log-error="$MN_DIR/log/mariadb.log" \
+        --pid-file="$db/mariadb.pid" --log-error="$MN_DIR/log/mariadb.log" \
         --performance-schema=OFF --innodb-buffer-pool-size=64M --innodb-log-file-size=64M \
         --innodb-lock-wait-timeout=900 --max-connections=50 </dev/null >/dev/null 2>&1 &
     for _ in $(seq 1 300); do
         if mariadb --no-defaults -S "$sock" -u root -e 'SELECT 1' >/dev/null 2>&1; then break; fi
         sleep 0.1
     done
+    mariadb --no-defaults -S "$sock" -u root -e 'SELECT 1' >/dev/null ||
+        { log "MariaDB did not start; see $MN_DIR/log/mariadb.log"; return 1; }
     [ -s "$MN_DIR/etc/db.pass" ] || head -c 18 /dev/urandom | base64 | tr -d '/+=' >"$MN_DIR/etc/db.pass"
     chmod 0600 "$MN_DIR/etc/db.pass"
     mariadb --no-defaults -S "$sock" -u root <<SQL
@@ -244,6 +248,8 @@ CONF
         if SLURM_CONF="$CONF" timeout 5 sacctmgr -n show cluster >/dev/null 2>&1; then break; fi
         sleep 0.1
     done
+    SLURM_CONF="$CONF" timeout 5 sacctmgr -n show cluster >/dev/null ||
+        { log "slurmdbd does not answer; see $MN_DIR/log/slurmdbd.log"; return 1; }
     # the cluster (and with it account root, user root) before slurmctld registers
     if [ -z "$(SLURM_CONF="$CONF" sacctmgr -n -P show cluster xrmn format=cluster)" ]; then
         SLURM_CONF="$CONF" sacctmgr -i add cluster xrmn >/dev/null
@@ -261,10 +267,9 @@ accounting_down() {
     if alive "$MN_DIR/run/slurmdbd.pid" slurmdbd; then pids+=("$(cat "$MN_DIR/run/slurmdbd.pid")"); fi
     stop_pids 100 "${pids[@]}"
     pids=()
-    if alive "$MN_DIR/run/mariadb.pid" mariadbd; then pids+=("$(cat "$MN_DIR/run/mariadb.pid")"); fi
+    if alive "$MN_DIR/db/mariadb.pid" mariadbd; then pids+=("$(cat "$MN_DIR/db/mariadb.pid")"); fi
     stop_pids 300 "${pids[@]}"
-    rm -rf "$MN_DIR/db" "$MN_DIR/run/slurmdbd.pid" "$MN_DIR/run/mariadb.pid" \
-        "$MN_DIR/etc/slurmdbd.conf" "$MN_DIR/etc/db.pass"
+    rm -rf "$MN_DIR/db" "$MN_DIR/run/slurmdbd.pid" "$MN_DIR/etc/slurmdbd.conf" "$MN_DIR/etc/db.pass"
 }
 
 # ---------------------------------------------------------------- daemons
