@@ -7,8 +7,15 @@
 # working beside it. .ci/run starts it with no arguments (= up).
 #
 #   slurm_multinode.sh [up [N]]   # N compute nodes (default 2, or $MN_NODES); idempotent
-#   slurm_multinode.sh down       # stop its daemons and jobs, remove namespaces and bridge
+#   slurm_multinode.sh down       # stop its daemons and jobs, remove namespaces, bridge, database
 #   slurm_multinode.sh status
+#
+# Accounting (MN_ACCOUNTING=1, the default; 0: none): slurmdbd on a MariaDB of its own (its own
+# data folder, socket and loopback port under $MN_DIR; Debian's slurmdbd and mariadb-server),
+# and slurmctld with AccountingStorageEnforce=limits: every submitter needs an association
+# (root has one in account root), and an account's GrpTRES bounds its jobs however they are
+# submitted. The xirang pool keeps one account per project (docs/pool.md). `down` stops both
+# and deletes the database: each `up` starts with no accounts but root's.
 #
 # Clients use this cluster's config:   export SLURM_CONF=$MN_DIR/etc/slurm.conf
 # (MN_DIR defaults to /tmp/xirang-multinode; the tests find it there or through
@@ -32,6 +39,9 @@ MN_BR="${MN_BR:-xrbr0}"
 MN_NET="${MN_NET:-10.250.0}"                  # /24 prefix: .1 = controller, .1i = node i
 MN_NS_PREFIX="${MN_NS_PREFIX:-xrn}"
 MN_CTLD_PORT="${MN_CTLD_PORT:-6917}"          # not 6817, so a single-node Slurm can coexist
+MN_ACCOUNTING="${MN_ACCOUNTING:-1}"           # slurmdbd + MariaDB, association limits enforced
+MN_DBD_PORT="${MN_DBD_PORT:-6919}"            # slurmdbd (not 6819, Slurm's default)
+MN_DB_PORT="${MN_DB_PORT:-6920}"              # its MariaDB, on 127.0.0.1 only
 # CPUs each node advertises (all share the host). `--all`, and slurmd started on every CPU
 # below: a caller pinned to fewer (a test process that set its affinity) must not make a
 # restarted node register fewer CPUs than the config says (Slurm then sets it INVAL)
@@ -57,6 +67,10 @@ install_packages() {
     if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v munged >/dev/null; then
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null
+    fi
+    if [ "$MN_ACCOUNTING" = 1 ] && { ! command -v slurmdbd >/dev/null || ! command -v mariadbd >/dev/null; }; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurmdbd mariadb-server >/dev/null
     fi
 }
 
@@ -141,7 +155,7 @@ SlurmdLogFile=${MN_DIR}/log/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+$(accounting_conf)
 SchedulerType=sched/backfill
 SchedulerParameters=batch_sched_delay=0,sched_interval=1,bf_interval=1
 SelectType=select/cons_tres
@@ -164,6 +178,98 @@ CONF
     # task/none + proctrack/linuxproc need no cgroup.conf; never let one from /etc/slurm leak in
     rm -f "$MN_DIR/etc/cgroup.conf"
     echo "$n" >"$MN_DIR/nodes"
+}
+
+accounting_conf() {
+    if [ "$MN_ACCOUNTING" = 1 ]; then
+        printf '%s\n' AccountingStorageType=accounting_storage/slurmdbd AccountingStorageHost=localhost \
+            "AccountingStoragePort=$MN_DBD_PORT" AccountingStorageEnforce=limits
+    else
+        echo AccountingStorageType=accounting_storage/none
+    fi
+}
+
+# ---------------------------------------------------------------- accounting
+# MariaDB of our own: data, socket and pid file in $MN_DIR/db (the mysql user's), port $MN_DB_PORT
+# on loopback, log in $MN_DIR/log; slurmdbd reaches it as user slurm with a password made at `up`.
+db_up() {
+    local db="$MN_DIR/db" sock="$MN_DIR/db/mariadb.sock"
+    alive "$db/mariadb.pid" mariadbd && return 0
+    chmod 0755 "$MN_DIR"   # mysql passes through to its own folder
+    if [ ! -d "$db/data/mysql" ]; then
+        rm -rf "$db"
+        mkdir -p "$db/data"
+        chown -R mysql:mysql "$db"
+        mariadb-install-db --no-defaults --user=mysql --datadir="$db/data" \
+            --skip-test-db >"$MN_DIR/log/mariadb-install.log" 2>&1
+    fi
+    touch "$MN_DIR/log/mariadb.log"
+    chown mysql:mysql "$MN_DIR/log/mariadb.log"
+    setsid mariadbd --no-defaults --user=mysql --datadir="$db/data" --socket="$sock" \
+        --port="$MN_DB_PORT" --bind-address=127.0.0.1 --skip-name-resolve \
+        --pid-file="$db/mariadb.pid" --log-error="$MN_DIR/log/mariadb.log" \
+        --performance-schema=OFF --innodb-buffer-pool-size=64M --innodb-log-file-size=64M \
+        --innodb-lock-wait-timeout=900 --max-connections=50 </dev/null >/dev/null 2>&1 &
+    for _ in $(seq 1 300); do
+        if mariadb --no-defaults -S "$sock" -u root -e 'SELECT 1' >/dev/null 2>&1; then break; fi
+        sleep 0.1
+    done
+    mariadb --no-defaults -S "$sock" -u root -e 'SELECT 1' >/dev/null ||
+        { log "MariaDB did not start; see $MN_DIR/log/mariadb.log"; return 1; }
+    [ -s "$MN_DIR/etc/db.pass" ] || head -c 18 /dev/urandom | base64 | tr -d '/+=' >"$MN_DIR/etc/db.pass"
+    chmod 0600 "$MN_DIR/etc/db.pass"
+    mariadb --no-defaults -S "$sock" -u root <<SQL
+CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '$(cat "$MN_DIR/etc/db.pass")';
+GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';
+SQL
+}
+
+dbd_up() {
+    alive "$MN_DIR/run/slurmdbd.pid" slurmdbd && return 0
+    # slurmdbd reads slurmdbd.conf beside $SLURM_CONF; it must be SlurmUser's alone (a password)
+    cat >"$MN_DIR/etc/slurmdbd.conf" <<CONF
+AuthType=auth/munge
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort=${MN_DBD_PORT}
+SlurmUser=root
+PidFile=${MN_DIR}/run/slurmdbd.pid
+LogFile=${MN_DIR}/log/slurmdbd.log
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=${MN_DB_PORT}
+StorageUser=slurm
+StoragePass=$(cat "$MN_DIR/etc/db.pass")
+StorageLoc=slurm_acct_db
+CONF
+    chmod 0600 "$MN_DIR/etc/slurmdbd.conf"
+    SLURM_CONF="$CONF" slurmdbd
+    for _ in $(seq 1 300); do
+        if SLURM_CONF="$CONF" timeout 5 sacctmgr -n show cluster >/dev/null 2>&1; then break; fi
+        sleep 0.1
+    done
+    SLURM_CONF="$CONF" timeout 5 sacctmgr -n show cluster >/dev/null ||
+        { log "slurmdbd does not answer; see $MN_DIR/log/slurmdbd.log"; return 1; }
+    # the cluster (and with it account root, user root) before slurmctld registers
+    if [ -z "$(SLURM_CONF="$CONF" sacctmgr -n -P show cluster xrmn format=cluster)" ]; then
+        SLURM_CONF="$CONF" sacctmgr -i add cluster xrmn >/dev/null
+    fi
+}
+
+accounting_up() {
+    if [ "$MN_ACCOUNTING" != 1 ]; then accounting_down; return 0; fi   # ours from an earlier `up`
+    db_up
+    dbd_up
+}
+
+accounting_down() {
+    local pids=()
+    if alive "$MN_DIR/run/slurmdbd.pid" slurmdbd; then pids+=("$(cat "$MN_DIR/run/slurmdbd.pid")"); fi
+    stop_pids 100 "${pids[@]}"
+    pids=()
+    if alive "$MN_DIR/db/mariadb.pid" mariadbd; then pids+=("$(cat "$MN_DIR/db/mariadb.pid")"); fi
+    stop_pids 300 "${pids[@]}"
+    rm -rf "$MN_DIR/db" "$MN_DIR/run/slurmdbd.pid" "$MN_DIR/etc/slurmdbd.conf" "$MN_DIR/etc/db.pass"
 }
 
 # ---------------------------------------------------------------- daemons
@@ -238,7 +344,11 @@ cmd_up() {
     net_up "$n"
     write_conf "$n"
     munge_up
-    if [ -n "$before" ] && [ "$before" != "$(cat "$CONF")" ]; then
+    accounting_up
+    if [ -n "$before" ] && [ "$(grep ^Accounting <<<"$before")" != "$(grep ^Accounting "$CONF")" ]; then
+        log "accounting changed: restarting the controller (reconfigure does not change it)"
+        stop_pids 100 "$(cat "$MN_DIR/run/slurmctld.pid")"
+    elif [ -n "$before" ] && [ "$before" != "$(cat "$CONF")" ]; then
         log "slurm.conf changed: reconfiguring the running controller"
         SLURM_CONF="$CONF" scontrol reconfigure
     fi
@@ -247,6 +357,7 @@ cmd_up() {
     wait_idle "$n"
     echo "export SLURM_CONF=$CONF" >"$MN_DIR/env"
     log "up: $n nodes (node1..node$n = $MN_NET.11..$MN_NET.$((10 + n))), controller $CTL_HOST($MN_NET.1):$MN_CTLD_PORT"
+    [ "$MN_ACCOUNTING" = 1 ] && log "accounting: slurmdbd 127.0.0.1:$MN_DBD_PORT, MariaDB 127.0.0.1:$MN_DB_PORT, AccountingStorageEnforce=limits"
     echo "export SLURM_CONF=$CONF"
 }
 
@@ -296,6 +407,7 @@ cmd_down() {
     # munged only if this script started it (and that pid is still munged)
     if alive "$MN_DIR/run/munged.ours" munged; then stop_pids 50 "$(cat "$MN_DIR/run/munged.ours")"; fi
     rm -f "$MN_DIR/run/munged.ours"
+    accounting_down
     net_down
     rm -rf "$MN_DIR/state" "$MN_DIR/spool"
     log "down (logs kept in $MN_DIR/log)"

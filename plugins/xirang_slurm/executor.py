@@ -32,6 +32,12 @@ Each job runs as its project's account (``run_as``): the service, as root, submi
 ``runuser -u ACCOUNT -- sbatch`` and a clean environment (none of the service's variables, its
 tokens and database URL among them, reach the job), from the account's home (a run from its run
 directory), where Slurm writes its output, ``xirang-pool-<job>.out``.
+
+Where slurmctld enforces association limits (slurmdbd, ``AccountingStorageEnforce=limits``),
+the service tells the executor each project's cards (:meth:`SlurmExecutor.limit`, at start and
+at every quota change) and it keeps the project's Slurm account, user and ``GrpTRES``
+(:mod:`xirang_slurm.limits`), so a tenant's own ``sbatch`` pends behind the same quota; the
+pool's jobs are submitted under that account (``--account``).
 """
 
 from __future__ import annotations
@@ -42,12 +48,12 @@ import os
 import pwd
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from xirang import xirang_home
-from xirang_slurm import commands
+from xirang_slurm import commands, limits
 from xirang_slurm.script import BatchJob, render
 
 log = logging.getLogger("xirang.pool")
@@ -85,6 +91,8 @@ class SlurmExecutor:
     #: lookup that does not find it reports it failed (a stalled slurmctld reads the request
     #: when it wakes, after the sbatch gave up)
     grace = 30.0
+    #: seconds before a project limit sacctmgr could not set (slurmdbd away) is tried again
+    retry_limits = 30.0
 
     def __init__(self, workdir: str | Path | None = None, partition: str = "") -> None:
         self.workdir = Path(workdir or xirang_home() / "slurm")
@@ -98,6 +106,11 @@ class SlurmExecutor:
         self.unresolved: dict[int, str] = {}  # intents not yet found in Slurm
         self.asked: dict[int, float] = {}  # unresolved submissions: when sbatch got no answer
         self.unanswered: set[int] = set()  # tracked jobs the last poll could not learn of
+        self.cluster: str | None = None  # Slurm's ClusterName, once slurmctld said
+        self.enforcing = False  # whether slurmctld holds jobs to association limits
+        self.limits: dict[str, tuple[str, str]] = {}  # project: (user, GrpTRES) not yet set
+        self.limits_tried = 0.0
+        self.holders: dict[str, str] = {}  # Slurm account: the project it is kept for
 
     def bind(self, store_id: str) -> None:
         """The pool store's id, put in every Slurm job's name and output file: a pool finds
@@ -150,6 +163,7 @@ class SlurmExecutor:
             switches=leaves,
             partition=self.partition,
             output=self._output(job.id, account),
+            account=limits.slurm_account(job.project) if self.enforcing and account else "",
             requeue=False,  # the pool requeues a preempted job itself
         )
         script = self.workdir / f"job-{job.id}.sbatch"
@@ -190,11 +204,79 @@ class SlurmExecutor:
         commands.cancel(slurm_id, "--signal=TERM", "--full", "--state=RUNNING")
         commands.cancel(slurm_id)  # a pending one, and a running one after its TERM
 
+    def limit(self, project: str, account: str, cards: int | None, types: Sequence[str]) -> None:
+        """Keep ``project``'s Slurm association (:mod:`xirang_slurm.limits`): its account,
+        ``account`` (its ``run_as``) as the one user, ``GrpTRES`` at ``cards`` of each of
+        ``types`` (None: no limit). Nothing where slurmctld enforces no limits (said once); a
+        change sacctmgr could not make (slurmdbd away) is logged and made at a later poll."""
+        holder = self.holders.setdefault(limits.slurm_account(project), project)
+        if holder != project:
+            log.error(
+                "pool: project %s's Slurm account %s is project %s's already (Slurm account "
+                "names are lower case): its limit is not set; rename one of them",
+                project,
+                holder.lower(),
+                holder,
+            )
+            return
+        self.limits[project] = (account, limits.tres(types, cards))
+        self._keep_limits()
+
+    def _keep_limits(self) -> None:
+        """Set the limits not set yet; each one sacctmgr refuses stays for a later try."""
+        self.limits_tried = time.monotonic()
+        if not self._learn_accounting():
+            return
+        for project, (user, grp_tres) in list(self.limits.items()):
+            if self.enforcing:
+                try:
+                    limits.keep(self.cluster or "", project, user, grp_tres)
+                except commands.SlurmError as exc:
+                    log.warning(
+                        "pool: project %s's Slurm limit (GrpTRES=%s) is not set: %s; trying "
+                        "again in %.0f s",
+                        project,
+                        grp_tres,
+                        exc,
+                        self.retry_limits,
+                    )
+                    continue
+                log.info(
+                    "pool: project %s: Slurm account GrpTRES=%s, user %s",
+                    project,
+                    grp_tres,
+                    user or "none",
+                )
+            del self.limits[project]
+
+    def _learn_accounting(self) -> bool:
+        """Learn, once, the cluster's name and whether it enforces association limits (a
+        warning if not); False while slurmctld does not answer."""
+        if self.cluster is not None:
+            return True
+        try:
+            conf = limits.config()
+        except commands.SlurmError as exc:
+            log.warning("pool: cannot read Slurm's configuration: %s; trying again later", exc)
+            return False
+        self.cluster, self.enforcing = conf.get("ClusterName", ""), limits.enforced(conf)
+        if not self.enforcing:
+            log.warning(
+                "pool: Slurm does not enforce association limits (AccountingStorageEnforce=%s):"
+                " a tenant's own sbatch is bounded by nothing the pool sets (docs/pool.md, "
+                "Slurm accounting)",
+                conf.get("AccountingStorageEnforce", "none"),
+            )
+        return True
+
     def poll(self) -> list[tuple[int, bool]]:
         """Jobs that ended since the last poll and whether they succeeded, from one listing of
         Slurm's jobs: a job Slurm no longer knows has vanished (failed). The same listing finds
         unconfirmed submissions by name and cancels strays (see :meth:`_sweep`). Slurm not
-        answering is retried at the next poll; meanwhile the jobs' fate is ``unknown``."""
+        answering is retried at the next poll; meanwhile the jobs' fate is ``unknown``. A
+        project limit not set yet is tried again once :attr:`retry_limits` has passed."""
+        if self.limits and time.monotonic() - self.limits_tried >= self.retry_limits:
+            self._keep_limits()
         if self.slurm_ids or self.unresolved or self.store_id:
             try:
                 listing = commands.jobs()

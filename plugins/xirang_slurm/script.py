@@ -43,6 +43,8 @@ class BatchJob:
     gres: str = ""
     switches: int = 0
     partition: str = ""
+    #: the Slurm account the job is charged to (its project's, whose limits bound it)
+    account: str = ""
     time_limit: str = ""
     output: str = ""
     grace_s: int = 60
@@ -96,6 +98,8 @@ def placement_flags(job: BatchJob) -> list[str]:
         flags.append(f"--switches={job.switches}")
     if job.partition:
         flags.append(f"--partition={job.partition}")
+    if job.account:
+        flags.append(f"--account={job.account}")
     if job.time_limit:
         flags.append(f"--time={job.time_limit}")
     return flags

@@ -30,7 +30,7 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -107,6 +107,19 @@ class DrainingExecutor(Protocol):
     def drain(self, node: str, reason: str) -> None: ...
 
 
+@runtime_checkable
+class LimitingExecutor(Protocol):
+    """An executor whose cluster holds each project's jobs to its quota itself, however they
+    reach it (Slurm: the project's association ``GrpTRES``, through ``sacctmgr``). The service
+    tells it every project's ``cards`` (guaranteed plus borrowable; None: unlimited), its
+    ``account`` (``run_as``) and the pool's device types at start and at each change of them;
+    it never raises for a limit it could not set (it logs it and tries again)."""
+
+    def limit(
+        self, project: str, account: str, cards: int | None, types: Sequence[str]
+    ) -> None: ...
+
+
 class RecordingExecutor:
     """The default for ``xirang pool serve``: the submitter runs its own job (the local
     executor), so the service only records what it was told."""
@@ -129,8 +142,8 @@ class RecordingExecutor:
 
 @dataclass(frozen=True)
 class Action:
-    """One executor call a stored change asks for (``start``, ``stop`` or ``drain``), made
-    outside the service's lock; ``job`` is a copy, as the change left it."""
+    """One executor call a stored change asks for (``start``, ``stop``, ``drain`` or
+    ``limit``), made outside the service's lock; ``job`` is a copy, as the change left it."""
 
     kind: str
     job: Job | None = None
@@ -140,6 +153,9 @@ class Action:
     umask: int = 0o077
     reason: str = ""
     node: str = ""
+    project: str = ""
+    cards: int | None = None
+    types: tuple[str, ...] = ()
 
 
 P = ParamSpec("P")
@@ -210,6 +226,7 @@ class PoolService:
         self.policy = load_policy(policy)
         self.throughputs = self._hardware(cluster_file)
         self._stops: list[tuple[Job, str]] = []  # told to the executor once the change is stored
+        self._limits: list[Project] = []  # projects whose cluster limits changed, likewise
         self._projects: dict[str, Project] = {}  # edited, stored with the next change
         self._jobs: dict[int, Job] = {}  # changed without an event, stored likewise
         self._ended: list[tuple[int, bool]] = []  # polled ends not yet stored
@@ -234,7 +251,9 @@ class PoolService:
         if getattr(self.executor, "remote", False):
             threading.Thread(target=self._actor, name="pool-executor", daemon=True).start()
         with self.lock, self._change(clock()):
-            pass  # a first pass: what fits starts, and a restart's repairs are stored
+            # a first pass: what fits starts, and a restart's repairs are stored; the cluster
+            # is told every project's limits first (they may have changed while it was down)
+            self._limits = list(self.engine.quotas.projects.values())
         self._kick()
 
     def _store_id(self) -> str:
@@ -702,6 +721,8 @@ class PoolService:
             with self._change(self.clock()):
                 self.engine.set_quota(project)
                 self._projects[project.name] = project
+                if old is None or _cards(old) != _cards(project) or old.run_as != project.run_as:
+                    self._limits.append(project)
                 # its running jobs were re-split into guaranteed and borrowed: stored too
                 self._jobs.update(
                     (j.id, j) for j in self.engine.running_jobs() if j.project == name
@@ -913,6 +934,7 @@ class PoolService:
             self._publish(changed)
         except BaseException:
             dirty = bool(self.engine.events or self._projects or self._jobs or self._stops)
+            self._limits.clear()
             self.engine.events.clear()
             self._projects.clear()
             self._jobs.clear()
@@ -948,7 +970,15 @@ class PoolService:
         return events, list(changed.values())
 
     def _notify(self, events: list[Event]) -> None:
-        """Queue what the stored change asks of the executor: stops first, then starts."""
+        """Queue what the stored change asks of the executor: limits first (a start may need
+        its project's), then stops, then starts."""
+        limits, self._limits = self._limits, []
+        if isinstance(self.executor, LimitingExecutor):
+            types = tuple(self.engine.cluster.types)
+            self._outbox.extend(
+                Action("limit", account=p.run_as, project=p.name, cards=_cards(p), types=types)
+                for p in limits
+            )
         stops, self._stops = self._stops, []
         for stopped, reason in stops:
             self._stop(stopped, reason)
@@ -1056,6 +1086,8 @@ class PoolService:
                 self.executor.stop(action.job, action.reason)
             elif action.kind == "drain" and isinstance(self.executor, DrainingExecutor):
                 self.executor.drain(action.node, action.reason)
+            elif action.kind == "limit" and isinstance(self.executor, LimitingExecutor):
+                self.executor.limit(action.project, action.account, action.cards, action.types)
         except Exception as exc:
             log.warning("pool: the executor could not %s: %s", action.kind, exc)
 
@@ -1188,6 +1220,14 @@ def _umask(value: Any, old: int) -> int:
     if not isinstance(value, str) or not value.isdigit() or set(value) - set("01234567"):
         raise PoolError(f"umask must be an octal mode such as 077, got {value!r}")
     return int(value, 8)
+
+
+def _cards(project: Project) -> int | None:
+    """The most cards a project's jobs may hold at once: guaranteed plus borrowable (None:
+    unlimited borrowing)."""
+    if project.borrow_limit is None:
+        return None
+    return project.guaranteed + project.borrow_limit
 
 
 def _limit(value: Any) -> int | None:
