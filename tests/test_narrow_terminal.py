@@ -70,7 +70,7 @@ def test_the_plan_table_fits_80_columns(capsys, monkeypatch) -> None:
     assert main(plan) == 0
     printed = capsys.readouterr().out
     assert fits(printed), printed
-    assert "dp1xtp4xpp16" in printed and "33.65" in printed  # the plan and its memory, whole
+    assert "dp1xtp4xpp16" in printed and "20.88" in printed  # the plan and its memory, whole
 
 
 def test_the_sweep_table_splits_no_value_at_80_columns(tmp_path, capsys, monkeypatch) -> None:

@@ -5,7 +5,7 @@
     xirang plan model=gpt_small devices=4 --smoke   # here; runs the top plans
     xirang plan model=llama3_70b cluster=mixed_h100_a100_910b global_batch=512
     xirang plan model=llama3_8b cluster=dgx_h100:1+dgx_a100_80gb:2
-    xirang plan model=llama3_8b cluster=dgx_h100 --verify   # the top 2 wrapped at scale
+    xirang plan model=llama3_8b cluster=dgx_h100 --verify   # top 2 at scale
 
 Arguments are ``key=value``: ``model`` (a zoo option) or the shape (``layers hidden heads vocab
 seq``, optional ``params``); ``cluster`` (``local`` = this host, default) and any cluster field
