@@ -187,8 +187,13 @@ class ShardFetcher:
         return data
 
     def _key_use(self, next_use: Callable[[int], float]) -> NextUse:
-        index = {info.key: i for i, info in enumerate(self.infos)}
+        index = self._positions
         return lambda key: next_use(index[key]) if key in index else float("inf")
+
+    @functools.cached_property
+    def _positions(self) -> dict[str, int]:
+        """Each shard key's index position (a sidecar's key is none: evicted first)."""
+        return {info.key: i for i, info in enumerate(self.infos)}
 
     def settle(self) -> None:
         """Wait for the loads in flight: a process forked after this inherits them decoded."""
