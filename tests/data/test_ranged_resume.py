@@ -92,10 +92,12 @@ def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(token_shards, "BATCH_TOKENS", 40)
 
 
-def first_batch(uri: str, step: int, **storage) -> tuple[np.ndarray, np.ndarray, int]:
+def first_batch(
+    uri: str, step: int, cache: str = "", **storage
+) -> tuple[np.ndarray, np.ndarray, int]:
     """A fresh reader's sparse first batch of ``step``, the packed one, and the bytes the
-    sparse read took from the origin."""
-    cfg = config(uri, shuffle_block=2)
+    sparse read took from the origin (``cache``: the disk cache folder, none when empty)."""
+    cfg = config(uri, shuffle_block=2, cache_dir=cache)
     if storage:
         cfg["storage"] = storage
     fresh, _ = run_batches(cfg, 0, 1, 5, 2)
@@ -192,7 +194,9 @@ def s3() -> Iterator[str]:
 
 
 @pytest.mark.usefixtures("small_batches")
-def test_a_resume_from_s3_reads_its_first_rows_by_ranged_gets(make_dataset: Make, s3: str):
+def test_a_resume_from_s3_reads_its_first_rows_by_ranged_gets(
+    make_dataset: Make, s3: str, tmp_path: Path
+) -> None:
     local, _ = make_dataset(n=160, per_shard=40)
     storage = {"name": "s3", "root": "", "endpoint_url": s3, "region": "", "profile": ""}
     cfg = {**config(local.root), "storage": storage, "model": {"vocab_size": 0}}
@@ -202,6 +206,9 @@ def test_a_resume_from_s3_reads_its_first_rows_by_ranged_gets(make_dataset: Make
     sync(local, tier_for(uri, storage))
     sync(tokens_tier(local), tokens_tier(tier_for(uri, storage)), token_id)
     snap = load(tokens_tier(tier_for(uri, storage)), token_id)
-    sparse, packed, taken = first_batch(uri, 4, **storage)
+    cache = str(tmp_path / "cache")
+    sparse, packed, taken = first_batch(uri, 4, cache, **storage)
     assert np.array_equal(sparse, packed)
-    assert 0 < taken < snap.bytes / 2
+    assert 0 < taken < snap.bytes / 2  # ranged GETs, not the shards whole
+    again, _, taken = first_batch(uri, 4, cache, **storage)  # the block's shards are cached
+    assert np.array_equal(again, packed) and taken == 0  # ranges of the cached files
