@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 import numpy as np
@@ -76,7 +77,7 @@ class _Flat:
         return [struct.unpack_from(fmt, self.buf, at + 4 + i * size) for i in range(self.u32(at))]
 
 
-class _Values:
+class _Values(ABC):
     """Token values of a shard by range, decoding only the record batches a range touches.
     Subclasses set ``offsets``, ``batch_values``, ``dtype`` and ``_values`` and decode one
     record batch's values in :meth:`_decode_batch`."""
@@ -104,8 +105,9 @@ class _Values:
             self._values[index] = self._decode_batch(index).view(self.dtype)
         return self._values[index]
 
+    @abstractmethod
     def _decode_batch(self, index: int) -> np.ndarray:
-        raise NotImplementedError
+        """Record batch ``index``'s values buffer, decoded to bytes."""
 
 
 class ShardIndex(_Values):
