@@ -123,7 +123,37 @@ class ShardFetcher:
 
     def verified(self, shard: int, next_use: Callable[[int], float], protect: set[int]) -> bytes:
         """Shard ``shard``'s bytes (disk cache, else origin), checked against its sha256."""
+        return self._checked(self.infos[shard], next_use, protect)
+
+    def sidecar(
+        self, shard: int, next_use: Callable[[int], float], protect: set[int]
+    ) -> bytes | None:
+        """Shard ``shard``'s sidecar index, checked against the sha256 its manifest entry
+        holds; None where it has none, or no good copy is found (read the shard whole then)."""
+        info = self.infos[shard].sidecar
+        if info is None:
+            return None
+        try:
+            return self._checked(info, next_use, protect)
+        except DataError:  # missing or corrupt at the origin: the whole shard still serves
+            return None
+
+    def read_range(self, shard: int, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of shard ``shard``, unchecked (the caller checks them): from
+        the disk cache where it holds the shard, else by a ranged read of the origin."""
         info = self.infos[shard]
+        held = self.disk.read_range(info.key, start, end) if self.disk else None
+        if held is not None:
+            return held
+        data = self.throttle.call(lambda: self.origin.read_range(info.key, start, end))
+        self.origin_bytes += len(data)
+        return data
+
+    def _checked(
+        self, info: ShardInfo, next_use: Callable[[int], float], protect: set[int]
+    ) -> bytes:
+        """An object's bytes (disk cache, else origin), checked against its sha256: a bad copy
+        is dropped and fetched again from the origin; a second bad copy is a DataError."""
         data = self._bytes(info, self._key_use(next_use), {self.infos[p].key for p in protect})
         if not shards.checksum_ok(data, info):
             if self.disk:
@@ -157,8 +187,13 @@ class ShardFetcher:
         return data
 
     def _key_use(self, next_use: Callable[[int], float]) -> NextUse:
-        index = {info.key: i for i, info in enumerate(self.infos)}
+        index = self._positions
         return lambda key: next_use(index[key]) if key in index else float("inf")
+
+    @functools.cached_property
+    def _positions(self) -> dict[str, int]:
+        """Each shard key's index position (a sidecar's key is none: evicted first)."""
+        return {info.key: i for i, info in enumerate(self.infos)}
 
     def settle(self) -> None:
         """Wait for the loads in flight: a process forked after this inherits them decoded."""

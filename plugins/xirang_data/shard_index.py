@@ -7,11 +7,24 @@ Arrow IPC compresses each buffer of each record batch on its own, so this reads 
 footer and each record batch's metadata (flatbuffers, parsed here: pyarrow decodes a record
 batch only whole), decompresses the small offsets buffers, and a record batch's values only
 when a row reads from it. The bytes are the shard's checksummed bytes; nothing is guessed.
+
+Reading and hashing whole shards still costs a resume most of its first batch, so a token
+shard is written with a sidecar index (:func:`sidecar`): the document offsets and, per record
+batch, where its values buffer is in the shard, its codec and the sha256 of those bytes. The
+manifest holds the sidecar's sha256, so :class:`RangedIndex` reads the sidecar, then only the
+value ranges its rows need, each checked against the sidecar's hash before it is decoded: every
+byte used is still vouched for by the content-addressed manifest. The format is plain
+little-endian arrays (never pickle): ``SIDECAR_MAGIC``, a ``HEAD`` record, ``docs + 1`` int64
+document offsets, ``batches + 1`` int64 first values of each record batch, then a ``BATCH``
+record per record batch.
 """
 
 from __future__ import annotations
 
+import hashlib
 import struct
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -22,6 +35,12 @@ from xirang import DataError
 MAGIC = b"ARROW1"
 #: BodyCompression codecs of the IPC format
 CODECS = {0: "lz4", 1: "zstd"}
+#: the first bytes of a sidecar index (its format's version is the last byte but the newline)
+SIDECAR_MAGIC = b"XRIDX\x00\x01\n"
+HEAD = np.dtype([("docs", "<i8"), ("batches", "<i8"), ("dtype", "S8")])
+#: a record batch's values buffer: byte range in the shard, IPC codec (-1: none), sha256
+BATCH = np.dtype([("at", "<i8"), ("length", "<i8"), ("codec", "<i8"), ("sha256", "u1", 32)])
+CODEC_IDS: dict[str | None, int] = {None: -1, "lz4": 0, "zstd": 1}
 
 
 class _Flat:
@@ -58,9 +77,42 @@ class _Flat:
         return [struct.unpack_from(fmt, self.buf, at + 4 + i * size) for i in range(self.u32(at))]
 
 
-class ShardIndex:
-    """Document offsets of a one-column ``list<uint*>`` token shard, and its token values by
-    range, decoding only the record batches a range touches."""
+class _Values(ABC):
+    """Token values of a shard by range, decoding only the record batches a range touches.
+    Subclasses set ``offsets``, ``batch_values``, ``dtype`` and ``_values`` and decode one
+    record batch's values in :meth:`_decode_batch`."""
+
+    offsets: np.ndarray  # every document's first token, and the end of the last
+    batch_values: np.ndarray  # first value of each record batch, and the end of the last
+    dtype: np.dtype
+    _values: dict[int, np.ndarray]
+
+    def values(self, lo: int, hi: int) -> np.ndarray:
+        """Token values ``[lo, hi)`` of the shard (a document's tokens are within one batch)."""
+        first = int(np.searchsorted(self.batch_values, lo, side="right")) - 1
+        pieces, at = [], lo
+        while at < hi:
+            base, end = int(self.batch_values[first]), int(self.batch_values[first + 1])
+            values = self._batch_values(first)
+            pieces.append(values[at - base : min(hi, end) - base])
+            at, first = min(hi, end), first + 1
+        if len(pieces) == 1:
+            return pieces[0]
+        return np.concatenate(pieces) if pieces else np.zeros(0, self.dtype)
+
+    def _batch_values(self, index: int) -> np.ndarray:
+        if index not in self._values:
+            self._values[index] = self._decode_batch(index).view(self.dtype)
+        return self._values[index]
+
+    @abstractmethod
+    def _decode_batch(self, index: int) -> np.ndarray:
+        """Record batch ``index``'s values buffer, decoded to bytes."""
+
+
+class ShardIndex(_Values):
+    """Document offsets of a one-column ``list<uint*>`` token shard, from its whole (checked)
+    bytes, and its token values by range."""
 
     def __init__(self, data: bytes, key: str) -> None:
         self.view, self.key = memoryview(data), key
@@ -113,31 +165,97 @@ class ShardIndex:
         return offsets, (body + buffers[3][0], buffers[3][1], codec)
 
     def _decode(self, at: int, length: int, codec: str | None) -> np.ndarray:
-        """One IPC buffer's bytes: compressed buffers start with their int64 decoded length
-        (-1: stored as is)."""
-        if codec is None:
-            return np.frombuffer(self.buffer, np.uint8, length, at)
-        decoded = struct.unpack_from("<q", self.view, at)[0]
-        if decoded == -1:
-            return np.frombuffer(self.buffer, np.uint8, length - 8, at + 8)
-        raw = pa.Codec(codec).decompress(self.buffer.slice(at + 8, length - 8), decoded)
-        return np.frombuffer(raw, np.uint8)
+        return decode_buffer(self.buffer.slice(at, length), codec)
 
-    def values(self, lo: int, hi: int) -> np.ndarray:
-        """Token values ``[lo, hi)`` of the shard (a document's tokens are within one batch)."""
-        first = int(np.searchsorted(self.batch_values, lo, side="right")) - 1
-        pieces, at = [], lo
-        while at < hi:
-            base, end = int(self.batch_values[first]), int(self.batch_values[first + 1])
-            values = self._batch_values(first)
-            pieces.append(values[at - base : min(hi, end) - base])
-            at, first = min(hi, end), first + 1
-        if len(pieces) == 1:
-            return pieces[0]
-        return np.concatenate(pieces) if pieces else np.zeros(0, self.dtype)
+    def _decode_batch(self, index: int) -> np.ndarray:
+        return self._decode(*self._batches[index][1])
 
-    def _batch_values(self, index: int) -> np.ndarray:
-        if index not in self._values:
-            at, length, codec = self._batches[index][1]
-            self._values[index] = self._decode(at, length, codec).view(self.dtype)
-        return self._values[index]
+    @property
+    def value_ranges(self) -> list[tuple[int, int, str | None]]:
+        """(offset, length, codec) of each record batch's values buffer in the shard."""
+        return [where for _, where in self._batches]
+
+
+def decode_buffer(buffer: pa.Buffer, codec: str | None) -> np.ndarray:
+    """One IPC buffer's bytes: compressed buffers start with their int64 decoded length (-1:
+    stored as is)."""
+    if codec is None:
+        return np.frombuffer(buffer, np.uint8)
+    decoded = struct.unpack_from("<q", buffer)[0]
+    if decoded == -1:
+        return np.frombuffer(buffer, np.uint8, len(buffer) - 8, 8)
+    return np.frombuffer(pa.Codec(codec).decompress(buffer.slice(8), decoded), np.uint8)
+
+
+def sidecar(data: bytes, key: str) -> bytes:
+    """The sidecar index of the token shard ``data`` (see the module docstring)."""
+    index = ShardIndex(data, key)
+    ranges = index.value_ranges
+    head = np.array([(len(index.offsets) - 1, len(ranges), index.dtype.name)], HEAD)
+    batches = np.array(
+        [
+            (
+                at,
+                n,
+                CODEC_IDS[codec],
+                np.frombuffer(hashlib.sha256(data[at : at + n]).digest(), np.uint8),
+            )
+            for at, n, codec in ranges
+        ],
+        BATCH,
+    )
+    arrays = (head, index.offsets.astype("<i8"), index.batch_values.astype("<i8"), batches)
+    return SIDECAR_MAGIC + b"".join(a.tobytes() for a in arrays)
+
+
+class RangedIndex(_Values):
+    """A token shard's :class:`ShardIndex` from its sidecar: offsets from the sidecar, each
+    record batch's values read by range and checked against the sidecar's sha256 of them. A
+    range that fails its check is never decoded: the shard is read whole instead (``whole``,
+    which checks the whole shard and refetches a bad copy from the origin)."""
+
+    def __init__(
+        self,
+        data: bytes,
+        key: str,
+        read_range: Callable[[int, int], bytes],
+        whole: Callable[[], ShardIndex],
+    ) -> None:
+        self.key, self._read_range, self._whole = key, read_range, whole
+        self._fallback: ShardIndex | None = None
+        self._values = {}
+        try:
+            self._parse(memoryview(data))
+        except (ValueError, TypeError) as exc:
+            raise DataError(f"the sidecar index of shard {key} is not readable: {exc}") from None
+
+    def _parse(self, view: memoryview) -> None:
+        if bytes(view[: len(SIDECAR_MAGIC)]) != SIDECAR_MAGIC:
+            raise ValueError("not a sidecar index of this version")
+        at = len(SIDECAR_MAGIC)
+        head = np.frombuffer(view, HEAD, 1, at)[0]
+        docs, batches = int(head["docs"]), int(head["batches"])
+        at += HEAD.itemsize
+        self.offsets = np.frombuffer(view, "<i8", docs + 1, at).astype(np.int64)
+        at += 8 * (docs + 1)
+        self.batch_values = np.frombuffer(view, "<i8", batches + 1, at).astype(np.int64)
+        at += 8 * (batches + 1)
+        self._batches = np.frombuffer(view, BATCH, batches, at)
+        if at + BATCH.itemsize * batches != len(view):
+            raise ValueError(f"{len(view)} bytes, not the {at + BATCH.itemsize * batches} it lists")
+        self.dtype = np.dtype(head["dtype"].decode())
+        if self.dtype.kind not in "ui":
+            raise ValueError(f"token values of type {self.dtype}")
+
+    def _decode_batch(self, index: int) -> np.ndarray:
+        if self._fallback is None:
+            batch = self._batches[index]
+            at, length = int(batch["at"]), int(batch["length"])
+            try:
+                data = self._read_range(at, at + length)
+            except OSError:  # gone or unreachable: the whole read says which, clearly
+                data = b""
+            if len(data) == length and hashlib.sha256(data).digest() == batch["sha256"].tobytes():
+                return decode_buffer(pa.py_buffer(data), CODECS.get(int(batch["codec"])))
+            self._fallback = self._whole()  # a bad range: the whole shard, checked
+        return self._fallback._decode_batch(index)

@@ -19,6 +19,9 @@ from xirang import DataError
 
 ROWS_PER_BATCH = 1024
 SHARD_KEY = re.compile(r"^(shards|quarantine)/[0-9a-f]{64}\.arrow$")
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+#: a shard's sidecar index (shard_index.py) sits beside it: ``shards/<sha256>.index``
+INDEX_SUFFIX = ".index"
 
 
 @dataclass(frozen=True)
@@ -30,15 +33,30 @@ class ShardInfo:
     bytes: int
     sha256: str
     batch_rows: tuple[int, ...]  # first row of every record batch, for range reads
+    #: size and sha256 of the shard's sidecar index (token shards written since it exists):
+    #: a resume's first rows are read by range, each range checked against a hash it lists
+    index_bytes: int = 0
+    index_sha256: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        raw = {
             "key": self.key,
             "samples": self.samples,
             "bytes": self.bytes,
             "sha256": self.sha256,
             "batch_rows": list(self.batch_rows),
         }
+        if self.index_sha256:  # absent from older manifests, whose ids stay what they were
+            raw.update(index_bytes=self.index_bytes, index_sha256=self.index_sha256)
+        return raw
+
+    @property
+    def sidecar(self) -> ShardInfo | None:
+        """The sidecar index as an object of its own (key, size, sha256), if there is one."""
+        if not self.index_sha256:
+            return None
+        key = self.key.removesuffix(".arrow") + INDEX_SUFFIX
+        return ShardInfo(key, 0, self.index_bytes, self.index_sha256, ())
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> ShardInfo:
@@ -49,12 +67,17 @@ class ShardInfo:
                 f"index entry {key!r} is not a shard key of this dataset "
                 "(expected shards/<sha256>.arrow); refusing a path outside the dataset root"
             )
+        index_sha256 = str(raw.get("index_sha256", ""))
+        if index_sha256 and not SHA256.match(index_sha256):
+            raise DataError(f"index entry {key}: index_sha256 {index_sha256!r} is not a sha256")
         return cls(
             key=key,
             samples=int(raw["samples"]),
             bytes=int(raw["bytes"]),
             sha256=str(raw["sha256"]),
             batch_rows=tuple(int(r) for r in raw.get("batch_rows", (0,))),
+            index_bytes=int(raw.get("index_bytes", 0)),
+            index_sha256=index_sha256,
         )
 
 

@@ -1,9 +1,10 @@
 """Snapshots: an immutable, content-addressed list of shards that a run can name exactly.
 
 A dataset root holds ``shards/<sha256>.arrow``, ``quarantine/<sha256>.arrow`` and
-``snapshots/<id>.json``. The id is a hash of the manifest's content (schema, shards, their
-checksums), so two prepares of the same bytes give the same id, and a manifest that was edited no
-longer matches its own name and is refused.
+``snapshots/<id>.json``; a token snapshot's shards also have ``shards/<sha256>.index``, their
+sidecar indexes (checksums in the shard entries). The id is a hash of the manifest's content
+(schema, shards, their checksums), so two prepares of the same bytes give the same id, and a
+manifest that was edited no longer matches its own name and is refused.
 """
 
 from __future__ import annotations

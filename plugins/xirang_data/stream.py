@@ -19,6 +19,8 @@ or holds the whole corpus.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import threading
 from collections import OrderedDict
@@ -32,7 +34,7 @@ import pyarrow as pa
 from xirang import DataError
 from xirang.data import EpochOrder, FsspecTier
 from xirang_data.fetch import ProcessFetcher, ShardFetcher, TierSettings
-from xirang_data.shard_index import ShardIndex
+from xirang_data.shard_index import RangedIndex, ShardIndex
 from xirang_data.snapshot import Snapshot
 from xirang_data.token_shards import check_dtype
 
@@ -77,7 +79,7 @@ class _Sparse:
     shard_of: np.ndarray
     row_of: np.ndarray
     ends: np.ndarray
-    index: dict[int, ShardIndex]
+    index: dict[int, ShardIndex | RangedIndex]
 
     def piece(self, lo: int, length: int) -> np.ndarray:
         """Tokens ``[lo, lo + length)`` of the block (fewer where the block ends first)."""
@@ -340,10 +342,22 @@ class TokenSource(ProcessFetcher):
         ids = plan.order.samples[lo:hi]
         return plan.order.locate(ids[ids < self.n_train])
 
-    def _index(self, shard: int, next_use, protect: set[int]) -> ShardIndex:
-        """One token shard's :class:`ShardIndex`, from its checked bytes, its dtype checked."""
+    def _index(self, shard: int, next_use, protect: set[int]) -> ShardIndex | RangedIndex:
+        """One token shard's index, its dtype checked: from its sidecar where it has one (its
+        values then read by range), else from its whole checked bytes."""
         where = self.snap.shards[shard].key
-        index = ShardIndex(self.fetcher.verified(shard, next_use, protect), where)
+
+        def whole() -> ShardIndex:
+            return ShardIndex(self.fetcher.verified(shard, next_use, protect), where)
+
+        index: ShardIndex | RangedIndex | None = None
+        data = self.fetcher.sidecar(shard, next_use, protect)
+        if data is not None:
+            ranges = functools.partial(self.fetcher.read_range, shard)
+            with contextlib.suppress(DataError):  # a format this version cannot read
+                index = RangedIndex(data, where, ranges, whole)
+        if index is None:
+            index = whole()
         check_dtype(index.dtype, self.read.vocab_size, where, self.read.rebuild)
         return index
 

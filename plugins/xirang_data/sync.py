@@ -4,7 +4,8 @@ Shards are named by their sha256, so what the destination should hold is known b
 it does hold is checked by hash, not size: a destination shard whose bytes do not match its
 name (a corrupt or truncated copy) is replaced. Every copied shard is checked against its
 checksum before it is written (by an atomic rename), and the manifest goes last, so a
-destination never lists a shard it does not hold.
+destination never lists a shard it does not hold. A token shard's sidecar index
+(``shards/<sha256>.index``, checked against the sha256 its manifest entry holds) travels with it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from xirang import DataError
 from xirang.data import FsspecTier, Throttle
 from xirang_data import shards
 from xirang_data.shards import ShardInfo
-from xirang_data.snapshot import load, save
+from xirang_data.snapshot import Snapshot, load, save
 
 
 @dataclass
@@ -37,7 +38,7 @@ def sync(src: FsspecTier, dst: FsspecTier, snapshot_id: str = "", workers: int =
     report = SyncReport(snap.id)
     throttle = Throttle()
     todo: list[ShardInfo] = []
-    for info in (*snap.shards, *snap.quarantine):
+    for info in _objects(snap):
         held = _held(dst, info)
         if held:
             report.skipped += 1
@@ -51,6 +52,12 @@ def sync(src: FsspecTier, dst: FsspecTier, snapshot_id: str = "", workers: int =
             report.moved_bytes += info.bytes
     save(dst, snap)
     return report
+
+
+def _objects(snap: Snapshot) -> list[ShardInfo]:
+    """Every object a snapshot names: its shards, quarantine and the shards' sidecar indexes."""
+    infos = (*snap.shards, *snap.quarantine)
+    return [*infos, *(i.sidecar for i in infos if i.sidecar is not None)]
 
 
 def _held(dst: FsspecTier, info: ShardInfo) -> bool | None:
@@ -73,7 +80,7 @@ def verify(tier: FsspecTier, snapshot_id: str = "") -> tuple[str, list[str]]:
     """Read every shard of a snapshot; returns its id and the keys that are missing or corrupt."""
     snap = load(tier, snapshot_id)
     bad = []
-    for info in (*snap.shards, *snap.quarantine):
+    for info in _objects(snap):
         try:
             ok = shards.checksum_ok(tier.read(info.key), info)
         except FileNotFoundError:

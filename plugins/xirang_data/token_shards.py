@@ -14,6 +14,7 @@ written by atomic renames, the manifest last, so an interrupted run leaves nothi
 from __future__ import annotations
 
 import copy
+import hashlib
 import itertools
 import json
 import multiprocessing
@@ -21,7 +22,7 @@ import posixpath
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,7 @@ from xirang.data import FsspecTier
 from xirang.specs import Tokenizer
 from xirang_data import shards
 from xirang_data.prepare import write_shard_bytes
+from xirang_data.shard_index import sidecar
 from xirang_data.shards import ShardInfo
 from xirang_data.snapshot import Snapshot, list_ids, load, save
 
@@ -166,13 +168,18 @@ def token_table(docs: Sequence[Sequence[int] | np.ndarray], dtype: np.dtype) -> 
 
 
 def write_token_shard(dst: FsspecTier, table: pa.Table) -> ShardInfo:
-    """Store a token shard, zstd-compressed only where that pays."""
+    """Store a token shard, zstd-compressed only where that pays, and its sidecar index (a
+    resume reads its first rows by range through it; shard_index.py)."""
     offsets = table.column(0).chunk(0).offsets
     starts = batch_starts(offsets, BATCH_TOKENS) if table.num_rows else None
     data, info = shards.encode(table, "shards", batch_rows=starts)
     if len(data) > (1 - MIN_SAVING) * table.nbytes:
         data, info = shards.encode(table, "shards", compression=None, batch_rows=starts)
+    index = sidecar(data, info.key)
+    info = replace(info, index_bytes=len(index), index_sha256=hashlib.sha256(index).hexdigest())
     write_shard_bytes(dst, data, info)
+    assert info.sidecar is not None
+    write_shard_bytes(dst, index, info.sidecar)
     return info
 
 

@@ -49,7 +49,7 @@ def s3(s3_requests: Path) -> Iterator[str]:
 
 def s3_run(make_dataset: Make, s3: str, tmp_path: Path, name: str) -> tuple[Path, int]:
     """A launched run's config over a snapshot in S3 (its token shards made locally and synced
-    there); returns the config file and the bytes of its token shards."""
+    there); returns the config file and the bytes of its token shards (not their sidecars)."""
     local, _ = make_dataset(n=240, per_shard=20)
     uri = f"s3://{BUCKET}/{name}"
     storage = {"name": "s3", "root": "", "endpoint_url": s3, "region": "", "profile": ""}
@@ -65,7 +65,7 @@ def s3_run(make_dataset: Make, s3: str, tmp_path: Path, name: str) -> tuple[Path
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(config))
     tokens = tokens_tier(tier_for(uri, storage))
-    return path, sum(tokens.size(k) for k in tokens.list("shards"))
+    return path, sum(tokens.size(k) for k in tokens.list("shards") if k.endswith(".arrow"))
 
 
 def ranks(config: Path, world: int, first: int, last: int, out: Path, pause: float):

@@ -74,6 +74,15 @@ class DiskCache:
             self.store(key, data, next_use, protect | {key})
             return data
 
+    def read_range(self, key: str, start: int, end: int) -> bytes | None:
+        """Bytes ``[start, end)`` of a cached object; None when it is not in the cache."""
+        try:
+            with open(self.path(key), "rb") as handle:
+                handle.seek(start)
+                return handle.read(end - start)
+        except FileNotFoundError:
+            return None
+
     def store(self, key: str, data: bytes, next_use: NextUse, protect: set[str]) -> bool:
         """Keep ``data`` if room can be made without evicting something needed sooner."""
         if len(data) > self.limit:

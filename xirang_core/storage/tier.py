@@ -35,6 +35,10 @@ class FsspecTier:
     def read(self, key: str) -> bytes:
         return self.fs.cat_file(self.path(key))
 
+    def read_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the object (one ranged GET on an object store)."""
+        return self.fs.cat_file(self.path(key), start=start, end=end)
+
     def write(self, key: str, data: bytes) -> None:
         target = self.path(key)
         self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
