@@ -197,7 +197,7 @@ BAD_PLUGIN_SETTINGS = {
     "another option's schema": (
         ["data=chat", "data.path=talks.jsonl", "data.shuffle=maybe"],
         "data.shuffle: Value 'maybe' is not a valid bool",
-        "(data=chat: settings of plugin data, schema xirang_data.chat:ChatSettings)",
+        "(data=chat: settings of plugin data, schema xirang_data.chat_settings:ChatSettings)",
     ),
     "a family's": (
         ["+model.n_layr=2"],

@@ -38,7 +38,7 @@ def xirang_datasets() -> list[DatasetSpec]:
         DatasetSpec(
             name="chat",
             target="xirang_data.chat:ChatDataset",
-            schema="xirang_data.chat:ChatSettings",
+            schema="xirang_data.chat_settings:ChatSettings",
             description="conversations (JSONL messages) for fine-tuning on assistant replies",
         ),
     ]

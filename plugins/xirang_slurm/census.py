@@ -17,8 +17,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from xirang.worker import census
-
 #: rank 0's store lives as long as its process: the process group's rendezvous is in it
 _HOSTED: list[Any] = []
 
@@ -27,7 +25,7 @@ def task_census(rank: int, world: int, device_type: str) -> list[str]:
     """Every task's device type, by rank, once all have told theirs (rank 0 hosts the store)."""
     import torch.distributed as dist
 
-    from xirang.worker import CENSUS_TIMEOUT
+    from xirang.worker import CENSUS_TIMEOUT, census  # torch: only where a task runs
 
     host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     store = dist.TCPStore(

@@ -8,7 +8,7 @@ from xirang_service.pool import clusterfile
 from xirang_service.pool.engine import PoolEngine
 from xirang_service.pool.errors import PoolError
 from xirang_service.pool.policy import load_policy
-from xirang_service.pool.sim.simulator import Result, Simulator
+from xirang_service.pool.sim.simulator import BALANCE_EFFICIENCY, Result, Simulator
 from xirang_service.pool.sim.traces import TraceJob
 from xirang_service.pool.store import PoolStore
 
@@ -99,18 +99,22 @@ def test_allow_mixing_must_be_a_boolean(tmp_path) -> None:
     assert made["allow_mixing"] and made["device_type"] == "fast+slow"
 
 
-def _replay(mixing: str, jobs: list[TraceJob]) -> Result:
-    return Simulator(dict(DATA), "priority", mixing=mixing).run(jobs)
+def _replay(mixing: str, jobs: list[TraceJob], **settings: float) -> Result:
+    return Simulator(dict(DATA), "priority", mixing=mixing, **settings).run(jobs)
 
 
 def test_the_simulator_runs_a_mixed_job_at_its_split_s_pace() -> None:
     """10 cards for 600 s: no single type holds it (off: refused); mixed on 4 fast and 2 slow
     devices it runs at the slowest device's pace when the batch is split evenly (6 devices x
-    1 card/s) and at the sum of their speeds when balanced (10 cards/s)."""
+    1 card/s) and at the sum of their speeds when balanced (10 cards/s), times the balanced
+    run's measured efficiency (0.95 unless told)."""
     jobs = [TraceJob(0.0, 600.0, 10, "a")]
     assert _replay("off", jobs).rejected == 1
     assert _replay("even", jobs).jct_by_job == {1: pytest.approx(1000.0)}
-    assert _replay("balanced", jobs).jct_by_job == {1: pytest.approx(600.0)}
+    ideal = _replay("balanced", jobs, balance_efficiency=1.0)
+    assert ideal.jct_by_job == {1: pytest.approx(600.0)}
+    measured = _replay("balanced", jobs).jct_by_job
+    assert measured == {1: pytest.approx(600.0 / BALANCE_EFFICIENCY)}
 
 
 def test_a_mixing_mode_the_simulator_does_not_know_is_refused() -> None:
