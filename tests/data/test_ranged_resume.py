@@ -120,6 +120,13 @@ def test_a_resume_reads_its_first_rows_by_range(make_dataset: Make) -> None:
         assert 0 < taken < snap.bytes / 2  # not the shards whole: their ranges and sidecars
 
 
+def flip_byte(path: Path, at: int) -> None:
+    """Corrupt one byte of the file at ``path`` in place (``at`` may count from the end)."""
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
 @pytest.mark.usefixtures("small_batches")
 def test_a_bad_sidecar_or_range_is_never_used(make_dataset: Make) -> None:
     tier, _ = make_dataset(n=160, per_shard=40)
@@ -128,17 +135,12 @@ def test_a_bad_sidecar_or_range_is_never_used(make_dataset: Make) -> None:
     good, _, _ = first_batch(tier.root, 3)
     for info in snap.shards:  # sidecars that lie about the offsets: refused by their hash
         assert info.sidecar is not None
-        path = Path(tokens.path(info.sidecar.key))
-        data = bytearray(path.read_bytes())
-        data[-40] ^= 0xFF
-        path.write_bytes(bytes(data))
+        flip_byte(Path(tokens.path(info.sidecar.key)), -40)
     again, _, taken = first_batch(tier.root, 3)
     assert np.array_equal(again, good) and taken >= snap.bytes / 2  # read whole instead
     for info in snap.shards:  # values that differ from the hashed ones, at the origin itself
         path = Path(tokens.path(info.key))
-        data = bytearray(path.read_bytes())
-        data[len(data) // 2] ^= 0xFF
-        path.write_bytes(bytes(data))
+        flip_byte(path, path.stat().st_size // 2)
     with pytest.raises(DataError, match="is corrupt or truncated at the origin"):
         first_batch(tier.root, 3)
 
